@@ -1,0 +1,49 @@
+"""Celery settings for liyagent, from `LIYAGENT_*` environment variables.
+
+Recovery is the lease sweeper's job, never the broker's: see `visibility_timeout` below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from beat_schedule import schedule
+from runtime.settings import Settings, get_settings
+
+
+def config_for(settings: Settings) -> dict[str, Any]:
+    """The Celery configuration for one deployment (tests build one per test namespace)."""
+    return {
+        "broker_url": settings.redis_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            # Far above the longest run. Kombu redelivers any unacked message older than this,
+            # even one whose run is alive (a duplicate run), and a worker start requeues every
+            # in-flight message older than it: a short timeout is harmful. Lost runs come back
+            # through their lapsed lease instead, within seconds.
+            "visibility_timeout": 6 * 3600,
+            # Keeps deployments (and test runs) that share one Redis apart.
+            "global_keyprefix": settings.namespace,
+        },
+        "task_default_queue": settings.queue,
+        "task_routes": {"liyagent.sweep": {"queue": f"{settings.queue}.ops"}},
+        "task_acks_late": True,
+        # A task whose pool child dies is requeued instead of acked and forgotten.
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        # Below the visibility timeout, so no live task outlives its message's invisibility.
+        "task_time_limit": 5 * 3600,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "timezone": "UTC",
+        # Sweeps need no persisted schedule; the in-memory scheduler leaves no file behind.
+        "beat_scheduler": "celery.beat:Scheduler",
+        "beat_schedule": schedule(settings),
+    }
+
+
+globals().update(config_for(get_settings()))

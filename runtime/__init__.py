@@ -1,0 +1,1 @@
+"""The engine: agent loop, checkpoints, sealing, leases, sweeper, settlement, keys, tools."""

@@ -1,0 +1,59 @@
+"""Named fault points, armed only in tests, so a worker can be killed at an exact place.
+
+`LIYAGENT_FAULT=<point>:<action>[:<nth>]`, e.g. `after_mark:kill` or `after_send:stop:2`:
+`kill` SIGKILLs the whole worker (its process group, as a dead machine would), `stop` writes
+the point to `LIYAGENT_FAULT_FILE` and SIGSTOPs the worker's process so a test can decide
+what happens next. Unarmed, a point costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+POINTS = frozenset(
+    {
+        "after_claim",  # the run is ours, before the model is asked anything
+        "after_model_step",  # the model answered a step, before its checkpoint is written
+        "after_checkpoint",  # the checkpoint is written, before any call is made
+        "after_mark",  # a write is marked in doubt, before it is sent
+        "after_send",  # the vendor received the write, before its outcome is recorded
+        "after_outcome",  # the outcome is recorded, before the next checkpoint
+        "after_answer",  # the final answer is stored, before it is handed on
+    }
+)
+
+_lock = threading.Lock()
+_hits: dict[str, int] = {}
+
+
+def _armed() -> tuple[str, str, int] | None:
+    raw = os.environ.get("LIYAGENT_FAULT", "")
+    if not raw:
+        return None
+    name, _, rest = raw.partition(":")
+    action, _, nth = rest.partition(":")
+    if name not in POINTS or action not in {"kill", "stop"}:
+        raise ValueError(
+            f"LIYAGENT_FAULT={raw!r}: use <point>:<kill|stop>[:<nth>], points {sorted(POINTS)}"
+        )
+    return name, action, int(nth or 1)
+
+
+def point(name: str) -> None:
+    """Do nothing unless the fault named `name` is armed and this is its nth hit."""
+    armed = _armed()
+    if armed is None or armed[0] != name:
+        return
+    with _lock:
+        _hits[name] = _hits.get(name, 0) + 1
+        if _hits[name] != armed[2]:
+            return
+    marker = os.environ.get("LIYAGENT_FAULT_FILE")
+    if marker:
+        Path(marker).write_text(f"{name} {os.getpid()}\n")
+    if armed[1] == "kill":
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGSTOP)

@@ -1,0 +1,36 @@
+"""Step idempotency keys: pure functions of what identifies a step, never clock or chance (I8)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+
+# Provider tool-call ids that only number the call's position ("call_0", "0", "tool_3") say
+# nothing about which call it is: a regenerated step reuses them for different calls.
+_POSITIONAL = re.compile(r"^(?:call|tool|toolu|fc)?[_-]?\d{1,4}$", re.IGNORECASE)
+
+
+def is_positional(tool_call_id: str) -> bool:
+    """True when the id is only a position number, so no stable key may be derived from it."""
+    return bool(_POSITIONAL.match(tool_call_id.strip()))
+
+
+def _digest(*parts: object) -> str:
+    text = "\x1f".join(str(p) for p in parts)
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def agent_call_key(
+    correlation_id: str, agent_loop: str, model_steps: int, tool_call_id: str
+) -> str | None:
+    """The key of one agent tool call, from the run's correlation id, its agent loop, the model
+    steps taken and the provider's tool-call id; None for a positional id."""
+    if not correlation_id or not agent_loop or not tool_call_id or is_positional(tool_call_id):
+        return None
+    return "lya-" + _digest("agent", correlation_id, agent_loop, model_steps, tool_call_id)
+
+
+def fresh_key() -> str:
+    """A key for a call outside every scope (an ad hoc call, a positional id): new per call."""
+    return "lya-adhoc-" + uuid.uuid4().hex

@@ -1,0 +1,32 @@
+"""Structured logs (structlog): JSON lines by default, readable lines on a terminal."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import structlog
+
+
+def configure(level: str | None = None) -> None:
+    """Route structlog and stdlib logging to stderr; `LIYAGENT_LOG_FORMAT=console|json`."""
+    level_name = (level or os.environ.get("LIYAGENT_LOG_LEVEL") or "INFO").upper()
+    fmt = os.environ.get("LIYAGENT_LOG_FORMAT") or ("console" if sys.stderr.isatty() else "json")
+    renderer: structlog.typing.Processor = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if fmt == "console"
+        else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level_name)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )

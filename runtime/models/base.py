@@ -1,0 +1,57 @@
+"""The interface every model provider implements: answer exactly one step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runtime.state import Message, ToolCall
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """Ask for model step `step` (1-based) of a run, given the conversation so far."""
+
+    run_id: str
+    attempt: int
+    step: int
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+
+    def latest_tool_results(self) -> list[Message]:
+        """The tool messages after the model's last step: what it is told now."""
+        out: list[Message] = []
+        for message in reversed(self.messages):
+            if message.get("role") != "tool":
+                break
+            out.append(message)
+        return out[::-1]
+
+
+@dataclass(frozen=True)
+class StepAnswer:
+    """Either tool calls to make, or a final text."""
+
+    text: str | None
+    calls: list[ToolCall]
+
+    @property
+    def final(self) -> bool:
+        return not self.calls
+
+
+class ModelError(Exception):
+    """A provider failed; `retryable` says whether asking again may help."""
+
+    def __init__(
+        self, message: str, *, retryable: bool, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+
+class ModelProvider(Protocol):
+    name: str
+
+    def next_step(self, request: StepRequest) -> StepAnswer: ...

@@ -1,0 +1,133 @@
+"""Sealing: AES-GCM with the run id, purpose and step bound in as associated data (I6).
+
+A blob is `b"LS1" | len(kid) | kid | nonce(12) | ciphertext+tag`. The key id lets keys rotate:
+the first key seals, every listed key still opens what it sealed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from runtime.settings import ConfigError
+
+log = structlog.get_logger(__name__)
+
+MAGIC = b"LS1"
+ENV_KEYS = "LIYAGENT_SEAL_KEYS"
+ENV_DEV_FILE = "LIYAGENT_DEV_SEAL_FILE"
+
+
+class SealError(Exception):
+    """A blob does not verify: tampered, moved to another run or step, or its key is gone."""
+
+    def __init__(self, run_id: str, what: str, why: str) -> None:
+        super().__init__(
+            f"run {run_id}: the sealed {what} does not verify ({why}); it is never used - the "
+            "run is failed; check LIYAGENT_SEAL_KEYS still lists the key that sealed it"
+        )
+        self.run_id = run_id
+
+
+def _aad(run_id: str, purpose: str, step: int) -> bytes:
+    return f"liyagent|{run_id}|{purpose}|{step}".encode()
+
+
+@dataclass(frozen=True)
+class Sealer:
+    """Seals and opens JSON payloads with keyed authenticated encryption."""
+
+    current: str
+    keys: dict[str, bytes]
+
+    def seal(self, run_id: str, purpose: str, step: int, payload: Any) -> bytes:
+        data = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+        nonce = secrets.token_bytes(12)
+        kid = self.current.encode()
+        body = AESGCM(self.keys[self.current]).encrypt(nonce, data, _aad(run_id, purpose, step))
+        return MAGIC + bytes([len(kid)]) + kid + nonce + body
+
+    def open(self, run_id: str, purpose: str, step: int, blob: bytes) -> Any:
+        if len(blob) < 5 or blob[:3] != MAGIC:
+            raise SealError(run_id, purpose, "not a sealed blob")
+        n = blob[3]
+        kid = blob[4 : 4 + n].decode(errors="replace")
+        key = self.keys.get(kid)
+        if key is None:
+            raise SealError(run_id, purpose, f"key id {kid!r} is not configured")
+        nonce, body = blob[4 + n : 16 + n], blob[16 + n :]
+        try:
+            data = AESGCM(key).decrypt(nonce, body, _aad(run_id, purpose, step))
+        except InvalidTag:
+            raise SealError(run_id, purpose, "authentication failed") from None
+        return json.loads(data)
+
+
+def parse_keys(spec: str) -> Sealer:
+    """`kid:base64key,kid2:base64key`: the first seals, all open. Keys are 32 bytes."""
+    keys: dict[str, bytes] = {}
+    order: list[str] = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        kid, sep, b64 = item.partition(":")
+        if not sep or not kid or len(kid) > 64:
+            raise ConfigError(f"{ENV_KEYS}: each entry is kid:base64key, got {item[:20]!r}...")
+        try:
+            key = base64.b64decode(b64, validate=True)
+        except binascii.Error:
+            raise ConfigError(f"{ENV_KEYS}: key {kid!r} is not valid base64") from None
+        if len(key) != 32:
+            raise ConfigError(f"{ENV_KEYS}: key {kid!r} must be 32 bytes, got {len(key)}")
+        keys[kid] = key
+        order.append(kid)
+    if not order:
+        raise ConfigError(f"{ENV_KEYS} lists no key")
+    return Sealer(current=order[0], keys=keys)
+
+
+def new_key_entry(kid: str) -> str:
+    """A fresh `kid:base64key` entry, for rotation: put it first in LIYAGENT_SEAL_KEYS."""
+    return f"{kid}:{base64.b64encode(secrets.token_bytes(32)).decode()}"
+
+
+def _dev_file() -> Path:
+    return Path(os.environ.get(ENV_DEV_FILE) or Path.home() / ".liyagent" / "dev-seal-keys")
+
+
+def load_sealer(production: bool) -> Sealer:
+    """Keys from LIYAGENT_SEAL_KEYS; outside production a local dev key is made, loudly."""
+    spec = os.environ.get(ENV_KEYS, "").strip()
+    if spec:
+        return parse_keys(spec)
+    if production:
+        raise ConfigError(
+            f"{ENV_KEYS} is not set and LIYAGENT_ENV=production: refusing to start without "
+            "seal keys (make one with `liyagent keys new`)"
+        )
+    path = _dev_file()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(new_key_entry("dev1") + "\n")
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, path)  # atomic: of two processes creating it, one wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    log.warning(
+        "seal.dev_key_in_use",
+        path=str(path),
+        advice=f"set {ENV_KEYS} before production; this key exists only on this machine",
+    )
+    return parse_keys(path.read_text().strip())

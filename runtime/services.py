@@ -1,0 +1,109 @@
+"""Everything a process needs, built once per process from settings: engine, Redis, leases,
+heartbeat, sealer, tools and the publisher that puts run messages on the queue."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis
+import sqlalchemy as sa
+
+from runtime.heartbeat import Heartbeat
+from runtime.leases import Leases
+from runtime.models.base import ModelError, ModelProvider, StepRequest
+from runtime.models.scripted import ScriptedProvider
+from runtime.sealing import Sealer, load_sealer
+from runtime.settings import Settings
+from runtime.tools import ToolRegistry
+from runtime.vendor_tools import default_registry
+from store import db
+from store.records import insert_model_request
+from store.rows import RunRow
+
+
+class Publisher(Protocol):
+    """Puts a run's message for one attempt on the queue (a hint; Postgres decides)."""
+
+    def publish(self, run_id: str, attempt: int) -> None: ...
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: sa.Engine
+    redis: redis.Redis[bytes]
+    leases: Leases
+    heartbeat: Heartbeat
+    sealer: Sealer
+    tools: ToolRegistry
+    publisher: Publisher
+    # Names this process in lease tokens and audit: host and pid.
+    holder: str
+
+    def model_for(self, run: RunRow) -> ModelProvider:
+        """The provider the run's spec names; the scripted one records each request served."""
+        model: dict[str, Any] = dict(run.spec.get("model") or {})
+        provider = model.get("provider", "scripted")
+        if provider == "scripted":
+            return ScriptedProvider(model.get("script") or {}, record=self._record_request)
+        raise ModelError(
+            f"run {run.id}: model provider {provider!r} is not available in this worker",
+            retryable=False,
+        )
+
+    def _record_request(self, request: StepRequest, provider: str) -> None:
+        with self.engine.connect() as conn:
+            insert_model_request(
+                conn,
+                run_id=request.run_id,
+                step=request.step,
+                attempt=request.attempt,
+                provider=provider,
+                tool_results=request.latest_tool_results(),
+            )
+
+
+def build(
+    settings: Settings,
+    publisher: Publisher,
+    tools: ToolRegistry | None = None,
+    sealer: Sealer | None = None,
+) -> Services:
+    client = redis.Redis.from_url(
+        settings.redis_url,
+        socket_timeout=2.0,
+        socket_connect_timeout=2.0,
+        health_check_interval=10,
+    )
+    t = settings.timings
+    leases = Leases(client, settings.namespace, t.lease_ttl_ms)
+    return Services(
+        settings=settings,
+        engine=db.engine_for(settings.database_url),
+        redis=client,
+        leases=leases,
+        heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms),
+        sealer=sealer or load_sealer(settings.production),
+        tools=tools or default_registry(settings.vendor_url),
+        publisher=publisher,
+        holder=f"{socket.gethostname()}-{os.getpid()}",
+    )
+
+
+_lock = threading.Lock()
+_cache: dict[int, Services] = {}
+
+
+def for_process(make: Callable[[], Services]) -> Services:
+    """This process's services, built on first use; a forked child builds its own."""
+    pid = os.getpid()
+    with _lock:
+        if pid not in _cache:
+            _cache.clear()
+            _cache[pid] = make()
+        return _cache[pid]

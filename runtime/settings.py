@@ -1,0 +1,133 @@
+"""Settings from `LIYAGENT_*` environment variables, read once per process.
+
+The lease and sweep timings are coupled, so they live together in `Timings`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/liyagent"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the variable to fix."""
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Lease, heartbeat and sweep timings, which only work together.
+
+    A dead process is noticed when its lease lapses (`lease_ttl_ms`), so the heartbeat renews
+    at about a third of it (two renewals may fail before the lease is lost) and the sweeper
+    looks every `sweep_interval_ms`: worst-case detection is TTL + one sweep. A run whose own
+    thread shows no progress for `stall_ms` stops being renewed, so a hung run is taken over;
+    it must exceed the slowest single model or tool call (`call_timeout_s`).
+    """
+
+    lease_ttl_ms: int = 8000
+    heartbeat_ms: int = 2600
+    sweep_interval_ms: int = 3000
+    stall_ms: int = 120_000
+    call_timeout_s: float = 30.0
+    # A run lost more than this many times is failed with the reason.
+    loss_limit: int = 2
+    # Deliveries of one attempt's message before the run is failed as poison.
+    delivery_limit: int = 10
+    # Runs left queued this long are published again (Postgres is the outbox).
+    requeue_after_ms: int = 30_000
+    # Every this many sweeps, reconcile all running runs against Redis, not just the index.
+    full_scan_every: int = 20
+    # The longest a resume can take: a keyed write is sent again only if its vendor's dedupe
+    # window is longer than this.
+    resume_bound_s: int = 3600
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_ms * 2 >= self.lease_ttl_ms:
+            raise ConfigError(
+                "LIYAGENT_HEARTBEAT_MS must be under half of LIYAGENT_LEASE_TTL_MS "
+                f"(got {self.heartbeat_ms} and {self.lease_ttl_ms})"
+            )
+        if self.stall_ms <= self.call_timeout_s * 1000:
+            raise ConfigError("LIYAGENT_STALL_MS must exceed LIYAGENT_CALL_TIMEOUT_S")
+
+    @classmethod
+    def from_env(cls) -> Timings:
+        ttl = _env_int("LIYAGENT_LEASE_TTL_MS", cls.lease_ttl_ms)
+        return cls(
+            lease_ttl_ms=ttl,
+            heartbeat_ms=_env_int("LIYAGENT_HEARTBEAT_MS", max(ttl // 3 - 66, 100)),
+            sweep_interval_ms=_env_int("LIYAGENT_SWEEP_INTERVAL_MS", cls.sweep_interval_ms),
+            stall_ms=_env_int("LIYAGENT_STALL_MS", cls.stall_ms),
+            call_timeout_s=float(_env_int("LIYAGENT_CALL_TIMEOUT_S", int(cls.call_timeout_s))),
+            loss_limit=_env_int("LIYAGENT_LOSS_LIMIT", cls.loss_limit),
+            delivery_limit=_env_int("LIYAGENT_DELIVERY_LIMIT", cls.delivery_limit),
+            requeue_after_ms=_env_int("LIYAGENT_REQUEUE_AFTER_MS", cls.requeue_after_ms),
+            full_scan_every=_env_int("LIYAGENT_FULL_SCAN_EVERY", cls.full_scan_every),
+            resume_bound_s=_env_int("LIYAGENT_RESUME_BOUND_S", cls.resume_bound_s),
+        )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker, beat or app process needs to reach Postgres and Redis."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str = DEFAULT_REDIS_URL
+    # Prefix for every Redis key we and the broker write, so deployments and test runs that
+    # share one Redis never see each other's leases or messages.
+    namespace: str = ""
+    queue: str = "liyagent"
+    production: bool = False
+    vendor_url: str = "http://127.0.0.1:8765"
+    step_limit: int = 25
+    crash_resume_entries: bool = True
+    timings: Timings = field(default_factory=Timings)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ.get("LIYAGENT_ENV", "development").strip().lower()
+        if env not in {"development", "production", "test"}:
+            raise ConfigError(f"LIYAGENT_ENV={env!r}: use development, production or test")
+        return cls(
+            database_url=os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL,
+            redis_url=os.environ.get("LIYAGENT_REDIS_URL") or DEFAULT_REDIS_URL,
+            namespace=os.environ.get("LIYAGENT_NAMESPACE", ""),
+            queue=os.environ.get("LIYAGENT_QUEUE") or "liyagent",
+            production=env == "production",
+            vendor_url=os.environ.get("LIYAGENT_VENDOR_URL") or "http://127.0.0.1:8765",
+            step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
+            crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
+            timings=Timings.from_env(),
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings (tests that change the environment clear this cache)."""
+    return Settings.from_env()

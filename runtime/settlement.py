@@ -1,0 +1,64 @@
+"""How a call the last checkpoint left is taken up again on resume: the spec's table, as data.
+
+Pure: it decides from the call's mark (if any), its tool as it stands now, and the bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from runtime.tools import ToolKind
+
+
+class Settle(StrEnum):
+    MAKE = "made"  # a read, or a write never marked: make it now, as on a first pass
+    REUSE = "reused"  # its outcome (or an earlier settlement) is recorded: reuse it
+    RESEND = "resent"  # keyed write, vendor dedupes longer than a resume: same key again
+    READ_BACK = "read_back"  # a reader looks the outcome up by key
+    UNKNOWN = "unknown"  # not sent again; the model is told the outcome is unknown
+
+
+@dataclass(frozen=True)
+class MarkFacts:
+    """What the call's mark says: its kind at marking time (a write stays a write, I7)."""
+
+    kind: ToolKind
+    status: str  # in_doubt | done | settled
+    stable_key: bool
+    age_s: float
+
+
+def decide(
+    *,
+    kind_now: ToolKind | None,
+    mark: MarkFacts | None,
+    has_reader: bool,
+    dedupe_window_s: float | None,
+    resume_bound_s: float,
+) -> Settle:
+    """The settlement of one call left by the checkpoint (I2, I7)."""
+    if mark is None:
+        # Never marked: a write was not sent (the mark precedes the send); a read is harmless.
+        return Settle.MAKE
+    if mark.status != "in_doubt":
+        return Settle.REUSE
+    if mark.kind is ToolKind.READ:  # pragma: no cover - reads are never marked
+        return Settle.MAKE
+    if (
+        mark.kind is ToolKind.KEYED_WRITE
+        and mark.stable_key
+        and dedupe_window_s is not None
+        and dedupe_window_s > resume_bound_s
+        and mark.age_s < dedupe_window_s
+    ):
+        return Settle.RESEND
+    if has_reader:
+        return Settle.READ_BACK
+    return Settle.UNKNOWN
+
+
+UNKNOWN_NOTE = (
+    "The outcome of this call is unknown: the process making it stopped while it was in "
+    "flight. It was not sent again. Check the target system before repeating it."
+)

@@ -1,0 +1,89 @@
+"""The run state a checkpoint seals: conversation, the calls asked, counters, history, keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call a model step asked for, with the provider's own id."""
+
+    id: str
+    name: str
+    args: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "args": self.args}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ToolCall:
+        return cls(id=str(raw["id"]), name=str(raw["name"]), args=dict(raw.get("args") or {}))
+
+
+@dataclass
+class RunState:
+    """What a resume needs to continue from the last written step (and nothing else)."""
+
+    step: int
+    loop: str
+    messages: list[Message]
+    calls: list[ToolCall] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    delegation_keys: dict[str, str] = field(default_factory=dict)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "step": self.step,
+            "loop": self.loop,
+            "messages": self.messages,
+            "calls": [c.to_json() for c in self.calls],
+            "counters": self.counters,
+            "history": self.history,
+            "delegation_keys": self.delegation_keys,
+        }
+
+    @classmethod
+    def from_payload(cls, raw: dict[str, Any]) -> RunState:
+        if raw.get("v") != 1:
+            raise ValueError(f"checkpoint format {raw.get('v')!r} is not supported")
+        return cls(
+            step=int(raw["step"]),
+            loop=str(raw["loop"]),
+            messages=list(raw["messages"]),
+            calls=[ToolCall.from_json(c) for c in raw.get("calls", [])],
+            counters=dict(raw.get("counters", {})),
+            history=list(raw.get("history", [])),
+            delegation_keys=dict(raw.get("delegation_keys", {})),
+        )
+
+    @classmethod
+    def initial(cls, loop: str, system: str | None, user_input: str) -> RunState:
+        messages: list[Message] = []
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": user_input})
+        return cls(step=0, loop=loop, messages=messages, counters={"model_steps": 0})
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def take_step(self, text: str | None, calls: list[ToolCall], attempt: int) -> None:
+        """Append a model step that asked for calls; the caller then checkpoints it."""
+        self.step += 1
+        self.count("model_steps")
+        self.calls = calls
+        self.messages.append(
+            {"role": "assistant", "content": text, "tool_calls": [c.to_json() for c in calls]}
+        )
+        self.history.append({"step": self.step, "attempt": attempt, "calls": [c.id for c in calls]})
+
+    def add_results(self, results: list[Message]) -> None:
+        """Tool results of the current step, appended before the next model step is asked."""
+        self.messages.extend(results)
+        self.calls = []

@@ -1,0 +1,123 @@
+"""The sweeper: claims each run whose lease lapsed, once per loss, and republishes stale work.
+
+It runs every few seconds from beat under a Redis lock (two beats are harmless); the claim in
+Postgres is the real guard: one conditional update per lapsed run, of two sweeps one wins (I4).
+Lapsed leases are found through the deadline index; a periodic full reconcile (and one after
+Redis loses its data) also finds running runs that hold no lease at all.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import redis
+import structlog
+
+from runtime.leases import Token
+from runtime.services import Services
+from store.runs import attempt_status, claim_lost, select_live, touch_stale_queued
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class SweepReport:
+    ran: bool = True
+    full_scan: bool = False
+    claimed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    republished: list[str] = field(default_factory=list)
+    duration_ms: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ran": self.ran,
+            "full_scan": self.full_scan,
+            "claimed": self.claimed,
+            "failed": self.failed,
+            "republished": self.republished,
+            "duration_ms": round(self.duration_ms, 2),
+        }
+
+
+class Sweeper:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        ns = services.settings.namespace
+        self.lock_key = f"{ns}sweeper:lock"
+        self.count_key = f"{ns}sweeper:count"
+        self.epoch_key = f"{ns}sweeper:epoch"
+
+    def sweep(self) -> SweepReport:
+        """One sweep, if no other sweep holds the lock."""
+        started = time.perf_counter()
+        lock = self.s.redis.lock(self.lock_key, timeout=30, blocking=False)
+        if not lock.acquire():
+            return SweepReport(ran=False)
+        try:
+            report = self._sweep()
+        finally:
+            try:
+                lock.release()
+            except redis.exceptions.LockError:  # outlived its timeout; the claims still guard
+                log.warning("sweep.lock_expired")
+        report.duration_ms = (time.perf_counter() - started) * 1000
+        if report.claimed or report.failed or report.republished:
+            log.info("sweep.done", **report.to_json())
+        return report
+
+    def _sweep(self) -> SweepReport:
+        report = SweepReport()
+        count = int(self.s.redis.incr(self.count_key))
+        # A missing epoch marker means Redis lost its data: leases and the index are gone.
+        fresh_redis = bool(self.s.redis.set(self.epoch_key, "1", nx=True))
+        report.full_scan = fresh_redis or count % self.s.settings.timings.full_scan_every == 1
+        candidates = {(t.run_id, t.attempt): t for t in self.s.leases.lapsed()}
+        if report.full_scan:
+            with self.s.engine.connect() as conn:
+                live = select_live(conn)
+            alive = self.s.leases.alive([run_id for run_id, _ in live])
+            for run_id, attempt in live:
+                if run_id not in alive:
+                    candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
+        for token in candidates.values():
+            self._take(token, report)
+        with self.s.engine.connect() as conn:
+            stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
+        for run_id, attempt in stale:
+            self.s.publisher.publish(run_id, attempt)
+            report.republished.append(run_id)
+        return report
+
+    def _take(self, token: Token, report: SweepReport) -> None:
+        holder = self.s.leases.holder(token.run_id)
+        if holder is not None:
+            if holder == str(token):
+                return  # renewed after the index was read: alive
+            self.s.leases.forget(token)  # a newer attempt holds the run
+            return
+        t = self.s.settings.timings
+        with self.s.engine.connect() as conn:
+            claim = claim_lost(conn, token.run_id, token.attempt, t.loss_limit)
+            current = None if claim is not None else attempt_status(conn, token.run_id)
+        self.s.leases.forget(token)
+        if claim is None:
+            # Died between taking the lease and claiming the queued run: publish it again.
+            if current == (token.attempt, "queued"):
+                self.s.publisher.publish(token.run_id, token.attempt)
+                report.republished.append(token.run_id)
+            return
+        if claim.status == "failed":
+            report.failed.append(claim.run_id)
+            log.warning("sweep.run_failed", run_id=claim.run_id, lost_count=claim.lost_count)
+            return
+        report.claimed.append(claim.run_id)
+        log.info(
+            "sweep.claimed",
+            run_id=claim.run_id,
+            attempt=claim.attempt,
+            lost_count=claim.lost_count,
+            step=claim.step,
+        )
+        self.s.publisher.publish(claim.run_id, claim.attempt)

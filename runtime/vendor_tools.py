@@ -1,0 +1,101 @@
+"""Built-in tools that call vendors over HTTP (the simulators in tests and the demo).
+
+Every request carries the step's idempotency key and the run and attempt that sent it, so the
+vendor's own records can judge duplicates and stale writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from runtime.tools import CallContext, Tool, ToolError, ToolInDoubt, ToolKind, ToolRegistry
+
+
+class VendorClient:
+    """A small HTTP client that turns vendor answers into outcomes, errors or doubt."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+
+    def request(
+        self, method: str, path: str, ctx: CallContext, body: dict[str, Any] | None = None
+    ) -> Any:
+        headers = {
+            "Idempotency-Key": ctx.key,
+            "X-Liyagent-Run": ctx.run_id,
+            "X-Liyagent-Attempt": str(ctx.attempt),
+        }
+        try:
+            response = httpx.request(
+                method, self.base_url + path, json=body, headers=headers, timeout=ctx.timeout_s
+            )
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise ToolInDoubt(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise ToolError(f"{method} {path}: {exc}") from exc
+        if response.status_code >= 500:
+            raise ToolInDoubt(f"{method} {path}: vendor answered {response.status_code}")
+        if response.status_code >= 400:
+            raise ToolError(f"{method} {path}: {response.status_code} {response.text[:300]}")
+        return response.json()
+
+
+def _require(args: dict[str, Any], name: str) -> Any:
+    value = args.get(name)
+    if value in (None, ""):
+        raise ToolError(f"argument {name!r} is required")
+    return value
+
+
+def vendor_tools(base_url: str, incident_dedupe_s: float) -> list[Tool]:
+    """The vendor tools: a read, a keyed write, a write with a reader, a write without one."""
+    client = VendorClient(base_url)
+
+    def ticket_read(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        ticket = _require(args, "ticket")
+        return dict(client.request("GET", f"/tickets/{ticket}", ctx))
+
+    def incident_create(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        body = {"title": _require(args, "title"), "severity": args.get("severity", "sev3")}
+        return dict(client.request("POST", "/incidents", ctx, body))
+
+    def comment_create(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        issue, text = _require(args, "issue"), _require(args, "body")
+        return dict(client.request("POST", f"/issues/{issue}/comments", ctx, {"body": text}))
+
+    def comment_read_back(args: dict[str, Any], ctx: CallContext) -> dict[str, Any] | None:
+        found = client.request("GET", f"/comments?key={ctx.key}", ctx)
+        return dict(found[0]) if found else None
+
+    def chat_reply(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        body = {
+            "conversation": _require(args, "conversation"),
+            "text": _require(args, "text"),
+            "cards": args.get("cards", []),
+        }
+        return dict(client.request("POST", "/chat/replies", ctx, body))
+
+    return [
+        Tool("ticket.read", ToolKind.READ, "Read a ticket by id.", ticket_read),
+        Tool(
+            "incident.create",
+            ToolKind.KEYED_WRITE,
+            "Open an incident.",
+            incident_create,
+            dedupe_window_s=incident_dedupe_s,
+        ),
+        Tool(
+            "issue.comment",
+            ToolKind.WRITE,
+            "Comment on an issue.",
+            comment_create,
+            reader=comment_read_back,
+        ),
+        Tool("chat.reply", ToolKind.WRITE, "Post a chat reply.", chat_reply),
+    ]
+
+
+def default_registry(base_url: str, incident_dedupe_s: float = 86400) -> ToolRegistry:
+    return ToolRegistry(vendor_tools(base_url, incident_dedupe_s))

@@ -1,0 +1,280 @@
+"""Postgres storage of the vendor simulators: the ``sim`` schema, entity rows, request records.
+
+Plain SQL throughout, so tests and operators can read the records without this package.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, text
+
+Row = dict[str, Any]
+
+LIST_LIMIT = 1000
+CONNECT_TIMEOUT_S = 10
+
+# Two-int advisory keys live apart from the one-bigint key space the engine may use.
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('liyagent.sim.schema'), 0)"
+_KEY_LOCK = "SELECT pg_advisory_xact_lock(hashtext(:namespace), hashtext(:key))"
+
+DDL: tuple[str, ...] = (
+    "CREATE SCHEMA IF NOT EXISTS sim",
+    """CREATE TABLE IF NOT EXISTS sim.requests (
+        id bigserial PRIMARY KEY, vendor text NOT NULL, method text NOT NULL, path text NOT NULL,
+        idem_key text, run_id text, attempt integer, body jsonb, status integer NOT NULL,
+        deduped boolean NOT NULL DEFAULT false, created_at timestamptz NOT NULL DEFAULT now())""",
+    "CREATE INDEX IF NOT EXISTS requests_vendor_idx ON sim.requests (vendor, method)",
+    "CREATE INDEX IF NOT EXISTS requests_idem_key_idx ON sim.requests (idem_key)",
+    "CREATE INDEX IF NOT EXISTS requests_run_id_idx ON sim.requests (run_id)",
+    """CREATE TABLE IF NOT EXISTS sim.incidents (
+        id bigserial PRIMARY KEY, idem_key text, title text NOT NULL, severity text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now())""",
+    "CREATE INDEX IF NOT EXISTS incidents_idem_key_idx ON sim.incidents (idem_key, created_at)",
+    """CREATE TABLE IF NOT EXISTS sim.incident_updates (
+        id bigserial PRIMARY KEY, incident_id bigint NOT NULL REFERENCES sim.incidents (id),
+        idem_key text, body text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE INDEX IF NOT EXISTS incident_updates_key_idx
+        ON sim.incident_updates (incident_id, idem_key, created_at)""",
+    """CREATE TABLE IF NOT EXISTS sim.comments (
+        id bigserial PRIMARY KEY, issue text NOT NULL, body text NOT NULL, idem_key text,
+        created_at timestamptz NOT NULL DEFAULT now())""",
+    "CREATE INDEX IF NOT EXISTS comments_idem_key_idx ON sim.comments (idem_key)",
+    "CREATE INDEX IF NOT EXISTS comments_issue_idx ON sim.comments (issue)",
+    """CREATE TABLE IF NOT EXISTS sim.chat_replies (
+        id bigserial PRIMARY KEY, conversation text NOT NULL, text text NOT NULL,
+        cards jsonb NOT NULL DEFAULT '[]'::jsonb, idem_key text,
+        created_at timestamptz NOT NULL DEFAULT now())""",
+    "CREATE INDEX IF NOT EXISTS chat_replies_idem_key_idx ON sim.chat_replies (idem_key)",
+    "CREATE INDEX IF NOT EXISTS chat_replies_conv_idx ON sim.chat_replies (conversation)",
+)
+
+_INCIDENT = "id, title, severity, idem_key, created_at, updated_at"
+_UPDATE = "id, incident_id, body, idem_key, created_at"
+_COMMENT = "id, issue, body, idem_key, created_at"
+_REPLY = "id, conversation, text, cards, idem_key, created_at"
+_WINDOW = "created_at > clock_timestamp() - make_interval(secs => :window)"
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One received HTTP request and the status the simulator answered it with."""
+
+    vendor: str
+    method: str
+    path: str
+    idem_key: str | None
+    run_id: str | None
+    attempt: int | None
+    body: Any
+    status: int
+    deduped: bool
+
+
+def make_engine(database_url: str) -> Engine:
+    """An autocommit engine for ``database_url``; a bare ``postgresql://`` URL uses psycopg 3."""
+    for prefix in ("postgresql://", "postgres://"):
+        if database_url.startswith(prefix):
+            database_url = "postgresql+psycopg://" + database_url[len(prefix) :]
+    return create_engine(
+        database_url,
+        isolation_level="AUTOCOMMIT",
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=40,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+    )
+
+
+def transactional(engine: Engine) -> Engine:
+    """The same pool with real transactions, for writes that must commit together."""
+    return engine.execution_options(isolation_level="READ COMMITTED")
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Create the ``sim`` schema and tables if missing; an advisory lock serialises racing starts.
+
+    Two simulators starting at once against one database would otherwise collide on the DDL.
+    """
+    with transactional(engine).begin() as conn:
+        conn.execute(text(_SCHEMA_LOCK))
+        for statement in DDL:
+            conn.execute(text(statement))
+
+
+def _json_param(value: Any) -> str | None:
+    """Serialise ``value`` for a jsonb column; Postgres rejects NUL, so it becomes U+FFFD."""
+    if value is None:
+        return None
+    return json.dumps(value).replace("\\u0000", "\\ufffd")
+
+
+def _jsonable(row: Mapping[Any, Any]) -> Row:
+    """A result row as a JSON-ready dict (timestamps in ISO 8601)."""
+    return {str(k): v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def _one(conn: Connection, sql: str, params: Mapping[str, Any]) -> Row | None:
+    """The first row of ``sql`` as a JSON-ready dict, or None."""
+    row = conn.execute(text(sql), dict(params)).mappings().first()
+    return None if row is None else _jsonable(row)
+
+
+def _all(conn: Connection, sql: str, params: Mapping[str, Any]) -> list[Row]:
+    """All rows of ``sql`` as JSON-ready dicts."""
+    return [_jsonable(r) for r in conn.execute(text(sql), dict(params)).mappings()]
+
+
+def _inserted(conn: Connection, sql: str, params: Mapping[str, Any]) -> Row:
+    """The row an ``INSERT ... RETURNING`` statement wrote."""
+    row = _one(conn, sql, params)
+    if row is None:  # pragma: no cover - RETURNING always yields the inserted row
+        raise RuntimeError("insert returned no row")
+    return row
+
+
+def lock_idem_key(conn: Connection, namespace: str, key: str) -> None:
+    """Serialise writers of one idempotency key until the transaction ends (race-free dedupe)."""
+    conn.execute(text(_KEY_LOCK), {"namespace": "liyagent.sim." + namespace, "key": key})
+
+
+def recent_incident(conn: Connection, key: str, window_s: float) -> Row | None:
+    """The newest incident created with ``key`` less than ``window_s`` seconds ago."""
+    sql = f"SELECT {_INCIDENT} FROM sim.incidents WHERE idem_key = :key AND {_WINDOW}"
+    return _one(conn, sql + " ORDER BY id DESC LIMIT 1", {"key": key, "window": window_s})
+
+
+def insert_incident(conn: Connection, title: str, severity: str, key: str | None) -> Row:
+    """Create an incident row."""
+    sql = f"""INSERT INTO sim.incidents (title, severity, idem_key)
+              VALUES (:title, :severity, :key) RETURNING {_INCIDENT}"""
+    return _inserted(conn, sql, {"title": title, "severity": severity, "key": key})
+
+
+def incident(conn: Connection, incident_id: int) -> Row | None:
+    """One incident by id, or None."""
+    return _one(conn, f"SELECT {_INCIDENT} FROM sim.incidents WHERE id = :id", {"id": incident_id})
+
+
+def incidents(conn: Connection, key: str | None) -> list[Row]:
+    """Incidents carrying ``key`` (all incidents when None), oldest first."""
+    where = "" if key is None else "WHERE idem_key = :key"
+    sql = f"SELECT {_INCIDENT} FROM sim.incidents {where} ORDER BY id LIMIT {LIST_LIMIT}"
+    return _all(conn, sql, {"key": key})
+
+
+def recent_incident_update(
+    conn: Connection, incident_id: int, key: str, window_s: float
+) -> Row | None:
+    """The newest update of an incident made with ``key`` less than ``window_s`` seconds ago."""
+    sql = f"""SELECT {_UPDATE} FROM sim.incident_updates
+              WHERE incident_id = :iid AND idem_key = :key AND {_WINDOW}
+              ORDER BY id DESC LIMIT 1"""
+    return _one(conn, sql, {"iid": incident_id, "key": key, "window": window_s})
+
+
+def insert_incident_update(conn: Connection, incident_id: int, body: str, key: str | None) -> Row:
+    """Add an update to an incident and touch the incident's ``updated_at``."""
+    conn.execute(
+        text("UPDATE sim.incidents SET updated_at = now() WHERE id = :id"), {"id": incident_id}
+    )
+    sql = f"""INSERT INTO sim.incident_updates (incident_id, body, idem_key)
+              VALUES (:iid, :body, :key) RETURNING {_UPDATE}"""
+    return _inserted(conn, sql, {"iid": incident_id, "body": body, "key": key})
+
+
+def incident_updates(conn: Connection, incident_id: int) -> list[Row]:
+    """The updates of one incident, oldest first."""
+    sql = f"SELECT {_UPDATE} FROM sim.incident_updates WHERE incident_id = :iid ORDER BY id"
+    return _all(conn, sql + f" LIMIT {LIST_LIMIT}", {"iid": incident_id})
+
+
+def insert_comment(conn: Connection, issue: str, body: str, key: str | None) -> Row:
+    """Create a comment row (never deduplicated: that is this vendor's point)."""
+    sql = f"""INSERT INTO sim.comments (issue, body, idem_key)
+              VALUES (:issue, :body, :key) RETURNING {_COMMENT}"""
+    return _inserted(conn, sql, {"issue": issue, "body": body, "key": key})
+
+
+def comments(conn: Connection, *, issue: str | None = None, key: str | None = None) -> list[Row]:
+    """Comments filtered by issue and/or idempotency key, oldest first."""
+    where, params = _where({"issue": issue, "idem_key": key})
+    sql = f"SELECT {_COMMENT} FROM sim.comments {where} ORDER BY id LIMIT {LIST_LIMIT}"
+    return _all(conn, sql, params)
+
+
+def insert_chat_reply(
+    conn: Connection, conversation: str, reply_text: str, cards: list[Any], key: str | None
+) -> Row:
+    """Create a chat reply row (never deduplicated)."""
+    sql = f"""INSERT INTO sim.chat_replies (conversation, text, cards, idem_key)
+              VALUES (:conv, :text, CAST(:cards AS jsonb), :key) RETURNING {_REPLY}"""
+    params = {"conv": conversation, "text": reply_text, "cards": _json_param(cards), "key": key}
+    return _inserted(conn, sql, params)
+
+
+def chat_replies(
+    conn: Connection, *, conversation: str | None = None, key: str | None = None
+) -> list[Row]:
+    """Chat replies filtered by conversation and/or idempotency key, oldest first."""
+    where, params = _where({"conversation": conversation, "idem_key": key})
+    sql = f"SELECT {_REPLY} FROM sim.chat_replies {where} ORDER BY id LIMIT {LIST_LIMIT}"
+    return _all(conn, sql, params)
+
+
+def record_request(conn: Connection, record: RequestRecord) -> int:
+    """Write the record of one received request; returns its id."""
+    sql = """INSERT INTO sim.requests
+             (vendor, method, path, idem_key, run_id, attempt, body, status, deduped)
+             VALUES (:vendor, :method, :path, :idem_key, :run_id, :attempt,
+                     CAST(:body AS jsonb), :status, :deduped) RETURNING id"""
+    params = {**asdict(record), "body": _json_param(record.body)}
+    return int(conn.execute(text(sql), params).scalar_one())
+
+
+def _where(filters: Mapping[str, object]) -> tuple[str, dict[str, object]]:
+    """A WHERE clause over the non-None ``filters`` (column names come from code, not input)."""
+    given = {column: value for column, value in filters.items() if value is not None}
+    clause = " AND ".join(f"{column} = :{column}" for column in given)
+    return ("WHERE " + clause if clause else ""), given
+
+
+def count_requests(
+    conn: Connection,
+    vendor: str | None = None,
+    method: str | None = None,
+    idem_key: str | None = None,
+    run_id: str | None = None,
+) -> int:
+    """How many requests the simulators recorded, optionally narrowed by vendor/method/key/run."""
+    filters = {"vendor": vendor, "method": method, "idem_key": idem_key, "run_id": run_id}
+    where, params = _where(filters)
+    return int(
+        conn.execute(text(f"SELECT count(*) FROM sim.requests {where}"), params).scalar_one()
+    )
+
+
+def _count_by_key(conn: Connection, table: str) -> dict[str, int]:
+    """Rows per non-null idempotency key in one of the simulators' entity tables."""
+    sql = f"SELECT idem_key, count(*) FROM sim.{table} WHERE idem_key IS NOT NULL GROUP BY idem_key"
+    return {str(key): int(n) for key, n in conn.execute(text(sql))}
+
+
+def incidents_by_key(conn: Connection) -> dict[str, int]:
+    """How many incident rows exist per idempotency key (more than 1 means a duplicate)."""
+    return _count_by_key(conn, "incidents")
+
+
+def comments_by_key(conn: Connection) -> dict[str, int]:
+    """How many comment rows exist per idempotency key."""
+    return _count_by_key(conn, "comments")
+
+
+def chat_replies_by_key(conn: Connection) -> dict[str, int]:
+    """How many chat reply rows exist per idempotency key."""
+    return _count_by_key(conn, "chat_replies")

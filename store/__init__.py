@@ -1,0 +1,1 @@
+"""All SQL lives here: schema, migrations and the statements the engine runs."""

@@ -1,0 +1,179 @@
+"""Checkpoint and call-mark statements, each fenced on the writing attempt (I3)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from store.rows import CheckpointRow, FencedOut, MarkRow
+from store.runs import OWNER_CTE, owner_cte
+
+_MARK_COLUMNS = (
+    "run_id, step, call_index, call_id, tool, kind, idem_key, stable_key, status, outcome, "
+    "settlement, attempt, marked_at, settled_at"
+)
+
+
+def write_checkpoint(
+    conn: sa.Connection, run_id: str, attempt: int, step: int, sealed: bytes
+) -> None:
+    """Write step `step`'s sealed checkpoint and advance the run's step, in one statement that
+    matches only while this attempt owns the run. A step is written once (I5): a second write
+    of the same step is a bug and raises."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            WITH {owner_cte("step = :step")}
+            INSERT INTO checkpoints (run_id, step, attempt, sealed)
+            SELECT id, :step, :attempt, :sealed FROM owner
+            RETURNING run_id
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "step": step, "sealed": sealed},
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, f"write the checkpoint of step {step}")
+
+
+def latest_checkpoint(conn: sa.Connection, run_id: str) -> CheckpointRow | None:
+    row = conn.execute(
+        sa.text(
+            "SELECT run_id, step, attempt, sealed, created_at FROM checkpoints "
+            "WHERE run_id = :id ORDER BY step DESC LIMIT 1"
+        ),
+        {"id": run_id},
+    ).first()
+    return None if row is None else CheckpointRow(**row._mapping)
+
+
+def list_checkpoints(conn: sa.Connection, run_id: str) -> list[CheckpointRow]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT run_id, step, attempt, sealed, created_at FROM checkpoints "
+            "WHERE run_id = :id ORDER BY step"
+        ),
+        {"id": run_id},
+    ).all()
+    return [CheckpointRow(**r._mapping) for r in rows]
+
+
+def mark_in_doubt(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    attempt: int,
+    step: int,
+    call_index: int,
+    call_id: str,
+    tool: str,
+    kind: str,
+    idem_key: str,
+    stable_key: bool,
+) -> MarkRow:
+    """Mark a changing call in doubt just before it is made (fenced, I3). Marking it again (a
+    resume sending a keyed write again) keeps its first kind and key (I7)."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            WITH {OWNER_CTE}
+            INSERT INTO call_marks (run_id, step, call_index, call_id, tool, kind, idem_key,
+                                    stable_key, status, attempt)
+            SELECT id, :step, :call_index, :call_id, :tool, :kind, :idem_key, :stable_key,
+                   'in_doubt', :attempt
+            FROM owner
+            ON CONFLICT (run_id, step, call_index) DO UPDATE
+                SET attempt = excluded.attempt, marked_at = now()
+                WHERE call_marks.status = 'in_doubt'
+            RETURNING {_MARK_COLUMNS}
+            """
+        ),
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "step": step,
+            "call_index": call_index,
+            "call_id": call_id,
+            "tool": tool,
+            "kind": kind,
+            "idem_key": idem_key,
+            "stable_key": stable_key,
+        },
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, f"mark call {call_id} of step {step} in doubt")
+    return MarkRow(**row._mapping)
+
+
+def record_outcome(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    attempt: int,
+    step: int,
+    call_index: int,
+    sealed_outcome: bytes,
+    settlement: str | None = None,
+) -> None:
+    """Record a marked call's result so a resume reuses it instead of settling it (fenced)."""
+    _finish_mark(conn, run_id, attempt, step, call_index, "done", sealed_outcome, settlement)
+
+
+def settle_unknown(
+    conn: sa.Connection, *, run_id: str, attempt: int, step: int, call_index: int
+) -> None:
+    """Record that a resume settled an in-doubt call as unknown and did not send it (fenced)."""
+    _finish_mark(conn, run_id, attempt, step, call_index, "settled", None, "unknown")
+
+
+def _finish_mark(
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    step: int,
+    call_index: int,
+    status: str,
+    outcome: bytes | None,
+    settlement: str | None,
+) -> None:
+    row = conn.execute(
+        sa.text(
+            f"""
+            WITH {OWNER_CTE}
+            UPDATE call_marks SET status = :status, outcome = :outcome,
+                   settlement = coalesce(:settlement, call_marks.settlement),
+                   settled_at = now()
+            FROM owner
+            WHERE call_marks.run_id = owner.id AND call_marks.step = :step
+              AND call_marks.call_index = :call_index
+            RETURNING call_marks.run_id
+            """
+        ),
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "step": step,
+            "call_index": call_index,
+            "status": status,
+            "outcome": outcome,
+            "settlement": settlement,
+        },
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, f"record the outcome of call {call_index} of step {step}")
+
+
+def select_marks(conn: sa.Connection, run_id: str, step: int | None = None) -> list[MarkRow]:
+    """The marks of one step (or all), with each mark's age by the database clock."""
+    where = "run_id = :id" + ("" if step is None else " AND step = :step")
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {_MARK_COLUMNS}, "
+            "extract(epoch FROM now() - marked_at)::float8 AS age_s "
+            f"FROM call_marks WHERE {where} ORDER BY step, call_index"
+        ),
+        {"id": run_id, "step": step},
+    ).all()
+    return [MarkRow(**r._mapping) for r in rows]
+
+
+def marks_by_index(marks: list[MarkRow]) -> dict[int, MarkRow]:
+    return {m.call_index: m for m in marks}

@@ -1,0 +1,57 @@
+"""Engines per process: autocommit, so every fenced write is one statement and one commit."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import sqlalchemy as sa
+from psycopg.types.string import TextLoader
+
+_lock = threading.Lock()
+_engines: dict[tuple[int, str], sa.Engine] = {}
+
+# A stalled client must never hold a row lock the sweeper waits on: each fenced write is a
+# single autocommit statement, and the server ends any transaction left idle or any wait
+# that outlasts these bounds.
+_SESSION_OPTIONS = (
+    "-c idle_in_transaction_session_timeout=10000 -c lock_timeout=5000 -c statement_timeout=30000"
+)
+
+
+def _uuid_as_text(dbapi_conn: Any, _record: Any) -> None:
+    # Run ids travel as strings (task arguments, lease tokens, logs): load uuid columns so.
+    dbapi_conn.adapters.register_loader("uuid", TextLoader)
+
+
+def create(url: str, pool_size: int = 5) -> sa.Engine:
+    """A new engine for `url` in autocommit mode with the server-side safety bounds above."""
+    engine = sa.create_engine(
+        url,
+        isolation_level="AUTOCOMMIT",
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=10,
+        connect_args={"options": _SESSION_OPTIONS, "connect_timeout": 5},
+    )
+    sa.event.listen(engine, "connect", _uuid_as_text)
+    return engine
+
+
+def engine_for(url: str) -> sa.Engine:
+    """The engine for `url` in this process; a forked child gets its own, never its parent's."""
+    key = (os.getpid(), url)
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _engines[key] = create(url)
+        return engine
+
+
+def dispose_inherited() -> None:
+    """Forget engines created by a parent before fork, without closing the parent's sockets."""
+    pid = os.getpid()
+    with _lock:
+        for key in [k for k in _engines if k[0] != pid]:
+            _engines.pop(key).dispose(close=False)

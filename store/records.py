@@ -1,0 +1,121 @@
+"""Append-only records: audit events, transcript lines and model requests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from store.rows import AuditRow, TranscriptRow
+from store.runs import OWNER_CTE
+
+
+def _json(detail: dict[str, Any]) -> str:
+    return json.dumps(detail, sort_keys=True, default=str)
+
+
+def insert_audit(
+    conn: sa.Connection,
+    *,
+    kind: str,
+    run_id: str | None = None,
+    attempt: int | None = None,
+    step: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        sa.text(
+            "INSERT INTO audit_events (run_id, kind, attempt, step, detail) "
+            "VALUES (:run_id, :kind, :attempt, :step, CAST(:detail AS jsonb))"
+        ),
+        {
+            "run_id": run_id,
+            "kind": kind,
+            "attempt": attempt,
+            "step": step,
+            "detail": _json(detail or {}),
+        },
+    )
+
+
+def insert_owned_audit(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    attempt: int,
+    kind: str,
+    step: int,
+    detail: dict[str, Any],
+) -> bool:
+    """An audit event written only while this attempt owns the run (I3); False if fenced."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            WITH {OWNER_CTE}
+            INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+            SELECT id, :kind, :attempt, :step, CAST(:detail AS jsonb) FROM owner
+            RETURNING id
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "kind": kind, "step": step, "detail": _json(detail)},
+    ).first()
+    return row is not None
+
+
+def select_audit(conn: sa.Connection, run_id: str, kind: str | None = None) -> list[AuditRow]:
+    where = "run_id = :id" + ("" if kind is None else " AND kind = :kind")
+    rows = conn.execute(
+        sa.text(
+            "SELECT id, run_id, kind, attempt, step, detail, created_at FROM audit_events "
+            f"WHERE {where} ORDER BY id"
+        ),
+        {"id": run_id, "kind": kind},
+    ).all()
+    return [AuditRow(**r._mapping) for r in rows]
+
+
+def select_transcript(conn: sa.Connection, run_id: str) -> list[TranscriptRow]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT id, run_id, role, content, created_at FROM transcript_messages "
+            "WHERE run_id = :id ORDER BY id"
+        ),
+        {"id": run_id},
+    ).all()
+    return [TranscriptRow(**r._mapping) for r in rows]
+
+
+def insert_model_request(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    step: int,
+    attempt: int,
+    provider: str,
+    tool_results: list[dict[str, Any]],
+) -> None:
+    """Record that a provider was asked for a step, and what it was told since its last step,
+    so tests prove from the database that a written step is never asked again (I5)."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO model_requests (run_id, step, attempt, provider, tool_results) "
+            "VALUES (:run_id, :step, :attempt, :provider, CAST(:tool_results AS jsonb))"
+        ),
+        {
+            "run_id": run_id,
+            "step": step,
+            "attempt": attempt,
+            "provider": provider,
+            "tool_results": json.dumps(tool_results, sort_keys=True, default=str),
+        },
+    )
+
+
+def count_model_requests(conn: sa.Connection, run_id: str) -> dict[int, int]:
+    """How many times each step of the run was asked of a model."""
+    rows = conn.execute(
+        sa.text("SELECT step, count(*) AS n FROM model_requests WHERE run_id = :id GROUP BY step"),
+        {"id": run_id},
+    ).all()
+    return {r.step: r.n for r in rows}

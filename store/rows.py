@@ -1,0 +1,119 @@
+"""Rows returned by the store, as frozen dataclasses, and the store's typed errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NewType
+
+RunId = NewType("RunId", str)
+Attempt = NewType("Attempt", int)
+
+
+class StoreError(RuntimeError):
+    """Base of the store's typed errors."""
+
+
+class FencedOut(StoreError):
+    """A write matched no row: another attempt owns the run, so this one must stop (I3)."""
+
+    def __init__(self, run_id: str, attempt: int, what: str) -> None:
+        super().__init__(
+            f"run {run_id}: attempt {attempt} may no longer write ({what}); another attempt "
+            "owns the run, so this one stops here and writes nothing more"
+        )
+        self.run_id = run_id
+        self.attempt = attempt
+
+
+class RunNotFound(StoreError):
+    """No run has this id."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} does not exist; check the id (liyagent status lists runs)")
+        self.run_id = run_id
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: RunId
+    correlation_id: str
+    request_key: str | None
+    agent: str
+    owner: str
+    entry_kind: str
+    spec: dict[str, Any]
+    status: str
+    attempt: Attempt
+    lost_count: int
+    deliveries: int
+    step: int
+    resume_reason: str | None
+    failure_reason: str | None
+    answer: bytes | None
+    created_at: datetime
+    updated_at: datetime
+    queued_at: datetime | None
+    started_at: datetime | None
+    answered_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    run_id: RunId
+    step: int
+    attempt: int
+    sealed: bytes
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class MarkRow:
+    run_id: RunId
+    step: int
+    call_index: int
+    call_id: str
+    tool: str
+    kind: str
+    idem_key: str
+    stable_key: bool
+    status: str
+    outcome: bytes | None
+    settlement: str | None
+    attempt: int
+    marked_at: datetime
+    settled_at: datetime | None
+    # Seconds since the mark, by the database's clock (no skew between workers).
+    age_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """The outcome of the sweeper's claim on a lapsed run: requeued, or failed at the limit."""
+
+    run_id: RunId
+    attempt: Attempt
+    status: str
+    lost_count: int
+    step: int
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    id: int
+    run_id: str | None
+    kind: str
+    attempt: int | None
+    step: int | None
+    detail: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class TranscriptRow:
+    id: int
+    run_id: str
+    role: str
+    content: str
+    created_at: datetime

@@ -1,0 +1,346 @@
+"""Run lifecycle statements: enqueue, claim, hand back, answer, deliver, fail.
+
+Every change that must happen once is one conditional statement on the run's row; the
+`attempt` column is the fencing token (I3, I4). Zero rows matched is returned as None or
+raised as `FencedOut`, never ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from store.rows import Attempt, ClaimResult, FencedOut, RunId, RunNotFound, RunRow
+from store.schema import runs
+
+_RUN_COLUMNS = ", ".join(c.name for c in runs.columns)
+
+
+def _run(row: sa.Row[Any]) -> RunRow:
+    return RunRow(**row._mapping)
+
+
+def _json(detail: dict[str, Any]) -> str:
+    return json.dumps(detail, sort_keys=True, default=str)
+
+
+def insert_run(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    correlation_id: str,
+    request_key: str | None,
+    agent: str,
+    owner: str,
+    entry_kind: str,
+    spec: dict[str, Any],
+    user_input: str,
+    sealed_checkpoint: bytes,
+) -> tuple[RunId, bool]:
+    """Insert a queued run, its step-0 checkpoint and its transcript's first line, in one
+    statement; with a request key already used, return that run instead (False: not new)."""
+    row = conn.execute(
+        sa.text(
+            """
+            WITH r AS (
+                INSERT INTO runs (id, correlation_id, request_key, agent, owner, entry_kind, spec)
+                VALUES (:id, :correlation_id, :request_key, :agent, :owner, :entry_kind,
+                        CAST(:spec AS jsonb))
+                ON CONFLICT (request_key) WHERE request_key IS NOT NULL DO NOTHING
+                RETURNING id),
+            c AS (
+                INSERT INTO checkpoints (run_id, step, attempt, sealed)
+                SELECT id, 0, 1, :sealed FROM r),
+            t AS (
+                INSERT INTO transcript_messages (run_id, role, content)
+                SELECT id, 'user', :user_input FROM r)
+            SELECT id FROM r
+            """
+        ),
+        {
+            "id": run_id,
+            "correlation_id": correlation_id,
+            "request_key": request_key,
+            "agent": agent,
+            "owner": owner,
+            "entry_kind": entry_kind,
+            "spec": _json(spec),
+            "sealed": sealed_checkpoint,
+            "user_input": user_input,
+        },
+    ).first()
+    if row is not None:
+        return RunId(row.id), True
+    existing = conn.execute(
+        sa.text("SELECT id FROM runs WHERE request_key = :k"), {"k": request_key}
+    ).first()
+    if existing is None:  # pragma: no cover - the conflict above guarantees a row
+        raise RunNotFound(f"request key {request_key}")
+    return RunId(existing.id), False
+
+
+def get_run(conn: sa.Connection, run_id: str) -> RunRow:
+    row = conn.execute(
+        sa.text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = CAST(:id AS uuid)"), {"id": run_id}
+    ).first()
+    if row is None:
+        raise RunNotFound(run_id)
+    return _run(row)
+
+
+def count_delivery(conn: sa.Connection, run_id: str, attempt: int) -> RunRow | None:
+    """Count one delivery of this attempt's message; None means the message is stale (I4)."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            UPDATE runs SET deliveries = deliveries + 1
+            WHERE id = :id AND attempt = :attempt AND status IN ('queued', 'answered')
+            RETURNING {_RUN_COLUMNS}
+            """
+        ),
+        {"id": run_id, "attempt": attempt},
+    ).first()
+    return None if row is None else _run(row)
+
+
+def claim_queued(conn: sa.Connection, run_id: str, attempt: int) -> RunRow | None:
+    """Take a queued run for this attempt; of two deliveries one wins (I4)."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            UPDATE runs SET status = 'running', updated_at = now(),
+                   started_at = coalesce(started_at, now())
+            WHERE id = :id AND attempt = :attempt AND status = 'queued'
+            RETURNING {_RUN_COLUMNS}
+            """
+        ),
+        {"id": run_id, "attempt": attempt},
+    ).first()
+    return None if row is None else _run(row)
+
+
+# The fence every write of a running attempt goes through: it updates (and so locks) the run's
+# row only while this attempt owns it, so a concurrent claim either commits first, and the write
+# matches nothing, or waits for the single-statement write to commit (I3).
+def owner_cte(also_set: str = "") -> str:
+    """The `owner` CTE; `also_set` adds assignments to the same update of the run's row."""
+    extra = f", {also_set}" if also_set else ""
+    return f"""owner AS (
+    UPDATE runs SET updated_at = now(){extra}
+    WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+    RETURNING id)"""
+
+
+OWNER_CTE = owner_cte()
+
+
+def check_owner(conn: sa.Connection, run_id: str, attempt: int, what: str) -> None:
+    """Raise `FencedOut` unless this attempt still owns the running run."""
+    row = conn.execute(
+        sa.text(f"WITH {OWNER_CTE} SELECT id FROM owner"), {"run_id": run_id, "attempt": attempt}
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, what)
+
+
+def store_answer(conn: sa.Connection, run_id: str, attempt: int, sealed_answer: bytes) -> None:
+    """Seal the final answer onto the run (status answered), only for the owning attempt (I3)."""
+    row = conn.execute(
+        sa.text(
+            """
+            UPDATE runs SET status = 'answered', answer = :answer, answered_at = now(),
+                   updated_at = now()
+            WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+            RETURNING id
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "answer": sealed_answer},
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, "store the answer")
+
+
+def deliver_to_transcript(conn: sa.Connection, run_id: str, attempt: int, text: str) -> None:
+    """Hand the answer on to the transcript and mark the run succeeded, together, once."""
+    row = conn.execute(
+        sa.text(
+            """
+            WITH d AS (
+                UPDATE runs SET status = 'succeeded', finished_at = now(), updated_at = now()
+                WHERE id = :run_id AND attempt = :attempt AND status = 'answered'
+                RETURNING id)
+            INSERT INTO transcript_messages (run_id, role, content)
+            SELECT id, 'assistant', :text FROM d
+            RETURNING run_id
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "text": text},
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, "hand on the answer")
+
+
+def fail_run(
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    *,
+    reason: str,
+    audit_kind: str,
+    detail: dict[str, Any],
+    from_statuses: tuple[str, ...] = ("running", "queued", "answered"),
+) -> bool:
+    """Fail the run for this attempt with the reason told on its transcript and audited, in one
+    statement; False if the attempt no longer owns the run."""
+    row = conn.execute(
+        sa.text(
+            """
+            WITH f AS (
+                UPDATE runs SET status = 'failed', failure_reason = :reason,
+                       finished_at = now(), updated_at = now()
+                WHERE id = :run_id AND attempt = :attempt AND status = ANY(:statuses)
+                RETURNING id, attempt, step),
+            t AS (
+                INSERT INTO transcript_messages (run_id, role, content)
+                SELECT id, 'notice', :notice FROM f),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT id, :kind, attempt, step, CAST(:detail AS jsonb) FROM f)
+            SELECT id FROM f
+            """
+        ),
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "statuses": list(from_statuses),
+            "reason": reason,
+            "notice": f"This run failed: {reason}",
+            "kind": audit_kind,
+            "detail": _json({"reason": reason, **detail}),
+        },
+    ).first()
+    return row is not None
+
+
+def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> Attempt:
+    """Give a running run back to the queue as a new attempt (warm shutdown), audited."""
+    row = conn.execute(
+        sa.text(
+            """
+            WITH h AS (
+                UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
+                       resume_reason = 'handed_back', queued_at = now(), updated_at = now()
+                WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+                RETURNING id, attempt, step),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT id, 'agent.run.handed_back', attempt, step, CAST(:detail AS jsonb) FROM h)
+            SELECT attempt FROM h
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "detail": _json({"worker": worker})},
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, "hand the run back")
+    return Attempt(row.attempt)
+
+
+def claim_lost(
+    conn: sa.Connection, run_id: str, attempt: int, loss_limit: int
+) -> ClaimResult | None:
+    """Claim a run whose lease lapsed, exactly once per loss (I4): the attempt and loss count go
+    up, and the run is queued again, or failed with the reason when lost more than the limit.
+    An answered run is requeued to hand its answer on, whatever its losses. The loss, and a
+    failure's notice on the transcript, are written by the same statement."""
+    row = conn.execute(
+        sa.text(
+            """
+            WITH c AS (
+                UPDATE runs SET
+                    attempt = attempt + 1,
+                    lost_count = lost_count + 1,
+                    deliveries = 0,
+                    resume_reason = 'lost',
+                    queued_at = now(),
+                    updated_at = now(),
+                    status = CASE
+                        WHEN status = 'answered' THEN 'answered'
+                        WHEN lost_count + 1 > :limit THEN 'failed'
+                        ELSE 'queued' END,
+                    failure_reason = CASE
+                        WHEN status <> 'answered' AND lost_count + 1 > :limit
+                        THEN 'lost ' || (lost_count + 1) || ' times (limit ' || :limit
+                             || '): its worker died each time; start it again once the cause '
+                             || 'is fixed'
+                        ELSE failure_reason END,
+                    finished_at = CASE
+                        WHEN status <> 'answered' AND lost_count + 1 > :limit THEN now()
+                        ELSE finished_at END
+                WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
+                RETURNING id, attempt, status, lost_count, step, failure_reason),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
+                                ELSE 'agent.run.lost' END,
+                       attempt, step,
+                       jsonb_build_object('lost_count', lost_count, 'lost_attempt', attempt - 1,
+                                          'reason', failure_reason)
+                FROM c),
+            t AS (
+                INSERT INTO transcript_messages (run_id, role, content)
+                SELECT id, 'notice', 'This run failed: ' || failure_reason
+                FROM c WHERE status = 'failed')
+            SELECT id, attempt, status, lost_count, step FROM c
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "limit": loss_limit},
+    ).first()
+    if row is None:
+        return None
+    return ClaimResult(
+        run_id=RunId(row.id),
+        attempt=Attempt(row.attempt),
+        status=row.status,
+        lost_count=row.lost_count,
+        step=row.step,
+    )
+
+
+def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
+    """Every run that should hold a lease now, for the sweeper's full reconcile."""
+    rows = conn.execute(
+        sa.text("SELECT id, attempt FROM runs WHERE status IN ('running', 'answered')")
+    ).all()
+    return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
+
+
+def attempt_status(conn: sa.Connection, run_id: str) -> tuple[Attempt, str] | None:
+    row = conn.execute(
+        sa.text("SELECT attempt, status FROM runs WHERE id = :id"), {"id": run_id}
+    ).first()
+    return None if row is None else (Attempt(row.attempt), row.status)
+
+
+def touch_stale_queued(
+    conn: sa.Connection, older_than_ms: int, limit: int = 500
+) -> list[tuple[RunId, Attempt]]:
+    """Runs queued longer than the bound, stamped so that only one sweep republishes them."""
+    rows = conn.execute(
+        sa.text(
+            """
+            UPDATE runs SET queued_at = now()
+            WHERE id IN (
+                SELECT id FROM runs
+                WHERE status = 'queued'
+                  AND queued_at < now() - make_interval(secs => :secs)
+                ORDER BY queued_at
+                LIMIT :limit
+                FOR UPDATE SKIP LOCKED)
+            RETURNING id, attempt
+            """
+        ),
+        {"secs": older_than_ms / 1000.0, "limit": limit},
+    ).all()
+    return [(RunId(r.id), Attempt(r.attempt)) for r in rows]

@@ -1,0 +1,158 @@
+"""The one SQLAlchemy `MetaData`: every table, constraint and index, each named."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING)
+
+RUN_STATUSES = ("queued", "running", "waiting", "answered", "succeeded", "failed")
+CALL_STATUSES = ("in_doubt", "done", "settled")
+
+
+def _now() -> sa.TextClause:
+    return sa.text("now()")
+
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", UUID(as_uuid=False), primary_key=True),
+    # Stable identity of the run across attempts; step keys are derived from it.
+    sa.Column("correlation_id", sa.Text, nullable=False),
+    # Set when the caller starts a run idempotently; one run per key.
+    sa.Column("request_key", sa.Text, nullable=True),
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("entry_kind", sa.Text, nullable=False, server_default="plain"),
+    # The agent's definition as it was enqueued: model provider, script, tools allowed.
+    sa.Column("spec", JSONB, nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="queued"),
+    # Fencing token: bumped by every claim and hand-back; only the current attempt writes.
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("lost_count", sa.Integer, nullable=False, server_default="0"),
+    # Deliveries of the current attempt's message, to bound a message whose process always dies.
+    sa.Column("deliveries", sa.Integer, nullable=False, server_default="0"),
+    # Model steps whose answers are written in a checkpoint.
+    sa.Column("step", sa.Integer, nullable=False, server_default="0"),
+    # Why the current attempt exists: NULL (first), 'lost' or 'handed_back'.
+    sa.Column("resume_reason", sa.Text, nullable=True),
+    sa.Column("failure_reason", sa.Text, nullable=True),
+    # The final answer, sealed with the run id bound in.
+    sa.Column("answer", sa.LargeBinary, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("queued_at", sa.DateTime(timezone=True), nullable=True, server_default=_now()),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("answered_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.CheckConstraint(
+        "status IN ('queued','running','waiting','answered','succeeded','failed')", name="status"
+    ),
+    sa.CheckConstraint("attempt >= 1", name="attempt_positive"),
+    sa.Index(
+        "uq_runs_request_key",
+        "request_key",
+        unique=True,
+        postgresql_where=sa.text("request_key IS NOT NULL"),
+    ),
+    sa.Index(
+        "ix_runs_queued_at",
+        "queued_at",
+        postgresql_where=sa.text("status = 'queued'"),
+    ),
+    sa.Index(
+        "ix_runs_live",
+        "id",
+        postgresql_where=sa.text("status IN ('running','answered')"),
+    ),
+)
+
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    sa.Column("run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE")),
+    sa.Column("step", sa.Integer, nullable=False),
+    # The attempt that wrote it, for `inspect` and the stale-write judge.
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("sealed", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.PrimaryKeyConstraint("run_id", "step"),
+)
+
+call_marks = sa.Table(
+    "call_marks",
+    metadata,
+    sa.Column("run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE")),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("call_index", sa.Integer, nullable=False),
+    sa.Column("call_id", sa.Text, nullable=False),
+    sa.Column("tool", sa.Text, nullable=False),
+    # The call's kind when it was marked; a call marked a write stays one (I7).
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("idem_key", sa.Text, nullable=False),
+    # False when the key is fresh per call (positional tool-call id): never sent again with it.
+    sa.Column("stable_key", sa.Boolean, nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="in_doubt"),
+    # The tool's result, sealed; reused by a resume instead of settling the call.
+    sa.Column("outcome", sa.LargeBinary, nullable=True),
+    # How a resume settled it: resent, read_back, sent_after_read, unknown.
+    sa.Column("settlement", sa.Text, nullable=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("settled_at", sa.DateTime(timezone=True), nullable=True),
+    sa.PrimaryKeyConstraint("run_id", "step", "call_index"),
+    sa.CheckConstraint("status IN ('in_doubt','done','settled')", name="status"),
+)
+
+audit_events = sa.Table(
+    "audit_events",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("run_id", UUID(as_uuid=False), nullable=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=True),
+    sa.Column("step", sa.Integer, nullable=True),
+    sa.Column("detail", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Index("ix_audit_events_run_id", "run_id"),
+    sa.Index("ix_audit_events_kind", "kind"),
+)
+
+transcript_messages = sa.Table(
+    "transcript_messages",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column(
+        "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    # user, assistant (the answer) or notice (what the platform tells the reader).
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Index("ix_transcript_messages_run_id", "run_id"),
+)
+
+model_requests = sa.Table(
+    "model_requests",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("run_id", UUID(as_uuid=False), nullable=False),
+    # The model step asked for (1-based): proof that a written step is never asked again (I5).
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("provider", sa.Text, nullable=False),
+    # The tool results this request carried (what the model was told since its last step).
+    sa.Column("tool_results", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Index("ix_model_requests_run_id", "run_id", "step"),
+)

@@ -1,0 +1,35 @@
+"""The Celery app and the signals that tie worker life to the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+
+from runtime import drain, logs
+from store import db
+
+app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps"])
+app.config_from_object("celeryconfig")
+
+
+@signals.worker_init.connect
+def _on_worker_init(**_: Any) -> None:
+    logs.configure()
+    drain.install()  # before the pool forks, so children share the flag
+
+
+@signals.worker_process_init.connect
+def _on_child_start(**_: Any) -> None:
+    db.dispose_inherited()
+
+
+@signals.worker_shutting_down.connect
+def _on_shutting_down(**_: Any) -> None:
+    # Warm shutdown: runs hand themselves back at their next step boundary.
+    drain.request()
+
+
+@signals.beat_init.connect
+def _on_beat_init(**_: Any) -> None:
+    logs.configure()

@@ -1,0 +1,37 @@
+"""The engine's services wired to Celery: run messages are published as `liyagent.run`."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from runtime import services as runtime_services
+from runtime.client import Client
+from runtime.services import Services
+from runtime.settings import get_settings
+
+
+class CeleryPublisher:
+    """Publishes the message of one attempt of a run (a hint; Postgres decides)."""
+
+    def __init__(self, app: Celery, queue: str) -> None:
+        self.app = app
+        self.queue = queue
+
+    def publish(self, run_id: str, attempt: int) -> None:
+        self.app.send_task("liyagent.run", args=[run_id, attempt], queue=self.queue)
+
+
+def services() -> Services:
+    """This process's services, publishing through the worker's own Celery app."""
+    from tasks.app import app
+
+    def make() -> Services:
+        settings = get_settings()
+        return runtime_services.build(settings, CeleryPublisher(app, settings.queue))
+
+    return runtime_services.for_process(make)
+
+
+def client() -> Client:
+    """The client API for app processes, publishing through this Celery app."""
+    return Client(services())

@@ -1,0 +1,172 @@
+"""Test set-up: real Postgres and Redis (the machine's, or private ones started here), a
+migrated template database cloned per test, a Redis namespace per test, and the vendor
+simulator as a real process."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from runtime.sealing import new_key_entry, parse_keys
+from runtime.settings import Settings
+from store import migrate
+from tests.support.procs import Proc, python
+from tests.support.servers import PrivatePostgres, PrivateRedis, reachable
+from tests.support.stack import FAST, Stack
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def _with_db(url: str, name: str) -> str:
+    return str(sa.make_url(url).set(database=name).render_as_string(hide_password=False))
+
+
+def _host_port(url: str, default_port: int) -> tuple[str, int]:
+    u = sa.make_url(url.replace("redis://", "postgresql://"))
+    return u.host or "127.0.0.1", u.port or default_port
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Admin URL of a reachable Postgres and URL of a reachable Redis; private ones if the
+    configured ones do not answer (so a fresh machine still runs the suite)."""
+    pg = os.environ.get("LIYAGENT_TEST_PG_ADMIN_URL", DEFAULT_PG)
+    rd = os.environ.get("LIYAGENT_TEST_REDIS_URL", DEFAULT_REDIS)
+    started: list[PrivatePostgres | PrivateRedis] = []
+    if not reachable(*_host_port(pg, 5432)):
+        private_pg = PrivatePostgres(tmp_path_factory.mktemp("pg")).init().start()
+        started.append(private_pg)
+        pg = private_pg.url
+    if not reachable(*_host_port(rd, 6379)):
+        private_redis = PrivateRedis(tmp_path_factory.mktemp("redis")).start()
+        started.append(private_redis)
+        rd = private_redis.url
+    yield pg, rd
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def admin_engine(servers: tuple[str, str]) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(servers[0], isolation_level="AUTOCOMMIT")
+    yield engine
+    engine.dispose()
+
+
+def _create_db(admin: sa.Engine, name: str, template: str | None = None) -> None:
+    assert re.fullmatch(r"[a-z0-9_]+", name)
+    suffix = f" TEMPLATE {template}" if template else ""
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name}{suffix}"))
+
+
+def _drop_db(admin: sa.Engine, name: str) -> None:
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture(scope="session")
+def session_tag() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def template_db(
+    admin_engine: sa.Engine, servers: tuple[str, str], session_tag: str
+) -> Iterator[str]:
+    """A database migrated to head once per session; each test clones it."""
+    name = f"lyt_tpl_{session_tag}"
+    _create_db(admin_engine, name)
+    migrate.upgrade(_with_db(servers[0], name))
+    yield name
+    _drop_db(admin_engine, name)
+
+
+@pytest.fixture
+def db_url(admin_engine: sa.Engine, servers: tuple[str, str], template_db: str) -> Iterator[str]:
+    name = f"lyt_{uuid.uuid4().hex[:16]}"
+    _create_db(admin_engine, name, template=template_db)
+    yield _with_db(servers[0], name)
+    from store import db
+
+    db.dispose_inherited()
+    _drop_db(admin_engine, name)
+
+
+@pytest.fixture
+def namespace(servers: tuple[str, str]) -> Iterator[str]:
+    """A Redis key space of the test's own; its keys are deleted afterwards."""
+    ns = f"lyt:{uuid.uuid4().hex[:12]}:"
+    yield ns
+    client = redis.Redis.from_url(servers[1])
+    keys = list(client.scan_iter(match=f"{ns}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def seal_keys() -> str:
+    return new_key_entry("test1")
+
+
+@pytest.fixture(scope="session")
+def simulator(
+    admin_engine: sa.Engine,
+    servers: tuple[str, str],
+    session_tag: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, sa.Engine]]:
+    """The vendor simulator as a real process, recording into a database of its own."""
+    name = f"lyt_sim_{session_tag}"
+    _create_db(admin_engine, name)
+    url = _with_db(servers[0], name)
+    log = tmp_path_factory.mktemp("sim") / "simulator.log"
+    proc = Proc(
+        "simulator",
+        python("-m", "simulators", "--port", "0", "--database-url", url),
+        dict(os.environ),
+        log,
+    )
+    found = proc.wait_for(r"simulators listening on (http://\S+)", timeout=30)
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    yield found.group(1), engine
+    proc.kill()
+    engine.dispose()
+    _drop_db(admin_engine, name)
+
+
+@pytest.fixture
+def stack(
+    db_url: str,
+    namespace: str,
+    servers: tuple[str, str],
+    seal_keys: str,
+    simulator: tuple[str, sa.Engine],
+    tmp_path: Path,
+) -> Iterator[Stack]:
+    settings = Settings(
+        database_url=db_url,
+        redis_url=servers[1],
+        namespace=namespace,
+        vendor_url=simulator[0],
+        timings=FAST,
+    )
+    s = Stack(
+        settings=settings,
+        sealer=parse_keys(seal_keys),
+        seal_keys=seal_keys,
+        tmp=tmp_path,
+        sim_url=simulator[0],
+        sim_engine=simulator[1],
+    )
+    yield s
+    s.close()

@@ -1,0 +1,443 @@
+"""The vendor simulators as a real subprocess on loopback, judged from their Postgres records.
+
+Each module run gets a throwaway database; two simulator processes start against it at once
+(one with the default incident dedupe window, one with a 1 s window).
+"""
+
+from __future__ import annotations
+
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+
+from simulators.vendor import (
+    chat_replies_by_key,
+    comments_by_key,
+    count_requests,
+    incidents_by_key,
+    make_engine,
+    serve,
+    stop,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PG = "postgresql://postgres@127.0.0.1:5432"
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Simulator:
+    """A running simulator subprocess and an HTTP client bound to it."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    client: httpx.Client
+    log: Path
+
+
+def new_key() -> str:
+    return "test-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module")
+def database_url() -> Iterator[str]:
+    name = "sim_test_" + secrets.token_hex(6)
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def engine(database_url: str) -> Iterator[Engine]:
+    eng = make_engine(database_url)
+    yield eng
+    eng.dispose()
+
+
+def _spawn(database_url: str, log: Path, *extra: str) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "simulators", "--port", "0", "--database-url", database_url]
+    with log.open("w") as stderr:
+        return subprocess.Popen(
+            [*args, *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+
+
+def _first_line(proc: subprocess.Popen[str], log: Path) -> str:
+    """The simulator's first stdout line, waited for at most START_TIMEOUT_S."""
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+    try:
+        line = lines.get(timeout=START_TIMEOUT_S)
+    except queue.Empty:
+        line = ""
+    prefix = "simulators listening on "
+    if not line.startswith(prefix):
+        _terminate(proc)
+        pytest.fail(f"simulator did not start: {line!r}\n{log.read_text()}")
+    return line[len(prefix) :].strip()
+
+
+def _terminate(proc: subprocess.Popen[str]) -> int:
+    """SIGTERM the simulator and return its exit code (SIGKILL if it does not stop in time)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait(STOP_TIMEOUT_S)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return code
+
+
+@pytest.fixture(scope="module")
+def simulators(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Simulator, Simulator]]:
+    logs = tmp_path_factory.mktemp("simulators")
+    long_log, short_log = logs / "default.log", logs / "short.log"
+    # Started together on purpose: two processes racing to create the `sim` schema.
+    procs = [
+        _spawn(database_url, long_log),
+        _spawn(database_url, short_log, "--incident-dedupe-s", "1"),
+    ]
+    sims: list[Simulator] = []
+    try:
+        for proc, log in zip(procs, (long_log, short_log), strict=True):
+            url = _first_line(proc, log)
+            sims.append(Simulator(proc, url, httpx.Client(base_url=url, timeout=10.0), log))
+        yield sims[0], sims[1]
+    finally:
+        for sim in sims:
+            sim.client.close()
+        codes = [_terminate(proc) for proc in procs]
+    assert codes == [0, 0], "simulators must exit cleanly (code 0) on SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def sim(simulators: tuple[Simulator, Simulator]) -> Simulator:
+    return simulators[0]
+
+
+@pytest.fixture(scope="module")
+def sim_short(simulators: tuple[Simulator, Simulator]) -> Simulator:
+    return simulators[1]
+
+
+def post(sim: Simulator, path: str, body: Any, key: str | None = None, **headers: str):
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return sim.client.post(path, json=body, headers=headers)
+
+
+def scalar(engine: Engine, sql: str, **params: Any) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(text(sql), params).scalar_one()
+
+
+def statuses(engine: Engine, **where: str) -> list[tuple[str, int, bool]]:
+    column, value = next(iter(where.items()))
+    sql = f"SELECT method, status, deduped FROM sim.requests WHERE {column} = :v ORDER BY id"
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(text(sql), {"v": value})]
+
+
+def entity_rows(engine: Engine, key: str) -> int:
+    tables = ("incidents", "incident_updates", "comments", "chat_replies")
+    sql = " + ".join(f"(SELECT count(*) FROM sim.{t} WHERE idem_key = :k)" for t in tables)
+    return int(scalar(engine, f"SELECT {sql}", k=key))
+
+
+def test_healthz_and_ticket_read(sim: Simulator) -> None:
+    assert sim.client.get("/healthz").json() == {"ok": True}
+    first, second = sim.client.get("/tickets/T-42"), sim.client.get("/tickets/T-42")
+    assert first.status_code == second.status_code == 200
+    assert first.headers["content-type"] == "application/json"
+    assert (
+        first.json()
+        == second.json()
+        == {
+            "id": "T-42",
+            "title": "Ticket T-42",
+            "status": "open",
+            "priority": "p2",
+        }
+    )
+
+
+def test_keyed_incident_create_twice_makes_one_incident(sim: Simulator, engine: Engine) -> None:
+    key = new_key()
+    first = post(sim, "/incidents", {"title": "disk full", "severity": "sev2"}, key)
+    second = post(sim, "/incidents", {"title": "disk full", "severity": "sev2"}, key)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    assert first.json()["idem_key"] == key and first.json()["severity"] == "sev2"
+    with engine.connect() as conn:
+        assert incidents_by_key(conn)[key] == 1
+        assert count_requests(conn, vendor="incidents", method="POST", idem_key=key) == 2
+    assert statuses(engine, idem_key=key) == [("POST", 201, False), ("POST", 200, True)]
+    assert [i["id"] for i in sim.client.get("/incidents", params={"key": key}).json()] == [
+        first.json()["id"]
+    ]
+
+
+def test_unkeyed_incidents_always_create(sim: Simulator) -> None:
+    first = post(sim, "/incidents", {"title": "no key"})
+    second = post(sim, "/incidents", {"title": "no key"})
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["id"] != second.json()["id"]
+    assert first.json()["severity"] == "sev3" and first.json()["idem_key"] is None
+
+
+def test_short_window_creates_second_incident(
+    sim: Simulator, sim_short: Simulator, engine: Engine
+) -> None:
+    key = new_key()
+    sent = time.monotonic()
+    first = post(sim_short, "/incidents", {"title": "flaky"}, key)
+    assert first.status_code == 201
+    again = post(sim_short, "/incidents", {"title": "flaky"}, key)
+    if time.monotonic() - sent < 0.8:  # only judge the replay when surely inside the 1 s window
+        assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    deadline = sent + 15.0
+    while True:
+        time.sleep(0.2)
+        response = post(sim_short, "/incidents", {"title": "flaky"}, key)
+        if response.status_code == 201:
+            break
+        assert response.status_code == 200
+        assert time.monotonic() < deadline, "the 1 s dedupe window never expired"
+    assert time.monotonic() - sent >= 0.9
+    assert response.json()["id"] != first.json()["id"]
+    with engine.connect() as conn:
+        assert incidents_by_key(conn)[key] == 2
+    # The default simulator's window is a day: the same key still replays there.
+    assert post(sim, "/incidents", {"title": "flaky"}, key).status_code == 200
+    with engine.connect() as conn:
+        assert incidents_by_key(conn)[key] == 2
+
+
+def test_concurrent_identical_keyed_creates_make_one_incident(
+    sim: Simulator, engine: Engine
+) -> None:
+    workers = 10
+    for _ in range(3):
+        key = new_key()
+        barrier = threading.Barrier(workers)
+
+        def create(_: int, key: str = key, barrier: threading.Barrier = barrier) -> httpx.Response:
+            barrier.wait(timeout=10)
+            headers = {"Idempotency-Key": key}
+            return httpx.post(
+                sim.url + "/incidents", json={"title": "race"}, headers=headers, timeout=10
+            )
+
+        with ThreadPoolExecutor(workers) as pool:
+            responses = list(pool.map(create, range(workers)))
+        assert sorted(r.status_code for r in responses) == [200] * (workers - 1) + [201]
+        assert len({r.json()["id"] for r in responses}) == 1
+        with engine.connect() as conn:
+            assert incidents_by_key(conn)[key] == 1
+            assert count_requests(conn, idem_key=key) == workers
+        dedupes = scalar(
+            engine, "SELECT count(*) FROM sim.requests WHERE idem_key=:k AND deduped", k=key
+        )
+        assert dedupes == workers - 1
+
+
+def test_incident_read_and_updates(sim: Simulator, engine: Engine) -> None:
+    incident = post(sim, "/incidents", {"title": "latency"}, new_key()).json()
+    key = new_key()
+    path = f"/incidents/{incident['id']}/updates"
+    first = post(sim, path, {"body": "mitigated"}, key)
+    second = post(sim, path, {"body": "mitigated"}, key)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    read = sim.client.get(f"/incidents/{incident['id']}")
+    assert read.status_code == 200
+    assert [u["id"] for u in read.json()["updates"]] == [first.json()["id"]]
+    assert sim.client.get("/incidents/987654321").status_code == 404
+    assert sim.client.get("/incidents/not-a-number").status_code == 404
+    missing = post(sim, "/incidents/987654321/updates", {"body": "x"}, new_key())
+    assert missing.status_code == 404
+    assert entity_rows(engine, key) == 1
+
+
+def test_comments_are_not_deduped_and_are_findable_by_key(sim: Simulator, engine: Engine) -> None:
+    key, issue = new_key(), "ISSUE-" + uuid.uuid4().hex[:8]
+    first = post(sim, f"/issues/{issue}/comments", {"body": "looking"}, key)
+    second = post(sim, f"/issues/{issue}/comments", {"body": "looking"}, key)
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["id"] != second.json()["id"]
+    assert first.json()["idem_key"] == key and first.json()["issue"] == issue
+    found = sim.client.get("/comments", params={"key": key})
+    assert found.status_code == 200
+    assert [c["id"] for c in found.json()] == [first.json()["id"], second.json()["id"]]
+    listed = sim.client.get(f"/issues/{issue}/comments").json()
+    assert [c["body"] for c in listed] == ["looking", "looking"]
+    assert sim.client.get("/comments").status_code == 400
+    with engine.connect() as conn:
+        assert comments_by_key(conn)[key] == 2
+        assert count_requests(conn, vendor="issues", method="POST", idem_key=key) == 2
+    assert statuses(engine, idem_key=key) == [("POST", 201, False), ("POST", 201, False)]
+
+
+def test_chat_replies(sim: Simulator, engine: Engine) -> None:
+    key, conversation = new_key(), "conv-" + uuid.uuid4().hex[:8]
+    cards = [{"type": "button", "label": "Ack"}]
+    body = {"conversation": conversation, "text": "on it", "cards": cards}
+    first = post(sim, "/chat/replies", body, key)
+    second = post(sim, "/chat/replies", {"conversation": conversation, "text": "done"}, key)
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["cards"] == cards and second.json()["cards"] == []
+    by_conv = sim.client.get("/chat/replies", params={"conversation": conversation}).json()
+    assert [r["text"] for r in by_conv] == ["on it", "done"]
+    by_key = sim.client.get("/chat/replies", params={"key": key}).json()
+    assert len(by_key) == 2
+    assert sim.client.get("/chat/replies").status_code == 400
+    with engine.connect() as conn:
+        assert chat_replies_by_key(conn)[key] == 2
+        assert count_requests(conn, vendor="chat", idem_key=key) == 2
+
+
+def test_every_request_is_recorded_once(sim: Simulator, engine: Engine) -> None:
+    run = "run-" + uuid.uuid4().hex
+    headers = {"X-Liyagent-Run": run, "X-Liyagent-Attempt": "3"}
+    calls = [
+        ("GET", "/healthz", None, 200),
+        ("GET", "/tickets/T-1", None, 200),
+        ("POST", "/incidents", {"title": "recorded"}, 201),
+        ("GET", "/incidents?key=nothing", None, 200),
+        ("POST", "/incidents", {"title": 7}, 400),
+        ("GET", "/no/such/path", None, 404),
+        ("DELETE", "/incidents", None, 405),
+        ("BREW", "/tickets/T-1", None, 405),
+        ("POST", "/issues/I-1/comments", {"body": "x"}, 201),
+        ("POST", "/chat/replies", {"conversation": "c", "text": "t"}, 201),
+    ]
+    for method, path, body, expected in calls:
+        response = sim.client.request(method, path, json=body, headers=headers)
+        assert response.status_code == expected, (method, path, response.text)
+    recorded = statuses(engine, run_id=run)
+    assert recorded == [(method, status, False) for method, _, _, status in calls]
+    with engine.connect() as conn:
+        assert count_requests(conn, run_id=run) == len(calls)
+        assert count_requests(conn, vendor="incidents", run_id=run) == 4
+        assert count_requests(conn, vendor="tickets", method="GET", run_id=run) == 1
+    attempts = "SELECT count(*) FROM sim.requests WHERE run_id = :r AND attempt = 3"
+    assert scalar(engine, attempts, r=run) == len(calls)
+
+
+BAD_INPUTS = [
+    ("/incidents", b"{not json", "JSON"),
+    ("/incidents", b"[1, 2]", "object"),
+    ("/incidents", b"{}", "title"),
+    ("/incidents", b'{"title": ""}', "title"),
+    ("/incidents", b'{"title": 5}', "title"),
+    ("/incidents", b'{"title": "x", "severity": 5}', "severity"),
+    ("/issues/I-9/comments", b'{"text": "wrong field"}', "body"),
+    ("/chat/replies", b'{"text": "hi"}', "conversation"),
+    ("/chat/replies", b'{"conversation": "c", "text": 1}', "text"),
+    ("/chat/replies", b'{"conversation": "c", "text": "t", "cards": "no"}', "cards"),
+]
+
+
+@pytest.mark.parametrize(("path", "raw", "field"), BAD_INPUTS)
+def test_bad_input_is_400_and_stores_nothing(
+    sim: Simulator, engine: Engine, path: str, raw: bytes, field: str
+) -> None:
+    key = new_key()
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+    response = sim.client.post(path, content=raw, headers=headers)
+    assert response.status_code == 400
+    assert field in response.json()["error"]
+    assert entity_rows(engine, key) == 0
+    assert statuses(engine, idem_key=key) == [("POST", 400, False)]
+
+
+def test_unknown_path_and_wrong_method(sim: Simulator, engine: Engine) -> None:
+    run = "run-" + uuid.uuid4().hex
+    headers = {"X-Liyagent-Run": run}
+    unknown = sim.client.get("/vendors/none", headers=headers)
+    assert unknown.status_code == 404 and "error" in unknown.json()
+    wrong = sim.client.put("/chat/replies", json={}, headers=headers)
+    assert wrong.status_code == 405
+    assert wrong.headers["allow"] == "GET, POST"
+    assert statuses(engine, run_id=run) == [("GET", 404, False), ("PUT", 405, False)]
+
+
+def test_delay_commits_the_effect_before_answering(sim: Simulator, engine: Engine) -> None:
+    key, delay_s = new_key(), 4.0
+    headers = {"Idempotency-Key": key, "X-Sim-Delay-Ms": str(int(delay_s * 1000))}
+    sent = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(sim.url + "/incidents", json={"title": "slow"}, headers=headers, timeout=0.5)
+    while entity_rows(engine, key) == 0:
+        assert time.monotonic() - sent < delay_s - 0.5, "write not recorded before the answer"
+        time.sleep(0.05)
+    assert time.monotonic() - sent < delay_s  # seen while the vendor was still holding the answer
+    assert statuses(engine, idem_key=key) == [("POST", 201, False)]
+    retry = post(sim, "/incidents", {"title": "slow"}, key)
+    assert retry.status_code == 200
+    with engine.connect() as conn:
+        assert incidents_by_key(conn)[key] == 1
+    started = time.monotonic()
+    short = post(sim, "/incidents", {"title": "slow"}, new_key(), **{"X-Sim-Delay-Ms": "300"})
+    assert short.status_code == 201 and time.monotonic() - started >= 0.3
+
+
+def test_injected_failure_stores_nothing(sim: Simulator, engine: Engine) -> None:
+    key = new_key()
+    fail = {"X-Sim-Fail": "500"}
+    assert post(sim, "/incidents", {"title": "boom"}, key, **fail).status_code == 500
+    assert post(sim, "/issues/I-1/comments", {"body": "b"}, key, **fail).status_code == 500
+    assert (
+        post(sim, "/chat/replies", {"conversation": "c", "text": "t"}, key, **fail).status_code
+        == 500
+    )
+    assert entity_rows(engine, key) == 0
+    assert statuses(engine, idem_key=key) == [("POST", 500, False)] * 3
+    # Nothing happened, so the same key creates for real afterwards.
+    assert post(sim, "/incidents", {"title": "boom"}, key).status_code == 201
+    with engine.connect() as conn:
+        assert incidents_by_key(conn)[key] == 1
+
+
+def test_serve_in_process(database_url: str, engine: Engine) -> None:
+    server, thread = serve("127.0.0.1", 0, database_url, incident_dedupe_s=60)
+    try:
+        key = new_key()
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            codes = [
+                client.post("/incidents", json={"title": "t"}, headers={"Idempotency-Key": key})
+                for _ in range(2)
+            ]
+        assert [c.status_code for c in codes] == [201, 200]
+    finally:
+        stop(server, thread)
+    assert not thread.is_alive()
+    with engine.connect() as conn:
+        assert incidents_by_key(conn)[key] == 1

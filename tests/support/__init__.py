@@ -1,0 +1,1 @@
+"""Helpers the test tiers share: real processes, private servers, per-test stacks."""

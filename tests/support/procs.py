@@ -1,0 +1,77 @@
+"""Real subprocesses for tests: each in its own session, so a kill takes its whole group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Proc:
+    """A process group started for a test, with its combined output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name = name
+        self.log = log
+        self._fh = open(log, "ab")  # noqa: SIM115 - lives as long as the process
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.pgid = self.popen.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
+        """Wait until the log matches `pattern`; fail with the log's tail if it never does."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = rx.search(self.output())
+            if found:
+                return found
+            if self.popen.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(
+            f"{self.name}: {pattern!r} not seen within {timeout}s "
+            f"(exit {self.popen.poll()}); log tail:\n{self.output()[-3000:]}"
+        )
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group, as a dead machine would, and reap it."""
+        self.signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+        self._fh.close()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def children(self) -> list[int]:
+        """Pids of the process's direct children (a prefork worker's pool)."""
+        path = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children")
+        try:
+            return [int(p) for p in path.read_text().split()]
+        except OSError:
+            return []
+
+
+def python(*args: str) -> list[str]:
+    return [sys.executable, *args]

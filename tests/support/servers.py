@@ -1,0 +1,151 @@
+"""Private Postgres and Redis servers on free loopback ports, for tests that kill or restart
+them, and for machines where the shared ones are not running."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def reachable(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
+    )
+    if not found:
+        raise RuntimeError(f"{name} not found: install PostgreSQL (apt install postgresql)")
+    return found
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    # Postgres refuses to run as root: drop to the postgres user when we are root.
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+class PrivatePostgres:
+    """A throwaway cluster: initdb, start, stop, restart; trust auth, fsync off."""
+
+    def __init__(self, base: Path, port: int | None = None) -> None:
+        self.base = base
+        self.data = base / "pgdata"
+        self.sock = base / "sock"
+        self.port = port or free_port()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def init(self) -> PrivatePostgres:
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.sock.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.base, "postgres")
+            shutil.chown(self.sock, "postgres")
+        subprocess.run(
+            _as_postgres(
+                [pg_bin("initdb"), "-U", "postgres", "--auth=trust", "-D", str(self.data)]
+            ),
+            check=True,
+            capture_output=True,
+        )
+        return self
+
+    def start(self) -> PrivatePostgres:
+        opts = (
+            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        subprocess.run(
+            _as_postgres(
+                [
+                    pg_bin("pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-o",
+                    opts,
+                    "-w",
+                    "-l",
+                    str(self.base / "pg.log"),
+                    "start",
+                ]
+            ),
+            check=True,
+            capture_output=True,
+        )
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        subprocess.run(
+            _as_postgres([pg_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]),
+            capture_output=True,
+        )
+
+
+class PrivateRedis:
+    """A throwaway Redis that keeps nothing on disk (a restart comes back empty)."""
+
+    def __init__(self, base: Path, port: int | None = None) -> None:
+        self.base = base
+        self.port = port or free_port()
+        self.pidfile = base / f"redis-{self.port}.pid"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> PrivateRedis:
+        self.base.mkdir(parents=True, exist_ok=True)
+        server = shutil.which("redis-server")
+        if not server:
+            raise RuntimeError("redis-server not found: install Redis (apt install redis-server)")
+        subprocess.run(
+            [
+                server,
+                "--daemonize",
+                "yes",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--pidfile",
+                str(self.pidfile),
+                "--dir",
+                str(self.base),
+            ],
+            check=True,
+        )
+        deadline = time.monotonic() + 10
+        while not reachable("127.0.0.1", self.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(self.pidfile.read_text().strip())
+            os.kill(pid, 9)
+            deadline = time.monotonic() + 5
+            while reachable("127.0.0.1", self.port, 0.2) and time.monotonic() < deadline:
+                time.sleep(0.05)

@@ -1,0 +1,188 @@
+"""A per-test deployment: its own database and Redis namespace, real worker and beat
+processes, and the vendor simulator, judged from Postgres."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from celery import Celery
+
+import celeryconfig
+from runtime import services as runtime_services
+from runtime.client import Client, RunView
+from runtime.sealing import Sealer
+from runtime.services import Services
+from runtime.settings import Settings, Timings
+from store import db
+from tasks.services import CeleryPublisher
+from tests.support.procs import Proc, python
+
+# Short, still coupled, timings so crash tests take seconds (the kill trials use the real ones).
+FAST = Timings(
+    lease_ttl_ms=3000,
+    heartbeat_ms=900,
+    sweep_interval_ms=1000,
+    requeue_after_ms=6000,
+    full_scan_every=5,
+)
+
+
+def timings_env(t: Timings) -> dict[str, str]:
+    return {
+        "LIYAGENT_LEASE_TTL_MS": str(t.lease_ttl_ms),
+        "LIYAGENT_HEARTBEAT_MS": str(t.heartbeat_ms),
+        "LIYAGENT_SWEEP_INTERVAL_MS": str(t.sweep_interval_ms),
+        "LIYAGENT_REQUEUE_AFTER_MS": str(t.requeue_after_ms),
+        "LIYAGENT_FULL_SCAN_EVERY": str(t.full_scan_every),
+        "LIYAGENT_LOSS_LIMIT": str(t.loss_limit),
+    }
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    sealer: Sealer
+    seal_keys: str
+    tmp: Path
+    sim_url: str
+    sim_engine: sa.Engine
+    procs: list[Proc] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.app = Celery("liyagent-test", set_as_current=False)
+        self.app.conf.update(celeryconfig.config_for(self.settings))
+        self.services: Services = runtime_services.build(
+            self.settings, CeleryPublisher(self.app, self.settings.queue), sealer=self.sealer
+        )
+        self.client = Client(self.services)
+        self.engine = self.services.engine
+
+    @property
+    def env(self) -> dict[str, str]:
+        s = self.settings
+        return {
+            **os.environ,
+            "LIYAGENT_ENV": "test",
+            "LIYAGENT_DATABASE_URL": s.database_url,
+            "LIYAGENT_REDIS_URL": s.redis_url,
+            "LIYAGENT_NAMESPACE": s.namespace,
+            "LIYAGENT_QUEUE": s.queue,
+            "LIYAGENT_SEAL_KEYS": self.seal_keys,
+            "LIYAGENT_VENDOR_URL": self.sim_url,
+            "LIYAGENT_LOG_FORMAT": "json",
+            **timings_env(s.timings),
+        }
+
+    def with_timings(self, timings: Timings) -> None:
+        self.settings = replace(self.settings, timings=timings)
+        self.__post_init__()
+
+    def worker(
+        self,
+        name: str = "w1",
+        *,
+        fault: str | None = None,
+        concurrency: int = 2,
+        env: dict[str, str] | None = None,
+        ops: bool = True,
+    ) -> Proc:
+        """A real `celery -A tasks worker` (prefork), ready to take messages."""
+        q = self.settings.queue
+        extra = dict(env or {})
+        if fault:
+            extra["LIYAGENT_FAULT"] = fault
+            extra["LIYAGENT_FAULT_FILE"] = str(self.tmp / f"{name}.fault")
+        argv = python(
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "worker",
+            "-Q",
+            f"{q},{q}.ops" if ops else q,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "-P",
+            "prefork",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "INFO",
+        )
+        proc = Proc(name, argv, {**self.env, **extra}, self.tmp / f"{name}.log")
+        self.procs.append(proc)
+        proc.wait_for(r"ready\.", timeout=60)
+        return proc
+
+    def beat(self, name: str = "beat") -> Proc:
+        argv = python("-m", "celery", "-A", "tasks", "beat", "-l", "INFO")
+        proc = Proc(name, argv, self.env, self.tmp / f"{name}.log")
+        self.procs.append(proc)
+        proc.wait_for(r"beat: Starting", timeout=60)
+        return proc
+
+    def fault_hit(self, name: str, timeout: float = 30.0) -> str:
+        """Wait until worker `name` reached its armed fault point."""
+        path = self.tmp / f"{name}.fault"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists() and path.read_text().strip():
+                return path.read_text().strip()
+            time.sleep(0.02)
+        raise AssertionError(f"worker {name} never reached its fault point")
+
+    def start(
+        self,
+        steps: list[dict[str, Any]],
+        *,
+        user_input: str = "help",
+        request_key: str | None = None,
+    ) -> str:
+        return self.client.start_run(
+            agent="support-bot",
+            model={"provider": "scripted", "script": {"steps": steps}},
+            user_input=user_input,
+            request_key=request_key,
+        )
+
+    def wait(self, run_id: str, timeout: float = 60.0) -> RunView:
+        return self.client.wait(run_id, timeout_s=timeout)
+
+    @contextmanager
+    def db(self) -> Iterator[sa.Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    def rows(self, sql: str, **params: Any) -> list[sa.Row[Any]]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.text(sql), params).all())
+
+    def vendor(self, sql: str, **params: Any) -> list[sa.Row[Any]]:
+        """Rows from the vendor simulator's own records (the judge of duplicates)."""
+        with self.sim_engine.connect() as conn:
+            return list(conn.execute(sa.text(sql), params).all())
+
+    def vendor_writes(self, run_id: str) -> list[sa.Row[Any]]:
+        return self.vendor(
+            "SELECT vendor, method, path, idem_key, attempt, status, deduped, created_at "
+            "FROM sim.requests WHERE run_id = :r AND method = 'POST' ORDER BY id",
+            r=run_id,
+        )
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+        self.services.heartbeat.stop()
+        self.services.redis.close()
+        self.engine.dispose()
+        db.dispose_inherited()
