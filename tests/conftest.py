@@ -14,11 +14,11 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from runtime.local.procs import Proc, python
+from runtime.local.servers import PrivatePostgres, PrivateRedis, reachable
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Settings
 from store import migrate
-from tests.support.procs import Proc, python
-from tests.support.servers import PrivatePostgres, PrivateRedis, reachable
 from tests.support.stack import FAST, Stack
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

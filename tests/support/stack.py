@@ -17,12 +17,12 @@ from celery import Celery
 import celeryconfig
 from runtime import services as runtime_services
 from runtime.client import Client, RunView
+from runtime.local.procs import Proc, python
 from runtime.sealing import Sealer
 from runtime.services import Services
 from runtime.settings import Settings, Timings
 from store import db
 from tasks.services import CeleryPublisher
-from tests.support.procs import Proc, python
 
 # Short, still coupled, timings so crash tests take seconds (the kill trials use the real ones).
 FAST = Timings(

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (cwd for `celery -A tasks`)
 
 
 class Proc:
@@ -20,7 +20,7 @@ class Proc:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.name = name
         self.log = log
-        self._fh = open(log, "ab")  # noqa: SIM115 - lives as long as the process
+        self._fh = open(log, "ab")  # noqa: SIM115 - open as long as the process runs
         self.popen = subprocess.Popen(
             argv,
             cwd=ROOT,
