@@ -1,9 +1,11 @@
 """Named fault points, armed only in tests, so a worker can be killed at an exact place.
 
 `LIYAGENT_FAULT=<point>:<action>[:<nth>]`, e.g. `after_mark:kill` or `after_send:stop:2`:
-`kill` SIGKILLs the whole worker (its process group, as a dead machine would), `stop` writes
-the point to `LIYAGENT_FAULT_FILE` and SIGSTOPs the worker's process so a test can decide
-what happens next. Unarmed, a point costs one dict lookup.
+`kill` SIGKILLs the whole worker (its process group, as a dead machine would), `stop` SIGSTOPs
+the process that reached it so a test can decide what happens next. A fault fires once per
+armed worker, across its pool processes: firing creates `LIYAGENT_FAULT_FILE` exclusively
+(naming the point and pid), and a fault whose file exists never fires again. Unarmed, a point
+costs one environment lookup.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from pathlib import Path
 
 POINTS = frozenset(
     {
@@ -53,7 +54,12 @@ def point(name: str) -> None:
             return
     marker = os.environ.get("LIYAGENT_FAULT_FILE")
     if marker:
-        Path(marker).write_text(f"{name} {os.getpid()}\n")
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return  # another process of this worker already fired it
+        os.write(fd, f"{name} {os.getpid()}\n".encode())
+        os.close(fd)
     if armed[1] == "kill":
         os.killpg(os.getpgid(0), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGSTOP)

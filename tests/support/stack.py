@@ -92,6 +92,7 @@ class Stack:
         concurrency: int = 2,
         env: dict[str, str] | None = None,
         ops: bool = True,
+        runs: bool = True,
     ) -> Proc:
         """A real `celery -A tasks worker` (prefork), ready to take messages."""
         q = self.settings.queue
@@ -99,6 +100,7 @@ class Stack:
         if fault:
             extra["LIYAGENT_FAULT"] = fault
             extra["LIYAGENT_FAULT_FILE"] = str(self.tmp / f"{name}.fault")
+        queues = ",".join([*([q] if runs else []), *([f"{q}.ops"] if ops else [])])
         argv = python(
             "-m",
             "celery",
@@ -106,7 +108,7 @@ class Stack:
             "tasks",
             "worker",
             "-Q",
-            f"{q},{q}.ops" if ops else q,
+            queues,
             "-c",
             str(concurrency),
             "-n",
@@ -186,3 +188,22 @@ class Stack:
         self.services.redis.close()
         self.engine.dispose()
         db.dispose_inherited()
+
+
+class RecordingPublisher:
+    """Records what would be published (and can refuse, as an unreachable broker does)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.sent: list[tuple[str, int]] = []
+
+    def publish(self, run_id: str, attempt: int) -> None:
+        if self.fail:
+            raise ConnectionError("broker unreachable")
+        self.sent.append((run_id, attempt))
+
+
+def services_with(stack: Stack, publisher: Any, timings: Timings | None = None) -> Services:
+    """In-process services over the stack's database and namespace, with a given publisher."""
+    settings = replace(stack.settings, timings=timings or stack.settings.timings)
+    return runtime_services.build(settings, publisher, sealer=stack.sealer)

@@ -1,0 +1,51 @@
+"""A message delivered more than once, or for an old attempt, changes nothing (I4)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.scripts import mixed
+
+
+@pytest.mark.kill
+def test_duplicated_message_executes_once(stack) -> None:
+    run_id = stack.start(mixed("d", latency_ms=200))
+    for _ in range(3):  # the same message, published again and again
+        stack.services.publisher.publish(run_id, 1)
+    stack.worker("w1", concurrency=2)
+    stack.worker("w2", concurrency=2)
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded" and view.attempt == 1 and view.lost_count == 0
+    counts = stack.vendor(
+        "SELECT vendor, count(*) AS n FROM sim.requests WHERE run_id = :r "
+        "AND method = 'POST' GROUP BY vendor",
+        r=run_id,
+    )
+    assert {c.vendor: c.n for c in counts} == {"incidents": 1, "issues": 1, "chat": 1}
+    asked = dict(
+        stack.rows(
+            "SELECT step, count(*) FROM model_requests WHERE run_id = :r GROUP BY step", r=run_id
+        )
+    )
+    assert asked == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert sum(1 for role, _ in stack.client.transcript(run_id) if role == "assistant") == 1
+
+
+@pytest.mark.kill
+def test_message_for_an_old_attempt_is_dropped(stack) -> None:
+    stack.worker("w1")
+    run_id = stack.start(mixed("o"))
+    assert stack.wait(run_id, timeout=60).status == "succeeded"
+    before = stack.vendor("SELECT count(*) AS n FROM sim.requests WHERE run_id = :r", r=run_id)
+    for attempt in (1, 2, 0):
+        stack.services.publisher.publish(run_id, attempt)
+    deadline = time.monotonic() + 30
+    w1 = stack.procs[0]
+    while w1.output().count('"message.stale"') < 3:
+        assert time.monotonic() < deadline, w1.output()[-2000:]
+        time.sleep(0.05)
+    after = stack.vendor("SELECT count(*) AS n FROM sim.requests WHERE run_id = :r", r=run_id)
+    assert after == before
+    assert stack.client.get(run_id).attempt == 1

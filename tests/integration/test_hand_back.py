@@ -1,0 +1,46 @@
+"""Warm shutdown (SIGTERM) hands a run back at its next step; it continues elsewhere at once."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.support.scripts import mixed
+
+
+@pytest.mark.kill
+def test_sigterm_hands_runs_back_without_a_loss(stack) -> None:
+    victim = stack.worker("victim")
+    run_id = stack.start(mixed("h", latency_ms=700))
+    deadline = time.monotonic() + 30
+    while stack.client.get(run_id).step < 1:
+        assert time.monotonic() < deadline, "the run never reached its first checkpoint"
+        time.sleep(0.05)
+    stack.worker("survivor")
+    victim.popen.send_signal(signal.SIGTERM)  # to the main process only, as `docker stop` does
+
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded"
+    # Handed back, not lost: no lease had to lapse, no loss was counted.
+    assert view.lost_count == 0 and view.attempt == 2
+    kinds = [
+        r.kind
+        for r in stack.rows("SELECT kind FROM audit_events WHERE run_id = :r ORDER BY id", r=run_id)
+    ]
+    assert kinds == ["agent.run.handed_back", "agent.run.resumed"]
+    victim.popen.wait(timeout=30)
+    assert victim.popen.returncode == 0, victim.output()[-2000:]
+    counts = stack.vendor(
+        "SELECT vendor, count(*) AS n FROM sim.requests WHERE run_id = :r "
+        "AND method = 'POST' GROUP BY vendor",
+        r=run_id,
+    )
+    assert {c.vendor: c.n for c in counts} == {"incidents": 1, "issues": 1, "chat": 1}
+    asked = dict(
+        stack.rows(
+            "SELECT step, count(*) FROM model_requests WHERE run_id = :r GROUP BY step", r=run_id
+        )
+    )
+    assert asked == {1: 1, 2: 1, 3: 1, 4: 1}

@@ -1,0 +1,92 @@
+"""Leases against real Redis: compare-and-set scripts, and a heartbeat that renews only runs
+that make progress (a hung run is let go)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from runtime.heartbeat import Heartbeat, LeaseLost
+from runtime.leases import Leases, Token, monotonic_ms
+from runtime.local.servers import free_port
+
+
+@pytest.fixture
+def leases(stack) -> Leases:
+    return Leases(stack.services.redis, stack.settings.namespace, ttl_ms=600)
+
+
+def _until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_acquire_is_exclusive_and_renew_release_compare_the_token(leases) -> None:
+    mine, theirs = Token("r1", 1, "a"), Token("r1", 2, "b")
+    assert leases.acquire(mine)
+    assert not leases.acquire(theirs)
+    assert not leases.renew(theirs)
+    assert not leases.release(theirs)
+    assert leases.holder("r1") == str(mine)
+    assert leases.renew(mine)
+    assert leases.release(mine)
+    assert leases.holder("r1") is None
+    assert leases.lapsed() == []  # the index entry left with the lease
+
+
+def test_lapsed_lease_is_indexed_until_forgotten(leases) -> None:
+    token = Token("r2", 1, "a")
+    assert leases.acquire(token)
+    _until(lambda: leases.holder("r2") is None)
+    assert leases.lapsed() == [token]
+    leases.forget(token)
+    assert leases.lapsed() == []
+
+
+def test_heartbeat_renews_progressing_runs_and_lets_hung_ones_lapse(leases) -> None:
+    beat = Heartbeat(leases, interval_ms=150, stall_ms=400)
+    busy, hung = Token("busy", 1, "w"), Token("hung", 1, "w")
+    for token in (busy, hung):
+        assert leases.acquire(token)
+    busy_lease = beat.hold(busy, monotonic_ms())
+    hung_lease = beat.hold(hung, monotonic_ms())
+    deadline = time.monotonic() + 2.0
+    try:
+        while time.monotonic() < deadline:
+            busy_lease.progress()  # the busy run's own thread keeps moving
+            time.sleep(0.05)
+    finally:
+        beat.stop()
+    assert leases.holder("busy") == str(busy)
+    assert leases.holder("hung") is None
+    with pytest.raises(LeaseLost, match="hung"):
+        hung_lease.ensure()
+
+
+def test_ensure_raises_once_another_attempt_holds_the_run(leases) -> None:
+    beat = Heartbeat(leases, interval_ms=10_000, stall_ms=60_000)
+    old = Token("r3", 1, "w")
+    assert leases.acquire(old)
+    lease = beat.hold(old, monotonic_ms())
+    _until(lambda: leases.holder("r3") is None)
+    assert leases.acquire(Token("r3", 2, "other"))
+    with pytest.raises(LeaseLost):
+        lease.ensure()
+    assert leases.holder("r3") == "r3:2:other"  # never renewed someone else's lease
+
+
+def test_unreachable_redis_keeps_the_lease_only_until_it_would_lapse() -> None:
+    dead = redis.Redis(
+        host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2
+    )
+    leases = Leases(dead, "x:", ttl_ms=1500)
+    beat = Heartbeat(leases, interval_ms=10_000, stall_ms=60_000)
+    lease = beat.hold(Token("r4", 1, "w"), monotonic_ms())
+    lease.ensure()  # unreachable, but the lease cannot have lapsed yet
+    time.sleep(0.6)
+    with pytest.raises(LeaseLost, match="unreachable"):
+        lease.ensure()

@@ -1,0 +1,74 @@
+"""A worker stalled past its lease is taken over; when it wakes it writes nothing more (I3)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.support.scripts import mixed
+
+STALE_TABLES = ("checkpoints", "call_marks", "audit_events")
+
+
+@pytest.mark.kill
+@pytest.mark.parametrize("fault", ["after_mark:stop", "after_checkpoint:stop", "after_send:stop"])
+def test_stalled_worker_writes_nothing_after_takeover(stack, fault: str) -> None:
+    victim = stack.worker("victim", fault=fault)
+    run_id = stack.start(mixed("s"))
+    stopped_pid = int(stack.fault_hit("victim").split()[1])
+    stack.worker("survivor")
+    stack.beat()
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded" and view.attempt == 2 and view.lost_count == 1
+    taken_over = stack.rows(
+        "SELECT created_at FROM audit_events WHERE run_id = :r AND kind = 'agent.run.lost'",
+        r=run_id,
+    )[0].created_at
+    before = _snapshot(stack, run_id)
+
+    os.kill(stopped_pid, signal.SIGCONT)
+    victim.wait_for(r"run\.fenced_out", timeout=30)
+
+    assert _snapshot(stack, run_id) == before, "the stale attempt wrote after it woke"
+    stale = stack.vendor(
+        "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND "
+        "attempt = 1 AND created_at > :t",
+        r=run_id,
+        t=taken_over,
+    )[0].n
+    assert stale == 0, "the stale attempt reached a vendor after it was taken over"
+    for table in STALE_TABLES:
+        col = "marked_at" if table == "call_marks" else "created_at"
+        n = stack.rows(
+            f"SELECT count(*) AS n FROM {table} WHERE run_id = :r AND attempt = 1 AND {col} > :t",
+            r=run_id,
+            t=taken_over,
+        )[0].n
+        assert n == 0, f"{table}: written by attempt 1 after the takeover"
+    # The writes of the run reached their vendors once each.
+    counts = stack.vendor(
+        "SELECT vendor, count(*) AS n FROM sim.requests WHERE run_id = :r "
+        "AND method = 'POST' AND NOT deduped GROUP BY vendor",
+        r=run_id,
+    )
+    assert {c.vendor: c.n for c in counts} == {"incidents": 1, "issues": 1, "chat": 1}
+
+
+def _snapshot(stack, run_id: str) -> tuple:
+    run = stack.rows(
+        "SELECT status, attempt, step, answer, updated_at FROM runs WHERE id = :r", r=run_id
+    )
+    cps = stack.rows(
+        "SELECT step, attempt, sealed FROM checkpoints WHERE run_id = :r ORDER BY step", r=run_id
+    )
+    marks = stack.rows(
+        "SELECT step, call_index, status, attempt, outcome FROM call_marks "
+        "WHERE run_id = :r ORDER BY step, call_index",
+        r=run_id,
+    )
+    audit = stack.rows("SELECT id FROM audit_events WHERE run_id = :r ORDER BY id", r=run_id)
+    transcript = stack.client.transcript(run_id)
+    vendor = stack.vendor("SELECT id FROM sim.requests WHERE run_id = :r ORDER BY id", r=run_id)
+    return (tuple(run), tuple(cps), tuple(marks), tuple(audit), tuple(transcript), tuple(vendor))

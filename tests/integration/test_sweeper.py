@@ -1,0 +1,174 @@
+"""The sweeper claims each lapsed run exactly once, and Postgres is the outbox (I1, I4)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import redis
+
+from runtime.client import Client
+from runtime.leases import Leases, Token
+from runtime.settings import Timings
+from runtime.sweeper import Sweeper
+from store.runs import claim_lost, claim_queued, count_delivery
+from tests.support.scripts import final
+from tests.support.stack import RecordingPublisher, services_with
+
+
+def _running_with_lapsed_lease(stack, services) -> str:
+    """A run claimed by a worker that then died: running in Postgres, lease gone."""
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    short = Leases(services.redis, services.settings.namespace, ttl_ms=150)
+    assert short.acquire(Token(run_id, 1, "dead-worker"))
+    with stack.db() as conn:
+        assert count_delivery(conn, run_id, 1) is not None
+        assert claim_queued(conn, run_id, 1) is not None
+    deadline = time.monotonic() + 5
+    while short.holder(run_id) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return run_id
+
+
+def test_racing_claims_on_one_lapsed_run_admit_one(stack) -> None:
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    run_id = _running_with_lapsed_lease(stack, services)
+    barrier = threading.Barrier(8)
+    results = []
+
+    def claim() -> None:
+        with stack.engine.connect() as conn:
+            barrier.wait()
+            results.append(claim_lost(conn, run_id, 1, loss_limit=2))
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    won = [r for r in results if r is not None]
+    assert len(won) == 1 and won[0].attempt == 2 and won[0].status == "queued"
+    lost = stack.rows(
+        "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND kind = 'agent.run.lost'",
+        r=run_id,
+    )[0].n
+    assert lost == 1
+
+
+def test_two_sweepers_racing_requeue_a_lapsed_run_once(stack) -> None:
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    run_id = _running_with_lapsed_lease(stack, services)
+    publisher.sent.clear()
+    # Two sweepers with separate locks, so only Postgres's claim can keep them apart.
+    a, b = Sweeper(services), Sweeper(services)
+    b.lock_key += ":other"
+    barrier = threading.Barrier(2)
+
+    def sweep(sweeper: Sweeper) -> None:
+        barrier.wait()
+        sweeper.sweep()
+
+    threads = [threading.Thread(target=sweep, args=(s,)) for s in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert publisher.sent == [(run_id, 2)]
+    row = stack.rows("SELECT attempt, lost_count, status FROM runs WHERE id = :r", r=run_id)[0]
+    assert (row.attempt, row.lost_count, row.status) == (2, 1, "queued")
+
+
+def test_sweep_lock_lets_one_sweep_run_at_a_time(stack) -> None:
+    services = services_with(stack, RecordingPublisher())
+    sweeper = Sweeper(services)
+    lock = services.redis.lock(sweeper.lock_key, timeout=5)
+    assert lock.acquire(blocking=False)
+    try:
+        assert sweeper.sweep().ran is False
+    finally:
+        lock.release()
+    assert sweeper.sweep().ran is True
+
+
+def test_unpublished_run_is_republished_from_postgres(stack) -> None:
+    dead_broker = RecordingPublisher(fail=True)
+    services = services_with(stack, dead_broker)
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    assert stack.client.get(run_id).status == "queued"
+    publisher = RecordingPublisher()
+    sweeping = services_with(
+        stack, publisher, Timings(lease_ttl_ms=3000, heartbeat_ms=900, requeue_after_ms=0)
+    )
+    Sweeper(sweeping).sweep()
+    assert publisher.sent == [(run_id, 1)]
+    # Stamped: the next sweep does not publish it again straight away.
+    sweeping2 = services_with(
+        stack, publisher, Timings(lease_ttl_ms=3000, heartbeat_ms=900, requeue_after_ms=60_000)
+    )
+    Sweeper(sweeping2).sweep()
+    assert publisher.sent == [(run_id, 1)]
+
+
+def test_worker_dead_between_lease_and_claim_is_republished(stack) -> None:
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    short = Leases(services.redis, services.settings.namespace, ttl_ms=100)
+    assert short.acquire(Token(run_id, 1, "dead-worker"))
+    deadline = time.monotonic() + 5
+    while short.holder(run_id) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    publisher.sent.clear()
+    Sweeper(services).sweep()
+    assert publisher.sent == [(run_id, 1)]
+    assert stack.client.get(run_id).attempt == 1  # not a loss: it never ran
+
+
+def test_redis_losing_its_data_is_reconciled_from_postgres(stack) -> None:
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    sweeper = Sweeper(services)
+    sweeper.sweep()  # sets the epoch marker
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    lease = Token(run_id, 1, "worker")
+    assert services.leases.acquire(lease)
+    with stack.db() as conn:
+        count_delivery(conn, run_id, 1)
+        claim_queued(conn, run_id, 1)
+    # Redis restarted empty: the lease, its index entry and the epoch marker are all gone.
+    client = redis.Redis.from_url(services.settings.redis_url)
+    keys = list(client.scan_iter(match=f"{services.settings.namespace}*"))
+    client.delete(*keys)
+    publisher.sent.clear()
+    report = sweeper.sweep()
+    assert report.full_scan and report.claimed == [run_id]
+    assert publisher.sent == [(run_id, 2)]
+
+
+def test_live_lease_is_never_claimed(stack) -> None:
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    assert services.leases.acquire(Token(run_id, 1, "alive"))
+    with stack.db() as conn:
+        count_delivery(conn, run_id, 1)
+        claim_queued(conn, run_id, 1)
+    publisher.sent.clear()
+    for _ in range(3):
+        report = Sweeper(services).sweep()
+        assert report.claimed == []
+    assert stack.client.get(run_id).status == "running"
