@@ -1,18 +1,22 @@
 """Making the calls of one step, and taking up on resume the calls a checkpoint left.
 
-A read is made directly, never marked. A changing call is marked in doubt (fenced), made with
-its step key, then its outcome recorded (fenced), so a resume reuses it instead of settling it.
+Every call passes the gates as they stand now. A read is made directly, never marked. A
+changing call is marked in doubt (fenced), made with its step key, then its outcome recorded
+(fenced), so a resume reuses it instead of settling it. Approval-held calls and delegations
+may suspend the run (see `waiting.py`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from runtime import faults
+from runtime.gates import call_refusal
 from runtime.heartbeat import RunLease
 from runtime.keys import agent_call_key, fresh_key
 from runtime.services import Services
@@ -24,13 +28,15 @@ from store.checkpoints import (
     marks_by_index,
     record_outcome,
     select_marks,
-    settle_unknown,
+    settle_mark,
 )
-from store.rows import MarkRow, RunRow
+from store.rows import GateRow, MarkRow, RunRow
 
 log = structlog.get_logger(__name__)
 
 Outcome = dict[str, Any]
+Routed = tuple[Outcome, str, str]  # outcome, how it was settled, the call's kind
+KeyFn = Callable[[RunState, int, ToolCall], tuple[str, bool]]
 UNKNOWN: Outcome = {"outcome": "unknown", "note": UNKNOWN_NOTE}
 
 
@@ -61,15 +67,33 @@ def tool_message(call: ToolCall, outcome: Outcome) -> Message:
     }
 
 
+def agent_key(run: RunRow) -> KeyFn:
+    """Agent tool-call keys (I8); a positional provider id gets a fresh key per call."""
+
+    def key_for(state: RunState, index: int, call: ToolCall) -> tuple[str, bool]:
+        key = agent_call_key(run.correlation_id, state.loop, state.step, call.id)
+        return (key, True) if key is not None else (fresh_key(), False)
+
+    return key_for
+
+
 class CallRouter:
     """Routes the calls of the current step for one attempt of one run."""
 
-    def __init__(self, services: Services, run: RunRow, lease: RunLease) -> None:
+    def __init__(
+        self, services: Services, run: RunRow, lease: RunLease, key_for: KeyFn | None = None
+    ) -> None:
+        from runtime.waiting import WaitRouter
+
         self.s = services
         self.run = run
         self.lease = lease
+        self.key_for = key_for or agent_key(run)
+        self.waits = WaitRouter(self)
 
-    def route(self, state: RunState, resuming: bool) -> tuple[list[Message], list[Settled]]:
+    def route(
+        self, state: RunState, resuming: bool, gates: GateRow
+    ) -> tuple[list[Message], list[Settled]]:
         marks: dict[int, MarkRow] = {}
         if resuming:
             with self.s.engine.connect() as conn:
@@ -77,14 +101,14 @@ class CallRouter:
         results: list[Message] = []
         settled: list[Settled] = []
         for index, call in enumerate(state.calls):
-            outcome, how, kind = self._one(state, index, call, marks.get(index))
+            outcome, how, kind = self._one(state, index, call, marks.get(index), gates)
             results.append(tool_message(call, outcome))
             settled.append(Settled(call.id, call.name, kind, how))
         return results, settled
 
     def _one(
-        self, state: RunState, index: int, call: ToolCall, mark: MarkRow | None
-    ) -> tuple[Outcome, str, str]:
+        self, state: RunState, index: int, call: ToolCall, mark: MarkRow | None, gates: GateRow
+    ) -> Routed:
         tool = self.s.tools.get(call.name)
         facts = None
         if mark is not None:
@@ -99,15 +123,17 @@ class CallRouter:
         kind = mark.kind if mark is not None else (tool.kind.value if tool else "unknown")
         if decision is Settle.REUSE and mark is not None:
             return self._reuse(state, mark), Settle.REUSE.value, kind
-        if tool is None:
-            if mark is not None:
-                return self._unknown(state, index), Settle.UNKNOWN.value, kind
-            return {"error": f"tool {call.name!r} is not available"}, "refused", kind
+        refusal = call_refusal(gates, self.run, call.name)
+        if refusal is None and tool is None:
+            refusal = f"tool {call.name} is not available"
+        if refusal is not None:
+            return self._refuse(state, index, mark, refusal), "refused", kind
+        assert tool is not None
         if decision is Settle.MAKE:
             return self._make(state, index, call, tool), Settle.MAKE.value, kind
         assert mark is not None
         if decision is Settle.RESEND:
-            outcome = self._write(
+            outcome = self.write(
                 state,
                 index,
                 call,
@@ -119,9 +145,9 @@ class CallRouter:
             return outcome, Settle.RESEND.value, kind
         if decision is Settle.READ_BACK:
             return self._read_back(state, index, call, tool, mark)
-        return self._unknown(state, index), Settle.UNKNOWN.value, kind
+        return self._settle(state, index, Settle.UNKNOWN.value), Settle.UNKNOWN.value, kind
 
-    def _ctx(self, state: RunState, call: ToolCall, key: str) -> CallContext:
+    def ctx(self, state: RunState, call: ToolCall, key: str) -> CallContext:
         return CallContext(
             run_id=self.run.id,
             attempt=self.run.attempt,
@@ -131,22 +157,22 @@ class CallRouter:
             timeout_s=self.s.settings.timings.call_timeout_s,
         )
 
-    def _key(self, state: RunState, call: ToolCall) -> tuple[str, bool]:
-        key = agent_call_key(self.run.correlation_id, state.loop, state.step, call.id)
-        return (key, True) if key is not None else (fresh_key(), False)
-
     def _make(self, state: RunState, index: int, call: ToolCall, tool: Tool) -> Outcome:
-        key, stable = self._key(state, call)
+        if tool.kind is ToolKind.APPROVAL_WRITE:
+            return self.waits.approval(state, index, call, tool)
+        if tool.kind is ToolKind.DELEGATION:
+            return self.waits.delegate(state, index, call)
+        key, stable = self.key_for(state, index, call)
         if tool.kind is ToolKind.READ:
             self.lease.ensure()
             state.count("reads")
             try:
-                return tool.invoke(call.args, self._ctx(state, call, key))
+                return tool.invoke(call.args, self.ctx(state, call, key))
             except (ToolError, ToolInDoubt) as exc:
                 return {"error": str(exc)}
-        return self._write(state, index, call, tool, key, stable, settlement=None)
+        return self.write(state, index, call, tool, key, stable, settlement=None)
 
-    def _write(
+    def write(
         self,
         state: RunState,
         index: int,
@@ -156,6 +182,7 @@ class CallRouter:
         stable: bool,
         settlement: str | None,
     ) -> Outcome:
+        """Mark in doubt, send with the key, record the outcome: the path of every write."""
         self.lease.ensure()
         with self.s.engine.connect() as conn:
             mark_in_doubt(
@@ -174,7 +201,7 @@ class CallRouter:
         self.lease.ensure()  # a stalled attempt taken over meanwhile must not send (I3)
         state.count("writes")
         try:
-            outcome = tool.invoke(call.args, self._ctx(state, call, key))
+            outcome = tool.invoke(call.args, self.ctx(state, call, key))
         except ToolError as exc:
             outcome = {"error": str(exc)}
         except ToolInDoubt as exc:
@@ -197,29 +224,29 @@ class CallRouter:
         """A write that timed out in this attempt: look it up if a reader exists, else unknown."""
         if tool.reader is not None:
             try:
-                found = tool.reader(call.args, self._ctx(state, call, key))
+                found = tool.reader(call.args, self.ctx(state, call, key))
             except (ToolError, ToolInDoubt):
                 found = None
             if found is not None:
                 self._record(state, index, found, Settle.READ_BACK.value)
                 return found
-        return self._unknown(state, index)
+        return self._settle(state, index, Settle.UNKNOWN.value)
 
     def _read_back(
         self, state: RunState, index: int, call: ToolCall, tool: Tool, mark: MarkRow
-    ) -> tuple[Outcome, str, str]:
+    ) -> Routed:
         assert tool.reader is not None
         self.lease.ensure()
         try:
-            found = tool.reader(call.args, self._ctx(state, call, mark.idem_key))
+            found = tool.reader(call.args, self.ctx(state, call, mark.idem_key))
         except (ToolError, ToolInDoubt) as exc:
             log.warning("call.read_back_failed", run_id=self.run.id, error=str(exc))
-            return self._unknown(state, index), Settle.UNKNOWN.value, mark.kind
+            return self._settle(state, index, Settle.UNKNOWN.value), Settle.UNKNOWN.value, mark.kind
         if found is not None:
             self._record(state, index, found, Settle.READ_BACK.value)
             return found, Settle.READ_BACK.value, mark.kind
         # The reader proves the write never landed: send it now, under the same key.
-        outcome = self._write(
+        outcome = self.write(
             state,
             index,
             call,
@@ -230,14 +257,26 @@ class CallRouter:
         )
         return outcome, "sent_after_read_back", mark.kind
 
-    def _unknown(self, state: RunState, index: int) -> Outcome:
+    def _refuse(self, state: RunState, index: int, mark: MarkRow | None, why: str) -> Outcome:
+        """A gate refuses the call now: it is not made, and the model is told why."""
+        if mark is None:
+            return {"refused": why}
+        self._settle(state, index, "refused")
+        return {
+            "refused": why,
+            "note": "An earlier attempt of this call may have reached its "
+            "target before the process making it stopped; it was not sent again.",
+        }
+
+    def _settle(self, state: RunState, index: int, settlement: str) -> Outcome:
         with self.s.engine.connect() as conn:
-            settle_unknown(
+            settle_mark(
                 conn,
                 run_id=self.run.id,
                 attempt=self.run.attempt,
                 step=state.step,
                 call_index=index,
+                settlement=settlement,
             )
         return dict(UNKNOWN)
 

@@ -1,4 +1,5 @@
-"""The client API app processes use: start a run, read it, wait for it."""
+"""The client API app processes use: start runs and workflows, read them, wait for them,
+stop them, decide approvals."""
 
 from __future__ import annotations
 
@@ -7,23 +8,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
-from runtime.models.scripted import validate_script
+from runtime.enqueue import BadRequest, NewRun, enqueue, publish_quietly
 from runtime.sealing import SealError
 from runtime.services import Services
-from runtime.state import RunState
+from store.gates import insert_stop
 from store.records import select_transcript
-from store.rows import RunId, RunNotFound
-from store.runs import get_run, insert_run
-
-log = structlog.get_logger(__name__)
+from store.rows import ApprovalRow, RunId, RunNotFound
+from store.runs import get_run
+from store.waits import decide_approval, get_approval, list_approvals
 
 TERMINAL = frozenset({"succeeded", "failed"})
-
-
-class BadRequest(ValueError):
-    """The caller's input is invalid; nothing was stored."""
 
 
 @dataclass(frozen=True)
@@ -35,17 +29,22 @@ class RunView:
     step: int
     answer: str | None
     failure_reason: str | None
+    waiting_on: str | None = None
 
     @property
     def done(self) -> bool:
         return self.status in TERMINAL
 
 
-def parse_run_id(raw: str) -> str:
+def parse_id(raw: str, what: str = "run id") -> str:
     try:
-        return str(uuid.UUID(raw))
-    except (ValueError, AttributeError):
-        raise BadRequest(f"{raw!r} is not a run id (a UUID)") from None
+        return str(uuid.UUID(str(raw)))
+    except ValueError:
+        raise BadRequest(f"{raw!r} is not a {what} (a UUID)") from None
+
+
+def parse_run_id(raw: str) -> str:
+    return parse_id(raw, "run id")
 
 
 class Client:
@@ -53,58 +52,25 @@ class Client:
         self.s = services
 
     def start_run(
-        self,
-        *,
-        agent: str,
-        model: dict[str, Any],
-        user_input: str,
-        owner: str = "app",
-        entry_kind: str = "plain",
-        tools: list[str] | None = None,
-        system: str | None = None,
-        request_key: str | None = None,
+        self, *, agent: str, model: dict[str, Any], user_input: str, **options: Any
     ) -> RunId:
         """Insert the run with its first checkpoint, then publish its message; a request key
         makes this idempotent (the same key returns the same run and publishes nothing)."""
-        if not agent.strip():
-            raise BadRequest("agent must be a non-empty name")
-        if not user_input.strip():
-            raise BadRequest("user_input must be non-empty")
-        if model.get("provider", "scripted") == "scripted":
-            validate_script(model.get("script"))
-        run_id = str(uuid.uuid4())
-        state = RunState.initial(agent, system, user_input)
-        sealed = self.s.sealer.seal(run_id, "checkpoint", 0, state.to_payload())
-        spec: dict[str, Any] = {"model": model, "tools": tools, "system": system}
-        with self.s.engine.connect() as conn:
-            rid, new = insert_run(
-                conn,
-                run_id=run_id,
-                correlation_id=run_id,
-                request_key=request_key,
-                agent=agent,
-                owner=owner,
-                entry_kind=entry_kind,
-                spec=spec,
-                user_input=user_input,
-                sealed_checkpoint=sealed,
-            )
-        if new:
-            # A failed publish leaves the run queued; the sweeper republishes it (outbox).
-            try:
-                self.s.publisher.publish(rid, 1)
-            except Exception as exc:
-                log.warning(
-                    "run.publish_failed",
-                    run_id=rid,
-                    error=str(exc),
-                    next="the sweeper publishes it again once it has waited too long",
-                )
-        return rid
+        return enqueue(self.s, NewRun(agent=agent, model=model, user_input=user_input, **options))[
+            0
+        ]
+
+    def start_workflow(
+        self, *, name: str, workflow: dict[str, Any], user_input: str = "start", **options: Any
+    ) -> RunId:
+        """Start a workflow run (a deterministic step graph) on the same durable machinery."""
+        return enqueue(
+            self.s, NewRun(agent=name, workflow=workflow, user_input=user_input, **options)
+        )[0]
 
     def get(self, run_id: str) -> RunView:
         with self.s.engine.connect() as conn:
-            row = get_run(conn, parse_run_id(run_id))
+            row = get_run(conn, parse_id(run_id))
         answer = None
         if row.answer is not None:
             try:
@@ -112,19 +78,32 @@ class Client:
             except SealError:
                 answer = None
         return RunView(
-            row.id, row.status, row.attempt, row.lost_count, row.step, answer, row.failure_reason
+            row.id,
+            row.status,
+            row.attempt,
+            row.lost_count,
+            row.step,
+            answer,
+            row.failure_reason,
+            row.waiting_on,
         )
 
     def transcript(self, run_id: str) -> list[tuple[str, str]]:
         with self.s.engine.connect() as conn:
-            return [(m.role, m.content) for m in select_transcript(conn, parse_run_id(run_id))]
+            return [(m.role, m.content) for m in select_transcript(conn, parse_id(run_id))]
 
-    def wait(self, run_id: str, timeout_s: float = 60.0, poll_s: float = 0.1) -> RunView:
-        """Poll until the run is succeeded or failed; raise TimeoutError with its state."""
+    def wait(
+        self,
+        run_id: str,
+        timeout_s: float = 60.0,
+        poll_s: float = 0.1,
+        until: frozenset[str] = TERMINAL,
+    ) -> RunView:
+        """Poll until the run reaches one of `until`; raise TimeoutError with its state."""
         deadline = time.monotonic() + timeout_s
         while True:
             view = self.get(run_id)
-            if view.done:
+            if view.status in until:
                 return view
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -133,5 +112,48 @@ class Client:
                 )
             time.sleep(poll_s)
 
+    def stop(
+        self, *, run_id: str | None = None, agent: str | None = None, reason: str, by: str
+    ) -> list[str]:
+        """An operator's Stop of one run or of an agent's runs. Queued and waiting runs fail
+        now; running ones stop at their next step. Returns the runs failed now."""
+        if (run_id is None) == (agent is None):
+            raise BadRequest("stop exactly one run (run_id) or one agent (agent)")
+        if not reason.strip() or not by.strip():
+            raise BadRequest("a stop needs a reason and who stops")
+        with self.s.engine.connect() as conn:
+            return insert_stop(
+                conn,
+                run_id=None if run_id is None else parse_id(run_id),
+                agent=agent,
+                reason=reason,
+                by=by,
+            )
 
-__all__ = ["BadRequest", "Client", "RunNotFound", "RunView"]
+    def approvals(self, run_id: str) -> list[ApprovalRow]:
+        with self.s.engine.connect() as conn:
+            return list_approvals(conn, parse_id(run_id))
+
+    def decide(
+        self, approval_id: str, *, approve: bool, by: str, reason: str | None = None
+    ) -> ApprovalRow:
+        """Decide a pending approval once; the run waiting on it continues at once."""
+        approval_id = parse_id(approval_id, "approval id")
+        with self.s.engine.connect() as conn:
+            decided = decide_approval(conn, approval_id, approve=approve, by=by, reason=reason)
+            if decided is None:
+                current = get_approval(conn, approval_id)
+        if decided is None:
+            if current is None:
+                raise BadRequest(f"approval {approval_id} does not exist")
+            raise BadRequest(
+                f"approval {approval_id} was already {current.status} by "
+                f"{current.decided_by}; nothing changed"
+            )
+        request, woke = decided
+        if woke is not None:
+            publish_quietly(self.s, request.run_id, woke)
+        return request
+
+
+__all__ = ["BadRequest", "Client", "RunNotFound", "RunView", "parse_id", "parse_run_id"]

@@ -14,6 +14,7 @@ from runtime.agent import AgentRun
 from runtime.heartbeat import LeaseLost
 from runtime.leases import Token, monotonic_ms
 from runtime.services import Services
+from runtime.workflow import WorkflowRun
 from store.rows import FencedOut
 from store.runs import claim_queued, count_delivery, fail_run
 
@@ -55,7 +56,8 @@ def run_message(s: Services, run_id: str, attempt: int) -> str:
                 return "stale"
             row = claimed
         faults.point("after_claim")
-        return AgentRun(s, row, lease).execute()
+        attempt_class = WorkflowRun if row.kind == "workflow" else AgentRun
+        return attempt_class(s, row, lease).execute()
     except (FencedOut, LeaseLost) as exc:
         bound.warning("run.fenced_out", why=str(exc))
         return "fenced"

@@ -34,3 +34,41 @@ def agent_call_key(
 def fresh_key() -> str:
     """A key for a call outside every scope (an ad hoc call, a positional id): new per call."""
     return "lya-adhoc-" + uuid.uuid4().hex
+
+
+def workflow_step_key(workflow_run_id: str, step_id: str, steps_executed: int) -> str:
+    """The key of one workflow step: a retry (same count) sends the same key, a loop back to
+    the step (a higher count) sends a new one."""
+    return "lya-wf-" + _digest("workflow", workflow_run_id, step_id, steps_executed)
+
+
+def _written_call_key(
+    scope: str,
+    correlation_id: str,
+    agent_loop: str,
+    model_steps: int,
+    call_index: int,
+    tool_call_id: str,
+) -> str:
+    # The step is written before this key is used, so the call's position in the step is
+    # stable even when the provider's id is only a position number.
+    provider_id = "" if is_positional(tool_call_id) else tool_call_id
+    return _digest(scope, correlation_id, agent_loop, model_steps, call_index, provider_id)
+
+
+def delegation_key(
+    correlation_id: str, agent_loop: str, model_steps: int, call_index: int, tool_call_id: str
+) -> str:
+    """The key a delegation finds its child run by, however often it is asked again."""
+    return "lya-dlg-" + _written_call_key(
+        "delegation", correlation_id, agent_loop, model_steps, call_index, tool_call_id
+    )
+
+
+def approval_step_key(
+    correlation_id: str, agent_loop: str, model_steps: int, call_index: int, tool_call_id: str
+) -> str:
+    """The key that coalesces an approval-held call's requests: one request per step key."""
+    return "lya-apr-" + _written_call_key(
+        "approval", correlation_id, agent_loop, model_steps, call_index, tool_call_id
+    )

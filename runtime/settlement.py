@@ -10,6 +10,10 @@ from enum import StrEnum
 
 from runtime.tools import ToolKind
 
+# Kinds sent with a key their vendor may dedupe on: a keyed write's step key, an approved
+# call's approval id.
+_KEYED = frozenset({ToolKind.KEYED_WRITE, ToolKind.APPROVAL_WRITE})
+
 
 class Settle(StrEnum):
     MAKE = "made"  # a read, or a write never marked: make it now, as on a first pass
@@ -46,7 +50,7 @@ def decide(
     if mark.kind is ToolKind.READ:  # pragma: no cover - reads are never marked
         return Settle.MAKE
     if (
-        mark.kind is ToolKind.KEYED_WRITE
+        mark.kind in _KEYED
         and mark.stable_key
         and dedupe_window_s is not None
         and dedupe_window_s > resume_bound_s

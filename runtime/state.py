@@ -35,6 +35,8 @@ class RunState:
     counters: dict[str, int] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     delegation_keys: dict[str, str] = field(default_factory=dict)
+    # Where a workflow stands: the step to execute next and how often each loop went back.
+    cursor: dict[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -46,6 +48,7 @@ class RunState:
             "counters": self.counters,
             "history": self.history,
             "delegation_keys": self.delegation_keys,
+            "cursor": self.cursor,
         }
 
     @classmethod
@@ -60,6 +63,7 @@ class RunState:
             counters=dict(raw.get("counters", {})),
             history=list(raw.get("history", [])),
             delegation_keys=dict(raw.get("delegation_keys", {})),
+            cursor=dict(raw.get("cursor", {})),
         )
 
     @classmethod
@@ -69,6 +73,9 @@ class RunState:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": user_input})
         return cls(step=0, loop=loop, messages=messages, counters={"model_steps": 0})
+
+    def count_of(self, name: str) -> int:
+        return self.counters.get(name, 0)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n

@@ -17,6 +17,7 @@ import structlog
 from runtime.leases import Token
 from runtime.services import Services
 from store.runs import attempt_status, claim_lost, select_live, touch_stale_queued
+from store.waits import wake_ready
 
 log = structlog.get_logger(__name__)
 
@@ -84,8 +85,9 @@ class Sweeper:
         for token in candidates.values():
             self._take(token, report)
         with self.s.engine.connect() as conn:
+            woken = wake_ready(conn)
             stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
-        for run_id, attempt in stale:
+        for run_id, attempt in [*woken, *stale]:
             self.s.publisher.publish(run_id, attempt)
             report.republished.append(run_id)
         return report

@@ -12,6 +12,9 @@ class ToolKind(StrEnum):
     READ = "read"  # harmless to make again; never marked
     WRITE = "write"  # changes something; settled by its reader, else reported unknown
     KEYED_WRITE = "keyed_write"  # its vendor dedupes on the step key for `dedupe_window_s`
+    APPROVAL_WRITE = "approval_write"  # held until a person approves; sent with the approval id
+    DELEGATION = "delegation"  # a sub-agent run, created and found again by its delegation key
+    REMOTE_AGENT = "remote_agent"  # another agent over A2A; settled by reading its task back
 
     @property
     def changes(self) -> bool:

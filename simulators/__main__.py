@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from simulators.logs import configure_logging, log_event
-from simulators.vendor import DEFAULT_INCIDENT_DEDUPE_S, serve, stop
+from simulators.vendor import DEFAULT_INCIDENT_DEDUPE_S, DEFAULT_NOTIFY_DEDUPE_S, serve, stop
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/liyagent"
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
@@ -41,6 +41,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_INCIDENT_DEDUPE_S,
         help="window in which a repeated Idempotency-Key replays an incident (default: 86400)",
     )
+    parser.add_argument(
+        "--notify-dedupe-s",
+        type=_non_negative,
+        default=DEFAULT_NOTIFY_DEDUPE_S,
+        help="short window in which a repeated Idempotency-Key replays a notification "
+        "(default: 300)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LIYAGENT_LOG_LEVEL") or "INFO")
     return parser.parse_args(argv)
 
@@ -53,7 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the main thread alone receives them through sigwait (no handler runs mid-statement).
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
-        server, thread = serve(args.host, args.port, args.database_url, args.incident_dedupe_s)
+        server, thread = serve(
+            args.host,
+            args.port,
+            args.database_url,
+            args.incident_dedupe_s,
+            notify_dedupe_s=args.notify_dedupe_s,
+        )
     except Exception as exc:
         log_event(logging.ERROR, "start_failed", error=f"{type(exc).__name__}: {exc}")
         return 1

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from simulators import store
 
 MAX_DELAY_MS = 600_000
+DEFAULT_NOTIFY_DEDUPE_S = 300.0
 _MAX_BIGINT = 2**63 - 1
 _VENDORS: Mapping[str, str] = {
     "incidents": "incidents",
@@ -24,6 +25,8 @@ _VENDORS: Mapping[str, str] = {
     "comments": "issues",
     "chat": "chat",
     "tickets": "tickets",
+    "notify": "notify",
+    "a2a": "a2a",
 }
 
 
@@ -163,18 +166,24 @@ def record_of(request: Request, response: Response) -> store.RequestRecord:
 
 @dataclass(frozen=True)
 class Call:
-    """One endpoint invocation: the open transaction, the request and the path parameters."""
+    """One endpoint invocation: the open transaction, the request, path parameters, windows."""
 
     conn: Connection
     request: Request
     params: Mapping[str, str]
     incident_dedupe_s: float
+    notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S
 
 
 Handler = Callable[[Call], Response]
 
 
-def respond(conn: Connection, request: Request, incident_dedupe_s: float) -> Response:
+def respond(
+    conn: Connection,
+    request: Request,
+    incident_dedupe_s: float,
+    notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S,
+) -> Response:
     """Answer ``request``: request errors, then injected faults, then the endpoint (atomically)."""
     if request.error is not None:
         return request.error.response()
@@ -183,7 +192,7 @@ def respond(conn: Connection, request: Request, incident_dedupe_s: float) -> Res
     try:
         handler, params = _route(request)
         with conn.begin_nested():
-            return handler(Call(conn, request, params, incident_dedupe_s))
+            return handler(Call(conn, request, params, incident_dedupe_s, notify_dedupe_s))
     except HttpError as exc:
         return exc.response()
 
@@ -227,6 +236,11 @@ def _text(body: Mapping[str, Any], name: str, default: str | None = None) -> str
     if "\x00" in value:
         raise HttpError(400, f"field '{name}' must not contain NUL characters")
     return value
+
+
+def _optional_text(body: Mapping[str, Any], name: str) -> str | None:
+    """A string field of ``body`` that may be absent or null (None), else as ``_text``."""
+    return None if body.get(name) is None else _text(body, name)
 
 
 def _query(call: Call, name: str) -> str | None:
@@ -337,6 +351,45 @@ def list_chat_replies(call: Call) -> Response:
     return Response(200, store.chat_replies(call.conn, conversation=conversation, key=key))
 
 
+def create_notification(call: Call) -> Response:
+    """Send a notification; a key seen within the short dedupe window replays it (200)."""
+    body = _json_object(call.request)
+    channel, message = _text(body, "channel"), _text(body, "text")
+    key = call.request.idem_key
+    if key is not None:
+        store.lock_idem_key(call.conn, "notify", key)
+        existing = store.recent_notification(call.conn, key, call.notify_dedupe_s)
+        if existing is not None:
+            return Response(200, existing, deduped=True)
+    return Response(201, store.insert_notification(call.conn, channel, message, key))
+
+
+def list_notifications(call: Call) -> Response:
+    """Notifications by ``channel`` and/or ``key`` query parameters (one is required)."""
+    channel, key = _query(call, "channel"), _query(call, "key")
+    if channel is None and key is None:
+        raise HttpError(400, "query parameter 'channel' or 'key' is required")
+    return Response(200, store.notifications(call.conn, channel=channel, key=key))
+
+
+def create_a2a_task(call: Call) -> Response:
+    """Hand a task to the remote agent, which completes it at once; never deduplicated."""
+    body = _json_object(call.request)
+    task_id, message = _text(body, "id"), _text(body, "message")
+    agent = _optional_text(body, "agent")
+    answer = f"{agent or 'remote-agent'} handled: {message}"
+    return Response(201, store.insert_a2a_task(call.conn, task_id, agent, message, answer))
+
+
+def get_a2a_task(call: Call) -> Response:
+    """The first task created with the path's task id, or 404."""
+    task_id = call.params["task"]
+    found = store.a2a_task(call.conn, task_id)
+    if found is None:
+        raise HttpError(404, f"task {task_id} not found")
+    return Response(200, found)
+
+
 _SEGMENT = r"[^/]+"
 ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
     (method, re.compile(pattern.replace("{", "(?P<").replace("}", f">{_SEGMENT})")), handler)
@@ -352,5 +405,9 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
         ("GET", "/comments", list_comments_by_key),
         ("POST", "/chat/replies", create_chat_reply),
         ("GET", "/chat/replies", list_chat_replies),
+        ("POST", "/notify", create_notification),
+        ("GET", "/notify", list_notifications),
+        ("POST", "/a2a/tasks", create_a2a_task),
+        ("GET", "/a2a/tasks/{task}", get_a2a_task),
     )
 )

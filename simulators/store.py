@@ -52,12 +52,27 @@ DDL: tuple[str, ...] = (
         created_at timestamptz NOT NULL DEFAULT now())""",
     "CREATE INDEX IF NOT EXISTS chat_replies_idem_key_idx ON sim.chat_replies (idem_key)",
     "CREATE INDEX IF NOT EXISTS chat_replies_conv_idx ON sim.chat_replies (conversation)",
+    """CREATE TABLE IF NOT EXISTS sim.notifications (
+        id bigserial PRIMARY KEY, channel text NOT NULL, text text NOT NULL, idem_key text,
+        created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE INDEX IF NOT EXISTS notifications_idem_key_idx
+        ON sim.notifications (idem_key, created_at)""",
+    "CREATE INDEX IF NOT EXISTS notifications_channel_idx ON sim.notifications (channel)",
+    """CREATE TABLE IF NOT EXISTS sim.a2a_tasks (
+        id bigserial PRIMARY KEY, task_id text NOT NULL, agent text, message text NOT NULL,
+        status text NOT NULL, answer text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now())""",
+    "CREATE INDEX IF NOT EXISTS a2a_tasks_task_id_idx ON sim.a2a_tasks (task_id, id)",
 )
 
 _INCIDENT = "id, title, severity, idem_key, created_at, updated_at"
 _UPDATE = "id, incident_id, body, idem_key, created_at"
 _COMMENT = "id, issue, body, idem_key, created_at"
 _REPLY = "id, conversation, text, cards, idem_key, created_at"
+_NOTIFICATION = "id, channel, text, idem_key, created_at"
+# A task as the remote agent shows it: the client's task id is ``id``, our row id is ``row``.
+_TASK = 'task_id AS id, status, answer, id AS "row"'
+_TASK_DETAIL = f"{_TASK}, agent, message, created_at"
 _WINDOW = "created_at > clock_timestamp() - make_interval(secs => :window)"
 
 
@@ -227,6 +242,44 @@ def chat_replies(
     return _all(conn, sql, params)
 
 
+def recent_notification(conn: Connection, key: str, window_s: float) -> Row | None:
+    """The newest notification sent with ``key`` less than ``window_s`` seconds ago."""
+    sql = f"SELECT {_NOTIFICATION} FROM sim.notifications WHERE idem_key = :key AND {_WINDOW}"
+    return _one(conn, sql + " ORDER BY id DESC LIMIT 1", {"key": key, "window": window_s})
+
+
+def insert_notification(conn: Connection, channel: str, message: str, key: str | None) -> Row:
+    """Create a notification row."""
+    sql = f"""INSERT INTO sim.notifications (channel, text, idem_key)
+              VALUES (:channel, :text, :key) RETURNING {_NOTIFICATION}"""
+    return _inserted(conn, sql, {"channel": channel, "text": message, "key": key})
+
+
+def notifications(
+    conn: Connection, *, channel: str | None = None, key: str | None = None
+) -> list[Row]:
+    """Notifications filtered by channel and/or idempotency key, oldest first."""
+    where, params = _where({"channel": channel, "idem_key": key})
+    sql = f"SELECT {_NOTIFICATION} FROM sim.notifications {where} ORDER BY id LIMIT {LIST_LIMIT}"
+    return _all(conn, sql, params)
+
+
+def insert_a2a_task(
+    conn: Connection, task_id: str, agent: str | None, message: str, answer: str
+) -> Row:
+    """Create a completed task row (never deduplicated: a repeated task id adds a row)."""
+    sql = f"""INSERT INTO sim.a2a_tasks (task_id, agent, message, status, answer)
+              VALUES (:task_id, :agent, :message, 'completed', :answer) RETURNING {_TASK}"""
+    params = {"task_id": task_id, "agent": agent, "message": message, "answer": answer}
+    return _inserted(conn, sql, params)
+
+
+def a2a_task(conn: Connection, task_id: str) -> Row | None:
+    """The first task row created with ``task_id``, or None."""
+    sql = f"SELECT {_TASK_DETAIL} FROM sim.a2a_tasks WHERE task_id = :task_id ORDER BY id LIMIT 1"
+    return _one(conn, sql, {"task_id": task_id})
+
+
 def record_request(conn: Connection, record: RequestRecord) -> int:
     """Write the record of one received request; returns its id."""
     sql = """INSERT INTO sim.requests
@@ -259,9 +312,9 @@ def count_requests(
     )
 
 
-def _count_by_key(conn: Connection, table: str) -> dict[str, int]:
-    """Rows per non-null idempotency key in one of the simulators' entity tables."""
-    sql = f"SELECT idem_key, count(*) FROM sim.{table} WHERE idem_key IS NOT NULL GROUP BY idem_key"
+def _count_by_key(conn: Connection, table: str, column: str = "idem_key") -> dict[str, int]:
+    """Rows per non-null ``column`` value (the idempotency key by default) in an entity table."""
+    sql = f"SELECT {column}, count(*) FROM sim.{table} WHERE {column} IS NOT NULL GROUP BY {column}"
     return {str(key): int(n) for key, n in conn.execute(text(sql))}
 
 
@@ -278,3 +331,13 @@ def comments_by_key(conn: Connection) -> dict[str, int]:
 def chat_replies_by_key(conn: Connection) -> dict[str, int]:
     """How many chat reply rows exist per idempotency key."""
     return _count_by_key(conn, "chat_replies")
+
+
+def notifications_by_key(conn: Connection) -> dict[str, int]:
+    """How many notification rows exist per idempotency key (more than 1 means a duplicate)."""
+    return _count_by_key(conn, "notifications")
+
+
+def a2a_tasks_by_id(conn: Connection) -> dict[str, int]:
+    """How many task rows the remote agent holds per client task id (more than 1: a duplicate)."""
+    return _count_by_key(conn, "a2a_tasks", "task_id")

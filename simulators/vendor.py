@@ -19,25 +19,30 @@ from sqlalchemy import Engine
 
 from simulators import routes, store
 from simulators.logs import log_event
-from simulators.routes import HttpError, Request, Response
+from simulators.routes import DEFAULT_NOTIFY_DEDUPE_S, HttpError, Request, Response
 from simulators.store import (
+    a2a_tasks_by_id,
     chat_replies_by_key,
     comments_by_key,
     count_requests,
     ensure_schema,
     incidents_by_key,
     make_engine,
+    notifications_by_key,
 )
 
 __all__ = [
     "DEFAULT_INCIDENT_DEDUPE_S",
+    "DEFAULT_NOTIFY_DEDUPE_S",
     "SimulatorServer",
+    "a2a_tasks_by_id",
     "chat_replies_by_key",
     "comments_by_key",
     "count_requests",
     "ensure_schema",
     "incidents_by_key",
     "make_engine",
+    "notifications_by_key",
     "serve",
     "stop",
 ]
@@ -110,13 +115,20 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
 
 class SimulatorServer(ThreadingHTTPServer):
-    """Threaded HTTP server owning the database engine and the incident dedupe window."""
+    """Threaded HTTP server owning the database engine and the dedupe windows."""
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], engine: Engine, incident_dedupe_s: float) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        engine: Engine,
+        incident_dedupe_s: float,
+        notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S,
+    ) -> None:
         self.engine = engine
         self.incident_dedupe_s = incident_dedupe_s
+        self.notify_dedupe_s = notify_dedupe_s
         self._tx_engine = store.transactional(engine)
         super().__init__(address, SimulatorHandler)
 
@@ -135,7 +147,9 @@ class SimulatorServer(ThreadingHTTPServer):
         """Answer and record ``request`` in one transaction; 500 (still recorded) on failure."""
         try:
             with self._tx_engine.begin() as conn:
-                response = routes.respond(conn, request, self.incident_dedupe_s)
+                response = routes.respond(
+                    conn, request, self.incident_dedupe_s, self.notify_dedupe_s
+                )
                 store.record_request(conn, routes.record_of(request, response))
             return response
         except Exception:
@@ -167,18 +181,26 @@ def serve(
     port: int,
     database_url: str,
     incident_dedupe_s: float = DEFAULT_INCIDENT_DEDUPE_S,
+    *,
+    notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S,
 ) -> tuple[SimulatorServer, threading.Thread]:
     """Create the schema, bind ``host:port`` (0 picks a free port) and serve in a thread."""
     engine = make_engine(database_url)
     try:
         ensure_schema(engine)
-        server = SimulatorServer((host, port), engine, incident_dedupe_s)
+        server = SimulatorServer((host, port), engine, incident_dedupe_s, notify_dedupe_s)
     except BaseException:
         engine.dispose()
         raise
     thread = threading.Thread(target=server.serve_forever, name="simulators-http", daemon=True)
     thread.start()
-    log_event(logging.INFO, "listening", url=server.url, incident_dedupe_s=incident_dedupe_s)
+    log_event(
+        logging.INFO,
+        "listening",
+        url=server.url,
+        incident_dedupe_s=incident_dedupe_s,
+        notify_dedupe_s=notify_dedupe_s,
+    )
     return server, thread
 
 

@@ -117,11 +117,18 @@ def record_outcome(
     _finish_mark(conn, run_id, attempt, step, call_index, "done", sealed_outcome, settlement)
 
 
-def settle_unknown(
-    conn: sa.Connection, *, run_id: str, attempt: int, step: int, call_index: int
+def settle_mark(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    attempt: int,
+    step: int,
+    call_index: int,
+    settlement: str,
 ) -> None:
-    """Record that a resume settled an in-doubt call as unknown and did not send it (fenced)."""
-    _finish_mark(conn, run_id, attempt, step, call_index, "settled", None, "unknown")
+    """Record that an in-doubt call was settled without an outcome (unknown, or refused by a
+    gate) and was not sent again (fenced)."""
+    _finish_mark(conn, run_id, attempt, step, call_index, "settled", None, settlement)
 
 
 def _finish_mark(

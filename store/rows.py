@@ -42,6 +42,11 @@ class RunRow:
     agent: str
     owner: str
     entry_kind: str
+    kind: str
+    channel: str
+    run_as: str | None
+    parent_run_id: str | None
+    waiting_on: str | None
     spec: dict[str, Any]
     status: str
     attempt: Attempt
@@ -117,3 +122,34 @@ class TranscriptRow:
     role: str
     content: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """The gates of one run as they stand now, read in one statement."""
+
+    stop_reason: str | None
+    owner_may_run: bool
+    owner_reason: str | None
+    run_as_may_act: bool
+    run_as_reason: str | None
+    channel_enabled: bool
+    channel_reason: str | None
+    # Containment: the tools this agent may use; None when unrestricted.
+    agent_tools: frozenset[str] | None
+
+
+@dataclass(frozen=True)
+class ApprovalRow:
+    id: str
+    run_id: str
+    step: int
+    call_index: int
+    step_key: str
+    tool: str
+    args: dict[str, Any]
+    status: str
+    decided_by: str | None
+    reason: str | None
+    created_at: datetime
+    decided_at: datetime | None

@@ -38,6 +38,10 @@ def insert_run(
     spec: dict[str, Any],
     user_input: str,
     sealed_checkpoint: bytes,
+    kind: str = "agent",
+    channel: str = "api",
+    run_as: str | None = None,
+    parent_run_id: str | None = None,
 ) -> tuple[RunId, bool]:
     """Insert a queued run, its step-0 checkpoint and its transcript's first line, in one
     statement; with a request key already used, return that run instead (False: not new)."""
@@ -45,9 +49,10 @@ def insert_run(
         sa.text(
             """
             WITH r AS (
-                INSERT INTO runs (id, correlation_id, request_key, agent, owner, entry_kind, spec)
+                INSERT INTO runs (id, correlation_id, request_key, agent, owner, entry_kind,
+                                  spec, kind, channel, run_as, parent_run_id)
                 VALUES (:id, :correlation_id, :request_key, :agent, :owner, :entry_kind,
-                        CAST(:spec AS jsonb))
+                        CAST(:spec AS jsonb), :kind, :channel, :run_as, :parent_run_id)
                 ON CONFLICT (request_key) WHERE request_key IS NOT NULL DO NOTHING
                 RETURNING id),
             c AS (
@@ -69,6 +74,10 @@ def insert_run(
             "spec": _json(spec),
             "sealed": sealed_checkpoint,
             "user_input": user_input,
+            "kind": kind,
+            "channel": channel,
+            "run_as": run_as,
+            "parent_run_id": parent_run_id,
         },
     ).first()
     if row is not None:
@@ -88,6 +97,13 @@ def get_run(conn: sa.Connection, run_id: str) -> RunRow:
     if row is None:
         raise RunNotFound(run_id)
     return _run(row)
+
+
+def get_run_by_request_key(conn: sa.Connection, request_key: str) -> RunRow | None:
+    row = conn.execute(
+        sa.text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE request_key = :k"), {"k": request_key}
+    ).first()
+    return None if row is None else _run(row)
 
 
 def count_delivery(conn: sa.Connection, run_id: str, attempt: int) -> RunRow | None:

@@ -34,6 +34,16 @@ runs = sa.Table(
     sa.Column("agent", sa.Text, nullable=False),
     sa.Column("owner", sa.Text, nullable=False),
     sa.Column("entry_kind", sa.Text, nullable=False, server_default="plain"),
+    # agent (model loop) or workflow (deterministic step graph).
+    sa.Column("kind", sa.Text, nullable=False, server_default="agent"),
+    # Where the run came from and answers to; a disabled channel stops it (a gate).
+    sa.Column("channel", sa.Text, nullable=False, server_default="api"),
+    # The principal the run acts as; it must still be allowed to act (a gate).
+    sa.Column("run_as", sa.Text, nullable=True),
+    # A sub-agent run points at the parent call that delegated to it.
+    sa.Column("parent_run_id", UUID(as_uuid=False), nullable=True),
+    # What a waiting run waits for: approval:<id> or child:<run id>.
+    sa.Column("waiting_on", sa.Text, nullable=True),
     # The agent's definition as it was enqueued: model provider, script, tools allowed.
     sa.Column("spec", JSONB, nullable=False),
     sa.Column("status", sa.Text, nullable=False, server_default="queued"),
@@ -59,6 +69,7 @@ runs = sa.Table(
         "status IN ('queued','running','waiting','answered','succeeded','failed')", name="status"
     ),
     sa.CheckConstraint("attempt >= 1", name="attempt_positive"),
+    sa.CheckConstraint("kind IN ('agent','workflow')", name="kind"),
     sa.Index(
         "uq_runs_request_key",
         "request_key",
@@ -69,6 +80,16 @@ runs = sa.Table(
         "ix_runs_queued_at",
         "queued_at",
         postgresql_where=sa.text("status = 'queued'"),
+    ),
+    sa.Index(
+        "ix_runs_parent_run_id",
+        "parent_run_id",
+        postgresql_where=sa.text("parent_run_id IS NOT NULL"),
+    ),
+    sa.Index(
+        "ix_runs_waiting",
+        "id",
+        postgresql_where=sa.text("status = 'waiting'"),
     ),
     sa.Index(
         "ix_runs_live",
@@ -155,4 +176,76 @@ model_requests = sa.Table(
     sa.Column("tool_results", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Index("ix_model_requests_run_id", "run_id", "step"),
+)
+
+# Gates, read as they stand now at every start, resume and step (I7).
+
+agent_tools = sa.Table(
+    "agent_tools",
+    metadata,
+    # Containment: an agent with rows here may use only these tools.
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("tool", sa.Text, nullable=False),
+    sa.PrimaryKeyConstraint("agent", "tool"),
+)
+
+stops = sa.Table(
+    "stops",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    # An operator's Stop of one run, or of every run of an agent.
+    sa.Column("run_id", UUID(as_uuid=False), nullable=True),
+    sa.Column("agent", sa.Text, nullable=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("created_by", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("lifted_at", sa.DateTime(timezone=True), nullable=True),
+    sa.CheckConstraint("(run_id IS NULL) <> (agent IS NULL)", name="one_target"),
+    sa.Index("ix_stops_run_id", "run_id", postgresql_where=sa.text("lifted_at IS NULL")),
+    sa.Index("ix_stops_agent", "agent", postgresql_where=sa.text("lifted_at IS NULL")),
+)
+
+channels = sa.Table(
+    "channels",
+    metadata,
+    # A channel without a row is enabled; disabling one stops its runs at their next step.
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+)
+
+principals = sa.Table(
+    "principals",
+    metadata,
+    # A principal without a row may run and act; a row can revoke either.
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("may_run", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("may_act", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+)
+
+approvals = sa.Table(
+    "approvals",
+    metadata,
+    sa.Column("id", UUID(as_uuid=False), primary_key=True),
+    sa.Column(
+        "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("call_index", sa.Integer, nullable=False),
+    # One request per step key: routing the call again coalesces with the request waiting.
+    sa.Column("step_key", sa.Text, nullable=False),
+    sa.Column("tool", sa.Text, nullable=False),
+    sa.Column("args", JSONB, nullable=False),
+    # pending, approved or denied.
+    sa.Column("status", sa.Text, nullable=False, server_default="pending"),
+    sa.Column("decided_by", sa.Text, nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
+    sa.CheckConstraint("status IN ('pending','approved','denied')", name="status"),
+    sa.Index("uq_approvals_step_key", "step_key", unique=True),
+    sa.Index("ix_approvals_run_id", "run_id"),
 )

@@ -61,6 +61,14 @@ class Proc:
             self.popen.wait(timeout=10)
         self._fh.close()
 
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the whole group so it shuts down cleanly; SIGKILL it if it outlives grace_s."""
+        if self.popen.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=grace_s)
+        self.kill()  # also takes any child the leader left behind
+
     def alive(self) -> bool:
         return self.popen.poll() is None
 

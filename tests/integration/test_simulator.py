@@ -1,7 +1,7 @@
 """The vendor simulators as a real subprocess on loopback, judged from their Postgres records.
 
 Each module run gets a throwaway database; two simulator processes start against it at once
-(one with the default incident dedupe window, one with a 1 s window).
+(one with the default incident and notify dedupe windows, one with 1 s windows).
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ import pytest
 from sqlalchemy import Engine, text
 
 from simulators.vendor import (
+    a2a_tasks_by_id,
     chat_replies_by_key,
     comments_by_key,
     count_requests,
     incidents_by_key,
     make_engine,
+    notifications_by_key,
     serve,
     stop,
 )
@@ -122,7 +124,7 @@ def simulators(
     # Started together on purpose: two processes racing to create the `sim` schema.
     procs = [
         _spawn(database_url, long_log),
-        _spawn(database_url, short_log, "--incident-dedupe-s", "1"),
+        _spawn(database_url, short_log, "--incident-dedupe-s", "1", "--notify-dedupe-s", "1"),
     ]
     sims: list[Simulator] = []
     try:
@@ -166,7 +168,7 @@ def statuses(engine: Engine, **where: str) -> list[tuple[str, int, bool]]:
 
 
 def entity_rows(engine: Engine, key: str) -> int:
-    tables = ("incidents", "incident_updates", "comments", "chat_replies")
+    tables = ("incidents", "incident_updates", "comments", "chat_replies", "notifications")
     sql = " + ".join(f"(SELECT count(*) FROM sim.{t} WHERE idem_key = :k)" for t in tables)
     return int(scalar(engine, f"SELECT {sql}", k=key))
 
@@ -337,6 +339,10 @@ def test_every_request_is_recorded_once(sim: Simulator, engine: Engine) -> None:
         ("BREW", "/tickets/T-1", None, 405),
         ("POST", "/issues/I-1/comments", {"body": "x"}, 201),
         ("POST", "/chat/replies", {"conversation": "c", "text": "t"}, 201),
+        ("POST", "/notify", {"channel": "ops", "text": "t"}, 201),
+        ("GET", "/notify?channel=ops", None, 200),
+        ("POST", "/a2a/tasks", {"id": "task-" + uuid.uuid4().hex, "message": "m"}, 201),
+        ("GET", "/a2a/tasks/none-such-" + uuid.uuid4().hex, None, 404),
     ]
     for method, path, body, expected in calls:
         response = sim.client.request(method, path, json=body, headers=headers)
@@ -347,6 +353,8 @@ def test_every_request_is_recorded_once(sim: Simulator, engine: Engine) -> None:
         assert count_requests(conn, run_id=run) == len(calls)
         assert count_requests(conn, vendor="incidents", run_id=run) == 4
         assert count_requests(conn, vendor="tickets", method="GET", run_id=run) == 1
+        assert count_requests(conn, vendor="notify", run_id=run) == 2
+        assert count_requests(conn, vendor="a2a", run_id=run) == 2
     attempts = "SELECT count(*) FROM sim.requests WHERE run_id = :r AND attempt = 3"
     assert scalar(engine, attempts, r=run) == len(calls)
 
@@ -362,6 +370,11 @@ BAD_INPUTS = [
     ("/chat/replies", b'{"text": "hi"}', "conversation"),
     ("/chat/replies", b'{"conversation": "c", "text": 1}', "text"),
     ("/chat/replies", b'{"conversation": "c", "text": "t", "cards": "no"}', "cards"),
+    ("/notify", b"{not json", "JSON"),
+    ("/notify", b'{"text": "hi"}', "channel"),
+    ("/notify", b'{"channel": "ops"}', "text"),
+    ("/notify", b'{"channel": "ops", "text": ["no"]}', "text"),
+    ("/notify", b'{"channel": " ", "text": "t"}', "channel"),
 ]
 
 
@@ -418,8 +431,9 @@ def test_injected_failure_stores_nothing(sim: Simulator, engine: Engine) -> None
         post(sim, "/chat/replies", {"conversation": "c", "text": "t"}, key, **fail).status_code
         == 500
     )
+    assert post(sim, "/notify", {"channel": "c", "text": "t"}, key, **fail).status_code == 500
     assert entity_rows(engine, key) == 0
-    assert statuses(engine, idem_key=key) == [("POST", 500, False)] * 3
+    assert statuses(engine, idem_key=key) == [("POST", 500, False)] * 4
     # Nothing happened, so the same key creates for real afterwards.
     assert post(sim, "/incidents", {"title": "boom"}, key).status_code == 201
     with engine.connect() as conn:
@@ -441,3 +455,170 @@ def test_serve_in_process(database_url: str, engine: Engine) -> None:
     assert not thread.is_alive()
     with engine.connect() as conn:
         assert incidents_by_key(conn)[key] == 1
+
+
+def test_serve_in_process_with_no_notify_window(database_url: str, engine: Engine) -> None:
+    server, thread = serve("127.0.0.1", 0, database_url, notify_dedupe_s=0)
+    try:
+        key = new_key()
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            codes = [
+                client.post(
+                    "/notify", json={"channel": "c", "text": "t"}, headers={"Idempotency-Key": key}
+                )
+                for _ in range(2)
+            ]
+        assert [c.status_code for c in codes] == [201, 201]
+    finally:
+        stop(server, thread)
+    with engine.connect() as conn:
+        assert notifications_by_key(conn)[key] == 2
+
+
+def test_notify_dedupes_within_the_window(sim: Simulator, engine: Engine) -> None:
+    key, channel = new_key(), "chan-" + uuid.uuid4().hex[:8]
+    first = post(sim, "/notify", {"channel": channel, "text": "deploy done"}, key)
+    second = post(sim, "/notify", {"channel": channel, "text": "deploy done"}, key)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    assert first.json()["idem_key"] == key and first.json()["channel"] == channel
+    assert first.json()["text"] == "deploy done"
+    with engine.connect() as conn:
+        assert notifications_by_key(conn)[key] == 1
+        assert count_requests(conn, vendor="notify", method="POST", idem_key=key) == 2
+    assert statuses(engine, idem_key=key) == [("POST", 201, False), ("POST", 200, True)]
+    by_key = sim.client.get("/notify", params={"key": key})
+    assert by_key.status_code == 200
+    assert [n["id"] for n in by_key.json()] == [first.json()["id"]]
+    unkeyed = post(sim, "/notify", {"channel": channel, "text": "no key"})
+    assert unkeyed.status_code == 201 and unkeyed.json()["idem_key"] is None
+    by_channel = sim.client.get("/notify", params={"channel": channel}).json()
+    assert [n["text"] for n in by_channel] == ["deploy done", "no key"]
+    assert sim.client.get("/notify").status_code == 400
+
+
+def test_short_notify_window_creates_second_notification(
+    sim: Simulator, sim_short: Simulator, engine: Engine
+) -> None:
+    key, body = new_key(), {"channel": "ops", "text": "flaky"}
+    sent = time.monotonic()
+    first = post(sim_short, "/notify", body, key)
+    assert first.status_code == 201
+    again = post(sim_short, "/notify", body, key)
+    if time.monotonic() - sent < 0.8:  # only judge the replay when surely inside the 1 s window
+        assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    deadline = sent + 15.0
+    while True:
+        time.sleep(0.2)
+        response = post(sim_short, "/notify", body, key)
+        if response.status_code == 201:
+            break
+        assert response.status_code == 200
+        assert time.monotonic() < deadline, "the 1 s notify dedupe window never expired"
+    assert time.monotonic() - sent >= 0.9
+    assert response.json()["id"] != first.json()["id"]
+    with engine.connect() as conn:
+        assert notifications_by_key(conn)[key] == 2
+    # The default simulator's window is 300 s: the same key still replays there.
+    replay = post(sim, "/notify", body, key)
+    assert replay.status_code == 200 and replay.json()["id"] == response.json()["id"]
+    with engine.connect() as conn:
+        assert notifications_by_key(conn)[key] == 2
+
+
+def test_concurrent_identical_notifications_make_one(sim: Simulator, engine: Engine) -> None:
+    workers = 10
+    for _ in range(3):
+        key = new_key()
+        barrier = threading.Barrier(workers)
+
+        def send(_: int, key: str = key, barrier: threading.Barrier = barrier) -> httpx.Response:
+            barrier.wait(timeout=10)
+            return httpx.post(
+                sim.url + "/notify",
+                json={"channel": "race", "text": "once"},
+                headers={"Idempotency-Key": key},
+                timeout=10,
+            )
+
+        with ThreadPoolExecutor(workers) as pool:
+            responses = list(pool.map(send, range(workers)))
+        assert sorted(r.status_code for r in responses) == [200] * (workers - 1) + [201]
+        assert len({r.json()["id"] for r in responses}) == 1
+        with engine.connect() as conn:
+            assert notifications_by_key(conn)[key] == 1
+            assert count_requests(conn, vendor="notify", idem_key=key) == workers
+        dedupes = scalar(
+            engine, "SELECT count(*) FROM sim.requests WHERE idem_key=:k AND deduped", k=key
+        )
+        assert dedupes == workers - 1
+
+
+def test_a2a_task_create_and_read_back(sim: Simulator, engine: Engine) -> None:
+    task_id = "task-" + uuid.uuid4().hex
+    created = post(sim, "/a2a/tasks", {"id": task_id, "message": "restart db", "agent": "dba"})
+    assert created.status_code == 201
+    row = created.json()["row"]
+    assert created.json() == {
+        "id": task_id,
+        "status": "completed",
+        "answer": "dba handled: restart db",
+        "row": row,
+    }
+    read = sim.client.get(f"/a2a/tasks/{task_id}")
+    assert read.status_code == 200
+    assert {k: read.json()[k] for k in ("id", "status", "answer", "row")} == created.json()
+    assert read.json()["agent"] == "dba" and read.json()["message"] == "restart db"
+    anonymous = post(sim, "/a2a/tasks", {"id": "task-" + uuid.uuid4().hex, "message": "hi"})
+    assert anonymous.status_code == 201
+    assert anonymous.json()["answer"] == "remote-agent handled: hi"
+    missing = sim.client.get("/a2a/tasks/none-" + uuid.uuid4().hex)
+    assert missing.status_code == 404 and "error" in missing.json()
+    with engine.connect() as conn:
+        assert a2a_tasks_by_id(conn)[task_id] == 1
+        assert count_requests(conn, vendor="a2a", method="POST") >= 2
+
+
+def test_a2a_duplicate_post_makes_two_rows(sim: Simulator, engine: Engine) -> None:
+    task_id, key = "task-" + uuid.uuid4().hex, new_key()
+    body = {"id": task_id, "message": "page oncall"}
+    first, second = post(sim, "/a2a/tasks", body, key), post(sim, "/a2a/tasks", body, key)
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["row"] != second.json()["row"]
+    assert first.json()["id"] == second.json()["id"] == task_id
+    read = sim.client.get(f"/a2a/tasks/{task_id}")
+    assert read.status_code == 200 and read.json()["row"] == first.json()["row"]
+    with engine.connect() as conn:
+        assert a2a_tasks_by_id(conn)[task_id] == 2
+        assert count_requests(conn, vendor="a2a", method="POST", idem_key=key) == 2
+    assert statuses(engine, idem_key=key) == [("POST", 201, False), ("POST", 201, False)]
+
+
+A2A_BAD_INPUTS = [
+    (b"{not json", "JSON"),
+    (b'"a string"', "object"),
+    (b'{"message": "m"}', "id"),
+    (b'{"id": "", "message": "m"}', "id"),
+    (b'{"id": 7, "message": "m"}', "id"),
+    (b'{"id": "ID"}', "message"),
+    (b'{"id": "ID", "message": {"m": 1}}', "message"),
+    (b'{"id": "ID", "message": "m", "agent": 3}', "agent"),
+]
+
+
+@pytest.mark.parametrize(("raw", "field"), A2A_BAD_INPUTS)
+def test_a2a_bad_input_is_400_and_stores_nothing(
+    sim: Simulator, engine: Engine, raw: bytes, field: str
+) -> None:
+    key, task_id = new_key(), "task-" + uuid.uuid4().hex
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+    content = raw.replace(b'"ID"', f'"{task_id}"'.encode())
+    before = scalar(engine, "SELECT count(*) FROM sim.a2a_tasks")
+    response = sim.client.post("/a2a/tasks", content=content, headers=headers)
+    assert response.status_code == 400
+    assert field in response.json()["error"]
+    assert scalar(engine, "SELECT count(*) FROM sim.a2a_tasks") == before
+    with engine.connect() as conn:
+        assert task_id not in a2a_tasks_by_id(conn)
+    assert sim.client.get(f"/a2a/tasks/{task_id}").status_code == 404
+    assert statuses(engine, idem_key=key) == [("POST", 400, False)]

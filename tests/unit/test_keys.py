@@ -45,3 +45,13 @@ def test_key_ignores_clock_and_chance() -> None:
 
 def test_fresh_keys_differ_per_call() -> None:
     assert fresh_key() != fresh_key()
+
+
+def test_workflow_keys_repeat_on_retry_and_change_on_loop_back() -> None:
+    from runtime.keys import workflow_step_key
+
+    retry = workflow_step_key("wf-1", "open", 2), workflow_step_key("wf-1", "open", 2)
+    assert retry[0] == retry[1]
+    assert workflow_step_key("wf-1", "open", 5) != retry[0]
+    assert workflow_step_key("wf-1", "note", 2) != retry[0]
+    assert workflow_step_key("wf-2", "open", 2) != retry[0]

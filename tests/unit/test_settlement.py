@@ -159,3 +159,52 @@ def test_missing_tool_in_doubt_is_unknown() -> None:
         )
         is Settle.UNKNOWN
     )
+
+
+def test_approved_call_in_doubt_is_resent_with_its_approval_id_if_the_vendor_dedupes() -> None:
+    assert (
+        decide(
+            kind_now=ToolKind.APPROVAL_WRITE,
+            mark=doubt(ToolKind.APPROVAL_WRITE),
+            has_reader=False,
+            dedupe_window_s=86400,
+            resume_bound_s=BOUND,
+        )
+        is Settle.RESEND
+    )
+
+
+def test_approved_call_in_doubt_without_dedupe_is_read_back_or_unknown() -> None:
+    assert (
+        decide(
+            kind_now=ToolKind.APPROVAL_WRITE,
+            mark=doubt(ToolKind.APPROVAL_WRITE),
+            has_reader=True,
+            dedupe_window_s=None,
+            resume_bound_s=BOUND,
+        )
+        is Settle.READ_BACK
+    )
+    assert (
+        decide(
+            kind_now=ToolKind.APPROVAL_WRITE,
+            mark=doubt(ToolKind.APPROVAL_WRITE),
+            has_reader=False,
+            dedupe_window_s=None,
+            resume_bound_s=BOUND,
+        )
+        is Settle.UNKNOWN
+    )
+
+
+def test_remote_agent_in_doubt_is_read_back() -> None:
+    assert (
+        decide(
+            kind_now=ToolKind.REMOTE_AGENT,
+            mark=doubt(ToolKind.REMOTE_AGENT),
+            has_reader=True,
+            dedupe_window_s=None,
+            resume_bound_s=BOUND,
+        )
+        is Settle.READ_BACK
+    )

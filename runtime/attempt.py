@@ -1,0 +1,200 @@
+"""One attempt of one run, whatever its kind: gates, checkpoint loading, hand-back, suspend,
+answer, failure. `AgentRun` and `WorkflowRun` add the loop that produces steps."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import structlog
+
+from runtime import drain, faults
+from runtime.calls import CallRouter, KeyFn, Settled
+from runtime.enqueue import publish_quietly
+from runtime.gates import run_refusal
+from runtime.heartbeat import RunLease
+from runtime.sealing import SealError
+from runtime.services import Services
+from runtime.state import RunState
+from runtime.waiting import Suspend
+from store.checkpoints import latest_checkpoint, write_checkpoint
+from store.gates import select_gates
+from store.records import insert_owned_audit
+from store.rows import FencedOut, GateRow, RunRow
+from store.runs import deliver_to_transcript, fail_run, hand_back, store_answer
+from store.waits import suspend, wake_parent
+
+log = structlog.get_logger(__name__)
+
+
+class HandedBack(Exception):
+    """The worker is shutting down: the run went back to the queue as a new attempt."""
+
+
+class RunFailed(Exception):
+    """The run was failed with a reason (already written); nothing more to do."""
+
+
+class RunAttempt:
+    """Executes one attempt of one run that this process has claimed and leased."""
+
+    def __init__(
+        self, services: Services, run: RunRow, lease: RunLease, key_for: KeyFn | None = None
+    ) -> None:
+        self.s = services
+        self.run = run
+        self.lease = lease
+        self.log = log.bind(run_id=run.id, attempt=run.attempt)
+        self.router = CallRouter(services, run, lease, key_for)
+
+    def execute(self) -> str:
+        """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended."""
+        try:
+            if self.run.status == "answered":
+                self._hand_on(self._open_answer())
+                return "answer_handed_on"
+            self._gates()
+            return self._loop(self._load_state())
+        except RunFailed:
+            return "failed"
+        except HandedBack:
+            return "handed_back"
+        except Suspend as wait:
+            with self.s.engine.connect() as conn:
+                suspend(conn, self.run.id, self.run.attempt, wait.waiting_on, self.run.step)
+            self.s.leases.release(self.lease.token)
+            self.log.info("run.waiting", waiting_on=wait.waiting_on)
+            return "waiting"
+
+    def _loop(self, state: RunState) -> str:
+        raise NotImplementedError
+
+    def _gates(self) -> GateRow:
+        """The gates as they stand now; a run-level refusal fails the run with its reason."""
+        with self.s.engine.connect() as conn:
+            gates = select_gates(conn, self.run.id)
+        refusal = run_refusal(gates, self.run)
+        if refusal is not None:
+            self._fail(refusal, "gate_refused")
+        return gates
+
+    def _resume_calls(self, state: RunState) -> tuple[GateRow, bool]:
+        """Take up the calls the checkpoint left (through the gates as they stand now)."""
+        gates = self._gates()
+        if state.calls:
+            results, settled = self.router.route(state, resuming=True, gates=gates)
+            state.add_results(results)
+            self._audit_resume(state, settled)
+            return gates, True
+        if self.run.attempt > 1:
+            self._audit_resume(state, [])
+        return gates, False
+
+    def _load_state(self) -> RunState:
+        with self.s.engine.connect() as conn:
+            row = latest_checkpoint(conn, self.run.id)
+        if row is None:
+            self._fail("it has no checkpoint to start from", "no_checkpoint")
+        try:
+            payload = self.s.sealer.open(self.run.id, "checkpoint", row.step, row.sealed)
+            return RunState.from_payload(payload)
+        except (SealError, ValueError, KeyError) as exc:
+            self._fail(
+                f"its checkpoint of step {row.step} does not verify ({exc}); it was not used",
+                "seal_failed",
+                step=row.step,
+            )
+
+    def _checkpoint(self, state: RunState) -> None:
+        """Write the step's sealed checkpoint before any of its calls is made (fenced)."""
+        sealed = self.s.sealer.seal(self.run.id, "checkpoint", state.step, state.to_payload())
+        with self.s.engine.connect() as conn:
+            write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
+        self.log.info("run.checkpoint", step=state.step, calls=len(state.calls))
+
+    def _open_answer(self) -> str:
+        assert self.run.answer is not None
+        try:
+            payload: dict[str, Any] = self.s.sealer.open(self.run.id, "answer", 0, self.run.answer)
+        except SealError as exc:
+            self._fail(
+                f"its stored answer does not verify ({exc}); it was not handed on", "seal_failed"
+            )
+        return str(payload["text"])
+
+    def _boundary(self, state: RunState) -> GateRow:
+        """Between steps: still ours? shutting down? still allowed? (I3, I7)"""
+        self.lease.ensure()
+        if drain.requested():
+            with self.s.engine.connect() as conn:
+                new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.s.holder)
+            self.s.leases.release(self.lease.token)
+            publish_quietly(self.s, self.run.id, new_attempt)
+            self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
+            raise HandedBack
+        return self._gates()
+
+    def _finish(self, text: str) -> None:
+        sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
+        with self.s.engine.connect() as conn:
+            store_answer(conn, self.run.id, self.run.attempt, sealed)
+        faults.point("after_answer")
+        self._hand_on(text)
+
+    def _hand_on(self, text: str) -> None:
+        """Deliver the stored answer to its entry point, once (the run is then succeeded)."""
+        with self.s.engine.connect() as conn:
+            deliver_to_transcript(conn, self.run.id, self.run.attempt, text)
+        self.log.info("run.succeeded")
+        self._wake_parent()
+
+    def _wake_parent(self) -> None:
+        if self.run.parent_run_id is None:
+            return
+        with self.s.engine.connect() as conn:
+            woke = wake_parent(conn, self.run.id)
+        if woke is not None:
+            publish_quietly(self.s, *woke)
+
+    def _audit_resume(self, state: RunState, settled: list[Settled]) -> None:
+        kind = (
+            "agent.run.crash_resumed" if self.run.resume_reason == "lost" else "agent.run.resumed"
+        )
+        detail = {
+            "lost_count": self.run.lost_count,
+            "reason": self.run.resume_reason,
+            "worker": self.s.holder,
+            "calls": [s.to_json() for s in settled],
+        }
+        with self.s.engine.connect() as conn:
+            if not insert_owned_audit(
+                conn,
+                run_id=self.run.id,
+                attempt=self.run.attempt,
+                kind=kind,
+                step=state.step,
+                detail=detail,
+            ):
+                raise FencedOut(self.run.id, self.run.attempt, "audit the resume")
+        self.log.info(
+            "run.resumed",
+            step=state.step,
+            lost_count=self.run.lost_count,
+            calls=[s.settled for s in settled],
+        )
+
+    def _fail(self, reason: str, code: str, step: int | None = None) -> NoReturn:
+        """Fail the run for this attempt with the reason, told and audited; never returns."""
+        with self.s.engine.connect() as conn:
+            done = fail_run(
+                conn,
+                self.run.id,
+                self.run.attempt,
+                reason=reason,
+                audit_kind="agent.run.failed",
+                detail={"code": code, "step": step, "worker": self.s.holder},
+            )
+        if not done:
+            raise FencedOut(self.run.id, self.run.attempt, "fail the run")
+        self.log.warning("run.failed", code=code, reason=reason)
+        self._wake_parent()
+        raise RunFailed(reason)

@@ -1,0 +1,327 @@
+"""`liyagent`: make seal keys, migrate, start and watch runs, inspect one, run the demo.
+
+Exit codes scripts can rely on: 0 ok, 1 operational failure (a run failed, a timeout, no such
+run), 2 bad usage or input (nothing was stored), 3 Postgres or Redis cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import kombu.exceptions
+import redis
+import sqlalchemy as sa
+from rich.console import Console
+
+from runtime import logs
+from runtime.client import BadRequest, parse_run_id
+from runtime.models.scripted import ScriptError, validate_script
+from runtime.sealing import new_key_entry
+from runtime.settings import ConfigError, get_settings
+from store.rows import RunNotFound
+
+OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
+DESCRIPTION = "Durable LLM agent runs: seal keys, migrations, runs, status, inspect and the demo."
+_KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_BUILTIN_TOOLS = ("ticket.read", "incident.create", "issue.comment", "chat.reply")
+
+
+class CliError(Exception):
+    """A failure to report on stderr with the exit code scripts should see."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _out() -> Console:
+    return Console(highlight=False)
+
+
+def _print_json(payload: Any) -> None:
+    print(json.dumps(payload, sort_keys=True, default=str), flush=True)
+
+
+def _safe(url: str) -> str:
+    return str(sa.make_url(url).render_as_string(hide_password=True))
+
+
+def cmd_keys_new(args: argparse.Namespace) -> int:
+    """Print one fresh `kid:base64key` entry for LIYAGENT_SEAL_KEYS."""
+    kid = args.kid or f"k{datetime.now(UTC):%Y%m%d}"
+    if not _KID.fullmatch(kid):
+        raise CliError(f"key id {kid!r}: use 1-64 letters, digits, '.', '_' or '-'", USAGE)
+    print(new_key_entry(kid))
+    return OK
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    """Migrate the database to the latest schema (Alembic head)."""
+    from store import migrate
+
+    url = args.url or get_settings().database_url
+    try:
+        migrate.upgrade(url)
+    except sa.exc.OperationalError as exc:
+        why = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise CliError(
+            f"cannot reach Postgres at {_safe(url)} ({why}); start it, create the database, "
+            "or pass --url",
+            UNREACHABLE,
+        ) from None
+    print(f"{_safe(url)}: the schema is at the latest revision", file=sys.stderr)
+    return OK
+
+
+def _load_script(path: str) -> dict[str, Any]:
+    """Read and validate a scripted-model file; any problem is bad input (exit 2)."""
+    try:
+        raw = Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read the script file {path}: {exc.strerror}", USAGE) from None
+    try:
+        script = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{path} is not JSON: {exc}", USAGE) from None
+    try:
+        validate_script(script)
+    except ScriptError as exc:
+        raise CliError(f"{path}: {exc}; nothing was stored", USAGE) from None
+    if not isinstance(script, dict):  # validate_script guarantees it; narrows the type
+        raise CliError(f"{path}: a script is an object", USAGE)
+    return script
+
+
+def _tools(raw: str | None) -> list[str] | None:
+    if raw is None:
+        return None
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(_BUILTIN_TOOLS))
+    if unknown or not names:
+        raise CliError(
+            f"--tools {raw!r}: unknown {', '.join(unknown) or 'empty list'}; "
+            f"available: {', '.join(_BUILTIN_TOOLS)}",
+            USAGE,
+        )
+    return names
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Enqueue one run with a scripted model; with --wait, wait for its end."""
+    script = _load_script(args.script)
+    tools = _tools(args.tools)
+    if not args.input.strip():
+        raise CliError("--input must not be empty; nothing was stored", USAGE)
+    from runtime.reporting import render_view, view_json
+    from tasks.services import client
+
+    c = client()
+    c.s.redis.ping()  # fail fast (exit 3) rather than leave the run for the outbox
+    run_id = c.start_run(
+        agent=args.agent,
+        model={"provider": "scripted", "script": script},
+        user_input=args.input,
+        tools=tools,
+        request_key=args.request_key,
+    )
+    if not args.wait:
+        if args.json:
+            _print_json(view_json(c.get(run_id)))
+        else:
+            print(run_id)
+        return OK
+    try:
+        view = c.wait(run_id, timeout_s=args.timeout)
+    except TimeoutError as exc:
+        if args.json:
+            _print_json({**view_json(c.get(run_id)), "timed_out": True})
+        raise CliError(f"{exc}; check it later with `liyagent status {run_id}`", FAILED) from None
+    if args.json:
+        _print_json(view_json(view))
+    else:
+        render_view(_out(), view)
+    return FAILED if view.status == "failed" else OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """One run's status, or a table of the most recent runs."""
+    from runtime.reporting import render_recent, render_view, summary_json, view_json
+    from store.views import recent_runs
+    from tasks.services import client
+
+    c = client()
+    if args.run_id:
+        view = c.get(parse_run_id(args.run_id))
+        if args.json:
+            _print_json(view_json(view))
+        else:
+            render_view(_out(), view)
+        return OK
+    if args.limit < 1:
+        raise CliError("--limit must be at least 1", USAGE)
+    with c.s.engine.connect() as conn:
+        runs = recent_runs(conn, args.limit)
+    if args.json:
+        _print_json([summary_json(r) for r in runs])
+    else:
+        render_recent(_out(), runs)
+    return OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """A run's attempts, checkpoints, call marks, audit, transcript and model requests."""
+    from runtime.reporting import inspect_run, render_report, report_json
+    from runtime.sealing import load_sealer
+    from store import db
+
+    run_id = parse_run_id(args.run_id)
+    settings = get_settings()
+    report = inspect_run(
+        db.engine_for(settings.database_url), load_sealer(settings.production), run_id
+    )
+    if args.json:
+        _print_json(report_json(report))
+    else:
+        render_report(_out(), report)
+    return OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The crash-resume demo (see runtime/demo.py)."""
+    from runtime.demo import DEFAULT_DATABASE, DemoOptions, run_demo
+
+    if not 2 <= args.runs <= 200:
+        raise CliError("--runs must be between 2 and 200", USAGE)
+    options = DemoOptions(
+        runs=args.runs,
+        json=args.json,
+        timeout_s=args.timeout,
+        report_dir=Path(args.report_dir),
+        private=args.private_servers,
+        database=os.environ.get("LIYAGENT_DEMO_DATABASE") or DEFAULT_DATABASE,
+    )
+    return run_demo(options)
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: one sub-command per task."""
+    parser = argparse.ArgumentParser(prog="liyagent", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    keys = sub.add_parser("keys", help="seal keys").add_subparsers(dest="action", required=True)
+    p = keys.add_parser("new", help="print a fresh kid:base64key entry")
+    p.add_argument("kid", nargs="?", help="key id (default: k<today>, e.g. k20261130)")
+    p.set_defaults(handler=cmd_keys_new)
+    dbp = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
+    p = dbp.add_parser("upgrade", help="migrate to the latest schema")
+    p.add_argument("--url", help="database URL (default: LIYAGENT_DATABASE_URL)")
+    p.set_defaults(handler=cmd_db_upgrade)
+    _add_run_parser(sub)
+    p = sub.add_parser("status", help="one run, or the most recent runs")
+    p.add_argument("run_id", nargs="?", metavar="RUN_ID")
+    p.add_argument("--limit", type=int, default=20, help="how many recent runs (default 20)")
+    _add_json(p)
+    p.set_defaults(handler=cmd_status)
+    p = sub.add_parser("inspect", help="everything recorded about one run")
+    p.add_argument("run_id", metavar="RUN_ID")
+    _add_json(p)
+    p.set_defaults(handler=cmd_inspect)
+    _add_demo_parser(sub)
+    return parser
+
+
+def _add_run_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="start a run with a scripted model")
+    p.add_argument("--agent", required=True, help="agent name")
+    p.add_argument("--script", required=True, metavar="FILE.json", help="scripted model steps")
+    p.add_argument("--input", required=True, metavar="TEXT", help="the user's message")
+    p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
+    p.add_argument("--tools", metavar="a,b", help=f"allowed tools: {', '.join(_BUILTIN_TOOLS)}")
+    p.add_argument("--wait", action="store_true", help="wait for the run to end")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (default 120)")
+    _add_json(p)
+    p.set_defaults(handler=cmd_run)
+
+
+def _add_demo_parser(sub: Any) -> None:
+    p = sub.add_parser("demo", help="the crash-resume demo: a worker SIGKILLed mid-run")
+    p.add_argument("--runs", type=int, default=8, help="runs in the batch (default 8)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait after the kill")
+    p.add_argument("--report-dir", default="reports", help="where the HTML report goes")
+    p.add_argument(
+        "--private-servers",
+        action="store_true",
+        help="always start private Postgres and Redis, even if the machine's answer",
+    )
+    _add_json(p)
+    p.set_defaults(handler=cmd_demo)
+
+
+def _classify(exc: BaseException) -> CliError | None:
+    """Map an exception to the message and exit code the user sees, or None if unexpected."""
+    if isinstance(exc, CliError):
+        return exc
+    if isinstance(exc, BadRequest | ConfigError | ScriptError | sa.exc.ArgumentError):
+        return CliError(str(exc), USAGE)
+    if isinstance(exc, RunNotFound):
+        return CliError(str(exc), FAILED)
+    if isinstance(exc, sa.exc.OperationalError):
+        url = _safe(get_settings().database_url)
+        why = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        return CliError(
+            f"cannot reach Postgres at {url} ({why}); start it or set LIYAGENT_DATABASE_URL",
+            UNREACHABLE,
+        )
+    if isinstance(exc, sa.exc.ProgrammingError):
+        return CliError(
+            f"the database is not ready ({str(exc.orig).strip().splitlines()[0]}); "
+            "run `liyagent db upgrade`",
+            FAILED,
+        )
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return CliError(
+            f"cannot reach Redis at {get_settings().redis_url} ({exc}); start it or set "
+            "LIYAGENT_REDIS_URL",
+            UNREACHABLE,
+        )
+    if isinstance(exc, kombu.exceptions.OperationalError):
+        return CliError(f"cannot publish to the broker ({exc}); check Redis", UNREACHABLE)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (argparse itself exits 2 on bad usage)."""
+    args = build_parser().parse_args(argv)
+    logs.configure(level=_quiet_level())
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        error = _classify(exc)
+        if error is None:
+            raise
+        print(f"liyagent: error: {error}", file=sys.stderr)
+        return error.code
+
+
+def _quiet_level() -> str:
+    """Engine logs on a terminal are noise for a CLI: warnings only unless asked for more."""
+    return os.environ.get("LIYAGENT_LOG_LEVEL") or "WARNING"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""The crash-resume demo: two real workers, one SIGKILLed mid-batch, every run resumed.
+
+It finds (or starts) Postgres and Redis, starts the vendor simulator, two prefork workers and
+beat with the default timings, enqueues a mixed batch, kills worker w1 while it holds runs,
+waits for every run to end and reports the verdict from Postgres and the vendor's records.
+Everything it started is stopped on the way out, even on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import signal
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import structlog
+from rich.console import Console
+
+from runtime.client import Client
+from runtime.local import batch
+from runtime.local.backends import Backends, DemoError, close_backends, open_backends, safe_url
+from runtime.local.cluster import Cluster, child_env
+from runtime.local.figures import Figures, collect
+from runtime.local.report import KillNote, runs_table, summary_table, write_html
+from runtime.local.watch import Deployment, kill_when_busy, wait_until_done
+from runtime.sealing import new_key_entry, parse_keys
+from runtime.settings import Settings, Timings
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_DATABASE = "liyagent_demo"
+IN_FLIGHT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the user asked for on the command line."""
+
+    runs: int = 8
+    json: bool = False
+    timeout_s: float = 120.0
+    report_dir: Path = Path("reports")
+    private: bool = False
+    database: str = DEFAULT_DATABASE
+
+
+@dataclass
+class DemoState:
+    """What the demo started and learned, for the summary and for cleaning up."""
+
+    log_dir: Path
+    backends: Backends
+    seal_keys: str = ""
+    cluster: Cluster | None = None
+    run_ids: list[str] = field(default_factory=list)
+    kill: KillNote | None = None
+
+
+def _log_to(path: Path) -> TextIO:
+    """Send this process's structured logs to `path` (JSON lines), keeping the terminal clear."""
+    fh = open(path, "a")  # noqa: SIM115 - closed by the caller when the demo ends
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=fh),
+        cache_logger_on_first_use=False,
+    )
+    return fh
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so the clean-up below runs either way."""
+
+    def handler(_sig: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
+    """Servers, database, seal key, simulator, two workers and beat; returns the settings."""
+    open_backends(state.backends, opts.database, force_private=opts.private)
+    for note in state.backends.notes:
+        out.print(f"  {note}")
+    state.seal_keys = new_key_entry("demo")
+    state.cluster = cluster = Cluster(state.log_dir)
+    base = Settings(
+        database_url=state.backends.database_url,
+        redis_url=state.backends.redis_url,
+        namespace=state.backends.namespace,
+        timings=Timings(),
+    )
+    sim_url = cluster.simulator(base.database_url, child_env(base, state.seal_keys))
+    settings = Settings(**{**base.__dict__, "vendor_url": sim_url})
+    env = child_env(settings, state.seal_keys)
+    t = settings.timings
+    out.print(
+        f"  Timings (the defaults): lease {t.lease_ttl_ms / 1000:g} s, heartbeat "
+        f"{t.heartbeat_ms / 1000:g} s, sweep every {t.sweep_interval_ms / 1000:g} s"
+    )
+    for name in ("w1", "w2"):
+        proc = cluster.worker(name, settings.queue, env)
+        out.print(f"  Worker {name}: pid {proc.popen.pid}, pool {proc.children()}")
+    cluster.beat(env)
+    out.print(f"  Vendor simulator at {sim_url}; beat fires the sweeper")
+    return settings
+
+
+def _enqueue(client: Client, state: DemoState, opts: DemoOptions, out: Console) -> None:
+    tag = state.backends.namespace.split(":")[1][:8]
+    for run in batch.batch(opts.runs, tag):
+        state.run_ids.append(
+            client.start_run(
+                agent=batch.AGENT,
+                model={"provider": "scripted", "script": run.script},
+                user_input=run.user_input,
+                tools=batch.TOOLS,
+                request_key=run.request_key,
+            )
+        )
+    out.print(f"Enqueued {len(state.run_ids)} runs (reads, incidents, comments, chat replies).")
+
+
+def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
+    settings = _start(state, opts, out)
+    assert state.cluster is not None
+    w1 = state.cluster.procs["w1"]
+    with Deployment(settings, parse_keys(state.seal_keys)) as d:
+        _enqueue(d.client, state, opts, out)
+        state.cluster.pids.update(w1.children())
+        state.kill = kill_when_busy(d, "w1", w1, state.run_ids, IN_FLIGHT_TIMEOUT_S)
+        short = ", ".join(r[:8] for r in state.kill.in_flight)
+        out.print(
+            f"[bold red]SIGKILLed worker w1[/] (its whole process group) with "
+            f"{len(state.kill.in_flight)} runs in flight: {short}"
+        )
+        out.print(
+            "Its leases lapse within 8 s; the sweeper claims each run once and w2 resumes it."
+        )
+        wait_until_done(d, state.run_ids, opts.timeout_s, out)
+        return collect(d.engine, d.engine, state.run_ids, set(state.kill.in_flight), state.kill.at)
+
+
+def _context(state: DemoState, opts: DemoOptions) -> list[str]:
+    notes = list(state.backends.notes)
+    notes.append(f"Runs: {opts.runs}; workers w1 and w2 (prefork, 3 processes each); beat")
+    notes.append(f"Logs: {state.log_dir}")
+    return notes
+
+
+def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
+    resumed = [line.id for line in f.lines if line.lost_count > 0]
+    if state.backends.private_postgres:
+        out.print("The private Postgres and Redis were stopped and removed, with the runs.")
+        return
+    if not resumed:
+        return
+    exe = Path(sys.executable).parent / "liyagent"
+    cmd = str(exe) if exe.exists() else "liyagent"
+    out.print("See how a resumed run was taken up (checkpoints, call marks, audit):")
+    out.print(
+        f"  LIYAGENT_DATABASE_URL={shlex.quote(state.backends.database_url)} "
+        f"LIYAGENT_SEAL_KEYS={shlex.quote(state.seal_keys)} {cmd} inspect {resumed[0]}",
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
+def _finish(state: DemoState, opts: DemoOptions, f: Figures, out: Console) -> dict[str, Any]:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    path = opts.report_dir / f"demo-{stamp}.html"
+    report = write_html(path, f, state.kill, _context(state, opts))
+    out.print(summary_table(f, state.kill))
+    out.print(runs_table(f))
+    out.print(f"Report: {report}")
+    verdict = "[bold green]PASS[/]" if f.ok else "[bold red]FAIL[/]"
+    out.print(
+        f"{verdict}: {f.lost} lost, {f.count('failed')} failed, "
+        f"{f.duplicate_writes} duplicate writes in the vendor's records"
+    )
+    assert state.cluster is not None and state.kill is not None
+    return {
+        **f.to_json(),
+        "report": str(report.resolve()),
+        "killed_worker": state.kill.worker,
+        "killed_at": state.kill.at.isoformat(),
+        "in_flight_at_kill": state.kill.in_flight,
+        "pids": sorted(state.cluster.pids),
+        "log_dir": str(state.log_dir),
+        "namespace": state.backends.namespace,
+        "database_url": safe_url(state.backends.database_url),
+        "database_kept": not state.backends.private_postgres,
+    }
+
+
+def run_demo(opts: DemoOptions) -> int:
+    """Run the demo; returns the exit code (0 all resumed, no duplicates; 1 otherwise)."""
+    out = Console(stderr=opts.json, highlight=False)
+    log_dir = Path(tempfile.mkdtemp(prefix="liyagent-demo-"))
+    namespace = f"demo:{uuid.uuid4().hex[:12]}:"
+    state = DemoState(log_dir=log_dir, backends=Backends(namespace=namespace))
+    fh = _log_to(log_dir / "demo.log")
+    out.print(f"[bold]liyagent demo[/]: {opts.runs} runs, two workers, w1 is SIGKILLed mid-run")
+    out.print(f"  Logs of every process: {log_dir}")
+    result: dict[str, Any] = {"error": "interrupted", "log_dir": str(log_dir)}
+    figures, code = None, 130
+    try:
+        with _sigterm_as_interrupt():
+            figures = _execute(state, opts, out)
+            result = _finish(state, opts, figures, out)
+            code = 0 if figures.ok else 1
+    except DemoError as exc:
+        out.print(f"[bold red]error:[/] {exc}", highlight=False)
+        result, code = {"error": str(exc), "log_dir": str(log_dir)}, exc.exit_code
+    except KeyboardInterrupt:
+        out.print("Interrupted: stopping everything the demo started.")
+    finally:
+        _cleanup(state, out)
+        fh.close()
+    if figures is not None:
+        _inspect_hint(state, figures, out)
+    if opts.json:
+        print(json.dumps(result, default=str), flush=True)
+    return code
+
+
+def _cleanup(state: DemoState, out: Console) -> None:
+    """Stop the processes and any private server and delete the demo's Redis keys."""
+    if state.cluster is not None:
+        state.cluster.stop()
+    close_backends(state.backends)
+    started = len(state.cluster.procs) if state.cluster else 0
+    if started:
+        out.print(f"Stopped the {started} processes the demo started; deleted its Redis keys.")
+    log.info("demo.stopped", pids=sorted(state.cluster.pids) if state.cluster else [])

@@ -1,0 +1,108 @@
+"""Creating a run: one statement inserts it with its step-0 checkpoint, then its message is
+published (a hint: if publishing fails, the sweeper publishes it from Postgres)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from runtime.models.scripted import validate_script
+from runtime.services import Services
+from runtime.state import RunState
+from runtime.workflow_spec import validate_workflow
+from store.rows import RunId
+from store.runs import insert_run
+
+log = structlog.get_logger(__name__)
+
+# Entry kinds whose runs may suspend (wait for an approval without holding a worker).
+WAITING_KINDS = frozenset({"plain", "managed", "playground", "a2a", "resume", "delegation"})
+
+
+class BadRequest(ValueError):
+    """The caller's input is invalid; nothing was stored."""
+
+
+@dataclass(frozen=True)
+class NewRun:
+    agent: str
+    user_input: str
+    model: dict[str, Any] = field(default_factory=dict)
+    workflow: dict[str, Any] | None = None
+    owner: str = "app"
+    entry_kind: str = "plain"
+    channel: str = "api"
+    run_as: str | None = None
+    tools: list[str] | None = None
+    system: str | None = None
+    request_key: str | None = None
+    parent_run_id: str | None = None
+    may_wait: bool | None = None
+
+
+def _validate(new: NewRun) -> None:
+    if not new.agent.strip():
+        raise BadRequest("agent must be a non-empty name")
+    if not new.user_input.strip():
+        raise BadRequest("user_input must be non-empty")
+    try:
+        if new.workflow is not None:
+            validate_workflow(new.workflow)
+        elif new.model.get("provider", "scripted") == "scripted":
+            validate_script(new.model.get("script"))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
+    """Create the run (or find the one its request key already made) and publish it."""
+    _validate(new)
+    run_id = str(uuid.uuid4())
+    state = RunState.initial(new.agent, new.system, new.user_input)
+    sealed = s.sealer.seal(run_id, "checkpoint", 0, state.to_payload())
+    may_wait = new.may_wait if new.may_wait is not None else new.entry_kind in WAITING_KINDS
+    spec: dict[str, Any] = {
+        "model": new.model,
+        "tools": new.tools,
+        "system": new.system,
+        "may_wait": may_wait,
+    }
+    if new.workflow is not None:
+        spec["workflow"] = new.workflow
+    with s.engine.connect() as conn:
+        rid, created = insert_run(
+            conn,
+            run_id=run_id,
+            correlation_id=run_id,
+            request_key=new.request_key,
+            agent=new.agent,
+            owner=new.owner,
+            entry_kind=new.entry_kind,
+            spec=spec,
+            user_input=new.user_input,
+            sealed_checkpoint=sealed,
+            kind="workflow" if new.workflow is not None else "agent",
+            channel=new.channel,
+            run_as=new.run_as,
+            parent_run_id=new.parent_run_id,
+        )
+    if created:
+        publish_quietly(s, rid, 1)
+    return rid, created
+
+
+def publish_quietly(s: Services, run_id: str, attempt: int) -> None:
+    """Publish a run's message; a failure is logged, and Postgres (the outbox) keeps the run."""
+    try:
+        s.publisher.publish(run_id, attempt)
+    except Exception as exc:
+        log.warning(
+            "run.publish_failed",
+            run_id=run_id,
+            attempt=attempt,
+            error=str(exc),
+            next="the sweeper publishes it again once it has waited too long",
+        )

@@ -1,0 +1,39 @@
+"""Gates, checked as they stand now at every start, resume and step (I7).
+
+Run-level gates (a Stop, the owner, the channel, the run-as principal) fail the run with the
+reason; containment is per call: a refused call is not made and the model is told why.
+"""
+
+from __future__ import annotations
+
+from store.rows import GateRow, RunRow
+
+
+def _why(reason: str | None) -> str:
+    return f" ({reason})" if reason else ""
+
+
+def run_refusal(gates: GateRow, run: RunRow) -> str | None:
+    """Why the run may not go on now, or None."""
+    if gates.stop_reason is not None:
+        return f"stopped by an operator: {gates.stop_reason}"
+    if not gates.owner_may_run:
+        return f"its owner {run.owner} may no longer run it{_why(gates.owner_reason)}"
+    if not gates.channel_enabled:
+        return f"its channel {run.channel} is disabled{_why(gates.channel_reason)}"
+    if not gates.run_as_may_act:
+        principal = run.run_as or run.owner
+        return (
+            f"the principal it acts as, {principal}, may no longer act{_why(gates.run_as_reason)}"
+        )
+    return None
+
+
+def call_refusal(gates: GateRow, run: RunRow, tool: str) -> str | None:
+    """Why this call may not be made now (containment), or None."""
+    allowed = run.spec.get("tools")
+    if allowed is not None and tool not in allowed:
+        return f"tool {tool} is not among the tools this run may use"
+    if gates.agent_tools is not None and tool not in gates.agent_tools:
+        return f"agent {run.agent} is contained: tool {tool} is not allowed for it now"
+    return None

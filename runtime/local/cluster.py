@@ -1,0 +1,110 @@
+"""A local deployment as real processes: the vendor simulator, prefork workers and beat.
+
+Each process runs in its own process group with its output in a log file, exactly as the tests
+start them, so a SIGKILL of a worker's group is what a dead machine looks like.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from runtime.local.backends import DemoError
+from runtime.local.procs import Proc, python
+from runtime.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+START_TIMEOUT_S = 60.0
+
+
+def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
+    """The environment of every child: this deployment's settings, and no stray LIYAGENT_*."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LIYAGENT_", "TICKETIQ_"))}
+    t = settings.timings
+    return {
+        **base,
+        "LIYAGENT_ENV": "development",
+        "LIYAGENT_DATABASE_URL": settings.database_url,
+        "LIYAGENT_REDIS_URL": settings.redis_url,
+        "LIYAGENT_NAMESPACE": settings.namespace,
+        "LIYAGENT_QUEUE": settings.queue,
+        "LIYAGENT_SEAL_KEYS": seal_keys,
+        "LIYAGENT_VENDOR_URL": settings.vendor_url,
+        "LIYAGENT_LOG_FORMAT": "json",
+        "LIYAGENT_LEASE_TTL_MS": str(t.lease_ttl_ms),
+        "LIYAGENT_HEARTBEAT_MS": str(t.heartbeat_ms),
+        "LIYAGENT_SWEEP_INTERVAL_MS": str(t.sweep_interval_ms),
+        "LIYAGENT_REQUEUE_AFTER_MS": str(t.requeue_after_ms),
+        "LIYAGENT_LOSS_LIMIT": str(t.loss_limit),
+    }
+
+
+@dataclass
+class Cluster:
+    """The processes of one local deployment, stopped together by `stop`."""
+
+    log_dir: Path
+    procs: dict[str, Proc] = field(default_factory=dict)
+    # Every pid started (group leaders and the pool children seen), for the caller to check.
+    pids: set[int] = field(default_factory=set)
+
+    def _start(
+        self, name: str, argv: list[str], env: dict[str, str], ready: str
+    ) -> tuple[Proc, re.Match[str]]:
+        proc = Proc(name, argv, env, self.log_dir / f"{name}.log")
+        self.procs[name] = proc
+        self.pids.add(proc.popen.pid)
+        try:
+            found = proc.wait_for(ready, timeout=START_TIMEOUT_S)
+        except AssertionError as exc:
+            raise DemoError(f"{name} did not start (its log: {proc.log}): {exc}") from None
+        log.info("cluster.started", name=name, pid=proc.popen.pid, log=str(proc.log))
+        return proc, found
+
+    def simulator(self, database_url: str, env: dict[str, str]) -> str:
+        """Start the vendor simulator recording into `database_url`; returns its base URL."""
+        argv = python("-m", "simulators", "--port", "0", "--database-url", database_url)
+        _, found = self._start("simulator", argv, env, r"simulators listening on (http://\S+)")
+        return found.group(1)
+
+    def worker(self, name: str, queue: str, env: dict[str, str], concurrency: int = 3) -> Proc:
+        """A real `celery -A tasks worker` (prefork) on the run and ops queues, ready."""
+        argv = python(
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "worker",
+            "-Q",
+            f"{queue},{queue}.ops",
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "-P",
+            "prefork",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "INFO",
+        )
+        proc, _ = self._start(name, argv, env, r"ready\.")
+        self.pids.update(proc.children())
+        return proc
+
+    def beat(self, env: dict[str, str]) -> Proc:
+        """Celery beat, which fires the lease sweeper."""
+        argv = python("-m", "celery", "-A", "tasks", "beat", "-l", "INFO")
+        return self._start("beat", argv, env, r"beat: Starting")[0]
+
+    def stop(self) -> None:
+        """Stop every process cleanly (SIGTERM to its group), killing what does not stop."""
+        for name, proc in reversed(list(self.procs.items())):
+            proc.stop(grace_s=10.0)
+            log.info("cluster.stopped", name=name, exit=proc.popen.returncode)

@@ -1,0 +1,185 @@
+"""The demo's verdict, read from Postgres and from the vendor simulator's own records.
+
+Duplicates are judged by the vendor, never by the engine: more than one incident, comment or
+chat reply row for one idempotency key is a write that happened twice.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from simulators.vendor import chat_replies_by_key, comments_by_key, incidents_by_key
+from store.records import select_audit
+from store.views import RunSummary, mark_keys, mark_tally, runs_by_ids
+
+TERMINAL = ("succeeded", "failed")
+# Vendor record tables, by the tool that writes them.
+VENDOR_TABLES: dict[str, tuple[str, Callable[[sa.Connection], dict[str, int]]]] = {
+    "incident.create": ("incidents", incidents_by_key),
+    "issue.comment": ("comments", comments_by_key),
+    "chat.reply": ("chat replies", chat_replies_by_key),
+}
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """One run of the batch as the report shows it."""
+
+    id: str
+    status: str
+    attempt: int
+    lost_count: int
+    step: int
+    in_flight_at_kill: bool
+    recovery_s: float | None
+    failure_reason: str | None
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Everything the demo reports: outcomes, settlements, vendor duplicates, recovery."""
+
+    lines: list[RunLine]
+    settlements: dict[str, dict[str, int]]
+    resume_calls: dict[str, int]
+    vendor_rows: dict[str, int]
+    duplicates: dict[str, int]
+    recovery: list[float] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        """Runs that ended in `status`."""
+        return sum(1 for line in self.lines if line.status == status)
+
+    @property
+    def lost(self) -> int:
+        """Runs that neither succeeded nor failed by the deadline."""
+        return sum(1 for line in self.lines if line.status not in TERMINAL)
+
+    @property
+    def resumed(self) -> int:
+        """Runs lost at least once and taken up again."""
+        return sum(1 for line in self.lines if line.lost_count > 0)
+
+    @property
+    def duplicate_writes(self) -> int:
+        """Extra vendor rows for one idempotency key, over every record kind."""
+        return sum(self.duplicates.values())
+
+    @property
+    def recovery_p50(self) -> float | None:
+        """Median seconds from the kill to the end of a run that was in flight."""
+        return round(statistics.median(self.recovery), 2) if self.recovery else None
+
+    @property
+    def recovery_max(self) -> float | None:
+        """Slowest recovery of a run that was in flight at the kill, in seconds."""
+        return round(max(self.recovery), 2) if self.recovery else None
+
+    @property
+    def ok(self) -> bool:
+        """The demo passes: nothing lost, nothing failed, no write repeated."""
+        return self.lost == 0 and self.duplicate_writes == 0 and self.count("failed") == 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as the JSON object `liyagent demo --json` prints."""
+        return {
+            "runs": len(self.lines),
+            "succeeded": self.count("succeeded"),
+            "failed": self.count("failed"),
+            "lost": self.lost,
+            "resumed": self.resumed,
+            "duplicate_writes": self.duplicate_writes,
+            "recovery_s": {"p50": self.recovery_p50, "max": self.recovery_max},
+            "duplicates_by_record": self.duplicates,
+            "vendor_rows": self.vendor_rows,
+            "settlements": self.settlements,
+            "resume_settlements": self.resume_calls,
+            "run_rows": [line.__dict__ for line in self.lines],
+        }
+
+
+def _label(status: str, settlement: str | None) -> str:
+    if settlement:
+        return settlement
+    return {"done": "sent once", "in_doubt": "still in doubt"}.get(status, status)
+
+
+def _settlements(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for tally in mark_tally(conn, run_ids):
+        by_kind = out.setdefault(tally.kind, {})
+        label = _label(tally.status, tally.settlement)
+        by_kind[label] = by_kind.get(label, 0) + tally.n
+    return out
+
+
+def _resume_calls(conn: sa.Connection, resumed: list[str]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for run_id in resumed:
+        for event in select_audit(conn, run_id, "agent.run.crash_resumed"):
+            counts.update(str(c.get("settled")) for c in event.detail.get("calls", []))
+    return dict(sorted(counts.items()))
+
+
+def _vendor(
+    sim: sa.Connection, keys_by_tool: dict[str, set[str]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Rows the vendor holds for this batch's keys, and the extra rows (duplicates)."""
+    rows: dict[str, int] = {}
+    extra: dict[str, int] = {}
+    for tool, (record, by_key) in VENDOR_TABLES.items():
+        ours = keys_by_tool.get(tool, set())
+        counts = {k: n for k, n in by_key(sim).items() if k in ours}
+        rows[record] = sum(counts.values())
+        extra[record] = sum(n - 1 for n in counts.values() if n > 1)
+    return rows, extra
+
+
+def _line(run: RunSummary, in_flight: set[str], kill_at: datetime | None) -> RunLine:
+    recovery = None
+    if run.id in in_flight and kill_at is not None and run.finished_at is not None:
+        recovery = round(max((run.finished_at - kill_at).total_seconds(), 0.0), 2)
+    return RunLine(
+        id=run.id,
+        status=run.status,
+        attempt=run.attempt,
+        lost_count=run.lost_count,
+        step=run.step,
+        in_flight_at_kill=run.id in in_flight,
+        recovery_s=recovery,
+        failure_reason=run.failure_reason,
+    )
+
+
+def collect(
+    engine: sa.Engine,
+    sim_engine: sa.Engine,
+    run_ids: list[str],
+    in_flight: set[str],
+    kill_at: datetime | None,
+) -> Figures:
+    """Read the batch's outcome from Postgres and the vendor's records."""
+    with engine.connect() as conn:
+        lines = [_line(r, in_flight, kill_at) for r in runs_by_ids(conn, run_ids)]
+        settlements = _settlements(conn, run_ids)
+        resume_calls = _resume_calls(conn, [line.id for line in lines if line.lost_count])
+        keys_by_tool: dict[str, set[str]] = {}
+        for key in mark_keys(conn, run_ids):
+            keys_by_tool.setdefault(key.tool, set()).add(key.idem_key)
+    with sim_engine.connect() as sim:
+        vendor_rows, duplicates = _vendor(sim, keys_by_tool)
+    return Figures(
+        lines=lines,
+        settlements=settlements,
+        resume_calls=resume_calls,
+        vendor_rows=vendor_rows,
+        duplicates=duplicates,
+        recovery=[line.recovery_s for line in lines if line.recovery_s is not None],
+    )

@@ -1,0 +1,143 @@
+"""Watching a local deployment from outside: which worker holds which runs, when all are done.
+
+These are the demo's polling loops; each has a deadline and reads Postgres and Redis only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from types import TracebackType
+
+import sqlalchemy as sa
+import structlog
+from celery import Celery
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import celeryconfig
+from runtime import services as runtime_services
+from runtime.client import Client
+from runtime.leases import Token
+from runtime.local.backends import DemoError
+from runtime.local.procs import Proc
+from runtime.local.report import KillNote
+from runtime.sealing import Sealer
+from runtime.settings import Settings
+from store.views import RunSummary, database_now, runs_by_ids
+from tasks.services import CeleryPublisher
+
+log = structlog.get_logger(__name__)
+
+TERMINAL = ("succeeded", "failed")
+POLL_S = 0.05
+# Kill once a run on the worker has written this many steps: mid-run, with calls behind it.
+KILL_AFTER_STEP = 2
+
+
+class Deployment:
+    """The app side of a deployment: its own Celery app, services and client API."""
+
+    def __init__(self, settings: Settings, sealer: Sealer) -> None:
+        self.app = Celery("liyagent-demo", set_as_current=False)
+        self.app.conf.update(celeryconfig.config_for(settings))
+        self.services = runtime_services.build(
+            settings, CeleryPublisher(self.app, settings.queue), sealer=sealer
+        )
+        self.client = Client(self.services)
+        self.engine: sa.Engine = self.services.engine
+
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.services.redis.close()
+        self.app.close()
+
+    def runs(self, run_ids: list[str]) -> list[RunSummary]:
+        """The current summaries of these runs, from Postgres."""
+        with self.engine.connect() as conn:
+            return runs_by_ids(conn, run_ids)
+
+    def holder_pid(self, run_id: str) -> int | None:
+        """The pid named by the run's lease token (`<run>:<attempt>:<host>-<pid>`), if held."""
+        raw = self.services.leases.holder(run_id)
+        if raw is None:
+            return None
+        try:
+            return int(Token.parse(raw).holder.rsplit("-", 1)[1])
+        except (ValueError, IndexError):
+            return None
+
+
+def _busy_on(d: Deployment, proc: Proc, run_ids: list[str]) -> list[RunSummary]:
+    pool = set(proc.children())
+    running = [r for r in d.runs(run_ids) if r.status == "running"]
+    return [r for r in running if d.holder_pid(r.id) in pool]
+
+
+def kill_when_busy(
+    d: Deployment, name: str, proc: Proc, run_ids: list[str], timeout_s: float
+) -> KillNote:
+    """SIGKILL `proc`'s process group once its pool holds runs, one of them past its second
+    checkpoint (so its resume has recorded calls to take up); note when and which runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy = _busy_on(d, proc, run_ids)
+        if busy and any(r.step >= KILL_AFTER_STEP for r in busy):
+            with d.engine.connect() as conn:
+                at = database_now(conn)
+            proc.kill()
+            note = KillNote(worker=name, at=at, in_flight=[r.id for r in busy])
+            log.info("demo.killed", worker=name, at=at.isoformat(), in_flight=note.in_flight)
+            return note
+        if not proc.alive():
+            raise DemoError(f"worker {name} exited by itself; see its log {proc.log}")
+        time.sleep(POLL_S)
+    raise DemoError(
+        f"worker {name} held no run within {timeout_s:.0f} s, so there was nothing to kill; "
+        f"see the workers' logs in {proc.log.parent}"
+    )
+
+
+def _describe(runs: list[RunSummary]) -> str:
+    counts = Counter(r.status for r in runs)
+    parts = [f"{status} {counts[status]}" for status in ("succeeded", "failed") if counts[status]]
+    parts += [f"{s} {n}" for s, n in sorted(counts.items()) if s not in TERMINAL]
+    resumed = sum(1 for r in runs if r.lost_count > 0)
+    return f"{', '.join(parts)} | resumed {resumed}"
+
+
+def wait_until_done(d: Deployment, run_ids: list[str], timeout_s: float, out: Console) -> bool:
+    """Show live progress until every run is succeeded or failed; False on the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    with Progress(
+        TextColumn("[bold]Waiting for every run to end[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=out,
+        disable=not out.is_terminal,
+    ) as progress:
+        task = progress.add_task("", total=len(run_ids))
+        while True:
+            runs = d.runs(run_ids)
+            done = sum(1 for r in runs if r.status in TERMINAL)
+            text = _describe(runs)
+            progress.update(task, completed=done, description=text)
+            if not out.is_terminal and text != last:
+                out.print(f"  {done}/{len(run_ids)} ended: {text}")
+            last = text
+            if done == len(run_ids):
+                return True
+            if time.monotonic() > deadline:
+                out.print(f"[bold red]Deadline of {timeout_s:.0f} s passed[/]: {text}")
+                return False
+            time.sleep(0.25)

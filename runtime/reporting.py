@@ -1,0 +1,245 @@
+"""What `liyagent status` and `liyagent inspect` show: a run's story, read from Postgres.
+
+Each checkpoint is opened with the sealer to show what the step asked for; one that fails its
+seal is reported as such (never used, never crashed on), exactly as a resume would treat it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from runtime.client import RunView
+from runtime.sealing import Sealer, SealError
+from store.checkpoints import list_checkpoints, select_marks
+from store.records import select_audit, select_transcript
+from store.rows import AuditRow, CheckpointRow, MarkRow, RunRow, TranscriptRow
+from store.runs import get_run
+from store.views import ModelRequest, RunSummary, model_requests
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    """One checkpoint as opened: the step, who wrote it, the calls it asked for, or why not."""
+
+    step: int
+    attempt: int
+    verified: bool
+    calls: list[dict[str, str]]
+    error: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything `inspect` shows about one run."""
+
+    run: RunRow
+    answer: str | None
+    answer_error: str | None
+    checkpoints: list[CheckpointView]
+    marks: list[MarkRow]
+    audit: list[AuditRow]
+    transcript: list[TranscriptRow]
+    model_requests: list[ModelRequest]
+
+
+def open_checkpoint(sealer: Sealer, row: CheckpointRow) -> CheckpointView:
+    """Open one sealed checkpoint; a blob that does not verify is reported, not raised."""
+    try:
+        payload = sealer.open(row.run_id, "checkpoint", row.step, row.sealed)
+        calls = [{"id": str(c["id"]), "tool": str(c["name"])} for c in payload.get("calls", [])]
+    except (SealError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return CheckpointView(row.step, row.attempt, False, [], str(exc), row.created_at)
+    return CheckpointView(row.step, row.attempt, True, calls, None, row.created_at)
+
+
+def _answer(sealer: Sealer, run: RunRow) -> tuple[str | None, str | None]:
+    if run.answer is None:
+        return None, None
+    try:
+        return str(sealer.open(run.id, "answer", 0, run.answer)["text"]), None
+    except (SealError, ValueError, KeyError, TypeError) as exc:
+        return None, str(exc)
+
+
+def inspect_run(engine: sa.Engine, sealer: Sealer, run_id: str) -> RunReport:
+    """Read one run's attempts, checkpoints, marks, audit, transcript and model requests."""
+    with engine.connect() as conn:
+        run = get_run(conn, run_id)
+        checkpoints = [open_checkpoint(sealer, c) for c in list_checkpoints(conn, run_id)]
+        marks = select_marks(conn, run_id)
+        audit = select_audit(conn, run_id)
+        transcript = select_transcript(conn, run_id)
+        requests = model_requests(conn, run_id)
+    answer, answer_error = _answer(sealer, run)
+    return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript, requests)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _requests_by_step(requests: list[ModelRequest]) -> list[dict[str, Any]]:
+    steps: dict[int, list[int]] = {}
+    for r in requests:
+        steps.setdefault(r.step, []).append(r.attempt)
+    return [{"step": s, "count": len(a), "attempts": a} for s, a in sorted(steps.items())]
+
+
+def run_json(run: RunRow) -> dict[str, Any]:
+    """A run's lifecycle fields as JSON (no spec, no sealed bytes)."""
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "status": run.status,
+        "attempt": run.attempt,
+        "attempts": run.attempt,
+        "lost_count": run.lost_count,
+        "step": run.step,
+        "resume_reason": run.resume_reason,
+        "failure_reason": run.failure_reason,
+        "created_at": _iso(run.created_at),
+        "finished_at": _iso(run.finished_at),
+    }
+
+
+def report_json(r: RunReport) -> dict[str, Any]:
+    """The whole inspect report as JSON."""
+    return {
+        "run": run_json(r.run),
+        "answer": r.answer,
+        "answer_error": r.answer_error,
+        "checkpoints": [{**asdict(c), "created_at": _iso(c.created_at)} for c in r.checkpoints],
+        "marks": [
+            {
+                "step": m.step,
+                "call_index": m.call_index,
+                "call_id": m.call_id,
+                "tool": m.tool,
+                "kind": m.kind,
+                "idem_key": m.idem_key,
+                "status": m.status,
+                "settlement": m.settlement,
+                "attempt": m.attempt,
+            }
+            for m in r.marks
+        ],
+        "audit": [
+            {"kind": a.kind, "attempt": a.attempt, "step": a.step, "detail": a.detail}
+            for a in r.audit
+        ],
+        "transcript": [{"role": t.role, "content": t.content} for t in r.transcript],
+        "model_requests": _requests_by_step(r.model_requests),
+    }
+
+
+def view_json(view: RunView) -> dict[str, Any]:
+    """The client's view of one run (status, attempt, losses, answer) as JSON."""
+    return {"run_id": view.id, **{k: v for k, v in asdict(view).items() if k != "id"}}
+
+
+def summary_json(s: RunSummary) -> dict[str, Any]:
+    """A run summary as JSON, timestamps in ISO 8601."""
+    out = asdict(s)
+    for key in ("created_at", "started_at", "finished_at"):
+        out[key] = _iso(out[key])
+    return out
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
+def _row(table: Table, *cells: object) -> None:
+    """Add a row of data cells as plain text (never parsed as rich markup)."""
+    table.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells))
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def render_view(out: Console, view: RunView) -> None:
+    """One run's status for a person."""
+    table = _table(f"Run {view.id}", ["status", "attempt", "lost", "step"])
+    _row(table, view.status, view.attempt, view.lost_count, view.step)
+    out.print(table)
+    if view.answer is not None:
+        out.print(Text(f"Answer: {view.answer}"))
+    if view.failure_reason:
+        out.print(Text(f"Failed: {view.failure_reason}"))
+
+
+def render_recent(out: Console, runs: list[RunSummary]) -> None:
+    """The most recent runs as one table."""
+    table = _table("Recent runs", ["run", "agent", "status", "attempt", "lost", "step", "created"])
+    for s in runs:
+        _row(table, s.id, s.agent, s.status, s.attempt, s.lost_count, s.step, _when(s.created_at))
+    out.print(table if runs else "No runs yet: start one with `liyagent run`.")
+
+
+def _render_checkpoints(out: Console, r: RunReport) -> None:
+    table = _table("Checkpoints", ["step", "written by attempt", "seal", "calls asked"])
+    for c in r.checkpoints:
+        calls = ", ".join(f"{k['id']} ({k['tool']})" for k in c.calls) or "-"
+        seal = Text("verified") if c.verified else Text(f"DOES NOT VERIFY: {c.error}", "red")
+        _row(table, c.step, c.attempt, seal, calls)
+    out.print(table)
+
+
+def _render_marks(out: Console, r: RunReport) -> None:
+    table = _table(
+        "Call marks", ["step", "call", "tool", "kind", "key", "status", "settlement", "attempt"]
+    )
+    for m in r.marks:
+        _row(table, m.step, m.call_id, m.tool, m.kind, m.idem_key, m.status, m.settlement or "-",
+             m.attempt)  # fmt: skip
+    out.print(table if r.marks else "Call marks: none (the run made no write).")
+
+
+def _render_audit(out: Console, r: RunReport) -> None:
+    table = _table("Audit", ["kind", "attempt", "step", "detail"])
+    for a in r.audit:
+        detail = json.dumps(a.detail, sort_keys=True)
+        _row(table, a.kind, a.attempt, a.step, detail)
+    out.print(table if r.audit else "Audit: no events.")
+
+
+def render_report(out: Console, r: RunReport) -> None:
+    """The whole inspect report for a person."""
+    run = r.run
+    out.print(
+        Text(
+            f"Run {run.id} ({run.agent}): {run.status}, attempt {run.attempt}, "
+            f"lost {run.lost_count} times, {run.step} steps written",
+            "bold",
+        )
+    )
+    if r.answer is not None:
+        out.print(Text(f"Answer: {r.answer}"))
+    if run.failure_reason:
+        out.print(Text(f"Failed: {run.failure_reason}"))
+    if r.answer_error:
+        out.print(Text(f"Its stored answer does not verify: {r.answer_error}", "red"))
+    _render_checkpoints(out, r)
+    _render_marks(out, r)
+    _render_audit(out, r)
+    table = _table("Transcript", ["role", "content"])
+    for t in r.transcript:
+        _row(table, t.role, t.content)
+    out.print(table)
+    table = _table("Model requests", ["step", "times asked", "by attempts"])
+    for entry in _requests_by_step(r.model_requests):
+        _row(table, entry["step"], entry["count"], ", ".join(map(str, entry["attempts"])))
+    out.print(table)

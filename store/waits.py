@@ -1,0 +1,186 @@
+"""Runs that wait: approvals, delegation to child runs, suspend and wake.
+
+A waiting run holds no worker and no lease. Whatever it waits for wakes it with one
+conditional statement (waiting -> queued, attempt + 1); the sweeper wakes any run whose wait
+is over but whose wake was missed, so a lost message or a race only delays it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from store.rows import ApprovalRow, Attempt, FencedOut, RunId
+from store.runs import OWNER_CTE
+
+_APPROVAL_COLUMNS = (
+    "id, run_id, step, call_index, step_key, tool, args, status, decided_by, reason, "
+    "created_at, decided_at"
+)
+
+
+def ensure_approval(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    attempt: int,
+    approval_id: str,
+    step: int,
+    call_index: int,
+    step_key: str,
+    tool: str,
+    args: dict[str, Any],
+) -> ApprovalRow:
+    """File the approval request for this step key, or return the one already filed (a
+    resume routing the call again coalesces with it); fenced on the attempt (I3)."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            WITH {OWNER_CTE},
+            ins AS (
+                INSERT INTO approvals (id, run_id, step, call_index, step_key, tool, args)
+                SELECT :id, id, :step, :call_index, :step_key, :tool, CAST(:args AS jsonb)
+                FROM owner
+                ON CONFLICT (step_key) DO NOTHING
+                RETURNING {_APPROVAL_COLUMNS})
+            SELECT {_APPROVAL_COLUMNS} FROM ins
+            UNION ALL
+            SELECT {_APPROVAL_COLUMNS} FROM approvals
+            WHERE step_key = :step_key AND EXISTS (SELECT 1 FROM owner)
+              AND NOT EXISTS (SELECT 1 FROM ins)
+            """
+        ),
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "id": approval_id,
+            "step": step,
+            "call_index": call_index,
+            "step_key": step_key,
+            "tool": tool,
+            "args": json.dumps(args, sort_keys=True),
+        },
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, f"file the approval for {tool}")
+    return ApprovalRow(**row._mapping)
+
+
+def get_approval(conn: sa.Connection, approval_id: str) -> ApprovalRow | None:
+    row = conn.execute(
+        sa.text(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = :id"), {"id": approval_id}
+    ).first()
+    return None if row is None else ApprovalRow(**row._mapping)
+
+
+def list_approvals(conn: sa.Connection, run_id: str) -> list[ApprovalRow]:
+    rows = conn.execute(
+        sa.text(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = :r ORDER BY created_at"),
+        {"r": run_id},
+    ).all()
+    return [ApprovalRow(**r._mapping) for r in rows]
+
+
+def decide_approval(
+    conn: sa.Connection, approval_id: str, *, approve: bool, by: str, reason: str | None
+) -> tuple[ApprovalRow, Attempt | None] | None:
+    """Decide a pending request once, and wake its run if it is waiting on it, in one
+    statement. None if it was already decided (or does not exist)."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            WITH d AS (
+                UPDATE approvals SET status = :status, decided_by = :by, reason = :reason,
+                       decided_at = now()
+                WHERE id = :id AND status = 'pending'
+                RETURNING {_APPROVAL_COLUMNS}),
+            w AS (
+                UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
+                       resume_reason = 'approval', waiting_on = NULL, queued_at = now(),
+                       updated_at = now()
+                FROM d
+                WHERE runs.id = d.run_id AND runs.status = 'waiting'
+                  AND runs.waiting_on = 'approval:' || d.id
+                RETURNING runs.id, runs.attempt),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, step, detail)
+                SELECT run_id, 'agent.approval.decided', step,
+                       jsonb_build_object('approval_id', id, 'status', status, 'by', decided_by,
+                                          'reason', reason)
+                FROM d)
+            SELECT d.*, w.attempt AS woke FROM d LEFT JOIN w ON w.id = d.run_id
+            """
+        ),
+        {
+            "id": approval_id,
+            "status": "approved" if approve else "denied",
+            "by": by,
+            "reason": reason,
+        },
+    ).first()
+    if row is None:
+        return None
+    fields = {k: v for k, v in row._mapping.items() if k != "woke"}
+    return ApprovalRow(**fields), (None if row.woke is None else Attempt(row.woke))
+
+
+def suspend(conn: sa.Connection, run_id: str, attempt: int, waiting_on: str, step: int) -> None:
+    """The running attempt ends its task and waits (no worker, no lease), audited."""
+    row = conn.execute(
+        sa.text(
+            """
+            WITH s AS (
+                UPDATE runs SET status = 'waiting', waiting_on = :on, updated_at = now()
+                WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+                RETURNING id, attempt),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT id, 'agent.run.waiting', attempt, :step,
+                       jsonb_build_object('waiting_on', :on) FROM s)
+            SELECT id FROM s
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "on": waiting_on, "step": step},
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, f"wait on {waiting_on}")
+
+
+def wake_parent(conn: sa.Connection, child_id: str) -> tuple[RunId, Attempt] | None:
+    """Wake the run waiting on this child, once."""
+    row = conn.execute(
+        sa.text(
+            """
+            UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
+                   resume_reason = 'child_done', waiting_on = NULL, queued_at = now(),
+                   updated_at = now()
+            WHERE status = 'waiting' AND waiting_on = 'child:' || :child
+            RETURNING id, attempt
+            """
+        ),
+        {"child": child_id},
+    ).first()
+    return None if row is None else (RunId(row.id), Attempt(row.attempt))
+
+
+def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
+    """Wake every waiting run whose approval was decided or whose child ended (the sweeper's
+    backstop for a wake that was missed)."""
+    rows = conn.execute(
+        sa.text(
+            """
+            UPDATE runs r SET status = 'queued', attempt = attempt + 1, deliveries = 0,
+                   resume_reason = 'wait_over', waiting_on = NULL, queued_at = now(),
+                   updated_at = now()
+            WHERE r.status = 'waiting' AND (
+                EXISTS (SELECT 1 FROM approvals a WHERE r.waiting_on = 'approval:' || a.id
+                        AND a.status <> 'pending')
+                OR EXISTS (SELECT 1 FROM runs c WHERE r.waiting_on = 'child:' || c.id
+                           AND c.status IN ('succeeded', 'failed')))
+            RETURNING r.id, r.attempt
+            """
+        )
+    ).all()
+    return [(RunId(r.id), Attempt(r.attempt)) for r in rows]

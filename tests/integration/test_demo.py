@@ -1,0 +1,66 @@
+"""`liyagent demo --json` end to end: a real worker SIGKILLed, every run resumed, no duplicate.
+
+The demo runs as a user would start it, with a clean environment (no LIYAGENT_* settings), so
+it finds the machine's Postgres and Redis itself; its database gets a name of this test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from runtime.local.procs import ROOT
+
+
+def _survivor(pid: int) -> str | None:
+    """The command line of `pid` if it still runs one of the demo's processes."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+    return cmdline if ("celery" in cmdline or "simulators" in cmdline) else None
+
+
+@pytest.mark.kill
+@pytest.mark.timeout(300)
+def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_path) -> None:
+    database = f"liyagent_demo_test_{uuid.uuid4().hex[:10]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIYAGENT_")}
+    env["LIYAGENT_DEMO_DATABASE"] = database
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "runtime.cli", "demo", "--json", "--runs", "6",
+             "--report-dir", str(tmp_path / "reports")],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-4000:]
+        result = json.loads(done.stdout)  # exactly one JSON object on stdout
+    finally:
+        with admin_engine.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+
+    assert result["runs"] == 6
+    assert result["succeeded"] == 6
+    assert result["lost"] == 0 and result["failed"] == 0
+    assert result["duplicate_writes"] == 0
+    assert result["resumed"] >= 1
+    assert result["killed_worker"] == "w1" and result["in_flight_at_kill"]
+    assert 0 < result["recovery_s"]["max"] < 30
+    assert result["recovery_s"]["p50"] <= result["recovery_s"]["max"]
+    report = Path(result["report"])
+    assert report.is_file() and report.parent == tmp_path / "reports"
+    assert "liyagent crash-resume demo" in report.read_text()
+
+    assert len(result["pids"]) >= 10  # simulator, beat, two workers and their pools
+    assert [p for p in result["pids"] if _survivor(p)] == []
+    client = redis.Redis.from_url(servers[1])
+    assert list(client.scan_iter(match=f"{result['namespace']}*")) == []
+    client.close()
