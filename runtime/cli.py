@@ -31,7 +31,6 @@ from store.rows import RunNotFound
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 DESCRIPTION = "Durable LLM agent runs: seal keys, migrations, runs, status, inspect and the demo."
 _KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_BUILTIN_TOOLS = ("ticket.read", "incident.create", "issue.comment", "chat.reply")
 
 
 class CliError(Exception):
@@ -101,14 +100,18 @@ def _load_script(path: str) -> dict[str, Any]:
 
 
 def _tools(raw: str | None) -> list[str] | None:
+    """The --tools list, each name checked against the tools this deployment has."""
     if raw is None:
         return None
+    from runtime.vendor_tools import default_registry
+
+    available = default_registry(get_settings().vendor_url).names()
     names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(_BUILTIN_TOOLS))
+    unknown = sorted(set(names) - set(available))
     if unknown or not names:
         raise CliError(
             f"--tools {raw!r}: unknown {', '.join(unknown) or 'empty list'}; "
-            f"available: {', '.join(_BUILTIN_TOOLS)}",
+            f"available: {', '.join(available)}; nothing was stored",
             USAGE,
         )
     return names
@@ -247,7 +250,7 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument("--script", required=True, metavar="FILE.json", help="scripted model steps")
     p.add_argument("--input", required=True, metavar="TEXT", help="the user's message")
     p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
-    p.add_argument("--tools", metavar="a,b", help=f"allowed tools: {', '.join(_BUILTIN_TOOLS)}")
+    p.add_argument("--tools", metavar="a,b", help="the tools the run may use (default: all)")
     p.add_argument("--wait", action="store_true", help="wait for the run to end")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (default 120)")
     _add_json(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -23,6 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+import redis
+import sqlalchemy as sa
 import structlog
 from rich.console import Console
 
@@ -31,7 +34,7 @@ from runtime.local import batch
 from runtime.local.backends import Backends, DemoError, close_backends, open_backends, safe_url
 from runtime.local.cluster import Cluster, child_env
 from runtime.local.figures import Figures, collect
-from runtime.local.report import KillNote, runs_table, summary_table, write_html
+from runtime.local.report import KillNote, runs_table, runs_word, summary_table, write_html
 from runtime.local.watch import Deployment, kill_when_busy, wait_until_done
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Settings, Timings
@@ -152,7 +155,7 @@ def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
         short = ", ".join(r[:8] for r in state.kill.in_flight)
         out.print(
             f"[bold red]SIGKILLed worker w1[/] (its whole process group) with "
-            f"{len(state.kill.in_flight)} runs in flight: {short}"
+            f"{runs_word(len(state.kill.in_flight))} in flight: {short}"
         )
         out.print(
             "Its leases lapse within 8 s; the sweeper claims each run once and w2 resumes it."
@@ -176,7 +179,9 @@ def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
     if not resumed:
         return
     exe = Path(sys.executable).parent / "liyagent"
-    cmd = str(exe) if exe.exists() else "liyagent"
+    cmd = "liyagent"
+    if exe.exists():
+        cmd = os.path.relpath(exe) if exe.is_relative_to(Path.cwd()) else str(exe)
     out.print("See how a resumed run was taken up (checkpoints, call marks, audit):")
     out.print(
         f"  LIYAGENT_DATABASE_URL={shlex.quote(state.backends.database_url)} "
@@ -232,6 +237,10 @@ def run_demo(opts: DemoOptions) -> int:
     except DemoError as exc:
         out.print(f"[bold red]error:[/] {exc}", highlight=False)
         result, code = {"error": str(exc), "log_dir": str(log_dir)}, exc.exit_code
+    except (sa.exc.OperationalError, redis.exceptions.ConnectionError) as exc:
+        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        out.print(f"[bold red]error:[/] lost Postgres or Redis during the demo: {why}")
+        result, code = {"error": why, "log_dir": str(log_dir)}, 3
     except KeyboardInterrupt:
         out.print("Interrupted: stopping everything the demo started.")
     finally:

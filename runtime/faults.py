@@ -23,6 +23,7 @@ POINTS = frozenset(
         "after_send",  # the vendor received the write, before its outcome is recorded
         "after_outcome",  # the outcome is recorded, before the next checkpoint
         "after_answer",  # the final answer is stored, before it is handed on
+        "after_request",  # an approval or a child run is filed, before the run waits for it
     }
 )
 

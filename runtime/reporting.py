@@ -99,7 +99,9 @@ def run_json(run: RunRow) -> dict[str, Any]:
     return {
         "id": run.id,
         "agent": run.agent,
+        "kind": run.kind,
         "status": run.status,
+        "waiting_on": run.waiting_on,
         "attempt": run.attempt,
         "attempts": run.attempt,
         "lost_count": run.lost_count,
@@ -179,13 +181,19 @@ def render_view(out: Console, view: RunView) -> None:
         out.print(Text(f"Answer: {view.answer}"))
     if view.failure_reason:
         out.print(Text(f"Failed: {view.failure_reason}"))
+    if view.waiting_on:
+        out.print(Text(f"Waiting on: {view.waiting_on}"))
 
 
 def render_recent(out: Console, runs: list[RunSummary]) -> None:
     """The most recent runs as one table."""
-    table = _table("Recent runs", ["run", "agent", "status", "attempt", "lost", "step", "created"])
+    columns = ["run", "agent", "kind", "status", "attempt", "lost", "step", "created"]
+    table = _table("Recent runs", columns)
     for s in runs:
-        _row(table, s.id, s.agent, s.status, s.attempt, s.lost_count, s.step, _when(s.created_at))
+        _row(
+            table, s.id, s.agent, s.kind, s.status, s.attempt, s.lost_count, s.step,
+            _when(s.created_at),
+        )  # fmt: skip
     out.print(table if runs else "No runs yet: start one with `liyagent run`.")
 
 
@@ -203,7 +211,8 @@ def _render_marks(out: Console, r: RunReport) -> None:
         "Call marks", ["step", "call", "tool", "kind", "key", "status", "settlement", "attempt"]
     )
     for m in r.marks:
-        _row(table, m.step, m.call_id, m.tool, m.kind, m.idem_key, m.status, m.settlement or "-",
+        key = m.idem_key if len(m.idem_key) <= 20 else m.idem_key[:18] + "…"
+        _row(table, m.step, m.call_id, m.tool, m.kind, key, m.status, m.settlement or "-",
              m.attempt)  # fmt: skip
     out.print(table if r.marks else "Call marks: none (the run made no write).")
 
@@ -216,13 +225,17 @@ def _render_audit(out: Console, r: RunReport) -> None:
     out.print(table if r.audit else "Audit: no events.")
 
 
+def _losses(n: int) -> str:
+    return {0: "never lost", 1: "lost once"}.get(n, f"lost {n} times")
+
+
 def render_report(out: Console, r: RunReport) -> None:
     """The whole inspect report for a person."""
     run = r.run
     out.print(
         Text(
-            f"Run {run.id} ({run.agent}): {run.status}, attempt {run.attempt}, "
-            f"lost {run.lost_count} times, {run.step} steps written",
+            f"Run {run.id} ({run.kind} {run.agent}): {run.status}, attempt {run.attempt}, "
+            f"{_losses(run.lost_count)}, {run.step} steps written",
             "bold",
         )
     )

@@ -89,7 +89,7 @@ def build(
         leases=leases,
         heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms),
         sealer=sealer or load_sealer(settings.production),
-        tools=tools or default_registry(settings.vendor_url),
+        tools=tools or default_registry(settings.vendor_url, settings.tool_kinds),
         publisher=publisher,
         holder=f"{socket.gethostname()}-{os.getpid()}",
     )

@@ -39,6 +39,17 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
+def _env_pairs(name: str) -> dict[str, str]:
+    raw = os.environ.get(name, "").strip()
+    pairs: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in raw.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ConfigError(f"{name}: each entry is name=value, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
 @dataclass(frozen=True)
 class Timings:
     """Lease, heartbeat and sweep timings, which only work together.
@@ -107,6 +118,9 @@ class Settings:
     vendor_url: str = "http://127.0.0.1:8765"
     step_limit: int = 25
     crash_resume_entries: bool = True
+    # Operators' reclassification of tools, `name=kind` (e.g. chat.reply=read). A call already
+    # marked a write stays a write whatever its tool is classified as now (I7).
+    tool_kinds: dict[str, str] = field(default_factory=dict)
     timings: Timings = field(default_factory=Timings)
 
     @classmethod
@@ -123,6 +137,7 @@ class Settings:
             vendor_url=os.environ.get("LIYAGENT_VENDOR_URL") or "http://127.0.0.1:8765",
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
+            tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
             timings=Timings.from_env(),
         )
 

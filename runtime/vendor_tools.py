@@ -6,11 +6,20 @@ vendor's own records can judge duplicates and stale writes.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from runtime.tools import CallContext, Tool, ToolError, ToolInDoubt, ToolKind, ToolRegistry
+
+
+class VendorRefused(ToolError):
+    """The vendor answered 4xx: a definite outcome, with its status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class VendorClient:
@@ -38,7 +47,10 @@ class VendorClient:
         if response.status_code >= 500:
             raise ToolInDoubt(f"{method} {path}: vendor answered {response.status_code}")
         if response.status_code >= 400:
-            raise ToolError(f"{method} {path}: {response.status_code} {response.text[:300]}")
+            raise VendorRefused(
+                f"{method} {path}: {response.status_code} {response.text[:300]}",
+                response.status_code,
+            )
         return response.json()
 
 
@@ -49,8 +61,14 @@ def _require(args: dict[str, Any], name: str) -> Any:
     return value
 
 
-def vendor_tools(base_url: str, incident_dedupe_s: float) -> list[Tool]:
-    """The vendor tools: a read, a keyed write, a write with a reader, a write without one."""
+def _engine_routed(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+    raise ToolError("a delegation is routed by the engine, never invoked directly")
+
+
+def vendor_tools(
+    base_url: str, incident_dedupe_s: float, notify_dedupe_s: float = 300
+) -> list[Tool]:
+    """The vendor tools: one of every kind the engine knows how to make and settle."""
     client = VendorClient(base_url)
 
     def ticket_read(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
@@ -77,8 +95,50 @@ def vendor_tools(base_url: str, incident_dedupe_s: float) -> list[Tool]:
         }
         return dict(client.request("POST", "/chat/replies", ctx, body))
 
+    def notify(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        body = {"channel": _require(args, "channel"), "text": _require(args, "text")}
+        return dict(client.request("POST", "/notify", ctx, body))
+
+    def remote_ask(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        body = {
+            "id": ctx.key,
+            "message": _require(args, "message"),
+            "agent": args.get("agent", "remote-agent"),
+        }
+        return dict(client.request("POST", "/a2a/tasks", ctx, body))
+
+    def remote_read_back(args: dict[str, Any], ctx: CallContext) -> dict[str, Any] | None:
+        try:
+            return dict(client.request("GET", f"/a2a/tasks/{ctx.key}", ctx))
+        except VendorRefused as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     return [
         Tool("ticket.read", ToolKind.READ, "Read a ticket by id.", ticket_read),
+        Tool(
+            "notify.send",
+            ToolKind.KEYED_WRITE,
+            "Send a channel notification (nonce dedupe for minutes only).",
+            notify,
+            dedupe_window_s=notify_dedupe_s,
+        ),
+        Tool(
+            "incident.page",
+            ToolKind.APPROVAL_WRITE,
+            "Page on-call with a new incident; held for a person's approval.",
+            incident_create,
+            dedupe_window_s=incident_dedupe_s,
+        ),
+        Tool("agent.delegate", ToolKind.DELEGATION, "Ask a sub-agent.", _engine_routed),
+        Tool(
+            "remote.ask",
+            ToolKind.REMOTE_AGENT,
+            "Ask another agent over A2A.",
+            remote_ask,
+            reader=remote_read_back,
+        ),
         Tool(
             "incident.create",
             ToolKind.KEYED_WRITE,
@@ -97,5 +157,15 @@ def vendor_tools(base_url: str, incident_dedupe_s: float) -> list[Tool]:
     ]
 
 
-def default_registry(base_url: str, incident_dedupe_s: float = 86400) -> ToolRegistry:
-    return ToolRegistry(vendor_tools(base_url, incident_dedupe_s))
+def default_registry(
+    base_url: str, kinds: dict[str, str] | None = None, incident_dedupe_s: float = 86400
+) -> ToolRegistry:
+    """The built-in tools, with operators' reclassifications (`LIYAGENT_TOOL_KINDS`) applied."""
+    tools = vendor_tools(base_url, incident_dedupe_s)
+    overrides = dict(kinds or {})
+    unknown = set(overrides) - {t.name for t in tools}
+    if unknown:
+        raise ValueError(f"LIYAGENT_TOOL_KINDS names unknown tools: {sorted(unknown)}")
+    return ToolRegistry(
+        [replace(t, kind=ToolKind(overrides[t.name])) if t.name in overrides else t for t in tools]
+    )

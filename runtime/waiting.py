@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from runtime import faults
 from runtime.enqueue import BadRequest, NewRun, enqueue, publish_quietly
 from runtime.keys import approval_step_key, delegation_key
 from runtime.state import RunState, ToolCall
@@ -69,6 +70,7 @@ class WaitRouter:
         if request.status == "approved":
             # An approved call always sends the approval id as its key, however often.
             return self.r.write(state, index, call, tool, request.id, True, settlement=None)
+        faults.point("after_request")
         if self.may_wait:
             raise Suspend(f"approval:{request.id}")
         return {
@@ -89,6 +91,7 @@ class WaitRouter:
                 child_id, _ = enqueue(self.s, self._child(call, key))
             except BadRequest as exc:
                 return {"error": f"the sub-agent could not be started: {exc}"}
+            faults.point("after_request")
             raise Suspend(f"child:{child_id}")
         if child.status == "succeeded" and child.answer is not None:
             answer = self.s.sealer.open(child.id, "answer", 0, child.answer)

@@ -12,8 +12,8 @@ from datetime import datetime
 import sqlalchemy as sa
 
 _SUMMARY_COLUMNS = (
-    "id, agent, status, attempt, lost_count, step, failure_reason, created_at, started_at, "
-    "finished_at"
+    "id, agent, kind, status, attempt, lost_count, step, failure_reason, created_at, "
+    "started_at, finished_at"
 )
 
 
@@ -23,6 +23,8 @@ class RunSummary:
 
     id: str
     agent: str
+    # agent (a model loop) or workflow (a deterministic step graph).
+    kind: str
     status: str
     attempt: int
     lost_count: int

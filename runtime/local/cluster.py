@@ -20,6 +20,8 @@ from runtime.settings import Settings
 log = structlog.get_logger(__name__)
 
 START_TIMEOUT_S = 60.0
+# A clean stop gets this long before its group is SIGKILLed.
+STOP_GRACE_S = 5.0
 
 
 def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
@@ -106,5 +108,5 @@ class Cluster:
     def stop(self) -> None:
         """Stop every process cleanly (SIGTERM to its group), killing what does not stop."""
         for name, proc in reversed(list(self.procs.items())):
-            proc.stop(grace_s=10.0)
+            proc.stop(grace_s=STOP_GRACE_S)
             log.info("cluster.stopped", name=name, exit=proc.popen.returncode)

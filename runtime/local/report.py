@@ -34,6 +34,11 @@ LEGEND = {
 }
 
 
+def runs_word(n: int) -> str:
+    """`1 run`, `3 runs`."""
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
@@ -72,7 +77,7 @@ def summary_table(f: Figures, kill: KillNote | None) -> Table:
     """The verdict table printed at the end of the demo."""
     title = "Crash-resume demo"
     if kill is not None:
-        title += f": {kill.worker} SIGKILLed with {len(kill.in_flight)} runs in flight"
+        title += f": {kill.worker} SIGKILLed with {runs_word(len(kill.in_flight))} in flight"
     table = Table(title=title, show_header=False, title_justify="left", caption_justify="left")
     table.add_column("figure", style="bold", no_wrap=True)
     table.add_column("value")
@@ -124,7 +129,7 @@ def render_html(f: Figures, kill: KillNote | None, context: list[str]) -> str:
         killed = (
             f"<p>Worker <b>{html.escape(kill.worker)}</b> was SIGKILLed at "
             f"{html.escape(kill.at.isoformat(timespec='seconds'))} with "
-            f"{len(kill.in_flight)} runs in flight.</p>"
+            f"{runs_word(len(kill.in_flight))} in flight.</p>"
         )
     summary = "".join(_tr([label, value]) for label, value in summary_rows(f))
     head = _tr(["run", "status", "attempt", "lost", "steps", "in flight at kill", "recovery"], "th")

@@ -20,13 +20,19 @@ import sqlalchemy as sa
 from runtime.local.procs import ROOT
 
 
-def _survivor(pid: int) -> str | None:
-    """The command line of `pid` if it still runs one of the demo's processes."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return None
-    return cmdline if ("celery" in cmdline or "simulators" in cmdline) else None
+def _survivors(pids: list[int]) -> list[int]:
+    """Reported pids still running in one of the demo's process groups (whose leaders are
+    among the reported pids), so an unrelated process that reused a pid is not counted."""
+    alive = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        pgid = int(stat.rsplit(")", 1)[1].split()[2])
+        if pgid in pids:
+            alive.append(pid)
+    return alive
 
 
 @pytest.mark.kill
@@ -60,7 +66,7 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
     assert "liyagent crash-resume demo" in report.read_text()
 
     assert len(result["pids"]) >= 10  # simulator, beat, two workers and their pools
-    assert [p for p in result["pids"] if _survivor(p)] == []
+    assert _survivors(result["pids"]) == []
     client = redis.Redis.from_url(servers[1])
     assert list(client.scan_iter(match=f"{result['namespace']}*")) == []
     client.close()

@@ -1,0 +1,101 @@
+"""Delegation to sub-agents: the child is created once by its delegation key, the parent waits
+without holding a worker, and a resume asks again by the key (finding the child's answer, or
+taking over its lapsed lease once)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.support.scripts import call, final, step
+
+pytestmark = pytest.mark.kill
+
+
+def _parent(child_latency_ms: int = 0) -> list[dict]:
+    child_script = {
+        "steps": [
+            step(call("toolu_ch1", "ticket.read", ticket="T-5"), latency_ms=child_latency_ms),
+            final("Ticket T-5 is a duplicate.", latency_ms=child_latency_ms),
+        ]
+    }
+    return [
+        step(
+            call(
+                "toolu_d1",
+                "agent.delegate",
+                agent="triage-bot",
+                input="Is T-5 a duplicate?",
+                script=child_script,
+            )
+        ),
+        final("Closed as duplicate."),
+    ]
+
+
+def _children(stack, parent_id):
+    return stack.rows(
+        "SELECT id, status, lost_count, attempt FROM runs WHERE parent_run_id = :p", p=parent_id
+    )
+
+
+def _told(stack, run_id: str) -> dict:
+    told = stack.rows(
+        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 2 "
+        "ORDER BY id DESC LIMIT 1",
+        r=run_id,
+    )[0].tool_results
+    return json.loads(told[0]["content"])
+
+
+def test_parent_waits_without_a_worker_and_gets_the_childs_answer(stack) -> None:
+    stack.worker("w1", concurrency=1)  # one slot: the parent must give it up for the child
+    parent = stack.start(_parent(child_latency_ms=300))
+    view = stack.wait(parent)
+    assert view.status == "succeeded" and view.answer == "Closed as duplicate."
+    [child] = _children(stack, parent)
+    assert child.status == "succeeded"
+    assert _told(stack, parent) == {"answer": "Ticket T-5 is a duplicate.", "child_run": child.id}
+    kinds = [
+        r.kind
+        for r in stack.rows("SELECT kind FROM audit_events WHERE run_id = :r ORDER BY id", r=parent)
+    ]
+    assert kinds == ["agent.run.waiting", "agent.run.resumed"]
+
+
+def test_parent_lost_after_creating_the_child_asks_again_by_key(stack) -> None:
+    stack.worker("victim", fault="after_request:kill")
+    parent = stack.start(_parent())
+    stack.fault_hit("victim")
+    stack.worker("survivor")
+    stack.beat()
+    assert stack.wait(parent).status == "succeeded"
+    [child] = _children(stack, parent)  # found again by its key, never created twice
+    assert child.status == "succeeded"
+    assert _told(stack, parent)["answer"] == "Ticket T-5 is a duplicate."
+
+
+def test_parent_and_child_lost_together_child_is_claimed_once(stack) -> None:
+    victim = stack.worker("victim", fault="after_request:stop", concurrency=2)
+    parent = stack.start(_parent(child_latency_ms=1500))
+    stack.fault_hit("victim")  # the parent's process is stopped just after filing the child
+    deadline = time.monotonic() + 30
+    while not any(c.status == "running" for c in _children(stack, parent)):
+        assert time.monotonic() < deadline, "the child never started on the victim"
+        time.sleep(0.05)
+    victim.kill()  # the whole worker dies: parent and child are both lost
+    stack.worker("survivor", concurrency=2)
+    stack.beat()
+    assert stack.wait(parent, timeout=90).status == "succeeded"
+    [child] = _children(stack, parent)
+    assert child.status == "succeeded" and child.lost_count == 1 and child.attempt == 2
+    losses = stack.rows(
+        "SELECT count(*) AS n FROM audit_events WHERE run_id = :c AND kind = 'agent.run.lost'",
+        c=child.id,
+    )[0].n
+    assert losses == 1  # the sweeper and the parent raced for it: one claim
+    assert _told(stack, parent)["answer"] == "Ticket T-5 is a duplicate."
+    reads = stack.vendor("SELECT count(*) AS n FROM sim.requests WHERE run_id = :c", c=child.id)
+    assert reads[0].n >= 1

@@ -1,0 +1,101 @@
+"""Gates are checked again as they stand now: on resume and at every step (I7)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from store.gates import set_agent_tools, set_channel, set_principal
+from tests.support.scripts import mixed
+
+pytestmark = pytest.mark.kill
+
+
+def _kill_after_checkpoint(stack, **options) -> str:
+    stack.worker("victim", fault="after_checkpoint:kill")
+    run_id = stack.client.start_run(
+        agent="support-bot",
+        user_input="help",
+        model={"provider": "scripted", "script": {"steps": mixed("g")}},
+        **options,
+    )
+    stack.fault_hit("victim")
+    stack.procs[-1].popen.wait(timeout=10)
+    return run_id
+
+
+def _resume(stack) -> None:
+    stack.worker("survivor")
+    stack.beat()
+
+
+def test_containment_revoked_between_kill_and_resume(stack) -> None:
+    run_id = _kill_after_checkpoint(stack)
+    with stack.db() as conn:
+        set_agent_tools(conn, "support-bot", ["ticket.read", "issue.comment", "chat.reply"])
+    _resume(stack)
+    assert stack.wait(run_id).status == "succeeded"
+    assert (
+        stack.vendor(
+            "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor = 'incidents'",
+            r=run_id,
+        )[0].n
+        == 0
+    )
+    told = stack.rows(
+        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 2", r=run_id
+    )[0].tool_results
+    refused = {m["name"]: json.loads(m["content"]) for m in told}["incident.create"]
+    assert "contained" in refused["refused"]
+
+
+def test_owner_revoked_between_kill_and_resume_fails_the_run(stack) -> None:
+    run_id = _kill_after_checkpoint(stack, owner="mallory")
+    with stack.db() as conn:
+        set_principal(conn, "mallory", may_run=False, may_act=True, reason="left the company")
+    _resume(stack)
+    view = stack.wait(run_id)
+    assert view.status == "failed"
+    assert "owner mallory may no longer run it (left the company)" in view.failure_reason
+    assert stack.client.transcript(run_id)[-1][0] == "notice"
+    assert stack.vendor_writes(run_id) == []
+
+
+def test_run_as_authority_revoked_fails_the_run(stack) -> None:
+    run_id = _kill_after_checkpoint(stack, run_as="svc-billing")
+    with stack.db() as conn:
+        set_principal(conn, "svc-billing", may_run=True, may_act=False, reason="key rotated")
+    _resume(stack)
+    view = stack.wait(run_id)
+    assert view.status == "failed" and "svc-billing, may no longer act" in view.failure_reason
+
+
+def test_disabled_channel_fails_the_run(stack) -> None:
+    run_id = _kill_after_checkpoint(stack, channel="teams")
+    with stack.db() as conn:
+        set_channel(conn, "teams", enabled=False, reason="tenant offboarded")
+    _resume(stack)
+    view = stack.wait(run_id)
+    assert view.status == "failed" and "channel teams is disabled" in view.failure_reason
+
+
+def test_stop_takes_a_running_run_down_at_its_next_step(stack) -> None:
+    stack.worker("w1")
+    run_id = stack.start(mixed("x", latency_ms=600))
+    deadline = time.monotonic() + 30
+    while stack.client.get(run_id).step < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == []
+    view = stack.wait(run_id)
+    assert view.status == "failed" and "stopped by an operator: runaway" in view.failure_reason
+    assert view.step < 4
+
+
+def test_stop_of_an_agent_fails_its_queued_runs_at_once(stack) -> None:
+    run_id = stack.start(mixed("q"))  # no worker: it stays queued
+    assert stack.client.stop(agent="support-bot", reason="incident", by="oncall") == [run_id]
+    view = stack.client.get(run_id)
+    assert view.status == "failed" and "stopped by oncall" in view.failure_reason

@@ -1,0 +1,183 @@
+"""One test per row of the spec's "Writes in flight" table: the worker is SIGKILLed while the
+call is in doubt and a second worker resumes. Judged from the vendor's records and Postgres."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.scripts import call, final, step
+
+pytestmark = pytest.mark.kill
+
+
+def _crash_and_resume(stack, fault: str, steps: list[dict], timeout: float = 60):
+    stack.worker("victim", fault=fault)
+    run_id = stack.start(steps)
+    stack.fault_hit("victim")
+    stack.procs[-1].popen.wait(timeout=10)
+    stack.worker("survivor")
+    stack.beat()
+    return run_id
+
+
+def _settled(stack, run_id: str) -> list[tuple[str, str]]:
+    rows = stack.rows(
+        "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.run.crash_resumed'",
+        r=run_id,
+    )
+    return [(c["tool"], c["settled"]) for r in rows for c in r.detail["calls"]]
+
+
+def _told(stack, run_id: str, step: int) -> list[dict]:
+    row = stack.rows(
+        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = :s "
+        "ORDER BY id DESC LIMIT 1",
+        r=run_id,
+        s=step,
+    )[0]
+    return [json.loads(m["content"]) for m in row.tool_results]
+
+
+def test_read_in_flight_is_made_again(stack) -> None:
+    run_id = _crash_and_resume(
+        stack,
+        "after_checkpoint:kill",
+        [step(call("toolu_r1", "ticket.read", ticket="T-9")), final()],
+    )
+    assert stack.wait(run_id).status == "succeeded"
+    reads = stack.vendor(
+        "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'tickets' ORDER BY id",
+        r=run_id,
+    )
+    assert [r.attempt for r in reads] == [2]  # never made before the kill; made once after
+    assert _settled(stack, run_id) == [("ticket.read", "made")]
+
+
+def test_read_made_before_the_crash_is_made_again(stack) -> None:
+    steps = [
+        step(
+            call("toolu_r2", "ticket.read", ticket="T-9"),
+            call("toolu_w2", "issue.comment", issue="ENG-1", body="x"),
+        ),
+        final(),
+    ]
+    run_id = _crash_and_resume(stack, "after_mark:kill", steps)
+    assert stack.wait(run_id).status == "succeeded"
+    reads = stack.vendor(
+        "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'tickets' ORDER BY id",
+        r=run_id,
+    )
+    assert [r.attempt for r in reads] == [1, 2]  # harmless, so simply made again
+
+
+def test_keyed_write_with_long_window_is_sent_again_with_the_same_key(stack) -> None:
+    steps = [step(call("toolu_k1", "incident.create", title="DB down")), final()]
+    run_id = _crash_and_resume(stack, "after_send:kill", steps)
+    assert stack.wait(run_id).status == "succeeded"
+    posts = stack.vendor(
+        "SELECT idem_key, deduped, attempt FROM sim.requests WHERE run_id = :r "
+        "AND vendor = 'incidents' ORDER BY id",
+        r=run_id,
+    )
+    assert [(p.deduped, p.attempt) for p in posts] == [(False, 1), (True, 2)]
+    assert len({p.idem_key for p in posts}) == 1
+    rows = stack.vendor(
+        "SELECT count(*) AS n FROM sim.incidents WHERE idem_key = :k", k=posts[0].idem_key
+    )
+    assert rows[0].n == 1
+    assert _settled(stack, run_id) == [("incident.create", "resent")]
+
+
+@pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])
+def test_keyed_write_with_short_window_is_settled_not_sent_again(stack, fault, sent) -> None:
+    steps = [step(call("toolu_n1", "notify.send", channel="#ops", text="paging")), final()]
+    run_id = _crash_and_resume(stack, fault, steps)
+    assert stack.wait(run_id).status == "succeeded"
+    posts = stack.vendor(
+        "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'notify'", r=run_id
+    )
+    assert len(posts) == sent and all(p.attempt == 1 for p in posts)
+    assert _settled(stack, run_id) == [("notify.send", "unknown")]
+    assert _told(stack, run_id, 2)[0]["outcome"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("fault", "how"),
+    [("after_mark:kill", "sent_after_read_back"), ("after_send:kill", "read_back")],
+)
+def test_write_with_a_reader_is_read_back(stack, fault, how) -> None:
+    steps = [step(call("toolu_c1", "issue.comment", issue="ENG-7", body="found it")), final()]
+    run_id = _crash_and_resume(stack, fault, steps)
+    assert stack.wait(run_id).status == "succeeded"
+    comments = stack.vendor(
+        "SELECT count(*) AS n FROM sim.comments WHERE idem_key IN (SELECT "
+        "idem_key FROM sim.requests WHERE run_id = :r)",
+        r=run_id,
+    )[0].n
+    assert comments == 1
+    assert _settled(stack, run_id) == [("issue.comment", how)]
+
+
+@pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])
+def test_other_write_is_reported_unknown_and_not_sent_again(stack, fault, sent) -> None:
+    steps = [step(call("toolu_m1", "chat.reply", conversation="c1", text="hello")), final()]
+    run_id = _crash_and_resume(stack, fault, steps)
+    assert stack.wait(run_id).status == "succeeded"
+    posts = stack.vendor(
+        "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'chat'", r=run_id
+    )
+    assert len(posts) == sent
+    told = _told(stack, run_id, 2)[0]
+    assert told["outcome"] == "unknown" and "not sent again" in told["note"]
+    audit = stack.rows(
+        "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.run.crash_resumed'",
+        r=run_id,
+    )
+    assert audit[0].detail["calls"] == [
+        {"call_id": "toolu_m1", "tool": "chat.reply", "kind": "write", "settled": "unknown"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fault", "how"),
+    [("after_mark:kill", "sent_after_read_back"), ("after_send:kill", "read_back")],
+)
+def test_remote_agent_call_is_read_back_by_its_task_id(stack, fault, how) -> None:
+    steps = [
+        step(call("toolu_a1", "remote.ask", agent="billing-agent", message="refund?")),
+        final(),
+    ]
+    run_id = _crash_and_resume(stack, fault, steps)
+    assert stack.wait(run_id).status == "succeeded"
+    tasks = stack.vendor(
+        "SELECT task_id, count(*) AS n FROM sim.a2a_tasks WHERE task_id IN "
+        "(SELECT idem_key FROM sim.requests WHERE run_id = :r) GROUP BY task_id",
+        r=run_id,
+    )
+    assert [t.n for t in tasks] == [1]
+    assert _settled(stack, run_id) == [("remote.ask", how)]
+    assert "billing-agent handled" in json.dumps(_told(stack, run_id, 2))
+
+
+def test_write_reclassified_as_read_is_still_settled_as_a_write(stack) -> None:
+    stack.worker("victim", fault="after_mark:kill")
+    run_id = stack.start(
+        [step(call("toolu_m2", "chat.reply", conversation="c", text="x")), final()]
+    )
+    stack.fault_hit("victim")
+    stack.procs[-1].popen.wait(timeout=10)
+    # An operator reclassifies the tool as a read before the resume.
+    stack.worker("survivor", env={"LIYAGENT_TOOL_KINDS": "chat.reply=read"})
+    stack.beat()
+    assert stack.wait(run_id).status == "succeeded"
+    assert (
+        stack.vendor(
+            "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor = 'chat'", r=run_id
+        )[0].n
+        == 0
+    )
+    assert _settled(stack, run_id) == [("chat.reply", "unknown")]
+    kinds = stack.rows("SELECT kind, status FROM call_marks WHERE run_id = :r", r=run_id)
+    assert [(k.kind, k.status) for k in kinds] == [("write", "settled")]
