@@ -1,20 +1,48 @@
-"""What beat fires: the lease sweeper, every `LIYAGENT_SWEEP_INTERVAL_MS` (3 s)."""
+"""What beat fires: the lease sweeper (every 3 s), the Teams inbox intake, the answer purge,
+and the catalog's cron triggers. Two beats are harmless: each task decides in Postgres."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+from celery.schedules import crontab
+
+from runtime import catalog
 from runtime.settings import Settings
 
 
-def schedule(settings: Settings) -> dict[str, dict[str, Any]]:
-    interval = settings.timings.sweep_interval_ms / 1000
+def _every(task: str, seconds: float, queue: str, args: list[Any] | None = None) -> dict[str, Any]:
+    # A backlog of fires is discarded, not run back to back.
     return {
-        "liyagent-sweep": {
-            "task": "liyagent.sweep",
-            "schedule": timedelta(seconds=interval),
-            # A backlog of sweeps is discarded, not run back to back.
-            "options": {"expires": interval, "queue": f"{settings.queue}.ops"},
-        },
+        "task": task,
+        "schedule": timedelta(seconds=seconds),
+        "args": args or [],
+        "options": {"expires": seconds, "queue": queue},
     }
+
+
+def schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    ops = f"{settings.queue}.ops"
+    sweep_s = settings.timings.sweep_interval_ms / 1000
+    entries = {
+        "liyagent-sweep": _every("liyagent.sweep", sweep_s, ops),
+        "liyagent-teams-intake": _every("liyagent.teams_intake", sweep_s, ops),
+        "liyagent-purge-answers": _every("liyagent.purge_answers", 600, ops),
+    }
+    for trigger in catalog.load(settings.agents_file).cron.values():
+        if trigger.every_s is not None:
+            entry = _every("liyagent.cron_fire", trigger.every_s, ops, [trigger.name])
+        else:
+            assert trigger.crontab is not None
+            minute, hour, dom, month, dow = trigger.crontab.split()
+            entry = {
+                "task": "liyagent.cron_fire",
+                "args": [trigger.name],
+                "schedule": crontab(
+                    minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow
+                ),
+                "options": {"expires": 55, "queue": ops},
+            }
+        entries[f"cron:{trigger.name}"] = entry
+    return entries

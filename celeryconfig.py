@@ -26,7 +26,15 @@ def config_for(settings: Settings) -> dict[str, Any]:
             "global_keyprefix": settings.namespace,
         },
         "task_default_queue": settings.queue,
-        "task_routes": {"liyagent.sweep": {"queue": f"{settings.queue}.ops"}},
+        "task_routes": {
+            name: {"queue": f"{settings.queue}.ops"}
+            for name in (
+                "liyagent.sweep",
+                "liyagent.cron_fire",
+                "liyagent.teams_intake",
+                "liyagent.purge_answers",
+            )
+        },
         "task_acks_late": True,
         # A task whose pool child dies is requeued instead of acked and forgotten.
         "task_reject_on_worker_lost": True,

@@ -10,6 +10,7 @@ import structlog
 from runtime import drain, faults
 from runtime.calls import CallRouter, KeyFn, Settled
 from runtime.enqueue import publish_quietly
+from runtime.entries import post_teams_reply
 from runtime.gates import run_refusal
 from runtime.heartbeat import RunLease
 from runtime.sealing import SealError
@@ -17,10 +18,11 @@ from runtime.services import Services
 from runtime.state import RunState
 from runtime.waiting import Suspend
 from store.checkpoints import latest_checkpoint, write_checkpoint
+from store.entries import deliver
 from store.gates import select_gates
 from store.records import insert_owned_audit
 from store.rows import FencedOut, GateRow, RunRow
-from store.runs import deliver_to_transcript, fail_run, hand_back, store_answer
+from store.runs import fail_run, hand_back, store_answer
 from store.waits import suspend, wake_parent
 
 log = structlog.get_logger(__name__)
@@ -105,7 +107,10 @@ class RunAttempt:
             )
 
     def _checkpoint(self, state: RunState) -> None:
-        """Write the step's sealed checkpoint before any of its calls is made (fenced)."""
+        """Write the step's sealed checkpoint before any of its calls is made (fenced). A run
+        not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false) writes none: lost, it fails."""
+        if not self.run.resumable:
+            return
         sealed = self.s.sealer.seal(self.run.id, "checkpoint", state.step, state.to_payload())
         with self.s.engine.connect() as conn:
             write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
@@ -141,9 +146,20 @@ class RunAttempt:
         self._hand_on(text)
 
     def _hand_on(self, text: str) -> None:
-        """Deliver the stored answer to its entry point, once (the run is then succeeded)."""
+        """Deliver the stored answer to its entry points, once (the run is then succeeded)."""
+        reply = None
+        if self.run.entry_kind == "teams":
+            self.lease.ensure()  # a taken-over attempt must not post (I3)
+            reply = post_teams_reply(self.s, self.run, text)
         with self.s.engine.connect() as conn:
-            deliver_to_transcript(conn, self.run.id, self.run.attempt, text)
+            deliver(
+                conn,
+                self.run.id,
+                self.run.attempt,
+                text,
+                retention_s=self.s.settings.answer_retention_s,
+                reply=reply,
+            )
         self.log.info("run.succeeded")
         self._wake_parent()
 

@@ -172,7 +172,13 @@ def _context(state: DemoState, opts: DemoOptions) -> list[str]:
 
 
 def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
-    resumed = [line.id for line in f.lines if line.lost_count > 0]
+    # Point at the run whose resume had the most to settle: a write in doubt, then a reuse.
+    rank = {"resent": 0, "read_back": 0, "sent_after_read_back": 0, "unknown": 0, "reused": 1}
+    lines = sorted(
+        (line for line in f.lines if line.lost_count > 0),
+        key=lambda line: min((rank.get(s, 2) for s in line.resume), default=3),
+    )
+    resumed = [line.id for line in lines]
     if state.backends.private_postgres:
         out.print("The private Postgres and Redis were stopped and removed, with the runs.")
         return

@@ -13,6 +13,7 @@ from runtime.models.scripted import validate_script
 from runtime.services import Services
 from runtime.state import RunState
 from runtime.workflow_spec import validate_workflow
+from store.entries import EntryLink
 from store.rows import RunId
 from store.runs import insert_run
 
@@ -20,6 +21,8 @@ log = structlog.get_logger(__name__)
 
 # Entry kinds whose runs may suspend (wait for an approval without holding a worker).
 WAITING_KINDS = frozenset({"plain", "managed", "playground", "a2a", "resume", "delegation"})
+# Entry-point runs TICKETIQ_CRASH_RESUME_ENTRIES covers: written ahead only when it is true.
+ENTRY_KINDS = frozenset({"cron", "webhook", "ticket_event", "copilot", "teams"})
 
 
 class BadRequest(ValueError):
@@ -41,6 +44,11 @@ class NewRun:
     request_key: str | None = None
     parent_run_id: str | None = None
     may_wait: bool | None = None
+    # Where the answer goes beyond the transcript (e.g. a Teams conversation).
+    entry: dict[str, Any] | None = None
+    link: EntryLink | None = None
+    job: dict[str, Any] | None = None
+    resumable: bool | None = None
 
 
 def _validate(new: NewRun) -> None:
@@ -92,6 +100,22 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
     if created:
         publish_quietly(s, rid, 1)
     return rid, created
+
+
+def _kind(new: NewRun) -> str:
+    if new.job is not None:
+        return "job"
+    return "workflow" if new.workflow is not None else "agent"
+
+
+def _resumable(s: Services, new: NewRun, may_wait: bool) -> bool:
+    """Runs that may wait are always written ahead; entry-point runs only when
+    TICKETIQ_CRASH_RESUME_ENTRIES is true; a job by its kind."""
+    if new.resumable is not None:
+        return new.resumable
+    if new.entry_kind in ENTRY_KINDS and not may_wait:
+        return s.settings.crash_resume_entries
+    return True
 
 
 def publish_quietly(s: Services, run_id: str, attempt: int) -> None:

@@ -121,6 +121,12 @@ class Settings:
     # Operators' reclassification of tools, `name=kind` (e.g. chat.reply=read). A call already
     # marked a write stays a write whatever its tool is classified as now (I7).
     tool_kinds: dict[str, str] = field(default_factory=dict)
+    # How long a delivered answer is kept, sealed, before the purge job clears it.
+    answer_retention_s: int = 86400
+    # Agent definitions and cron triggers (JSON); see agents/agents.json.
+    agents_file: str = "agents/agents.json"
+    # Bearer token of the app front; empty refuses every request.
+    front_token: str = ""
     timings: Timings = field(default_factory=Timings)
 
     @classmethod
@@ -138,6 +144,9 @@ class Settings:
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
+            answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
+            agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",
+            front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),
             timings=Timings.from_env(),
         )
 

@@ -47,6 +47,9 @@ class RunRow:
     run_as: str | None
     parent_run_id: str | None
     waiting_on: str | None
+    resumable: bool
+    answer_expires_at: datetime | None
+    answer_purged_at: datetime | None
     spec: dict[str, Any]
     status: str
     attempt: Attempt

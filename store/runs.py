@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from store.entries import EntryLink, ends_cte
 from store.rows import Attempt, ClaimResult, FencedOut, RunId, RunNotFound, RunRow
 from store.schema import runs
 
@@ -42,17 +43,25 @@ def insert_run(
     channel: str = "api",
     run_as: str | None = None,
     parent_run_id: str | None = None,
+    resumable: bool = True,
+    link: EntryLink | None = None,
 ) -> tuple[RunId, bool]:
-    """Insert a queued run, its step-0 checkpoint and its transcript's first line, in one
-    statement; with a request key already used, return that run instead (False: not new)."""
+    """Insert a queued run, its step-0 checkpoint, its transcript's first line and its entry
+    link, in one statement; with a request key already used, return that run instead (False:
+    not new)."""
+    link_sql, link_params = "", dict[str, Any]()
+    if link is not None:
+        cte, link_params = link.cte()
+        link_sql = f",\n            {cte}"
     row = conn.execute(
         sa.text(
-            """
+            f"""
             WITH r AS (
                 INSERT INTO runs (id, correlation_id, request_key, agent, owner, entry_kind,
-                                  spec, kind, channel, run_as, parent_run_id)
+                                  spec, kind, channel, run_as, parent_run_id, resumable)
                 VALUES (:id, :correlation_id, :request_key, :agent, :owner, :entry_kind,
-                        CAST(:spec AS jsonb), :kind, :channel, :run_as, :parent_run_id)
+                        CAST(:spec AS jsonb), :kind, :channel, :run_as, :parent_run_id,
+                        :resumable)
                 ON CONFLICT (request_key) WHERE request_key IS NOT NULL DO NOTHING
                 RETURNING id),
             c AS (
@@ -60,11 +69,12 @@ def insert_run(
                 SELECT id, 0, 1, :sealed FROM r),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)
-                SELECT id, 'user', :user_input FROM r)
+                SELECT id, 'user', :user_input FROM r){link_sql}
             SELECT id FROM r
             """
         ),
         {
+            **link_params,
             "id": run_id,
             "correlation_id": correlation_id,
             "request_key": request_key,
@@ -78,6 +88,7 @@ def insert_run(
             "channel": channel,
             "run_as": run_as,
             "parent_run_id": parent_run_id,
+            "resumable": resumable,
         },
     ).first()
     if row is not None:
@@ -178,26 +189,6 @@ def store_answer(conn: sa.Connection, run_id: str, attempt: int, sealed_answer: 
         raise FencedOut(run_id, attempt, "store the answer")
 
 
-def deliver_to_transcript(conn: sa.Connection, run_id: str, attempt: int, text: str) -> None:
-    """Hand the answer on to the transcript and mark the run succeeded, together, once."""
-    row = conn.execute(
-        sa.text(
-            """
-            WITH d AS (
-                UPDATE runs SET status = 'succeeded', finished_at = now(), updated_at = now()
-                WHERE id = :run_id AND attempt = :attempt AND status = 'answered'
-                RETURNING id)
-            INSERT INTO transcript_messages (run_id, role, content)
-            SELECT id, 'assistant', :text FROM d
-            RETURNING run_id
-            """
-        ),
-        {"run_id": run_id, "attempt": attempt, "text": text},
-    ).first()
-    if row is None:
-        raise FencedOut(run_id, attempt, "hand on the answer")
-
-
 def fail_run(
     conn: sa.Connection,
     run_id: str,
@@ -212,7 +203,7 @@ def fail_run(
     statement; False if the attempt no longer owns the run."""
     row = conn.execute(
         sa.text(
-            """
+            f"""
             WITH f AS (
                 UPDATE runs SET status = 'failed', failure_reason = :reason,
                        finished_at = now(), updated_at = now()
@@ -224,6 +215,7 @@ def fail_run(
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, :kind, attempt, step, CAST(:detail AS jsonb) FROM f)
+            {ends_cte("f", success=False, outcome_sql=":reason")}
             SELECT id FROM f
             """
         ),
@@ -272,7 +264,7 @@ def claim_lost(
     failure's notice on the transcript, are written by the same statement."""
     row = conn.execute(
         sa.text(
-            """
+            f"""
             WITH c AS (
                 UPDATE runs SET
                     attempt = attempt + 1,
@@ -283,31 +275,40 @@ def claim_lost(
                     updated_at = now(),
                     status = CASE
                         WHEN status = 'answered' THEN 'answered'
-                        WHEN lost_count + 1 > :limit THEN 'failed'
+                        WHEN NOT resumable OR lost_count + 1 > :limit THEN 'failed'
                         ELSE 'queued' END,
                     failure_reason = CASE
-                        WHEN status <> 'answered' AND lost_count + 1 > :limit
+                        WHEN status = 'answered' THEN failure_reason
+                        WHEN NOT resumable
+                        THEN 'interrupted: its worker died and it was not written ahead, so it '
+                             || 'cannot resume; start it again'
+                        WHEN lost_count + 1 > :limit
                         THEN 'lost ' || (lost_count + 1) || ' times (limit ' || :limit
                              || '): its worker died each time; start it again once the cause '
                              || 'is fixed'
                         ELSE failure_reason END,
                     finished_at = CASE
-                        WHEN status <> 'answered' AND lost_count + 1 > :limit THEN now()
-                        ELSE finished_at END
+                        WHEN status <> 'answered' AND (NOT resumable OR lost_count + 1 > :limit)
+                        THEN now() ELSE finished_at END
                 WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
-                RETURNING id, attempt, status, lost_count, step, failure_reason),
+                RETURNING id, attempt, status, lost_count, step, failure_reason, resumable),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
                                 ELSE 'agent.run.lost' END,
                        attempt, step,
                        jsonb_build_object('lost_count', lost_count, 'lost_attempt', attempt - 1,
-                                          'reason', failure_reason)
+                                          'reason', failure_reason, 'resumable', resumable)
                 FROM c),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)
                 SELECT id, 'notice', 'This run failed: ' || failure_reason
                 FROM c WHERE status = 'failed')
+            {
+                ends_cte(
+                    "c", success=False, outcome_sql="c.failure_reason", where="c.status = 'failed'"
+                )
+            }
             SELECT id, attempt, status, lost_count, step FROM c
             """
         ),

@@ -42,8 +42,14 @@ runs = sa.Table(
     sa.Column("run_as", sa.Text, nullable=True),
     # A sub-agent run points at the parent call that delegated to it.
     sa.Column("parent_run_id", UUID(as_uuid=False), nullable=True),
-    # What a waiting run waits for: approval:<id> or child:<run id>.
+    # What a waiting run waits for: approval:<id>, child:<run id> or timer:<epoch seconds>.
     sa.Column("waiting_on", sa.Text, nullable=True),
+    # Written ahead (checkpointed) so a loss resumes it; a lost run that is not is failed
+    # `interrupted` (TICKETIQ_CRASH_RESUME_ENTRIES=false entry runs, some jobs).
+    sa.Column("resumable", sa.Boolean, nullable=False, server_default=sa.true()),
+    # A delivered answer is kept, sealed, until then; the purge job clears it after.
+    sa.Column("answer_expires_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("answer_purged_at", sa.DateTime(timezone=True), nullable=True),
     # The agent's definition as it was enqueued: model provider, script, tools allowed.
     sa.Column("spec", JSONB, nullable=False),
     sa.Column("status", sa.Text, nullable=False, server_default="queued"),
@@ -69,7 +75,7 @@ runs = sa.Table(
         "status IN ('queued','running','waiting','answered','succeeded','failed')", name="status"
     ),
     sa.CheckConstraint("attempt >= 1", name="attempt_positive"),
-    sa.CheckConstraint("kind IN ('agent','workflow')", name="kind"),
+    sa.CheckConstraint("kind IN ('agent','workflow','job')", name="kind"),
     sa.Index(
         "uq_runs_request_key",
         "request_key",
@@ -85,6 +91,11 @@ runs = sa.Table(
         "ix_runs_parent_run_id",
         "parent_run_id",
         postgresql_where=sa.text("parent_run_id IS NOT NULL"),
+    ),
+    sa.Index(
+        "ix_runs_answer_expires_at",
+        "answer_expires_at",
+        postgresql_where=sa.text("answer IS NOT NULL AND status = 'succeeded'"),
     ),
     sa.Index(
         "ix_runs_waiting",
@@ -248,4 +259,77 @@ approvals = sa.Table(
     sa.CheckConstraint("status IN ('pending','approved','denied')", name="status"),
     sa.Index("uq_approvals_step_key", "step_key", unique=True),
     sa.Index("ix_approvals_run_id", "run_id"),
+)
+
+# Entry points: where a run came from and where its answer is handed on.
+
+a2a_tasks = sa.Table(
+    "a2a_tasks",
+    metadata,
+    # An A2A task another agent created here; its run's answer lands on it.
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column(
+        "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    # submitted, working, completed or failed (A2A task states).
+    sa.Column("status", sa.Text, nullable=False, server_default="submitted"),
+    sa.Column("answer", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Index("uq_a2a_tasks_run_id", "run_id", unique=True),
+)
+
+cron_runs = sa.Table(
+    "cron_runs",
+    metadata,
+    # One run per trigger and scheduled time, however many beats fire it.
+    sa.Column("trigger", sa.Text, nullable=False),
+    sa.Column("scheduled_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column(
+        "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    # succeeded or failed, with the outcome, recorded once when the run ends.
+    sa.Column("status", sa.Text, nullable=False, server_default="running"),
+    sa.Column("outcome", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=True),
+    sa.PrimaryKeyConstraint("trigger", "scheduled_at"),
+    sa.Index("uq_cron_runs_run_id", "run_id", unique=True),
+)
+
+teams_inbox = sa.Table(
+    "teams_inbox",
+    metadata,
+    # The durable inbox of Teams messages; each becomes one turn (one run), replied to once.
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("message_id", sa.Text, nullable=False),
+    sa.Column("conversation", sa.Text, nullable=False),
+    sa.Column("sender", sa.Text, nullable=False),
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    # new (waiting for intake), running (its turn is a run), replied or failed.
+    sa.Column("status", sa.Text, nullable=False, server_default="new"),
+    sa.Column("run_id", UUID(as_uuid=False), nullable=True),
+    sa.Column("reply", JSONB, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("replied_at", sa.DateTime(timezone=True), nullable=True),
+    sa.CheckConstraint("status IN ('new','running','replied','failed')", name="status"),
+    sa.Index("uq_teams_inbox_message_id", "message_id", unique=True),
+    sa.Index("ix_teams_inbox_new", "id", postgresql_where=sa.text("status = 'new'")),
+)
+
+documents = sa.Table(
+    "documents",
+    metadata,
+    # What source syncs write: upserted by (source, doc id), so a page synced twice is harmless.
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("doc_id", sa.Text, nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("content_hash", sa.Text, nullable=False),
+    # Bumped only when the content changes.
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("synced_by", UUID(as_uuid=False), nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.PrimaryKeyConstraint("source", "doc_id"),
 )

@@ -166,8 +166,8 @@ def wake_parent(conn: sa.Connection, child_id: str) -> tuple[RunId, Attempt] | N
 
 
 def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
-    """Wake every waiting run whose approval was decided or whose child ended (the sweeper's
-    backstop for a wake that was missed)."""
+    """Wake every waiting run whose approval was decided, whose child ended or whose timer is
+    due (the sweeper's backstop for a wake that was missed, and the clock of timers)."""
     rows = conn.execute(
         sa.text(
             """
@@ -178,7 +178,9 @@ def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
                 EXISTS (SELECT 1 FROM approvals a WHERE r.waiting_on = 'approval:' || a.id
                         AND a.status <> 'pending')
                 OR EXISTS (SELECT 1 FROM runs c WHERE r.waiting_on = 'child:' || c.id
-                           AND c.status IN ('succeeded', 'failed')))
+                           AND c.status IN ('succeeded', 'failed'))
+                OR (r.waiting_on LIKE 'timer:%'
+                    AND to_timestamp(CAST(split_part(r.waiting_on, ':', 2) AS float8)) <= now()))
             RETURNING r.id, r.attempt
             """
         )

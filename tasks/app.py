@@ -9,7 +9,7 @@ from celery import Celery, signals
 from runtime import drain, logs
 from store import db
 
-app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps"])
+app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps", "tasks.entries"])
 app.config_from_object("celeryconfig")
 
 

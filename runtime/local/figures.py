@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +40,8 @@ class RunLine:
     in_flight_at_kill: bool
     recovery_s: float | None
     failure_reason: str | None
+    # How each call its resume found was taken up (made, reused, resent, read_back, ...).
+    resume: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class Figures:
             "vendor_rows": self.vendor_rows,
             "settlements": self.settlements,
             "resume_settlements": self.resume_calls,
-            "run_rows": [line.__dict__ for line in self.lines],
+            "run_rows": [asdict(line) for line in self.lines],
         }
 
 
@@ -120,12 +122,12 @@ def _settlements(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[str,
     return out
 
 
-def _resume_calls(conn: sa.Connection, resumed: list[str]) -> dict[str, int]:
-    counts: Counter[str] = Counter()
-    for run_id in resumed:
-        for event in select_audit(conn, run_id, "agent.run.crash_resumed"):
-            counts.update(str(c.get("settled")) for c in event.detail.get("calls", []))
-    return dict(sorted(counts.items()))
+def _resume_calls(conn: sa.Connection, run_id: str) -> tuple[str, ...]:
+    """How the run's resumes settled each call they found, from its crash_resumed audit."""
+    settled: list[str] = []
+    for event in select_audit(conn, run_id, "agent.run.crash_resumed"):
+        settled.extend(str(c.get("settled")) for c in event.detail.get("calls", []))
+    return tuple(settled)
 
 
 def _vendor(
@@ -142,7 +144,9 @@ def _vendor(
     return rows, extra
 
 
-def _line(run: RunSummary, in_flight: set[str], kill_at: datetime | None) -> RunLine:
+def _line(
+    conn: sa.Connection, run: RunSummary, in_flight: set[str], kill_at: datetime | None
+) -> RunLine:
     recovery = None
     if run.id in in_flight and kill_at is not None and run.finished_at is not None:
         recovery = round(max((run.finished_at - kill_at).total_seconds(), 0.0), 2)
@@ -155,6 +159,7 @@ def _line(run: RunSummary, in_flight: set[str], kill_at: datetime | None) -> Run
         in_flight_at_kill=run.id in in_flight,
         recovery_s=recovery,
         failure_reason=run.failure_reason,
+        resume=_resume_calls(conn, run.id) if run.lost_count else (),
     )
 
 
@@ -167,9 +172,9 @@ def collect(
 ) -> Figures:
     """Read the batch's outcome from Postgres and the vendor's records."""
     with engine.connect() as conn:
-        lines = [_line(r, in_flight, kill_at) for r in runs_by_ids(conn, run_ids)]
+        lines = [_line(conn, r, in_flight, kill_at) for r in runs_by_ids(conn, run_ids)]
         settlements = _settlements(conn, run_ids)
-        resume_calls = _resume_calls(conn, [line.id for line in lines if line.lost_count])
+        resume_calls = dict(sorted(Counter(s for line in lines for s in line.resume).items()))
         keys_by_tool: dict[str, set[str]] = {}
         for key in mark_keys(conn, run_ids):
             keys_by_tool.setdefault(key.tool, set()).add(key.idem_key)

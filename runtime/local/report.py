@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from runtime.local.figures import Figures
+from runtime.local.figures import Figures, RunLine
 
 
 @dataclass(frozen=True)
@@ -88,21 +88,30 @@ def summary_table(f: Figures, kill: KillNote | None) -> Table:
 
 
 def runs_table(f: Figures) -> Table:
-    """One row per run: status, attempts, losses and its recovery time if it was killed."""
+    """One row per run: status, attempts, losses, its resume and its recovery if killed."""
     table = Table(title="Runs", title_justify="left")
-    for col in ("run", "status", "attempt", "lost", "steps", "in flight at kill", "recovery"):
+    for col in COLUMNS:
         table.add_column(col)
     for line in f.lines:
-        table.add_row(
-            line.id[:8],
-            line.status,
-            str(line.attempt),
-            str(line.lost_count),
-            str(line.step),
-            "yes" if line.in_flight_at_kill else "",
-            _secs(line.recovery_s),
-        )
+        table.add_row(line.id[:8], *_cells(line)[1:])
     return table
+
+
+COLUMNS = ("run", "status", "attempt", "lost", "steps", "resume took up", "recovery")
+
+
+def _cells(line: RunLine) -> list[str]:
+    """One run's row: the resume column lists how each call it found was settled."""
+    took_up = ", ".join(line.resume) or ("nothing pending" if line.lost_count else "")
+    return [
+        line.id,
+        line.status,
+        str(line.attempt),
+        str(line.lost_count),
+        str(line.step),
+        took_up,
+        _secs(line.recovery_s),
+    ]
 
 
 _CSS = (
@@ -132,21 +141,8 @@ def render_html(f: Figures, kill: KillNote | None, context: list[str]) -> str:
             f"{runs_word(len(kill.in_flight))} in flight.</p>"
         )
     summary = "".join(_tr([label, value]) for label, value in summary_rows(f))
-    head = _tr(["run", "status", "attempt", "lost", "steps", "in flight at kill", "recovery"], "th")
-    runs = "".join(
-        _tr(
-            [
-                line.id,
-                line.status,
-                str(line.attempt),
-                str(line.lost_count),
-                str(line.step),
-                "yes" if line.in_flight_at_kill else "",
-                _secs(line.recovery_s),
-            ]
-        )
-        for line in f.lines
-    )
+    head = _tr(list(COLUMNS), "th")
+    runs = "".join(_tr(_cells(line)) for line in f.lines)
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in [*legend(f), *context])
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>liyagent demo</title>"

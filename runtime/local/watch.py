@@ -5,8 +5,10 @@ These are the demo's polling loops; each has a deadline and reads Postgres and R
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
+from pathlib import Path
 from types import TracebackType
 
 import sqlalchemy as sa
@@ -33,6 +35,7 @@ TERMINAL = ("succeeded", "failed")
 POLL_S = 0.05
 # Kill once a run on the worker has written this many steps: mid-run, with calls behind it.
 KILL_AFTER_STEP = 2
+_ERROR = re.compile(r"\bERROR\b|CRITICAL|\"level\": \"(error|critical)\"")
 
 
 class Deployment:
@@ -75,10 +78,27 @@ class Deployment:
             return None
 
 
-def _busy_on(d: Deployment, proc: Proc, run_ids: list[str]) -> list[RunSummary]:
+def _busy_on(d: Deployment, proc: Proc, runs: list[RunSummary]) -> list[RunSummary]:
     pool = set(proc.children())
-    running = [r for r in d.runs(run_ids) if r.status == "running"]
-    return [r for r in running if d.holder_pid(r.id) in pool]
+    return [r for r in runs if r.status == "running" and d.holder_pid(r.id) in pool]
+
+
+def first_error(log_file: Path) -> str | None:
+    """The first error line a process logged, to say why a deployment is not making progress."""
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = next((line for line in lines if _ERROR.search(line)), None)
+    return None if found is None else found.strip()[:400]
+
+
+def _nothing_to_kill(name: str, proc: Proc, runs: list[RunSummary], why: str) -> DemoError:
+    error = first_error(proc.log)
+    where = f"First error in {proc.log}: {error}" if error else f"See the logs in {proc.log.parent}"
+    return DemoError(
+        f"worker {name} {why}, so there was nothing to kill (runs: {_describe(runs)}). {where}"
+    )
 
 
 def kill_when_busy(
@@ -87,8 +107,10 @@ def kill_when_busy(
     """SIGKILL `proc`'s process group once its pool holds runs, one of them past its second
     checkpoint (so its resume has recorded calls to take up); note when and which runs."""
     deadline = time.monotonic() + timeout_s
+    runs: list[RunSummary] = []
     while time.monotonic() < deadline:
-        busy = _busy_on(d, proc, run_ids)
+        runs = d.runs(run_ids)
+        busy = _busy_on(d, proc, runs)
         if busy and any(r.step >= KILL_AFTER_STEP for r in busy):
             with d.engine.connect() as conn:
                 at = database_now(conn)
@@ -98,11 +120,10 @@ def kill_when_busy(
             return note
         if not proc.alive():
             raise DemoError(f"worker {name} exited by itself; see its log {proc.log}")
+        if runs and all(r.status in TERMINAL for r in runs):
+            raise _nothing_to_kill(name, proc, runs, "held no run before every run ended")
         time.sleep(POLL_S)
-    raise DemoError(
-        f"worker {name} held no run within {timeout_s:.0f} s, so there was nothing to kill; "
-        f"see the workers' logs in {proc.log.parent}"
-    )
+    raise _nothing_to_kill(name, proc, runs, f"held no run within {timeout_s:.0f} s")
 
 
 def _describe(runs: list[RunSummary]) -> str:

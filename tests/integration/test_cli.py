@@ -80,7 +80,7 @@ def test_db_upgrade_migrates_a_fresh_database(admin_engine, servers) -> None:
 def test_unreachable_postgres_exits_3() -> None:
     dead = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"
     done = cli("db", "upgrade", "--url", dead)
-    assert done.returncode == 3 and "cannot reach Postgres" in done.stderr
+    assert done.returncode == 3 and "cannot use Postgres at" in done.stderr
 
 
 def test_run_wait_status_and_inspect(stack, tmp_path: Path) -> None:
