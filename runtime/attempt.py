@@ -151,6 +151,7 @@ class RunAttempt:
         if self.run.entry_kind == "teams":
             self.lease.ensure()  # a taken-over attempt must not post (I3)
             reply = post_teams_reply(self.s, self.run, text)
+            faults.point("after_reply")
         with self.s.engine.connect() as conn:
             deliver(
                 conn,

@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run_parser(sub: Any) -> None:
+    """The `run` sub-command and its options."""
     p = sub.add_parser("run", help="start a run with a scripted model")
     p.add_argument("--agent", required=True, help="agent name")
     p.add_argument("--script", required=True, metavar="FILE.json", help="scripted model steps")
@@ -253,6 +254,7 @@ def _add_run_parser(sub: Any) -> None:
 
 
 def _add_demo_parser(sub: Any) -> None:
+    """The `demo` sub-command and its options."""
     p = sub.add_parser(
         "demo",
         help="the crash-resume demo: a worker SIGKILLed mid-run",

@@ -3,6 +3,7 @@ stop them, decide approvals."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -66,6 +67,34 @@ class Client:
         """Start a workflow run (a deterministic step graph) on the same durable machinery."""
         return enqueue(
             self.s, NewRun(agent=name, workflow=workflow, user_input=user_input, **options)
+        )[0]
+
+    def start_job(
+        self,
+        *,
+        kind: str,
+        params: dict[str, Any],
+        request_key: str | None = None,
+        owner: str = "jobs",
+    ) -> RunId:
+        """Queue a background job for any worker; resumable kinds continue from their cursor."""
+        from runtime.jobs import JOB_KINDS
+
+        job_kind = JOB_KINDS.get(kind)
+        if job_kind is None:
+            raise BadRequest(f"unknown job kind {kind!r}; known: {', '.join(sorted(JOB_KINDS))}")
+        return enqueue(
+            self.s,
+            NewRun(
+                agent=f"job:{kind}",
+                user_input=f"{kind} {json.dumps(params, sort_keys=True)}"[:2000],
+                job={"kind": kind, "params": params},
+                entry_kind="job",
+                channel="jobs",
+                owner=owner,
+                request_key=request_key,
+                resumable=job_kind.resumable,
+            ),
         )[0]
 
     def get(self, run_id: str) -> RunView:

@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -114,7 +114,7 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
         timings=Timings(),
     )
     sim_url = cluster.simulator(base.database_url, child_env(base, state.seal_keys))
-    settings = Settings(**{**base.__dict__, "vendor_url": sim_url})
+    settings = replace(base, vendor_url=sim_url)
     env = child_env(settings, state.seal_keys)
     t = settings.timings
     out.print(
@@ -130,6 +130,7 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
 
 
 def _enqueue(client: Client, state: DemoState, opts: DemoOptions, out: Console) -> None:
+    """Start the batch through the client API, each run with its own request key."""
     tag = state.backends.namespace.split(":")[1][:8]
     for run in batch.batch(opts.runs, tag):
         state.run_ids.append(
@@ -145,6 +146,7 @@ def _enqueue(client: Client, state: DemoState, opts: DemoOptions, out: Console) 
 
 
 def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
+    """Start everything, enqueue, kill w1 mid-run, wait for the end and read the verdict."""
     settings = _start(state, opts, out)
     assert state.cluster is not None
     w1 = state.cluster.procs["w1"]
@@ -157,14 +159,17 @@ def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
             f"[bold red]SIGKILLed worker w1[/] (its whole process group) with "
             f"{runs_word(len(state.kill.in_flight))} in flight: {short}"
         )
+        ttl = settings.timings.lease_ttl_ms / 1000
         out.print(
-            "Its leases lapse within 8 s; the sweeper claims each run once and w2 resumes it."
+            f"Its leases lapse within {ttl:g} s; the sweeper claims each run once and w2 "
+            "resumes it."
         )
         wait_until_done(d, state.run_ids, opts.timeout_s, out)
         return collect(d.engine, d.engine, state.run_ids, set(state.kill.in_flight), state.kill.at)
 
 
 def _context(state: DemoState, opts: DemoOptions) -> list[str]:
+    """The set-up lines the HTML report lists under its figures."""
     notes = list(state.backends.notes)
     notes.append(f"Runs: {opts.runs}; workers w1 and w2 (prefork, 3 processes each); beat")
     notes.append(f"Logs: {state.log_dir}")
@@ -172,7 +177,7 @@ def _context(state: DemoState, opts: DemoOptions) -> list[str]:
 
 
 def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
-    # Point at the run whose resume had the most to settle: a write in doubt, then a reuse.
+    """Tell the user how to inspect the resumed run that had the most to settle."""
     rank = {"resent": 0, "read_back": 0, "sent_after_read_back": 0, "unknown": 0, "reused": 1}
     lines = sorted(
         (line for line in f.lines if line.lost_count > 0),
@@ -190,7 +195,7 @@ def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
         cmd = os.path.relpath(exe) if exe.is_relative_to(Path.cwd()) else str(exe)
     out.print("See how a resumed run was taken up (checkpoints, call marks, audit):")
     out.print(
-        f"  LIYAGENT_DATABASE_URL={shlex.quote(state.backends.database_url)} "
+        f"  LIYAGENT_DATABASE_URL={shlex.quote(safe_url(state.backends.database_url))} "
         f"LIYAGENT_SEAL_KEYS={shlex.quote(state.seal_keys)} {cmd} inspect {resumed[0]}",
         soft_wrap=True,
         highlight=False,
@@ -198,6 +203,7 @@ def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
 
 
 def _finish(state: DemoState, opts: DemoOptions, f: Figures, out: Console) -> dict[str, Any]:
+    """Write the HTML report, print the verdict and return the JSON result."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     path = opts.report_dir / f"demo-{stamp}.html"
     report = write_html(path, f, state.kill, _context(state, opts))

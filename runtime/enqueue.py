@@ -20,7 +20,7 @@ from store.runs import insert_run
 log = structlog.get_logger(__name__)
 
 # Entry kinds whose runs may suspend (wait for an approval without holding a worker).
-WAITING_KINDS = frozenset({"plain", "managed", "playground", "a2a", "resume", "delegation"})
+WAITING_KINDS = frozenset({"plain", "managed", "playground", "a2a", "resume", "delegation", "job"})
 # Entry-point runs TICKETIQ_CRASH_RESUME_ENTRIES covers: written ahead only when it is true.
 ENTRY_KINDS = frozenset({"cron", "webhook", "ticket_event", "copilot", "teams"})
 
@@ -59,7 +59,7 @@ def _validate(new: NewRun) -> None:
     try:
         if new.workflow is not None:
             validate_workflow(new.workflow)
-        elif new.model.get("provider", "scripted") == "scripted":
+        elif new.job is None and new.model.get("provider", "scripted") == "scripted":
             validate_script(new.model.get("script"))
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
@@ -77,9 +77,12 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
         "tools": new.tools,
         "system": new.system,
         "may_wait": may_wait,
+        "entry": new.entry or {},
     }
     if new.workflow is not None:
         spec["workflow"] = new.workflow
+    if new.job is not None:
+        spec["job"] = new.job
     with s.engine.connect() as conn:
         rid, created = insert_run(
             conn,
@@ -92,10 +95,12 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
             spec=spec,
             user_input=new.user_input,
             sealed_checkpoint=sealed,
-            kind="workflow" if new.workflow is not None else "agent",
+            kind=_kind(new),
             channel=new.channel,
             run_as=new.run_as,
             parent_run_id=new.parent_run_id,
+            resumable=_resumable(s, new, may_wait),
+            link=new.link,
         )
     if created:
         publish_quietly(s, rid, 1)

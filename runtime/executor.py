@@ -12,6 +12,7 @@ import structlog
 from runtime import faults
 from runtime.agent import AgentRun
 from runtime.heartbeat import LeaseLost
+from runtime.jobs import JobRun
 from runtime.leases import Token, monotonic_ms
 from runtime.services import Services
 from runtime.workflow import WorkflowRun
@@ -56,7 +57,7 @@ def run_message(s: Services, run_id: str, attempt: int) -> str:
                 return "stale"
             row = claimed
         faults.point("after_claim")
-        attempt_class = WorkflowRun if row.kind == "workflow" else AgentRun
+        attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
         return attempt_class(s, row, lease).execute()
     except (FencedOut, LeaseLost) as exc:
         bound.warning("run.fenced_out", why=str(exc))

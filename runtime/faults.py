@@ -23,7 +23,10 @@ POINTS = frozenset(
         "after_send",  # the vendor received the write, before its outcome is recorded
         "after_outcome",  # the outcome is recorded, before the next checkpoint
         "after_answer",  # the final answer is stored, before it is handed on
+        "after_reply",  # the Teams reply is posted, before the run is recorded delivered
         "after_request",  # an approval or a child run is filed, before the run waits for it
+        "after_page",  # a source sync upserted a page, before its cursor is checkpointed
+        "in_job_batch",  # a job that is not written ahead is between two batches of its work
     }
 )
 

@@ -62,6 +62,7 @@ def open_checkpoint(sealer: Sealer, row: CheckpointRow) -> CheckpointView:
 
 
 def _answer(sealer: Sealer, run: RunRow) -> tuple[str | None, str | None]:
+    """The run's sealed answer opened, or why it does not verify."""
     if run.answer is None:
         return None, None
     try:
@@ -198,6 +199,7 @@ def render_recent(out: Console, runs: list[RunSummary]) -> None:
 
 
 def _render_checkpoints(out: Console, r: RunReport) -> None:
+    """Checkpoints by step, each with its seal verdict and the calls it asked for."""
     table = _table("Checkpoints", ["step", "written by attempt", "seal", "calls asked"])
     for c in r.checkpoints:
         calls = ", ".join(f"{k['id']} ({k['tool']})" for k in c.calls) or "-"
@@ -207,6 +209,7 @@ def _render_checkpoints(out: Console, r: RunReport) -> None:
 
 
 def _render_marks(out: Console, r: RunReport) -> None:
+    """Call marks: how each write was marked, sent and settled."""
     table = _table(
         "Call marks", ["step", "call", "tool", "kind", "key", "status", "settlement", "attempt"]
     )

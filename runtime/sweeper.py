@@ -53,7 +53,10 @@ class Sweeper:
     def sweep(self) -> SweepReport:
         """One sweep, if no other sweep holds the lock."""
         started = time.perf_counter()
-        lock = self.s.redis.lock(self.lock_key, timeout=30, blocking=False)
+        # A sweep takes milliseconds; a sweeper that dies holding the lock must not hold up
+        # recovery for longer than a lease.
+        lock_s = self.s.settings.timings.lease_ttl_ms / 1000
+        lock = self.s.redis.lock(self.lock_key, timeout=lock_s, blocking=False)
         if not lock.acquire():
             return SweepReport(ran=False)
         try:

@@ -115,8 +115,27 @@ def vendor_tools(
                 return None
             raise
 
+    def finetune_submit(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        body = {
+            "model": _require(args, "model"),
+            "dataset": _require(args, "dataset"),
+            "duration_s": args.get("duration_s", 2),
+        }
+        return dict(client.request("POST", "/fine_tunes", ctx, body))
+
+    def finetune_status(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        return dict(client.request("GET", f"/fine_tunes/{_require(args, 'id')}", ctx))
+
     return [
         Tool("ticket.read", ToolKind.READ, "Read a ticket by id.", ticket_read),
+        Tool(
+            "finetune.submit",
+            ToolKind.KEYED_WRITE,
+            "Submit a fine-tuning job.",
+            finetune_submit,
+            dedupe_window_s=incident_dedupe_s,
+        ),
+        Tool("finetune.status", ToolKind.READ, "Read a fine-tuning job.", finetune_status),
         Tool(
             "notify.send",
             ToolKind.KEYED_WRITE,

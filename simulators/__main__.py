@@ -13,7 +13,13 @@ import sys
 from collections.abc import Sequence
 
 from simulators.logs import configure_logging, log_event
-from simulators.vendor import DEFAULT_INCIDENT_DEDUPE_S, DEFAULT_NOTIFY_DEDUPE_S, serve, stop
+from simulators.vendor import (
+    DEFAULT_INCIDENT_DEDUPE_S,
+    DEFAULT_NOTIFY_DEDUPE_S,
+    DEFAULT_SOURCE_DOCS,
+    serve,
+    stop,
+)
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/liyagent"
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
@@ -23,6 +29,14 @@ def _non_negative(value: str) -> float:
     """An argparse type for a window in seconds: a float >= 0."""
     number = float(value)
     if not number >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return number
+
+
+def _count(value: str) -> int:
+    """An argparse type for a corpus size: an integer >= 0."""
+    number = int(value)
+    if number < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return number
 
@@ -39,7 +53,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--incident-dedupe-s",
         type=_non_negative,
         default=DEFAULT_INCIDENT_DEDUPE_S,
-        help="window in which a repeated Idempotency-Key replays an incident (default: 86400)",
+        help="window in which a repeated Idempotency-Key replays an incident or a fine-tune job "
+        "(default: 86400)",
     )
     parser.add_argument(
         "--notify-dedupe-s",
@@ -47,6 +62,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_NOTIFY_DEDUPE_S,
         help="short window in which a repeated Idempotency-Key replays a notification "
         "(default: 300)",
+    )
+    parser.add_argument(
+        "--source-docs",
+        type=_count,
+        default=DEFAULT_SOURCE_DOCS,
+        help="documents in the paged source corpus at GET /source/docs (default: 25)",
     )
     parser.add_argument("--log-level", default=os.environ.get("LIYAGENT_LOG_LEVEL") or "INFO")
     return parser.parse_args(argv)
@@ -66,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.database_url,
             args.incident_dedupe_s,
             notify_dedupe_s=args.notify_dedupe_s,
+            source_docs=args.source_docs,
         )
     except Exception as exc:
         log_event(logging.ERROR, "start_failed", error=f"{type(exc).__name__}: {exc}")

@@ -5,7 +5,9 @@ Endpoints run inside the caller's transaction and a savepoint: an error answer l
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +20,11 @@ from simulators import store
 
 MAX_DELAY_MS = 600_000
 DEFAULT_NOTIFY_DEDUPE_S = 300.0
+DEFAULT_SOURCE_DOCS = 25
+DEFAULT_FINE_TUNE_DURATION_S = 2.0
+MAX_FINE_TUNE_DURATION_S = 3600.0
+DEFAULT_PAGE_SIZE = 10
+MAX_PAGE_SIZE = 100
 _MAX_BIGINT = 2**63 - 1
 _VENDORS: Mapping[str, str] = {
     "incidents": "incidents",
@@ -27,6 +34,8 @@ _VENDORS: Mapping[str, str] = {
     "tickets": "tickets",
     "notify": "notify",
     "a2a": "a2a",
+    "fine_tunes": "finetune",
+    "source": "source",
 }
 
 
@@ -86,7 +95,7 @@ def parse_body(raw: bytes) -> tuple[Any, str | None]:
     except UnicodeDecodeError:
         return raw.decode("utf-8", "replace"), "request body is not valid UTF-8"
     try:
-        return json.loads(decoded, parse_constant=_reject_constant), None
+        return json.loads(decoded, parse_constant=_reject_constant, parse_float=_finite_float), None
     except (ValueError, RecursionError) as exc:
         return decoded, f"request body is not valid JSON: {exc}"
 
@@ -94,6 +103,14 @@ def parse_body(raw: bytes) -> tuple[Any, str | None]:
 def _reject_constant(name: str) -> Any:
     """Refuse NaN and Infinity, which are not JSON and which jsonb cannot hold."""
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number as a float; one too large for a float (``1e400``) is refused, not infinite."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"number {literal} is out of range")
+    return value
 
 
 def _int_header(headers: Mapping[str, str], name: str, low: int, high: int) -> int | None:
@@ -173,6 +190,7 @@ class Call:
     params: Mapping[str, str]
     incident_dedupe_s: float
     notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S
+    source_docs: int = DEFAULT_SOURCE_DOCS
 
 
 Handler = Callable[[Call], Response]
@@ -183,6 +201,7 @@ def respond(
     request: Request,
     incident_dedupe_s: float,
     notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S,
+    source_docs: int = DEFAULT_SOURCE_DOCS,
 ) -> Response:
     """Answer ``request``: request errors, then injected faults, then the endpoint (atomically)."""
     if request.error is not None:
@@ -192,7 +211,8 @@ def respond(
     try:
         handler, params = _route(request)
         with conn.begin_nested():
-            return handler(Call(conn, request, params, incident_dedupe_s, notify_dedupe_s))
+            call = Call(conn, request, params, incident_dedupe_s, notify_dedupe_s, source_docs)
+            return handler(call)
     except HttpError as exc:
         return exc.response()
 
@@ -246,6 +266,32 @@ def _optional_text(body: Mapping[str, Any], name: str) -> str | None:
 def _query(call: Call, name: str) -> str | None:
     """A query parameter, None when absent."""
     return call.request.query.get(name)
+
+
+def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
+    """A number field of ``body`` within [low, high] (``default`` when absent or null), or 400."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise HttpError(400, f"field '{name}' must be a number")
+    if not low <= value <= high:
+        raise HttpError(400, f"field '{name}' must be between {low:g} and {high:g}")
+    return float(value)
+
+
+def _int_query(call: Call, name: str, default: int, low: int, high: int | None = None) -> int:
+    """An integer query parameter within [low, high] (``default`` when absent), or 400."""
+    raw = _query(call, name)
+    if raw is None:
+        return default
+    bounds = f">= {low}" if high is None else f"between {low} and {high}"
+    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 18):
+        raise HttpError(400, f"query parameter '{name}' must be an integer {bounds}")
+    value = int(raw)
+    if value < low or (high is not None and value > high):
+        raise HttpError(400, f"query parameter '{name}' must be an integer {bounds}")
+    return value
 
 
 def _incident_id(call: Call) -> int:
@@ -390,6 +436,52 @@ def get_a2a_task(call: Call) -> Response:
     return Response(200, found)
 
 
+def create_fine_tune(call: Call) -> Response:
+    """Start a fine-tune job; a key seen within the (long) incident window replays it (200)."""
+    body = _json_object(call.request)
+    model, dataset = _text(body, "model"), _text(body, "dataset")
+    duration_s = _number(
+        body, "duration_s", DEFAULT_FINE_TUNE_DURATION_S, 0.0, MAX_FINE_TUNE_DURATION_S
+    )
+    key = call.request.idem_key
+    if key is not None:
+        store.lock_idem_key(call.conn, "fine_tunes", key)
+        existing = store.recent_fine_tune(call.conn, key, call.incident_dedupe_s)
+        if existing is not None:
+            return Response(200, existing, deduped=True)
+    return Response(201, store.insert_fine_tune(call.conn, model, dataset, duration_s, key))
+
+
+def get_fine_tune(call: Call) -> Response:
+    """A fine-tune job's status (``running`` until its duration has passed), or 404."""
+    job_id = call.params["job"]
+    found = store.fine_tune(call.conn, job_id)
+    if found is None:
+        raise HttpError(404, f"fine-tune {job_id} not found")
+    return Response(200, found)
+
+
+def source_doc(index: int) -> dict[str, str]:
+    """Document ``index`` of the source corpus: id, title and content all follow from the index."""
+    doc_id = f"doc-{index:04d}"
+    digest = hashlib.sha256(doc_id.encode()).hexdigest()
+    content = (
+        f"Document {index} of the simulated source. "
+        f"It covers topic {digest[:8]} and cites reference {digest[8:20]}."
+    )
+    return {"id": doc_id, "title": f"Document {index}", "content": content}
+
+
+def list_source_docs(call: Call) -> Response:
+    """One page of the deterministic corpus; ``next`` is the following page, null on the last."""
+    page = _int_query(call, "page", 0, 0)
+    size = _int_query(call, "size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+    start = page * size
+    docs = [source_doc(i) for i in range(start, min(start + size, call.source_docs))]
+    more = start + size < call.source_docs
+    return Response(200, {"docs": docs, "next": page + 1 if more else None})
+
+
 _SEGMENT = r"[^/]+"
 ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
     (method, re.compile(pattern.replace("{", "(?P<").replace("}", f">{_SEGMENT})")), handler)
@@ -409,5 +501,8 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
         ("GET", "/notify", list_notifications),
         ("POST", "/a2a/tasks", create_a2a_task),
         ("GET", "/a2a/tasks/{task}", get_a2a_task),
+        ("POST", "/fine_tunes", create_fine_tune),
+        ("GET", "/fine_tunes/{job}", get_fine_tune),
+        ("GET", "/source/docs", list_source_docs),
     )
 )

@@ -6,6 +6,7 @@ Plain SQL throughout, so tests and operators can read the records without this p
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -63,6 +64,11 @@ DDL: tuple[str, ...] = (
         status text NOT NULL, answer text NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now())""",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_task_id_idx ON sim.a2a_tasks (task_id, id)",
+    """CREATE TABLE IF NOT EXISTS sim.fine_tunes (
+        id text PRIMARY KEY, model text NOT NULL, dataset text NOT NULL, idem_key text,
+        duration_s double precision NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE INDEX IF NOT EXISTS fine_tunes_idem_key_idx
+        ON sim.fine_tunes (idem_key, created_at)""",
 )
 
 _INCIDENT = "id, title, severity, idem_key, created_at, updated_at"
@@ -74,6 +80,13 @@ _NOTIFICATION = "id, channel, text, idem_key, created_at"
 _TASK = 'task_id AS id, status, answer, id AS "row"'
 _TASK_DETAIL = f"{_TASK}, agent, message, created_at"
 _WINDOW = "created_at > clock_timestamp() - make_interval(secs => :window)"
+# A fine-tune job runs until its duration has passed by the database clock, then has succeeded.
+_FT_DONE = "clock_timestamp() >= created_at + make_interval(secs => duration_s)"
+_FT_STATUS = f"CASE WHEN {_FT_DONE} THEN 'succeeded' ELSE 'running' END AS status"
+_FINE_TUNE = f"id, model, dataset, {_FT_STATUS}, created_at"
+# ``:`` and ``ft-`` apart, so the literal is not read as a bind parameter ``:ft``.
+_FT_MODEL = f"CASE WHEN {_FT_DONE} THEN model || ':' || 'ft-' || id END AS fine_tuned_model"
+_FINE_TUNE_STATE = f"id, model, {_FT_STATUS}, {_FT_MODEL}"
 
 
 @dataclass(frozen=True)
@@ -280,6 +293,34 @@ def a2a_task(conn: Connection, task_id: str) -> Row | None:
     return _one(conn, sql, {"task_id": task_id})
 
 
+def recent_fine_tune(conn: Connection, key: str, window_s: float) -> Row | None:
+    """The newest fine-tune job created with ``key`` less than ``window_s`` seconds ago."""
+    sql = f"SELECT {_FINE_TUNE} FROM sim.fine_tunes WHERE idem_key = :key AND {_WINDOW}"
+    return _one(conn, sql + " ORDER BY created_at DESC LIMIT 1", {"key": key, "window": window_s})
+
+
+def insert_fine_tune(
+    conn: Connection, model: str, dataset: str, duration_s: float, key: str | None
+) -> Row:
+    """Create a fine-tune job row with a fresh ``ft-<12 hex>`` id."""
+    sql = f"""INSERT INTO sim.fine_tunes (id, model, dataset, idem_key, duration_s)
+              VALUES (:id, :model, :dataset, :key, :duration) RETURNING {_FINE_TUNE}"""
+    params = {
+        "id": "ft-" + secrets.token_hex(6),
+        "model": model,
+        "dataset": dataset,
+        "key": key,
+        "duration": duration_s,
+    }
+    return _inserted(conn, sql, params)
+
+
+def fine_tune(conn: Connection, job_id: str) -> Row | None:
+    """One fine-tune job's state (``fine_tuned_model`` is null while running), or None."""
+    sql = f"SELECT {_FINE_TUNE_STATE} FROM sim.fine_tunes WHERE id = :id"
+    return _one(conn, sql, {"id": job_id})
+
+
 def record_request(conn: Connection, record: RequestRecord) -> int:
     """Write the record of one received request; returns its id."""
     sql = """INSERT INTO sim.requests
@@ -341,3 +382,8 @@ def notifications_by_key(conn: Connection) -> dict[str, int]:
 def a2a_tasks_by_id(conn: Connection) -> dict[str, int]:
     """How many task rows the remote agent holds per client task id (more than 1: a duplicate)."""
     return _count_by_key(conn, "a2a_tasks", "task_id")
+
+
+def fine_tunes_by_key(conn: Connection) -> dict[str, int]:
+    """How many fine-tune jobs exist per idempotency key (more than 1 means a duplicate)."""
+    return _count_by_key(conn, "fine_tunes")

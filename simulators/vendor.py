@@ -19,13 +19,21 @@ from sqlalchemy import Engine
 
 from simulators import routes, store
 from simulators.logs import log_event
-from simulators.routes import DEFAULT_NOTIFY_DEDUPE_S, HttpError, Request, Response
+from simulators.routes import (
+    DEFAULT_NOTIFY_DEDUPE_S,
+    DEFAULT_SOURCE_DOCS,
+    HttpError,
+    Request,
+    Response,
+    source_doc,
+)
 from simulators.store import (
     a2a_tasks_by_id,
     chat_replies_by_key,
     comments_by_key,
     count_requests,
     ensure_schema,
+    fine_tunes_by_key,
     incidents_by_key,
     make_engine,
     notifications_by_key,
@@ -34,16 +42,19 @@ from simulators.store import (
 __all__ = [
     "DEFAULT_INCIDENT_DEDUPE_S",
     "DEFAULT_NOTIFY_DEDUPE_S",
+    "DEFAULT_SOURCE_DOCS",
     "SimulatorServer",
     "a2a_tasks_by_id",
     "chat_replies_by_key",
     "comments_by_key",
     "count_requests",
     "ensure_schema",
+    "fine_tunes_by_key",
     "incidents_by_key",
     "make_engine",
     "notifications_by_key",
     "serve",
+    "source_doc",
     "stop",
 ]
 
@@ -115,7 +126,7 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
 
 class SimulatorServer(ThreadingHTTPServer):
-    """Threaded HTTP server owning the database engine and the dedupe windows."""
+    """Threaded HTTP server owning the database engine, the dedupe windows and the corpus size."""
 
     daemon_threads = True
 
@@ -125,10 +136,12 @@ class SimulatorServer(ThreadingHTTPServer):
         engine: Engine,
         incident_dedupe_s: float,
         notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S,
+        source_docs: int = DEFAULT_SOURCE_DOCS,
     ) -> None:
         self.engine = engine
         self.incident_dedupe_s = incident_dedupe_s
         self.notify_dedupe_s = notify_dedupe_s
+        self.source_docs = source_docs
         self._tx_engine = store.transactional(engine)
         super().__init__(address, SimulatorHandler)
 
@@ -148,7 +161,7 @@ class SimulatorServer(ThreadingHTTPServer):
         try:
             with self._tx_engine.begin() as conn:
                 response = routes.respond(
-                    conn, request, self.incident_dedupe_s, self.notify_dedupe_s
+                    conn, request, self.incident_dedupe_s, self.notify_dedupe_s, self.source_docs
                 )
                 store.record_request(conn, routes.record_of(request, response))
             return response
@@ -183,12 +196,17 @@ def serve(
     incident_dedupe_s: float = DEFAULT_INCIDENT_DEDUPE_S,
     *,
     notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S,
+    source_docs: int = DEFAULT_SOURCE_DOCS,
 ) -> tuple[SimulatorServer, threading.Thread]:
     """Create the schema, bind ``host:port`` (0 picks a free port) and serve in a thread."""
+    if source_docs < 0:
+        raise ValueError(f"source_docs must be >= 0, got {source_docs}")
     engine = make_engine(database_url)
     try:
         ensure_schema(engine)
-        server = SimulatorServer((host, port), engine, incident_dedupe_s, notify_dedupe_s)
+        server = SimulatorServer(
+            (host, port), engine, incident_dedupe_s, notify_dedupe_s, source_docs
+        )
     except BaseException:
         engine.dispose()
         raise
@@ -200,6 +218,7 @@ def serve(
         url=server.url,
         incident_dedupe_s=incident_dedupe_s,
         notify_dedupe_s=notify_dedupe_s,
+        source_docs=source_docs,
     )
     return server, thread
 

@@ -55,3 +55,9 @@ def dispose_inherited() -> None:
     with _lock:
         for key in [k for k in _engines if k[0] != pid]:
             _engines.pop(key).dispose(close=False)
+
+
+def ping(engine: sa.Engine) -> None:
+    """One round trip to Postgres; raises if it does not answer."""
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1"))

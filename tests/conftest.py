@@ -5,7 +5,6 @@ simulator as a real process."""
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from runtime.local.servers import PrivatePostgres, PrivateRedis, reachable
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Settings
 from store import migrate
+from store.admin import create_database, drop_database
 from tests.support.stack import FAST, Stack
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -62,15 +62,11 @@ def admin_engine(servers: tuple[str, str]) -> Iterator[sa.Engine]:
 
 
 def _create_db(admin: sa.Engine, name: str, template: str | None = None) -> None:
-    assert re.fullmatch(r"[a-z0-9_]+", name)
-    suffix = f" TEMPLATE {template}" if template else ""
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name}{suffix}"))
+    create_database(admin.url.render_as_string(hide_password=False), name, template)
 
 
 def _drop_db(admin: sa.Engine, name: str) -> None:
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    drop_database(admin.url.render_as_string(hide_password=False), name)
 
 
 @pytest.fixture(scope="session")

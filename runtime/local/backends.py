@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -20,7 +19,7 @@ import sqlalchemy as sa
 import structlog
 
 from runtime.local.servers import PrivatePostgres, PrivateRedis, pg_bin, reachable
-from store import migrate
+from store import admin, migrate
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +31,6 @@ INSTALL_HINT = (
     "`brew install postgresql redis` (macOS); or point the demo at running servers with "
     "LIYAGENT_DATABASE_URL and LIYAGENT_REDIS_URL"
 )
-_DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 class DemoError(RuntimeError):
@@ -79,22 +77,15 @@ def _private_dir(b: Backends) -> Path:
 
 
 def recreate_database(admin_url: str, name: str) -> None:
-    """Drop `name` if it exists (closing its sessions) and create it empty.
-
-    Database DDL outside `store/` for now; it moves to a `store/admin.py` once that exists."""
-    if not _DB_NAME.fullmatch(name):
-        raise DemoError(f"database name {name!r} must match [a-z_][a-z0-9_]*", exit_code=2)
-    # Database DDL cannot take bind parameters; the name is checked above.
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    """Drop `name` if it exists (closing its sessions) and create it empty."""
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            conn.execute(sa.text(f"CREATE DATABASE {name}"))
-    finally:
-        engine.dispose()
+        admin.recreate_database(admin_url, name)
+    except admin.BadDatabaseName as exc:
+        raise DemoError(str(exc), exit_code=2) from None
 
 
 def _check_postgres(url: str, advice: str) -> None:
+    """Connect once to `url`; exit 3 with `advice` if Postgres refuses."""
     engine = sa.create_engine(url, connect_args={"connect_timeout": 5})
     try:
         with engine.connect():
@@ -109,6 +100,7 @@ def _check_postgres(url: str, advice: str) -> None:
 
 
 def _start_private_postgres(b: Backends) -> str:
+    """initdb and start a throwaway cluster; exit 3 with install steps if it cannot."""
     try:
         pg_bin("initdb")
         pg_bin("pg_ctl")
@@ -130,6 +122,7 @@ def _start_private_postgres(b: Backends) -> str:
 
 
 def _postgres(b: Backends, db_name: str, force_private: bool) -> None:
+    """Pick the Postgres (configured, the machine's, or private), make the database, migrate."""
     configured = os.environ.get("LIYAGENT_DATABASE_URL")
     if configured and not force_private:
         _check_postgres(configured, "start it, or fix or unset LIYAGENT_DATABASE_URL")
@@ -151,6 +144,7 @@ def _postgres(b: Backends, db_name: str, force_private: bool) -> None:
 
 
 def _check_redis(url: str) -> None:
+    """Ping Redis at `url`; exit 3 if it does not answer."""
     client: redis.Redis[bytes] = redis.Redis.from_url(url, socket_connect_timeout=3)
     try:
         client.ping()
@@ -164,6 +158,7 @@ def _check_redis(url: str) -> None:
 
 
 def _redis(b: Backends, force_private: bool) -> None:
+    """Pick the Redis (configured, the machine's, or private) and check it answers."""
     configured = os.environ.get("LIYAGENT_REDIS_URL")
     if configured and not force_private:
         b.redis_url = configured

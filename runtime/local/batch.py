@@ -28,6 +28,7 @@ def _call(call_id: str, tool: str, **args: Any) -> dict[str, Any]:
 
 
 def _triage(tag: str) -> list[list[dict[str, Any]]]:
+    """Read the ticket and open an incident, comment, then reply in chat."""
     return [
         [
             _call(f"toolu_{tag}_read", "ticket.read", ticket=f"T-{tag}"),

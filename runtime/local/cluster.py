@@ -58,6 +58,7 @@ class Cluster:
     def _start(
         self, name: str, argv: list[str], env: dict[str, str], ready: str
     ) -> tuple[Proc, re.Match[str]]:
+        """Start one process and wait for its readiness line; fail with its log if none comes."""
         proc = Proc(name, argv, env, self.log_dir / f"{name}.log")
         self.procs[name] = proc
         self.pids.add(proc.popen.pid)

@@ -114,6 +114,7 @@ def _label(status: str, settlement: str | None) -> str:
 
 
 def _settlements(conn: sa.Connection, run_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Call marks counted by kind and by how each ended (settlement, else status)."""
     out: dict[str, dict[str, int]] = {}
     for tally in mark_tally(conn, run_ids):
         by_kind = out.setdefault(tally.kind, {})
@@ -147,6 +148,7 @@ def _vendor(
 def _line(
     conn: sa.Connection, run: RunSummary, in_flight: set[str], kill_at: datetime | None
 ) -> RunLine:
+    """One run's report row, with its recovery time if it was in flight at the kill."""
     recovery = None
     if run.id in in_flight and kill_at is not None and run.finished_at is not None:
         recovery = round(max((run.finished_at - kill_at).total_seconds(), 0.0), 2)

@@ -42,6 +42,7 @@ class Deployment:
     """The app side of a deployment: its own Celery app, services and client API."""
 
     def __init__(self, settings: Settings, sealer: Sealer) -> None:
+        """Build a Celery app and services for this deployment's settings and seal keys."""
         self.app = Celery("liyagent-demo", set_as_current=False)
         self.app.conf.update(celeryconfig.config_for(settings))
         self.services = runtime_services.build(
@@ -59,6 +60,7 @@ class Deployment:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Close the Redis client and the Celery app's broker connections."""
         self.services.redis.close()
         self.app.close()
 

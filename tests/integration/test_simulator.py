@@ -1,12 +1,14 @@
 """The vendor simulators as a real subprocess on loopback, judged from their Postgres records.
 
 Each module run gets a throwaway database; two simulator processes start against it at once
-(one with the default incident and notify dedupe windows, one with 1 s windows).
+(one with the default incident and notify dedupe windows and source corpus, one with 1 s
+windows and a 7-document corpus).
 """
 
 from __future__ import annotations
 
 import queue
+import re
 import secrets
 import signal
 import subprocess
@@ -30,15 +32,18 @@ from simulators.vendor import (
     chat_replies_by_key,
     comments_by_key,
     count_requests,
+    fine_tunes_by_key,
     incidents_by_key,
     make_engine,
     notifications_by_key,
     serve,
+    source_doc,
     stop,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 PG = "postgresql://postgres@127.0.0.1:5432"
+SHORT_SOURCE_DOCS = 7
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 
@@ -124,7 +129,16 @@ def simulators(
     # Started together on purpose: two processes racing to create the `sim` schema.
     procs = [
         _spawn(database_url, long_log),
-        _spawn(database_url, short_log, "--incident-dedupe-s", "1", "--notify-dedupe-s", "1"),
+        _spawn(
+            database_url,
+            short_log,
+            "--incident-dedupe-s",
+            "1",
+            "--notify-dedupe-s",
+            "1",
+            "--source-docs",
+            str(SHORT_SOURCE_DOCS),
+        ),
     ]
     sims: list[Simulator] = []
     try:
@@ -168,7 +182,14 @@ def statuses(engine: Engine, **where: str) -> list[tuple[str, int, bool]]:
 
 
 def entity_rows(engine: Engine, key: str) -> int:
-    tables = ("incidents", "incident_updates", "comments", "chat_replies", "notifications")
+    tables = (
+        "incidents",
+        "incident_updates",
+        "comments",
+        "chat_replies",
+        "notifications",
+        "fine_tunes",
+    )
     sql = " + ".join(f"(SELECT count(*) FROM sim.{t} WHERE idem_key = :k)" for t in tables)
     return int(scalar(engine, f"SELECT {sql}", k=key))
 
@@ -343,6 +364,11 @@ def test_every_request_is_recorded_once(sim: Simulator, engine: Engine) -> None:
         ("GET", "/notify?channel=ops", None, 200),
         ("POST", "/a2a/tasks", {"id": "task-" + uuid.uuid4().hex, "message": "m"}, 201),
         ("GET", "/a2a/tasks/none-such-" + uuid.uuid4().hex, None, 404),
+        ("POST", "/fine_tunes", {"model": "m", "dataset": "d", "duration_s": 0}, 201),
+        ("GET", "/fine_tunes/ft-none-such", None, 404),
+        ("GET", "/source/docs?page=1&size=5", None, 200),
+        ("GET", "/source/docs?size=0", None, 400),
+        ("DELETE", "/source/docs", None, 405),
     ]
     for method, path, body, expected in calls:
         response = sim.client.request(method, path, json=body, headers=headers)
@@ -355,6 +381,8 @@ def test_every_request_is_recorded_once(sim: Simulator, engine: Engine) -> None:
         assert count_requests(conn, vendor="tickets", method="GET", run_id=run) == 1
         assert count_requests(conn, vendor="notify", run_id=run) == 2
         assert count_requests(conn, vendor="a2a", run_id=run) == 2
+        assert count_requests(conn, vendor="finetune", run_id=run) == 2
+        assert count_requests(conn, vendor="source", method="GET", run_id=run) == 2
     attempts = "SELECT count(*) FROM sim.requests WHERE run_id = :r AND attempt = 3"
     assert scalar(engine, attempts, r=run) == len(calls)
 
@@ -375,6 +403,17 @@ BAD_INPUTS = [
     ("/notify", b'{"channel": "ops"}', "text"),
     ("/notify", b'{"channel": "ops", "text": ["no"]}', "text"),
     ("/notify", b'{"channel": " ", "text": "t"}', "channel"),
+    ("/fine_tunes", b"{not json", "JSON"),
+    ("/fine_tunes", b'["m", "d"]', "object"),
+    ("/fine_tunes", b'{"dataset": "d"}', "model"),
+    ("/fine_tunes", b'{"model": "", "dataset": "d"}', "model"),
+    ("/fine_tunes", b'{"model": "m"}', "dataset"),
+    ("/fine_tunes", b'{"model": "m", "dataset": 3}', "dataset"),
+    ("/fine_tunes", b'{"model": "m", "dataset": "d", "duration_s": "1"}', "duration_s"),
+    ("/fine_tunes", b'{"model": "m", "dataset": "d", "duration_s": true}', "duration_s"),
+    ("/fine_tunes", b'{"model": "m", "dataset": "d", "duration_s": -1}', "duration_s"),
+    ("/fine_tunes", b'{"model": "m", "dataset": "d", "duration_s": 3600.5}', "duration_s"),
+    ("/fine_tunes", b'{"model": "m", "dataset": "d", "duration_s": 1e400}', "range"),
 ]
 
 
@@ -455,6 +494,18 @@ def test_serve_in_process(database_url: str, engine: Engine) -> None:
     assert not thread.is_alive()
     with engine.connect() as conn:
         assert incidents_by_key(conn)[key] == 1
+
+
+def test_serve_in_process_with_a_source_size(database_url: str) -> None:
+    server, thread = serve("127.0.0.1", 0, database_url, source_docs=3)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            page = client.get("/source/docs", params={"size": 100}).json()
+        assert page == {"docs": [source_doc(i) for i in range(3)], "next": None}
+    finally:
+        stop(server, thread)
+    with pytest.raises(ValueError, match="source_docs"):
+        serve("127.0.0.1", 0, database_url, source_docs=-1)
 
 
 def test_serve_in_process_with_no_notify_window(database_url: str, engine: Engine) -> None:
@@ -622,3 +673,200 @@ def test_a2a_bad_input_is_400_and_stores_nothing(
         assert task_id not in a2a_tasks_by_id(conn)
     assert sim.client.get(f"/a2a/tasks/{task_id}").status_code == 404
     assert statuses(engine, idem_key=key) == [("POST", 400, False)]
+
+
+def fine_tune(sim: Simulator, key: str | None = None, **body: Any) -> httpx.Response:
+    return post(sim, "/fine_tunes", {"model": "base-7b", "dataset": "tickets-v1", **body}, key)
+
+
+def test_fine_tune_create_runs_then_succeeds(sim: Simulator, engine: Engine) -> None:
+    key = new_key()
+    created = fine_tune(sim, key, duration_s=1)
+    assert created.status_code == 201
+    job = created.json()
+    assert set(job) == {"id", "model", "dataset", "status", "created_at"}
+    assert re.fullmatch(r"ft-[0-9a-f]{12}", job["id"])
+    assert (job["model"], job["dataset"], job["status"]) == ("base-7b", "tickets-v1", "running")
+    sent = time.monotonic()
+    read = sim.client.get(f"/fine_tunes/{job['id']}")
+    assert read.status_code == 200
+    if time.monotonic() - sent < 0.5:  # only judge "running" when surely inside the 1 s duration
+        assert read.json() == {
+            "id": job["id"],
+            "model": "base-7b",
+            "status": "running",
+            "fine_tuned_model": None,
+        }
+    deadline = sent + 15.0
+    while read.json()["status"] == "running":
+        assert time.monotonic() < deadline, "the 1 s fine-tune never finished"
+        time.sleep(0.2)
+        read = sim.client.get(f"/fine_tunes/{job['id']}")
+        assert read.status_code == 200
+    assert read.json() == {
+        "id": job["id"],
+        "model": "base-7b",
+        "status": "succeeded",
+        "fine_tuned_model": f"base-7b:ft-{job['id']}",
+    }
+    with engine.connect() as conn:
+        assert fine_tunes_by_key(conn)[key] == 1
+        assert count_requests(conn, vendor="finetune", method="POST", idem_key=key) == 1
+    stored = scalar(engine, "SELECT duration_s FROM sim.fine_tunes WHERE id = :i", i=job["id"])
+    assert stored == 1.0
+    default = fine_tune(sim).json()
+    assert default["status"] == "running"
+    assert scalar(
+        engine, "SELECT duration_s FROM sim.fine_tunes WHERE id = :i", i=default["id"]
+    ) == pytest.approx(2.0)
+    instant = fine_tune(sim, duration_s=0).json()
+    assert instant["status"] == "succeeded"
+    assert sim.client.get(f"/fine_tunes/{instant['id']}").json()["fine_tuned_model"] == (
+        f"base-7b:ft-{instant['id']}"
+    )
+
+
+def test_fine_tune_dedupes_on_key(sim: Simulator, engine: Engine) -> None:
+    key = new_key()
+    first = fine_tune(sim, key, duration_s=600)
+    second = fine_tune(sim, key, duration_s=600)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    other = fine_tune(sim, new_key(), duration_s=600)
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+    with engine.connect() as conn:
+        assert fine_tunes_by_key(conn)[key] == 1
+        assert count_requests(conn, vendor="finetune", method="POST", idem_key=key) == 2
+    assert statuses(engine, idem_key=key) == [("POST", 201, False), ("POST", 200, True)]
+    unkeyed = [fine_tune(sim).json()["id"] for _ in range(2)]
+    assert unkeyed[0] != unkeyed[1]
+
+
+def test_fine_tune_dedupe_uses_the_incident_window(
+    sim: Simulator, sim_short: Simulator, engine: Engine
+) -> None:
+    key = new_key()
+    first = fine_tune(sim_short, key)
+    assert first.status_code == 201
+    time.sleep(1.2)
+    second = fine_tune(sim_short, key)
+    assert second.status_code == 201 and second.json()["id"] != first.json()["id"]
+    replay = fine_tune(sim, key)  # the default window is a day
+    assert replay.status_code == 200 and replay.json()["id"] == second.json()["id"]
+    with engine.connect() as conn:
+        assert fine_tunes_by_key(conn)[key] == 2
+
+
+def test_concurrent_identical_fine_tunes_make_one(sim: Simulator, engine: Engine) -> None:
+    workers, key = 10, new_key()
+    barrier = threading.Barrier(workers)
+
+    def create(_: int) -> httpx.Response:
+        barrier.wait(timeout=10)
+        return httpx.post(
+            sim.url + "/fine_tunes",
+            json={"model": "m", "dataset": "d"},
+            headers={"Idempotency-Key": key},
+            timeout=10,
+        )
+
+    with ThreadPoolExecutor(workers) as pool:
+        responses = list(pool.map(create, range(workers)))
+    assert sorted(r.status_code for r in responses) == [200] * (workers - 1) + [201]
+    assert len({r.json()["id"] for r in responses}) == 1
+    with engine.connect() as conn:
+        assert fine_tunes_by_key(conn)[key] == 1
+        assert count_requests(conn, vendor="finetune", idem_key=key) == workers
+    dedupes = scalar(
+        engine, "SELECT count(*) FROM sim.requests WHERE idem_key=:k AND deduped", k=key
+    )
+    assert dedupes == workers - 1
+
+
+def test_fine_tune_unknown_is_404(sim: Simulator, engine: Engine) -> None:
+    run = "run-" + uuid.uuid4().hex
+    missing = sim.client.get("/fine_tunes/ft-000000000000", headers={"X-Liyagent-Run": run})
+    assert missing.status_code == 404 and "error" in missing.json()
+    wrong = sim.client.put("/fine_tunes", json={}, headers={"X-Liyagent-Run": run})
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert statuses(engine, run_id=run) == [("GET", 404, False), ("PUT", 405, False)]
+    with engine.connect() as conn:
+        assert count_requests(conn, vendor="finetune", run_id=run) == 2
+
+
+def _whole_corpus(sim: Simulator, size: int) -> tuple[list[dict[str, Any]], int]:
+    """Every document of the source, page by page; also how many pages it took."""
+    docs: list[dict[str, Any]] = []
+    page: int | None = 0
+    pages = 0
+    while page is not None:
+        response = sim.client.get("/source/docs", params={"page": page, "size": size})
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"docs", "next"}
+        assert len(body["docs"]) <= size
+        assert body["next"] in (None, page + 1)
+        docs.extend(body["docs"])
+        pages += 1
+        assert pages <= 1000, "the source never reached its last page"
+        page = body["next"]
+    return docs, pages
+
+
+@pytest.mark.parametrize("size", [1, 3, 10, 25, 100])
+def test_source_pages_cover_the_corpus_once(sim: Simulator, size: int) -> None:
+    docs, pages = _whole_corpus(sim, size)
+    assert len(docs) == 25
+    assert pages == -(-25 // size)
+    assert len({d["id"] for d in docs}) == 25
+    assert docs == [source_doc(i) for i in range(25)]
+    assert docs[7] == {"id": "doc-0007", "title": "Document 7", "content": docs[7]["content"]}
+    assert all(d["content"] for d in docs) and len({d["content"] for d in docs}) == 25
+
+
+def test_source_corpus_is_deterministic_and_sized_by_flag(
+    sim: Simulator, sim_short: Simulator, engine: Engine
+) -> None:
+    run = "run-" + uuid.uuid4().hex
+    default = sim.client.get("/source/docs", headers={"X-Liyagent-Run": run}).json()
+    assert [d["id"] for d in default["docs"]] == [f"doc-{i:04d}" for i in range(10)]
+    assert default["next"] == 1
+    assert sim_short.client.get("/source/docs").json()["docs"] == default["docs"][:7]
+    short, pages = _whole_corpus(sim_short, 3)
+    assert [d["id"] for d in short] == [f"doc-{i:04d}" for i in range(SHORT_SOURCE_DOCS)]
+    assert pages == 3
+    last = sim_short.client.get("/source/docs", params={"page": 2, "size": 3}).json()
+    assert last == {"docs": [source_doc(6)], "next": None}
+    exact = sim.client.get("/source/docs", params={"page": 4, "size": 5}).json()
+    assert [d["id"] for d in exact["docs"]] == [f"doc-{i:04d}" for i in range(20, 25)]
+    assert exact["next"] is None
+    beyond = sim.client.get("/source/docs", params={"page": 9, "size": 10}).json()
+    assert beyond == {"docs": [], "next": None}
+    assert statuses(engine, run_id=run) == [("GET", 200, False)]
+    with engine.connect() as conn:
+        assert count_requests(conn, vendor="source", method="GET", run_id=run) == 1
+
+
+SOURCE_BAD_PARAMS = [
+    ({"page": "-1"}, "page"),
+    ({"page": "x"}, "page"),
+    ({"page": ""}, "page"),
+    ({"page": "1.5"}, "page"),
+    ({"page": "9" * 40}, "page"),
+    ({"size": "0"}, "size"),
+    ({"size": "101"}, "size"),
+    ({"size": "-3"}, "size"),
+    ({"size": "ten"}, "size"),
+    ({"page": "0", "size": ""}, "size"),
+]
+
+
+@pytest.mark.parametrize(("params", "field"), SOURCE_BAD_PARAMS)
+def test_source_bad_params_are_400(
+    sim: Simulator, engine: Engine, params: dict[str, str], field: str
+) -> None:
+    run = "run-" + uuid.uuid4().hex
+    response = sim.client.get("/source/docs", params=params, headers={"X-Liyagent-Run": run})
+    assert response.status_code == 400
+    assert field in response.json()["error"]
+    assert statuses(engine, run_id=run) == [("GET", 400, False)]

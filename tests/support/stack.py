@@ -77,11 +77,16 @@ class Stack:
             "LIYAGENT_SEAL_KEYS": self.seal_keys,
             "LIYAGENT_VENDOR_URL": self.sim_url,
             "LIYAGENT_LOG_FORMAT": "json",
+            "LIYAGENT_AGENTS_FILE": s.agents_file,
+            "LIYAGENT_ANSWER_RETENTION_S": str(s.answer_retention_s),
+            "TICKETIQ_CRASH_RESUME_ENTRIES": "true" if s.crash_resume_entries else "false",
             **timings_env(s.timings),
         }
 
-    def with_timings(self, timings: Timings) -> None:
-        self.settings = replace(self.settings, timings=timings)
+    def reconfigure(self, **changes: Any) -> None:
+        """Change settings for this process's services and every process started after."""
+        self.services.redis.close()
+        self.settings = replace(self.settings, **changes)
         self.__post_init__()
 
     def worker(

@@ -1,0 +1,78 @@
+"""The front's Starlette app: routes, JSON errors and a structured access log. `create_app`
+takes the services (tests pass their own); uvicorn uses `app_factory` with --factory."""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from front import entries, runs
+from front.errors import HANDLERS
+from runtime.services import Services
+
+log = structlog.get_logger("front")
+
+ROUTES = [
+    Route("/healthz", runs.healthz, methods=["GET"]),
+    Route("/webhooks/{agent}", entries.webhook, methods=["POST"]),
+    Route("/tickets/{ticket_id}/events", entries.ticket_event, methods=["POST"]),
+    Route("/copilot/turns", entries.copilot_turn, methods=["POST"]),
+    Route("/a2a/tasks", entries.a2a_submit, methods=["POST"]),
+    Route("/a2a/tasks/{task_id}", entries.a2a_read, methods=["GET"]),
+    Route("/teams/messages", entries.teams_message, methods=["POST"]),
+    Route("/approvals/{approval_id}/decision", runs.approval_decision, methods=["POST"]),
+    Route("/runs/{run_id}", runs.run_read, methods=["GET"]),
+    Route("/runs/{run_id}/stop", runs.run_stop, methods=["POST"]),
+]
+
+
+class AccessLog:
+    """One structured line per request: method, path, status and duration (never a body or
+    a header, so no token or user text reaches the log)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = time.monotonic()
+
+        async def record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record)
+        finally:
+            log.info(
+                "front.request",
+                method=scope["method"],
+                path=scope["path"],
+                status=status,
+                ms=round((time.monotonic() - started) * 1000, 1),
+            )
+
+
+def create_app(services: Services) -> Starlette:
+    """The front over `services` (which say where runs are stored and how they are published)."""
+    app = Starlette(routes=ROUTES, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
+    app.state.services = services
+    return app
+
+
+def app_factory() -> Starlette:
+    """For `uvicorn --factory front.app:app_factory`: this process's services, publishing run
+    messages through the Celery app (built on first call, not at import)."""
+    from tasks.services import services
+
+    return create_app(services())

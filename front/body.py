@@ -1,0 +1,125 @@
+"""Request bodies: read at most 1 MiB of JSON and check every field by kind before anything
+is called, so a bad request is refused with the field's name and nothing is stored."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from starlette.requests import Request
+
+from front.errors import FrontError
+from runtime.client import parse_id
+from runtime.enqueue import BadRequest
+
+MAX_BODY_BYTES = 1 << 20
+MAX_TEXT_BYTES = 64 * 1024
+MAX_NAME_CHARS = 200
+# Ids of events, turns, tasks and messages (the last part of a request key).
+ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+# Agents, tickets and conversations: parts of a request key that another part follows, so
+# no colon (else `a:b` + `c` and `a` + `b:c` would make the same key).
+KEY_PART = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    """The body as a JSON object: 415 if it is not JSON, 413 past 1 MiB, 400 if malformed."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise FrontError(415, "send the body as JSON with Content-Type: application/json")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise FrontError(413, f"the body is over {MAX_BODY_BYTES} bytes; send less")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw.extend(chunk)
+        if len(raw) > MAX_BODY_BYTES:
+            raise FrontError(413, f"the body is over {MAX_BODY_BYTES} bytes; send less")
+    try:
+        body = json.loads(bytes(raw), parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FrontError(400, f"the body is not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise FrontError(400, "the body must be a JSON object")
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def path_id(value: str, what: str, pattern: re.Pattern[str] = ID) -> str:
+    """A path segment that must be an id of the given shape (400 naming it otherwise)."""
+    if not pattern.fullmatch(value):
+        raise FrontError(400, f"{what} {value[:80]!r} must match {pattern.pattern}")
+    return value
+
+
+def path_uuid(value: str, what: str) -> str:
+    """A path segment that must be a UUID (run and approval ids)."""
+    try:
+        return parse_id(value, what)
+    except BadRequest as exc:
+        raise FrontError(400, str(exc)) from None
+
+
+class Fields:
+    """One JSON object's fields, each read by kind; unknown fields are refused up front."""
+
+    def __init__(self, body: dict[str, Any], allowed: set[str]) -> None:
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise FrontError(
+                400, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+            )
+        self.body = body
+
+    def _get(self, name: str, kind: type, what: str) -> Any:
+        if name not in self.body or self.body[name] is None:
+            raise FrontError(400, f'field "{name}" is required ({what})')
+        value = self.body[name]
+        if type(value) is not kind:
+            raise FrontError(400, f'field "{name}" must be {what}, got {type(value).__name__}')
+        return value
+
+    def text(self, name: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
+        """Non-empty text of at most `max_bytes` UTF-8 bytes (newlines and tabs allowed)."""
+        value: str = self._get(name, str, "a non-empty string")
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise FrontError(400, f'field "{name}" is not valid Unicode text') from None
+        if not value.strip():
+            raise FrontError(400, f'field "{name}" must not be empty')
+        if size > max_bytes:
+            raise FrontError(400, f'field "{name}" is {size} bytes; at most {max_bytes}')
+        if "\x00" in value:
+            raise FrontError(400, f'field "{name}" must not contain NUL characters')
+        return value
+
+    def name(self, name: str) -> str:
+        """A short single-line name (a person, a sender, a conversation): 200 characters."""
+        value = self.text(name, max_bytes=4 * MAX_NAME_CHARS)
+        if len(value) > MAX_NAME_CHARS or _CONTROL.search(value):
+            raise FrontError(
+                400, f'field "{name}" must be one line of at most {MAX_NAME_CHARS} characters'
+            )
+        return value
+
+    def ident(self, name: str, pattern: re.Pattern[str] = ID) -> str:
+        value: str = self._get(name, str, f"a string matching {pattern.pattern}")
+        if not pattern.fullmatch(value):
+            raise FrontError(400, f'field "{name}" must match {pattern.pattern}')
+        return value
+
+    def optional_ident(self, name: str) -> str | None:
+        return None if self.body.get(name) is None else self.ident(name)
+
+    def optional_text(self, name: str, max_bytes: int = MAX_TEXT_BYTES) -> str | None:
+        return None if self.body.get(name) is None else self.text(name, max_bytes)
+
+    def flag(self, name: str) -> bool:
+        value: bool = self._get(name, bool, "true or false")
+        return value

@@ -1,0 +1,84 @@
+"""Errors the front answers with: one JSON shape, `{"error": ...}`, with the run id where one
+is known, so every refusal says what went wrong and what to do next."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from runtime.enqueue import BadRequest
+from store.rows import RunNotFound
+
+log = structlog.get_logger("front")
+
+
+class FrontError(Exception):
+    """A refusal with its HTTP status; raised before anything is stored."""
+
+    def __init__(
+        self, status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+        self.extra = extra
+
+
+def error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
+
+
+async def on_front_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, FrontError)
+    log.info("front.refused", path=request.url.path, status=exc.status, error=exc.message)
+    return error_response(exc.status, exc.message, exc.headers, **exc.extra)
+
+
+async def on_bad_request(request: Request, exc: Exception) -> Response:
+    """The runtime refused the input (it stores nothing when it does)."""
+    log.info("front.refused", path=request.url.path, status=400, error=str(exc))
+    return error_response(400, str(exc))
+
+
+async def on_run_not_found(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RunNotFound)
+    return error_response(404, str(exc), run_id=exc.run_id)
+
+
+async def on_http_error(request: Request, exc: Exception) -> Response:
+    """Unknown routes (404) and wrong methods (405, keeping its Allow header) as JSON."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"no endpoint at {request.url.path}; check the path"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return error_response(exc.status_code, message, exc.headers)
+
+
+async def on_unexpected(request: Request, exc: Exception) -> Response:
+    """Anything else: logged with its traceback; the caller may retry (entries are keyed)."""
+    log.error("front.failed", path=request.url.path, error=repr(exc), exc_info=exc)
+    return error_response(
+        500,
+        f"internal error ({type(exc).__name__}); retrying with the same ids is safe, "
+        "and the front's log has the details",
+    )
+
+
+HANDLERS: dict[Any, Any] = {
+    FrontError: on_front_error,
+    BadRequest: on_bad_request,
+    RunNotFound: on_run_not_found,
+    HTTPException: on_http_error,
+    Exception: on_unexpected,
+}

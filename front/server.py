@@ -1,0 +1,49 @@
+"""Serving the front with uvicorn; `serve(host, port)` is the hook `liyagent serve` calls."""
+
+from __future__ import annotations
+
+import socket
+
+import structlog
+import uvicorn
+
+from runtime.logs import configure
+from runtime.settings import ConfigError, get_settings
+
+log = structlog.get_logger("front")
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """Prints `front listening on http://HOST:PORT` once its sockets listen (port 0 resolved)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if not self.started or not self.servers:
+            return
+        bound = self.servers[0].sockets[0].getsockname()
+        host = str(self.config.host)
+        shown = f"[{host}]" if ":" in host else host
+        print(f"front listening on http://{shown}:{bound[1]}", flush=True)
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
+    """Serve until SIGTERM or SIGINT (uvicorn drains, then ends the process with that signal);
+    returns 2 at once when the settings are invalid, 1 if the server never started."""
+    configure()
+    try:
+        settings = get_settings()
+    except ConfigError as exc:
+        log.error("front.bad_settings", error=str(exc), next="fix that variable and start again")
+        return 2
+    if not settings.front_token:
+        log.warning(
+            "front.no_token",
+            error="LIYAGENT_FRONT_TOKEN is empty: every endpoint but /healthz answers 503",
+            next="set LIYAGENT_FRONT_TOKEN and restart the front",
+        )
+    config = uvicorn.Config(
+        "front.app:app_factory", factory=True, host=host, port=port, access_log=False
+    )
+    server = _AnnouncingServer(config)
+    server.run()
+    return 0 if server.started else 1

@@ -1,0 +1,233 @@
+"""Every row of the spec's "Which runs survive a crash" for entry points: the worker is
+SIGKILLed in flight; the verdict reads Postgres and the vendor simulator's records."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from runtime.enqueue import NewRun, enqueue
+from runtime.entries import fire_cron, intake_teams, receive_teams, start_entry
+from store.entries import EntryLink, purge_answers
+from tests.support.catalogs import helper_agent, write_catalog
+
+pytestmark = pytest.mark.kill
+ANSWER = "Answer from helper."
+
+
+@pytest.fixture
+def entries(stack, tmp_path):
+    # Hourly: the beats these tests start never fire it themselves.
+    stack.reconfigure(agents_file=write_catalog(tmp_path / "agents.json", cron_every_s=3600))
+    return stack
+
+
+def _kill_then_resume(stack, fault: str, start) -> str:
+    stack.worker("victim", fault=fault)
+    run_id = start()
+    stack.fault_hit("victim")
+    stack.procs[-1].popen.wait(timeout=10)
+    stack.worker("survivor")
+    stack.beat()
+    return run_id
+
+
+def _assistant_lines(stack, run_id: str) -> list[str]:
+    return [text for role, text in stack.client.transcript(run_id) if role == "assistant"]
+
+
+def test_managed_a2a_run_resumes_and_its_answer_lands_on_the_task(entries) -> None:
+    agent = helper_agent()
+
+    def start() -> str:
+        return enqueue(
+            entries.services,
+            NewRun(
+                agent="helper",
+                user_input="look at T-3",
+                model=agent["model"],
+                entry_kind="a2a",
+                channel="a2a",
+                request_key="a2a:task-1",
+                link=EntryLink("a2a", "task-1"),
+            ),
+        )[0]
+
+    run_id = _kill_then_resume(entries, "after_checkpoint:kill", start)
+    view = entries.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1
+    task = entries.rows("SELECT status, answer, run_id FROM a2a_tasks WHERE id = 'task-1'")[0]
+    assert (task.status, task.answer, task.run_id) == ("completed", ANSWER, run_id)
+    assert _assistant_lines(entries, run_id) == [ANSWER]
+
+
+def test_cron_run_is_one_per_slot_and_its_outcome_is_recorded_once(entries) -> None:
+    now = datetime.now(tz=UTC)
+    first, created = fire_cron(entries.services, "tick", now)
+    again, created_again = fire_cron(entries.services, "tick", now)  # a second beat
+    assert first == again and created and not created_again
+    entries.worker("victim", fault="after_checkpoint:kill")
+    entries.fault_hit("victim")
+    entries.worker("survivor")
+    entries.beat()
+    view = entries.wait(first)
+    assert view.status == "succeeded" and view.lost_count == 1
+    rows = entries.rows("SELECT run_id, status, outcome, recorded_at FROM cron_runs")
+    assert [(r.run_id, r.status, r.outcome) for r in rows] == [(first, "succeeded", ANSWER)]
+    resumed = entries.rows(
+        "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.run.crash_resumed'",
+        r=first,
+    )
+    assert resumed[0].detail["calls"][0]["settled"] == "made"  # adopted the checkpoint
+
+
+def test_two_beats_fire_each_cron_slot_once(entries, tmp_path) -> None:
+    entries.reconfigure(agents_file=write_catalog(tmp_path / "fast.json", cron_every_s=2))
+    entries.worker("w1")
+    entries.beat("beat1")
+    entries.beat("beat2")
+    deadline = time.monotonic() + 40
+    while entries.rows("SELECT count(*) AS n FROM cron_runs WHERE status = 'succeeded'")[0].n < 3:
+        assert time.monotonic() < deadline, "cron runs did not complete"
+        time.sleep(0.2)
+    fired = sum(p.output().count("liyagent.cron_fire") for p in entries.procs[1:])
+    slots = entries.rows("SELECT count(*) AS n FROM cron_runs")[0].n
+    runs = entries.rows("SELECT count(*) AS n FROM runs WHERE entry_kind = 'cron'")[0].n
+    assert fired > slots  # both beats fired
+    assert runs == slots  # yet one run per slot
+
+
+@pytest.mark.parametrize("fault", ["after_answer:kill", "after_reply:kill"])
+def test_teams_turn_is_handed_back_and_replied_to_once(entries, fault) -> None:
+    def start() -> str:
+        receive_teams(
+            entries.services,
+            message_id="msg-1",
+            conversation="conv-9",
+            sender="ann",
+            agent="helper",
+            text="status of T-3?",
+        )
+        [run_id] = intake_teams(entries.services)
+        return run_id
+
+    run_id = _kill_then_resume(entries, fault, start)
+    assert entries.wait(run_id).status == "succeeded"
+    inbox = entries.rows("SELECT status, run_id, reply FROM teams_inbox")[0]
+    assert (inbox.status, inbox.run_id) == ("replied", run_id)
+    replies = entries.vendor(
+        "SELECT text, cards, idem_key FROM sim.chat_replies WHERE conversation = 'conv-9' "
+        "AND idem_key = :k",
+        k=f"lya-teams-reply-{run_id}",
+    )
+    assert len(replies) == 1 and replies[0].text == ANSWER
+    assert replies[0].cards[0]["content"]["body"][0]["text"] == ANSWER
+    # The turn was never run again: every model step was asked once.
+    asked = entries.rows(
+        "SELECT step, count(*) AS n FROM model_requests WHERE run_id = :r GROUP BY step", r=run_id
+    )
+    assert all(a.n == 1 for a in asked)
+
+
+def test_repeated_teams_message_is_one_turn(entries) -> None:
+    for _ in range(2):
+        receive_teams(
+            entries.services,
+            message_id="msg-2",
+            conversation="c",
+            sender="bo",
+            agent="helper",
+            text="hi",
+        )
+    started = intake_teams(entries.services) + intake_teams(entries.services)
+    assert len(started) == 1
+    assert entries.rows("SELECT count(*) AS n FROM teams_inbox")[0].n == 1
+
+
+@pytest.mark.parametrize("kind", ["webhook", "ticket_event", "copilot"])
+def test_trigger_and_copilot_runs_resume_as_any_run(entries, kind) -> None:
+    def start() -> str:
+        return start_entry(
+            entries.services,
+            entry_kind=kind,
+            agent="helper",
+            user_input="go",
+            request_key=f"{kind}:evt-1",
+            owner="caller",
+            channel=kind,
+        )[0]
+
+    run_id = _kill_then_resume(entries, "after_mark:kill", start)
+    view = entries.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1
+    assert _assistant_lines(entries, run_id) == [ANSWER]
+
+
+def test_flag_false_entry_run_lost_is_failed_interrupted(entries) -> None:
+    entries.reconfigure(crash_resume_entries=False)
+
+    def start() -> str:
+        return start_entry(
+            entries.services,
+            entry_kind="webhook",
+            agent="helper",
+            user_input="go",
+            request_key="webhook:e2",
+            owner="caller",
+            channel="webhook",
+        )[0]
+
+    run_id = _kill_then_resume(entries, "after_mark:kill", start)
+    view = entries.wait(run_id)
+    assert view.status == "failed" and view.failure_reason.startswith("interrupted")
+    assert (
+        entries.rows("SELECT max(step) AS s FROM checkpoints WHERE run_id = :r", r=run_id)[0].s == 0
+    )  # not written ahead
+    audit = entries.rows(
+        "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.run.failed'", r=run_id
+    )[0].detail
+    assert audit["resumable"] is False and "not written ahead" in audit["reason"]
+
+
+def test_flag_false_still_resumes_runs_that_may_wait(entries) -> None:
+    entries.reconfigure(crash_resume_entries=False)
+    agent = helper_agent()
+
+    def start() -> str:
+        return enqueue(
+            entries.services,
+            NewRun(agent="helper", user_input="go", model=agent["model"], entry_kind="playground"),
+        )[0]
+
+    run_id = _kill_then_resume(entries, "after_mark:kill", start)
+    assert entries.wait(run_id).status == "succeeded"
+
+
+def test_answer_is_kept_sealed_then_purged(entries) -> None:
+    entries.reconfigure(answer_retention_s=0)
+    entries.worker("w1")
+    run_id = start_entry(
+        entries.services,
+        entry_kind="webhook",
+        agent="helper",
+        user_input="go",
+        request_key="webhook:p1",
+        owner="c",
+        channel="webhook",
+    )[0]
+    assert entries.wait(run_id).answer == ANSWER
+    stored = entries.rows("SELECT answer FROM runs WHERE id = :r", r=run_id)[0].answer
+    assert stored and ANSWER.encode() not in bytes(stored)  # sealed, not plain text
+    with entries.db() as conn:
+        assert purge_answers(conn) == 1
+    view = entries.client.get(run_id)
+    assert view.status == "succeeded" and view.answer is None
+    assert (
+        entries.rows("SELECT answer_purged_at FROM runs WHERE id = :r", r=run_id)[
+            0
+        ].answer_purged_at
+        is not None
+    )
+    assert _assistant_lines(entries, run_id) == [ANSWER]  # the transcript keeps what it got
