@@ -128,6 +128,7 @@ class RunAttempt:
 
     def _boundary(self, state: RunState) -> GateRow:
         """Between steps: still ours? shutting down? still allowed? (I3, I7)"""
+        structlog.contextvars.bind_contextvars(step=state.step)
         self.lease.ensure()
         if drain.requested():
             with self.s.engine.connect() as conn:

@@ -7,6 +7,8 @@ and it is acked and dropped (I4). The sweeper resumes a run whose lease lapses.
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from runtime import faults
@@ -16,7 +18,8 @@ from runtime.jobs import JobRun
 from runtime.leases import Token, monotonic_ms
 from runtime.services import Services
 from runtime.workflow import WorkflowRun
-from store.rows import FencedOut
+from store.records import insert_audit
+from store.rows import FencedOut, RunRow
 from store.runs import claim_queued, count_delivery, fail_run
 
 log = structlog.get_logger(__name__)
@@ -24,49 +27,69 @@ log = structlog.get_logger(__name__)
 
 def run_message(s: Services, run_id: str, attempt: int) -> str:
     """Handle one delivery of the message for (run, attempt); returns how it ended."""
-    bound = log.bind(run_id=run_id, attempt=attempt)
-    with s.engine.connect() as conn:
-        row = count_delivery(conn, run_id, attempt)
+    # Every log line of this delivery carries the run, the attempt and (once known) the step.
+    with structlog.contextvars.bound_contextvars(run_id=run_id, attempt=attempt, step=None):
+        row = _admit(s, run_id, attempt)
         if row is None:
-            bound.info("message.stale")
             return "stale"
         if row.deliveries > s.settings.timings.delivery_limit:
-            fail_run(
-                conn,
-                run_id,
-                attempt,
-                reason=f"its message was delivered {row.deliveries} times and its worker "
-                "died before starting it each time; check the workers' logs",
-                audit_kind="agent.run.failed",
-                detail={"code": "poison"},
-            )
-            return "poison"
-    token = Token(run_id, attempt, s.holder)
-    started = monotonic_ms()
-    if not s.leases.acquire(token):
-        bound.info("message.lease_taken", holder=s.leases.holder(run_id))
-        return "lease_taken"
+            return _poison(s, row)
+        token = Token(run_id, attempt, s.holder)
+        started = monotonic_ms()
+        if not s.leases.acquire(token):
+            log.info("message.lease_taken", holder=s.leases.holder(run_id))
+            return "lease_taken"
+        return _execute(s, row, token, started)
+
+
+def _admit(s: Services, run_id: str, attempt: int) -> RunRow | None:
+    with s.engine.connect() as conn:
+        row = count_delivery(conn, run_id, attempt)
+    if row is None:
+        log.info("message.stale")
+    return row
+
+
+def _poison(s: Services, row: RunRow) -> str:
+    with s.engine.connect() as conn:
+        fail_run(
+            conn,
+            row.id,
+            row.attempt,
+            reason=f"its message was delivered {row.deliveries} times and its worker "
+            "died before starting it each time; check the workers' logs",
+            audit_kind="agent.run.failed",
+            detail={"code": "poison"},
+        )
+    return "poison"
+
+
+def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
     lease = s.heartbeat.hold(token, started)
     release = True
     try:
         if row.status == "queued":
             with s.engine.connect() as conn:
-                claimed = claim_queued(conn, run_id, attempt)
+                claimed = claim_queued(conn, row.id, row.attempt)
             if claimed is None:
-                bound.info("message.claim_lost")
+                log.info("message.claim_lost")
                 return "stale"
             row = claimed
         faults.point("after_claim")
         attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
         return attempt_class(s, row, lease).execute()
     except (FencedOut, LeaseLost) as exc:
-        bound.warning("run.fenced_out", why=str(exc))
+        log.warning("run.fenced_out", why=str(exc))
+        _audit_quietly(s, row, "agent.run.fenced", {"why": str(exc), "worker": s.holder})
         return "fenced"
-    except Exception:
+    except Exception as exc:
         # Unexpected (a bug, a database outage): behave as a crash. Keep the lease so it
         # lapses and the sweeper resumes the run from its checkpoint elsewhere.
         release = False
-        bound.exception("run.error")
+        log.exception("run.error")
+        _audit_quietly(
+            s, row, "agent.run.error", {"error": f"{type(exc).__name__}: {exc}", "worker": s.holder}
+        )
         return "error"
     finally:
         s.heartbeat.drop(lease)
@@ -74,4 +97,15 @@ def run_message(s: Services, run_id: str, attempt: int) -> str:
             try:
                 s.leases.release(token)
             except Exception:  # the lease lapses by itself
-                bound.warning("lease.release_failed")
+                log.warning("lease.release_failed")
+
+
+def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) -> None:
+    """Record what ended an attempt for operators; never masks the original failure."""
+    try:
+        with s.engine.connect() as conn:
+            insert_audit(
+                conn, kind=kind, run_id=row.id, attempt=row.attempt, step=row.step, detail=detail
+            )
+    except Exception:
+        log.warning("audit.write_failed", kind=kind)

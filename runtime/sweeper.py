@@ -67,9 +67,18 @@ class Sweeper:
             except redis.exceptions.LockError:  # outlived its timeout; the claims still guard
                 log.warning("sweep.lock_expired")
         report.duration_ms = (time.perf_counter() - started) * 1000
+        self._record_duration(report.duration_ms)
         if report.claimed or report.failed or report.republished:
             log.info("sweep.done", **report.to_json())
         return report
+
+    def _record_duration(self, ms: float) -> None:
+        """Keep the latest sweep durations for the metrics endpoint (any process scrapes)."""
+        key = f"{self.s.settings.namespace}metrics:sweep_ms"
+        pipe = self.s.redis.pipeline(transaction=False)
+        pipe.lpush(key, f"{ms:.3f}")
+        pipe.ltrim(key, 0, 999)
+        pipe.execute()
 
     def _sweep(self) -> SweepReport:
         report = SweepReport()
