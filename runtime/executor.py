@@ -79,8 +79,9 @@ def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
         attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
         return attempt_class(s, row, lease).execute()
     except (FencedOut, LeaseLost) as exc:
+        # A taken-over attempt writes nothing more to Postgres (I3): it is only counted.
         log.warning("run.fenced_out", why=str(exc))
-        _audit_quietly(s, row, "agent.run.fenced", {"why": str(exc), "worker": s.holder})
+        _count_quietly(s, "fenced_total")
         return "fenced"
     except Exception as exc:
         # Unexpected (a bug, a database outage): behave as a crash. Keep the lease so it
@@ -98,6 +99,13 @@ def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
                 s.leases.release(token)
             except Exception:  # the lease lapses by itself
                 log.warning("lease.release_failed")
+
+
+def _count_quietly(s: Services, name: str) -> None:
+    try:
+        s.redis.incr(f"{s.settings.namespace}metrics:{name}")
+    except Exception:
+        log.warning("metrics.count_failed", name=name)
 
 
 def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) -> None:
