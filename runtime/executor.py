@@ -68,9 +68,9 @@ def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
     lease = s.heartbeat.hold(token, started)
     release = True
     try:
-        if row.status == "queued":
+        if row.status in ("queued", "answered"):
             with s.engine.connect() as conn:
-                claimed = claim_queued(conn, row.id, row.attempt)
+                claimed = claim_queued(conn, row.id, row.attempt, s.holder)
             if claimed is None:
                 log.info("message.claim_lost")
                 return "stale"

@@ -46,11 +46,15 @@ class Services:
     holder: str
 
     def model_for(self, run: RunRow) -> ModelProvider:
-        """The provider the run's spec names; the scripted one records each request served."""
+        """The provider the run's spec names; each records every request it serves."""
         model: dict[str, Any] = dict(run.spec.get("model") or {})
         provider = model.get("provider", "scripted")
         if provider == "scripted":
             return ScriptedProvider(model.get("script") or {}, record=self._record_request)
+        if provider == "openai":
+            from runtime.models.openai import OpenAIProvider
+
+            return OpenAIProvider(model, record=self._record_request)
         raise ModelError(
             f"run {run.id}: model provider {provider!r} is not available in this worker",
             retryable=False,

@@ -145,7 +145,7 @@ def _finish_mark(
         sa.text(
             f"""
             WITH {OWNER_CTE}
-            UPDATE call_marks SET status = :status, outcome = :outcome,
+            UPDATE call_marks SET status = :status, outcome = :outcome, attempt = :attempt,
                    settlement = coalesce(:settlement, call_marks.settlement),
                    settled_at = now()
             FROM owner

@@ -57,6 +57,8 @@ class RunRow:
     deliveries: int
     step: int
     resume_reason: str | None
+    claimed_by: str | None
+    claimed_at: datetime | None
     failure_reason: str | None
     answer: bytes | None
     created_at: datetime

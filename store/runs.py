@@ -132,18 +132,21 @@ def count_delivery(conn: sa.Connection, run_id: str, attempt: int) -> RunRow | N
     return None if row is None else _run(row)
 
 
-def claim_queued(conn: sa.Connection, run_id: str, attempt: int) -> RunRow | None:
-    """Take a queued run for this attempt; of two deliveries one wins (I4)."""
+def claim_queued(conn: sa.Connection, run_id: str, attempt: int, holder: str) -> RunRow | None:
+    """Take a queued run for this attempt (of two deliveries one wins, I4), or record who
+    hands on an answered run's answer (there, the lease taken just before is the guard)."""
     row = conn.execute(
         sa.text(
             f"""
-            UPDATE runs SET status = 'running', updated_at = now(),
-                   started_at = coalesce(started_at, now())
-            WHERE id = :id AND attempt = :attempt AND status = 'queued'
+            UPDATE runs SET status = CASE WHEN status = 'answered' THEN 'answered'
+                                          ELSE 'running' END,
+                   updated_at = now(), started_at = coalesce(started_at, now()),
+                   claimed_by = :holder, claimed_at = now()
+            WHERE id = :id AND attempt = :attempt AND status IN ('queued', 'answered')
             RETURNING {_RUN_COLUMNS}
             """
         ),
-        {"id": run_id, "attempt": attempt},
+        {"id": run_id, "attempt": attempt, "holder": holder},
     ).first()
     return None if row is None else _run(row)
 
@@ -291,14 +294,17 @@ def claim_lost(
                         WHEN status <> 'answered' AND (NOT resumable OR lost_count + 1 > :limit)
                         THEN now() ELSE finished_at END
                 WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
-                RETURNING id, attempt, status, lost_count, step, failure_reason, resumable),
+                RETURNING id, attempt, status, lost_count, step, failure_reason, resumable,
+                          claimed_by, claimed_at),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
                                 ELSE 'agent.run.lost' END,
                        attempt, step,
                        jsonb_build_object('lost_count', lost_count, 'lost_attempt', attempt - 1,
-                                          'reason', failure_reason, 'resumable', resumable)
+                                          'reason', failure_reason, 'resumable', resumable,
+                                          'lost_holder', claimed_by,
+                                          'lost_claimed_at', claimed_at)
                 FROM c),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)

@@ -62,6 +62,9 @@ runs = sa.Table(
     sa.Column("step", sa.Integer, nullable=False, server_default="0"),
     # Why the current attempt exists: NULL (first), 'lost' or 'handed_back'.
     sa.Column("resume_reason", sa.Text, nullable=True),
+    # Which worker process took the current attempt, and when (inspect, the trials' judge).
+    sa.Column("claimed_by", sa.Text, nullable=True),
+    sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("failure_reason", sa.Text, nullable=True),
     # The final answer, sealed with the run id bound in.
     sa.Column("answer", sa.LargeBinary, nullable=True),
@@ -139,6 +142,7 @@ call_marks = sa.Table(
     sa.Column("outcome", sa.LargeBinary, nullable=True),
     # How a resume settled it: resent, read_back, sent_after_read, unknown.
     sa.Column("settlement", sa.Text, nullable=True),
+    # The attempt that last wrote the mark (marked it, or recorded or settled its outcome).
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("settled_at", sa.DateTime(timezone=True), nullable=True),

@@ -43,6 +43,11 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
         "LIYAGENT_SWEEP_INTERVAL_MS": str(t.sweep_interval_ms),
         "LIYAGENT_REQUEUE_AFTER_MS": str(t.requeue_after_ms),
         "LIYAGENT_LOSS_LIMIT": str(t.loss_limit),
+        "LIYAGENT_FULL_SCAN_EVERY": str(t.full_scan_every),
+        "LIYAGENT_AGENTS_FILE": settings.agents_file,
+        "LIYAGENT_FRONT_TOKEN": settings.front_token,
+        "LIYAGENT_ANSWER_RETENTION_S": str(settings.answer_retention_s),
+        "TICKETIQ_CRASH_RESUME_ENTRIES": "true" if settings.crash_resume_entries else "false",
     }
 
 
@@ -75,8 +80,10 @@ class Cluster:
         _, found = self._start("simulator", argv, env, r"simulators listening on (http://\S+)")
         return found.group(1)
 
-    def worker(self, name: str, queue: str, env: dict[str, str], concurrency: int = 3) -> Proc:
-        """A real `celery -A tasks worker` (prefork) on the run and ops queues, ready."""
+    def worker(
+        self, name: str, queue: str, env: dict[str, str], concurrency: int = 3, ops: bool = True
+    ) -> Proc:
+        """A real `celery -A tasks worker` (prefork) on the run queue (and its ops queue)."""
         argv = python(
             "-m",
             "celery",
@@ -84,7 +91,7 @@ class Cluster:
             "tasks",
             "worker",
             "-Q",
-            f"{queue},{queue}.ops",
+            f"{queue},{queue}.ops" if ops else queue,
             "-c",
             str(concurrency),
             "-n",
@@ -100,6 +107,12 @@ class Cluster:
         proc, _ = self._start(name, argv, env, r"ready\.")
         self.pids.update(proc.children())
         return proc
+
+    def front(self, env: dict[str, str]) -> str:
+        """The app's HTTP front; returns its base URL."""
+        argv = python("-m", "front", "--port", "0")
+        _, found = self._start("front", argv, env, r"front listening on (http://\S+)")
+        return found.group(1)
 
     def beat(self, env: dict[str, str]) -> Proc:
         """Celery beat, which fires the lease sweeper."""

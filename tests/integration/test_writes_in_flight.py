@@ -118,6 +118,9 @@ def test_write_with_a_reader_is_read_back(stack, fault, how) -> None:
     )[0].n
     assert comments == 1
     assert _settled(stack, run_id) == [("issue.comment", how)]
+    # The mark names the attempt that last wrote it: the resume, not the lost attempt.
+    marks = stack.rows("SELECT attempt, status FROM call_marks WHERE run_id = :r", r=run_id)
+    assert [(m.attempt, m.status) for m in marks] == [(2, "done")]
 
 
 @pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])

@@ -1,0 +1,237 @@
+"""The kill trials (spec "Kill trials"): rounds that each start a fresh victim worker, begin
+cron fires, Teams turns from the durable inbox and webhook calls on it, and SIGKILL it at a
+random moment 0.2-4 s after it is up, while a survivor worker and beat recover throughout.
+
+The victim and the app front publish to a queue only victims consume, so the work a round
+starts is really on the victim when it dies; the survivor consumes the recovery queue the
+sweeper publishes to. The timings are the product's (lease 8 s, sweep 3 s).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+import structlog
+from celery import Celery
+
+import celeryconfig
+from runtime import services as runtime_services
+from runtime.entries import fire_cron
+from runtime.local.cluster import Cluster, child_env
+from runtime.local.verdict import Trial, Verdict, Victim, judge_trials
+from runtime.sealing import Sealer
+from runtime.settings import Settings
+from tasks.services import CeleryPublisher
+
+log = structlog.get_logger(__name__)
+
+CRON_TRIGGER = "trial-cron"
+# An old, fixed base for the trials' cron slots: one slot per round, never a real hour.
+CRON_BASE = datetime(2001, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class TrialOptions:
+    trials: int = 90
+    seed: int | None = None
+    kill_window_s: tuple[float, float] = (0.2, 4.0)
+    victim_concurrency: int = 3
+    survivor_concurrency: int = 6
+    step_latency_ms: int = 400
+    drain_timeout_s: float = 180.0
+
+
+def _step(call_id: str, tool: str, latency: int, **args: Any) -> dict[str, Any]:
+    return {"calls": [{"id": call_id, "tool": tool, "args": args}], "latency_ms": latency}
+
+
+def trial_catalog(latency: int) -> dict[str, Any]:
+    """The agents the trials run: every kind of write the judge counts duplicates of."""
+
+    def agent(tools: list[str], steps: list[dict[str, Any]], answer: str) -> dict[str, Any]:
+        steps = [*steps, {"final": answer, "latency_ms": latency}]
+        return {"tools": tools, "model": {"provider": "scripted", "script": {"steps": steps}}}
+
+    return {
+        "agents": {
+            "trial-webhook": agent(
+                ["ticket.read", "incident.create", "issue.comment"],
+                [
+                    _step("toolu_tw_read", "ticket.read", latency, ticket="T-1"),
+                    _step("toolu_tw_incident", "incident.create", latency, title="Trial outage"),
+                    _step("toolu_tw_comment", "issue.comment", latency, issue="ENG-1", body="seen"),
+                ],
+                "Webhook handled.",
+            ),
+            "trial-teams": agent(
+                ["ticket.read"],
+                [
+                    _step("toolu_tt_read", "ticket.read", latency, ticket="T-2"),
+                ],
+                "Teams turn answered.",
+            ),
+            "trial-cron": agent(
+                ["ticket.read", "issue.comment"],
+                [
+                    _step("toolu_tc_read", "ticket.read", latency, ticket="T-3"),
+                    _step("toolu_tc_comment", "issue.comment", latency, issue="ENG-3", body="cron"),
+                ],
+                "Cron run done.",
+            ),
+        },
+        "cron": [
+            {"name": CRON_TRIGGER, "agent": "trial-cron", "input": "cron trial", "every_s": 3600}
+        ],
+    }
+
+
+@dataclass
+class TrialDeployment:
+    """The processes and handles one trial session runs against."""
+
+    settings: Settings
+    seal_keys: str
+    sealer: Sealer
+    vendor_db_url: str
+    log_dir: Path
+    cluster: Cluster = field(init=False)
+    victim_queue: str = field(init=False)
+    front_url: str = field(init=False)
+
+    def start(self, options: TrialOptions) -> None:
+        catalog = self.log_dir / "trial-agents.json"
+        catalog.write_text(json.dumps(trial_catalog(options.step_latency_ms)))
+        token = secrets.token_urlsafe(24)
+        self.settings = replace(self.settings, agents_file=str(catalog), front_token=token)
+        self.victim_queue = f"{self.settings.queue}.victims"
+        self.cluster = Cluster(self.log_dir)
+        sim_env = child_env(self.settings, self.seal_keys)
+        vendor_url = self.cluster.simulator(self.vendor_db_url, sim_env)
+        self.settings = replace(self.settings, vendor_url=vendor_url)
+        survivor_env = child_env(self.settings, self.seal_keys)
+        self.cluster.worker(
+            "survivor", self.settings.queue, survivor_env, concurrency=options.survivor_concurrency
+        )
+        self.cluster.beat(survivor_env)
+        self.front_url = self.cluster.front(self.victim_env())
+        victims = replace(self.settings, queue=self.victim_queue)
+        app = Celery("liyagent-trials", set_as_current=False)
+        app.conf.update(celeryconfig.config_for(victims))
+        self.services = runtime_services.build(
+            victims, CeleryPublisher(app, self.victim_queue), sealer=self.sealer
+        )
+        self.http = httpx.Client(
+            base_url=self.front_url, timeout=10, headers={"Authorization": f"Bearer {token}"}
+        )
+
+    def victim_env(self) -> dict[str, str]:
+        return child_env(replace(self.settings, queue=self.victim_queue), self.seal_keys)
+
+    def stop(self) -> None:
+        if hasattr(self, "http"):
+            self.http.close()
+        if hasattr(self, "services"):
+            self.services.redis.close()
+        self.cluster.stop()
+
+
+@dataclass
+class TrialSession:
+    deployment: TrialDeployment
+    options: TrialOptions
+    seed: int
+    trials: list[Trial] = field(default_factory=list)
+    victims: list[Victim] = field(default_factory=list)
+
+    def round(self, index: int, rng: random.Random) -> None:
+        """Start a victim, begin a cron fire, a Teams turn and a webhook call on it, kill it."""
+        d = self.deployment
+        victim = d.cluster.worker(
+            f"victim-{index}",
+            d.victim_queue,
+            d.victim_env(),
+            concurrency=self.options.victim_concurrency,
+            ops=False,
+        )
+        up, up_at = time.monotonic(), datetime.now(tz=UTC)
+        delay = rng.uniform(*self.options.kill_window_s)
+        self._begin(index)
+        time.sleep(max(0.0, up + delay - time.monotonic()))  # the seeded kill moment
+        killed_at = datetime.now(tz=UTC)
+        victim.kill()
+        self.victims.append(Victim(up_at, killed_at))
+        log.info("trials.killed", round=index, delay_s=round(delay, 3))
+
+    def _begin(self, index: int) -> None:
+        d, tag = self.deployment, f"{self.seed}-{index}"
+        remaining = self.options.trials - len(self.trials)
+        if remaining > 0:
+            slot = CRON_BASE + timedelta(days=self.seed % 100_000, hours=index)
+            fire_cron(d.services, CRON_TRIGGER, slot)
+            self.trials.append(Trial("cron", CRON_TRIGGER, index, slot))
+        if remaining > 1:
+            response = d.http.post(
+                "/teams/messages",
+                json={
+                    "message_id": f"trial-{tag}",
+                    "conversation": f"trial-conv-{tag}",
+                    "sender": "trial-user",
+                    "agent": "trial-teams",
+                    "text": "status?",
+                },
+            )
+            response.raise_for_status()
+            self.trials.append(Trial("teams", f"trial-{tag}", index))
+        if remaining > 2:
+            response = d.http.post(
+                "/webhooks/trial-webhook", json={"event_id": f"evt-{tag}", "input": "outage report"}
+            )
+            response.raise_for_status()
+            self.trials.append(Trial("webhook", f"webhook:trial-webhook:evt-{tag}", index))
+
+    def drain(self) -> None:
+        """Wait (bounded) until every trial's record has reached its end."""
+        from runtime.local.verdict import trial_end
+
+        deadline = time.monotonic() + self.options.drain_timeout_s
+        engine = self.deployment.services.engine
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                if all(trial_end(conn, t).ended for t in self.trials):
+                    return
+            time.sleep(0.5)
+        log.warning("trials.drain_timeout", timeout_s=self.options.drain_timeout_s)
+
+
+def run_trials(
+    deployment: TrialDeployment,
+    options: TrialOptions,
+    on_round: Callable[[int, int], None] | None = None,
+) -> Verdict:
+    """Run the rounds, drain, and judge every trial from the database."""
+    seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
+    rng = random.Random(seed)
+    session = TrialSession(deployment, options, seed)
+    rounds = -(-options.trials // 3)
+    for index in range(rounds):
+        session.round(index, rng)
+        if on_round is not None:
+            on_round(index + 1, rounds)
+    session.drain()
+    vendor = sa.create_engine(deployment.vendor_db_url)
+    try:
+        return judge_trials(
+            deployment.services.engine, vendor, session.trials, session.victims, seed
+        )
+    finally:
+        vendor.dispose()

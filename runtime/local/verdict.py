@@ -1,0 +1,195 @@
+"""The kill trials' verdict: lost, duplicate and stale writes, recovery times, from Postgres
+and the vendors' records only; written as a JSON report with a PNG histogram beside it."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from store import trials as judge
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One record a round started: a webhook call, a Teams turn or a cron fire."""
+
+    kind: str
+    ref: str
+    round: int
+    scheduled_at: datetime | None = None
+
+
+@dataclass
+class Verdict:
+    trials: int = 0
+    rounds: int = 0
+    caught_in_flight: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicate_writes: dict[str, int] = field(default_factory=dict)
+    stale_writes: int = 0
+    stale_detail: list[str] = field(default_factory=list)
+    recovery_s: list[float] = field(default_factory=list)
+    seed: int = 0
+    unfinished: int = 0
+
+    def quantile(self, q: float) -> float | None:
+        if not self.recovery_s:
+            return None
+        ordered = sorted(self.recovery_s)
+        return round(ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)], 3)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(self.duplicate_writes.values())
+
+    def passed(self, recovery_target_s: float | None) -> bool:
+        slow = recovery_target_s is not None and any(r > recovery_target_s for r in self.recovery_s)
+        return not self.lost and not self.duplicates and not self.stale_writes and not slow
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trials": self.trials,
+            "rounds": self.rounds,
+            "caught_in_flight": self.caught_in_flight,
+            "lost": len(self.lost),
+            "lost_trials": self.lost,
+            "duplicate_writes": self.duplicates,
+            "duplicate_writes_by_kind": self.duplicate_writes,
+            "stale_writes": self.stale_writes,
+            "stale_write_detail": self.stale_detail,
+            "recovery_s": {
+                "p50": self.quantile(0.5),
+                "p95": self.quantile(0.95),
+                "p99": self.quantile(0.99),
+                "max": round(max(self.recovery_s), 3) if self.recovery_s else None,
+            },
+            "seed": self.seed,
+        }
+
+
+def trial_end(conn: sa.Connection, trial: Trial) -> judge.TrialEnd:
+    if trial.kind == "webhook":
+        return judge.webhook_end(conn, trial.ref)
+    if trial.kind == "teams":
+        return judge.teams_end(conn, trial.ref)
+    assert trial.scheduled_at is not None
+    return judge.cron_end(conn, trial.ref, trial.scheduled_at)
+
+
+@dataclass(frozen=True)
+class Victim:
+    """One victim worker's life: from ready to SIGKILL."""
+
+    up_at: datetime
+    killed_at: datetime
+
+
+def judge_trials(
+    engine: sa.Engine, vendor: sa.Engine, trials: list[Trial], victims: list[Victim], seed: int
+) -> Verdict:
+    """Judge every trial from the database: how it ended, what it wrote, how fast it came back."""
+    verdict = Verdict(trials=len(trials), rounds=len(victims), seed=seed)
+    with engine.connect() as conn, vendor.connect() as vconn:
+        ends = {t: trial_end(conn, t) for t in trials}
+        run_ids = [e.run_id for e in ends.values() if e.run_id]
+        losses = judge.losses(conn, run_ids)
+        for trial, end in ends.items():
+            _judge_one(verdict, conn, vconn, trial, end, losses.get(end.run_id or "", []), victims)
+        verdict.duplicate_writes = judge.duplicate_writes(vconn, run_ids)
+    return verdict
+
+
+def _judge_one(
+    v: Verdict,
+    conn: sa.Connection,
+    vconn: sa.Connection,
+    trial: Trial,
+    end: judge.TrialEnd,
+    losses: list[judge.Loss],
+    victims: list[Victim],
+) -> None:
+    name = f"{trial.kind}:{trial.ref}"
+    replies = judge.teams_replies(vconn, end.run_id) if trial.kind == "teams" and end.run_id else 1
+    if not end.ended or end.failed or end.run_id is None or replies == 0:
+        v.lost.append(name)
+    for loss in losses:
+        assert end.run_id is not None
+        engine_n = judge.stale_engine_writes(conn, end.run_id, loss.attempt, loss.taken_over_at)
+        vendor_n = judge.stale_vendor_writes(vconn, end.run_id, loss.attempt, loss.taken_over_at)
+        if engine_n or vendor_n:
+            v.stale_writes += engine_n + vendor_n
+            v.stale_detail.append(
+                f"{name} run {end.run_id} attempt {loss.attempt}: "
+                f"{engine_n} in Postgres, {vendor_n} at vendors after "
+                f"{loss.taken_over_at.isoformat()}"
+            )
+    if losses and end.ended_at is not None:
+        v.caught_in_flight += 1
+        killed = _kill_of(losses[-1], victims)
+        if killed is not None:
+            v.recovery_s.append((end.ended_at - killed).total_seconds())
+
+
+def _kill_of(loss: judge.Loss, victims: list[Victim]) -> datetime | None:
+    """The SIGKILL that lost this attempt: the one of the victim alive when it was claimed."""
+    claimed = loss.attempt_claimed_at
+    if claimed is None:
+        return None
+    for victim in victims:
+        if victim.up_at - timedelta(seconds=1) <= claimed <= victim.killed_at:
+            return victim.killed_at
+    return None
+
+
+def write_report(verdict: Verdict, path: Path, extra: dict[str, Any]) -> Path:
+    """The JSON report at `path` and a histogram of recovery times beside it (same name, .png)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {**verdict.to_json(), **extra, "recovery_samples_s": sorted(verdict.recovery_s)}
+    path.write_text(json.dumps(body, indent=2, default=str) + "\n")
+    png = path.with_suffix(".png")
+    _histogram(verdict, png, extra.get("recovery_target_s"))
+    return png
+
+
+def _histogram(verdict: Verdict, png: Path, target: float | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    samples = verdict.recovery_s or [0.0]
+    top = max(16.0, max(samples) + 1)
+    ax.hist(samples, bins=[x / 2 for x in range(int(top * 2) + 1)], color="#3b6ea8")
+    if target is not None:
+        ax.axvline(target, color="#b03a2e", linestyle="--", label=f"target {target:g} s")
+        ax.legend()
+    ax.set_xlabel("recovery: kill to the trial's end (s)")
+    ax.set_ylabel("trials caught in flight")
+    ax.set_title(
+        f"{verdict.trials} trials, {verdict.caught_in_flight} caught in flight, "
+        f"{len(verdict.lost)} lost, {verdict.duplicates} duplicate writes"
+    )
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+
+
+def summary_line(verdict: Verdict) -> str:
+    data = verdict.to_json()
+    r = data["recovery_s"]
+    return (
+        f"trials {data['trials']} (rounds {data['rounds']}), caught in flight "
+        f"{data['caught_in_flight']}, lost {data['lost']}, duplicate writes "
+        f"{data['duplicate_writes']}, stale writes {data['stale_writes']}, recovery p50 "
+        f"{r['p50']} s p95 {r['p95']} s p99 {r['p99']} s max {r['max']} s, seed {data['seed']}"
+    )
+
+
+__all__ = ["Trial", "Verdict", "asdict", "judge_trials", "summary_line", "write_report"]

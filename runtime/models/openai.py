@@ -1,0 +1,314 @@
+"""A provider for OpenAI-compatible chat-completions endpoints: one HTTP request per step.
+
+The spec's `model` names the endpoint, not the secret: the API key is read from the environment
+variable `api_key_env` at call time, so it is never stored with the run. The HTTP client does
+not retry; `classify` turns each failure into a ModelError and the engine decides to ask again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from runtime.models.base import ModelError, StepAnswer, StepRequest
+from runtime.models.errors import classify
+from runtime.models.scripted import Recorder
+from runtime.state import Message, ToolCall
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_TIMEOUT_S = 30.0
+CONFIG_KEYS = frozenset(
+    {"provider", "base_url", "model", "api_key_env", "temperature", "max_tokens", "timeout_s"}
+)
+# What OpenAI accepts as a function name; our registry's dotted names are mapped onto it.
+_WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def wire_name(name: str) -> str:
+    """A tool's name as the provider sees it: dots become double underscores."""
+    return name.replace(".", "__")
+
+
+def tool_name(wire: str) -> str:
+    """A provider function name mapped back to our tool name: double underscores become dots."""
+    return wire.replace("__", ".")
+
+
+def _checked_wire_name(name: str) -> str:
+    """The wire name, refused when the provider would reject it or it would not map back."""
+    wire = wire_name(name)
+    if not _WIRE_NAME.match(wire) or tool_name(wire) != name:
+        raise ModelError(
+            f"tool {name!r} cannot be offered to an OpenAI-compatible model: its name must use "
+            "only letters, digits, '-', '_' and '.', without '__' or '_' next to '.', "
+            "at most 64 characters",
+            retryable=False,
+        )
+    return wire
+
+
+def to_chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Our conversation in chat-completions form (assistant tool calls, tool results)."""
+    return [_chat_message(m) for m in messages]
+
+
+def _chat_message(message: Message) -> dict[str, Any]:
+    role = message.get("role")
+    if role == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        calls = message.get("tool_calls") or []
+        if calls:  # an empty list is refused by the API, so it is left out
+            out["tool_calls"] = [_chat_tool_call(c) for c in calls]
+        return out
+    if role == "tool":
+        return {
+            "role": "tool",
+            "tool_call_id": message["tool_call_id"],
+            "content": message.get("content") or "",
+        }
+    return {"role": role, "content": message.get("content")}
+
+
+def _chat_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call["id"],
+        "type": "function",
+        "function": {
+            "name": _checked_wire_name(str(call["name"])),
+            "arguments": json.dumps(call.get("args") or {}, sort_keys=True),
+        },
+    }
+
+
+def to_chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Our tool schemas as chat-completions function tools, under their wire names."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": _checked_wire_name(str(t["name"])),
+                "description": t.get("description") or "",
+                "parameters": t.get("parameters") or {"type": "object"},
+            },
+        }
+        for t in tools
+    ]
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    """The provider settings a run's spec carries; never the key itself."""
+
+    base_url: str
+    model: str
+    api_key_env: str
+    timeout_s: float
+    temperature: float | None
+    max_tokens: int | None
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> OpenAIConfig:
+        """Read and check the spec's `model` object, so a bad one fails before any request."""
+        unknown = sorted(set(spec) - CONFIG_KEYS)
+        if unknown:
+            raise ModelError(
+                f"openai model spec: unknown keys {unknown}; known: {sorted(CONFIG_KEYS)} "
+                "(the API key is never put in the spec: name its variable in api_key_env)",
+                retryable=False,
+            )
+        return cls(
+            base_url=_text(spec, "base_url", DEFAULT_BASE_URL).rstrip("/"),
+            model=_text(spec, "model", None),
+            api_key_env=_text(spec, "api_key_env", DEFAULT_KEY_ENV),
+            timeout_s=_positive(spec.get("timeout_s", DEFAULT_TIMEOUT_S), "timeout_s"),
+            temperature=_optional_number(spec.get("temperature"), "temperature"),
+            max_tokens=_optional_count(spec.get("max_tokens"), "max_tokens"),
+        )
+
+
+def _text(spec: dict[str, Any], key: str, default: str | None) -> str:
+    value = spec.get(key, default)
+    if not isinstance(value, str) or not value.strip():
+        raise ModelError(f'openai model spec: "{key}" must be non-empty text', retryable=False)
+    return value.strip()
+
+
+def _positive(value: Any, key: str) -> float:
+    number = _optional_number(value, key)
+    if number is None or number <= 0:
+        raise ModelError(f'openai model spec: "{key}" must be a positive number', retryable=False)
+    return number
+
+
+def _optional_number(value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ModelError(f'openai model spec: "{key}" must be a number', retryable=False)
+    return float(value)
+
+
+def _optional_count(value: Any, key: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelError(f'openai model spec: "{key}" must be a positive integer', retryable=False)
+    return value
+
+
+class OpenAIProvider:
+    """Answers each step with one chat-completions request to the configured endpoint."""
+
+    name = "openai"
+
+    def __init__(self, spec: dict[str, Any], record: Recorder | None = None) -> None:
+        self.config = OpenAIConfig.from_spec(spec)
+        self.record = record
+
+    def next_step(self, request: StepRequest) -> StepAnswer:
+        key = self._api_key()
+        body = self.request_body(request)
+        if self.record is not None:
+            self.record(request, self.name)
+        return parse_answer(request.run_id, self._post(key, body))
+
+    def _api_key(self) -> str:
+        """The key from the worker's environment, read per call so a rotated key is used."""
+        key = os.environ.get(self.config.api_key_env, "").strip()
+        if not key:
+            raise ModelError(
+                f"the environment variable {self.config.api_key_env} (api_key_env) is not set "
+                "in the worker; set it to the provider's API key and start the worker again",
+                retryable=False,
+            )
+        return key
+
+    def request_body(self, request: StepRequest) -> dict[str, Any]:
+        """The chat-completions request for one step."""
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": to_chat_messages(request.messages),
+        }
+        if request.tools:  # an empty tools list is refused by the API
+            body["tools"] = to_chat_tools(request.tools)
+        if self.config.temperature is not None:
+            body["temperature"] = self.config.temperature
+        if self.config.max_tokens is not None:
+            body["max_tokens"] = self.config.max_tokens
+        return body
+
+    def _post(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One POST with no client-side retries; any failure comes back classified."""
+        url = f"{self.config.base_url}/chat/completions"
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        # A client per request: the provider has no close hook, so none is left holding sockets.
+        with httpx.Client(
+            transport=httpx.HTTPTransport(retries=0),
+            timeout=httpx.Timeout(self.config.timeout_s),
+        ) as client:
+            try:
+                response = client.post(url, headers=headers, content=json.dumps(body))
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                raise classify(None, None, exc, key_env=self.config.api_key_env) from exc
+        if not response.is_success:
+            raise classify(
+                response.status_code,
+                response.headers,
+                None,
+                body=response.text,
+                key_env=self.config.api_key_env,
+            )
+        return _json_object(response)
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    try:
+        parsed = response.json()
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ModelError(
+            f"the model provider answered HTTP 200 with a body that is not a JSON object: "
+            f"{response.text[:200]!r}",
+            retryable=False,
+        )
+    return parsed
+
+
+def parse_answer(run_id: str, payload: dict[str, Any]) -> StepAnswer:
+    """The step's answer from a chat-completions response: tool calls, else final text."""
+    choices = payload.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        raise ModelError(
+            f"run {run_id}: the model's response has no choices[0].message", retryable=False
+        )
+    text = _content_text(message)
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise ModelError(f"run {run_id}: the model's tool_calls is not a list", retryable=False)
+    return StepAnswer(text=text, calls=[_tool_call(run_id, c) for c in raw_calls])
+
+
+def _content_text(message: dict[str, Any]) -> str | None:
+    """The message's text; a refusal counts as its text, and text parts are joined."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    if isinstance(content, str) and content:
+        return content
+    refusal = message.get("refusal")
+    return refusal if isinstance(refusal, str) and refusal else None
+
+
+def _tool_call(run_id: str, raw: Any) -> ToolCall:
+    function = raw.get("function") if isinstance(raw, dict) else None
+    call_id = raw.get("id") if isinstance(raw, dict) else None
+    if not isinstance(function, dict) or not isinstance(call_id, str) or not call_id:
+        raise ModelError(
+            f"run {run_id}: the model asked for a tool call without an id or function",
+            retryable=False,
+        )
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise ModelError(f"run {run_id}: tool call {call_id} has no function name", retryable=False)
+    return ToolCall(id=call_id, name=tool_name(name), args=_arguments(run_id, call_id, function))
+
+
+def _arguments(run_id: str, call_id: str, function: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments: a JSON object in a string; anything else fails the step."""
+    raw = function.get("arguments")
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}  # some compatible servers send "" for a function without parameters
+    if not isinstance(raw, str):
+        raise ModelError(
+            f"run {run_id}: tool call {call_id} has arguments that are not a JSON string",
+            retryable=False,
+        )
+    try:
+        args = json.loads(raw)
+    except ValueError as exc:
+        raise ModelError(
+            f"run {run_id}: tool call {call_id} has arguments that are not JSON ({exc}): "
+            f"{raw[:200]!r}",
+            retryable=False,
+        ) from None
+    if not isinstance(args, dict):
+        raise ModelError(
+            f"run {run_id}: tool call {call_id} has arguments that are a JSON "
+            f"{type(args).__name__}, not an object",
+            retryable=False,
+        )
+    return args

@@ -1,0 +1,172 @@
+"""The kill trials' judge, in SQL: every verdict reads Postgres and the vendors' own records,
+never the engine's belief about itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+
+@dataclass(frozen=True)
+class TrialEnd:
+    """Where one trial's record stands: its run, whether and when it ended, and how."""
+
+    run_id: str | None
+    ended: bool
+    failed: bool
+    ended_at: datetime | None
+    lost_count: int
+
+
+def webhook_end(conn: sa.Connection, request_key: str) -> TrialEnd:
+    row = conn.execute(
+        sa.text("SELECT id, status, finished_at, lost_count FROM runs WHERE request_key = :k"),
+        {"k": request_key},
+    ).first()
+    if row is None:
+        return TrialEnd(None, False, False, None, 0)
+    return TrialEnd(
+        row.id,
+        row.status in ("succeeded", "failed"),
+        row.status == "failed",
+        row.finished_at,
+        row.lost_count,
+    )
+
+
+def cron_end(conn: sa.Connection, trigger: str, scheduled_at: datetime) -> TrialEnd:
+    row = conn.execute(
+        sa.text(
+            "SELECT c.run_id, c.status, c.recorded_at, r.lost_count FROM cron_runs c "
+            "JOIN runs r ON r.id = c.run_id WHERE c.trigger = :t AND c.scheduled_at = :at"
+        ),
+        {"t": trigger, "at": scheduled_at},
+    ).first()
+    if row is None:
+        return TrialEnd(None, False, False, None, 0)
+    return TrialEnd(
+        row.run_id,
+        row.recorded_at is not None,
+        row.status == "failed",
+        row.recorded_at,
+        row.lost_count,
+    )
+
+
+def teams_end(conn: sa.Connection, message_id: str) -> TrialEnd:
+    row = conn.execute(
+        sa.text(
+            "SELECT i.run_id, i.status, i.replied_at, coalesce(r.lost_count, 0) AS lost_count "
+            "FROM teams_inbox i LEFT JOIN runs r ON r.id = i.run_id WHERE i.message_id = :m"
+        ),
+        {"m": message_id},
+    ).first()
+    if row is None:
+        return TrialEnd(None, False, False, None, 0)
+    return TrialEnd(
+        row.run_id,
+        row.status in ("replied", "failed"),
+        row.status == "failed",
+        row.replied_at,
+        row.lost_count,
+    )
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One loss of a run: the attempt lost, when the worker holding it had claimed it, and
+    when the sweeper (or a parent) claimed the run from it."""
+
+    attempt: int
+    attempt_claimed_at: datetime | None
+    taken_over_at: datetime
+
+
+def losses(conn: sa.Connection, run_ids: list[str]) -> dict[str, list[Loss]]:
+    """Each run's losses, oldest first, from the claims' own audit records."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT run_id, (detail->>'lost_attempt')::int AS lost_attempt, "
+            "(detail->>'lost_claimed_at')::timestamptz AS lost_claimed_at, created_at "
+            "FROM audit_events WHERE kind IN ('agent.run.lost', 'agent.run.failed') "
+            "AND detail ? 'lost_attempt' AND run_id = ANY(CAST(:ids AS uuid[])) ORDER BY id"
+        ),
+        {"ids": run_ids},
+    ).all()
+    out: dict[str, list[Loss]] = {}
+    for r in rows:
+        out.setdefault(r.run_id, []).append(Loss(r.lost_attempt, r.lost_claimed_at, r.created_at))
+    return out
+
+
+def stale_engine_writes(conn: sa.Connection, run_id: str, attempt: int, after: datetime) -> int:
+    """Rows an attempt wrote in Postgres after it was taken over (must be none, I3)."""
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT
+              (SELECT count(*) FROM checkpoints
+                WHERE run_id = :r AND attempt = :a AND created_at > :t)
+            + (SELECT count(*) FROM call_marks
+                WHERE run_id = :r AND attempt = :a
+                  AND (marked_at > :t OR settled_at > :t))
+            + (SELECT count(*) FROM audit_events
+                WHERE run_id = :r AND attempt = :a AND created_at > :t) AS n
+            """
+        ),
+        {"r": run_id, "a": attempt, "t": after},
+    ).one()
+    return int(row.n)
+
+
+def stale_vendor_writes(vendor: sa.Connection, run_id: str, attempt: int, after: datetime) -> int:
+    """Writes a vendor received from an attempt after it was taken over (must be none)."""
+    row = vendor.execute(
+        sa.text(
+            "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND attempt = :a "
+            "AND method = 'POST' AND created_at > :t"
+        ),
+        {"r": run_id, "a": attempt, "t": after},
+    ).one()
+    return int(row.n)
+
+
+def duplicate_writes(vendor: sa.Connection, run_ids: list[str]) -> dict[str, int]:
+    """Vendor effects made more than once for one key by these runs: incidents from one
+    create, comments sent more than once, Teams replies posted more than once."""
+    row = vendor.execute(
+        sa.text(
+            """
+            WITH keys AS (
+                SELECT DISTINCT idem_key FROM sim.requests
+                WHERE run_id = ANY(:ids) AND idem_key IS NOT NULL)
+            SELECT
+              (SELECT count(*) FROM (SELECT idem_key FROM sim.incidents
+                 WHERE idem_key IN (SELECT idem_key FROM keys)
+                 GROUP BY idem_key HAVING count(*) > 1) d) AS incidents,
+              (SELECT count(*) FROM (SELECT idem_key FROM sim.comments
+                 WHERE idem_key IN (SELECT idem_key FROM keys)
+                 GROUP BY idem_key HAVING count(*) > 1) d) AS comments,
+              (SELECT count(*) FROM (SELECT idem_key FROM sim.chat_replies
+                 WHERE idem_key IN (SELECT idem_key FROM keys)
+                 GROUP BY idem_key HAVING count(*) > 1) d) AS replies
+            """
+        ),
+        {"ids": run_ids},
+    ).one()
+    return {
+        "incidents": int(row.incidents),
+        "comments": int(row.comments),
+        "teams_replies": int(row.replies),
+    }
+
+
+def teams_replies(vendor: sa.Connection, run_id: str) -> int:
+    """Replies the chat vendor holds for a Teams turn (its reply key names the run)."""
+    row = vendor.execute(
+        sa.text("SELECT count(*) AS n FROM sim.chat_replies WHERE idem_key = :k"),
+        {"k": f"lya-teams-reply-{run_id}"},
+    ).one()
+    return int(row.n)

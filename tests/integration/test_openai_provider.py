@@ -1,0 +1,362 @@
+"""The OpenAI provider against recorded responses served over loopback: the request it sends,
+the answers it parses, how it classifies failures, and whole runs on a real worker."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.models.base import ModelError, StepRequest
+from runtime.models.openai import OpenAIProvider
+from runtime.state import RunState
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
+TICKET_CALL_ID = "call_Ab3Kp9Lq2Wx7Zt5Rn1Ms8Dv4"  # the id in ticket_read_call.json
+FINAL = "Ticket T-1 is open with priority p2."  # the text in final_text.json
+TICKET_TOOL = {
+    "name": "ticket.read",
+    "description": "Read a ticket by id.",
+    "parameters": {
+        "type": "object",
+        "properties": {"ticket": {"type": "string"}},
+        "required": ["ticket"],
+    },
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One recorded response: its status, headers, fixture body and how long to stall first."""
+
+    fixture: str
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class RecordedServer:
+    """A real HTTP server on a free loopback port: serves replies in order, keeps each request."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = list(replies)
+        self.received: list[Received] = []
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+    def _next(self, received: Received) -> Reply:
+        with self.lock:
+            self.received.append(received)
+            if not self.replies:
+                # A 410 is not retried, so an unexpected extra request fails the run visibly.
+                return Reply("error_400", status=410)
+            return self.replies.pop(0)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                received = Received(self.path, dict(self.headers.items()), json.loads(raw))
+                reply = server._next(received)
+                time.sleep(reply.delay_s)
+                body = (FIXTURES / f"{reply.fixture}.json").read_bytes()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test): nobody is left to answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep the test output to the assertions
+
+        return Handler
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    servers: list[RecordedServer] = []
+
+    def start(*replies: Reply) -> RecordedServer:
+        server = RecordedServer(list(replies))
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("LIYAGENT_TEST_OPENAI_KEY", "sk-test-loopback")
+    return "sk-test-loopback"
+
+
+def provider_for(server: RecordedServer, record: Any = None, **extra: Any) -> OpenAIProvider:
+    spec = {
+        "provider": "openai",
+        "base_url": server.base_url,
+        "model": "gpt-test",
+        "api_key_env": "LIYAGENT_TEST_OPENAI_KEY",
+        "temperature": 0,
+        "timeout_s": 5,
+        **extra,
+    }
+    return OpenAIProvider(spec, record=record)
+
+
+def first_step() -> StepRequest:
+    state = RunState.initial("oa", "You are a support agent.", "What is T-1's priority?")
+    return StepRequest("run-1", 1, 1, state.messages, [TICKET_TOOL])
+
+
+# --- the provider over loopback ------------------------------------------------------------
+
+
+def test_the_request_has_the_model_messages_tools_and_key(serve, api_key) -> None:
+    server = serve(Reply("ticket_read_call"))
+    provider_for(server, max_tokens=300).next_step(first_step())
+    [got] = server.received
+    assert got.path == "/v1/chat/completions"
+    assert got.headers["Authorization"] == f"Bearer {api_key}"
+    assert got.headers["Content-Type"] == "application/json"
+    assert got.body == {
+        "model": "gpt-test",
+        "messages": [
+            {"role": "system", "content": "You are a support agent."},
+            {"role": "user", "content": "What is T-1's priority?"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "ticket__read",
+                    "description": "Read a ticket by id.",
+                    "parameters": TICKET_TOOL["parameters"],
+                },
+            }
+        ],
+        "temperature": 0.0,
+        "max_tokens": 300,
+    }
+
+
+def test_tool_calls_come_back_under_our_names(serve, api_key) -> None:
+    server = serve(Reply("tool_calls"))
+    recorded: list[tuple[int, str]] = []
+    answer = provider_for(server, record=lambda r, name: recorded.append((r.step, name))).next_step(
+        first_step()
+    )
+    assert [(c.id, c.name, c.args) for c in answer.calls] == [
+        ("call_Xq8vR2mJ5tLb9KcW1nPd4sYe", "ticket.read", {"ticket": "T-1"}),
+        (
+            "call_7HfT3aNq0gVz6UsM2rBk8oLc",
+            "incident.create",
+            {"title": "Checkout is down", "severity": "sev2"},
+        ),
+    ]
+    assert recorded == [(1, "openai")]
+
+
+def test_a_final_text_ends_the_run(serve, api_key) -> None:
+    server = serve(Reply("final_text"))
+    answer = provider_for(server).next_step(first_step())
+    assert answer.final
+    assert answer.text == FINAL
+
+
+def test_429_is_retryable_after_the_providers_delay(serve, api_key) -> None:
+    server = serve(Reply("error_429", status=429, headers={"Retry-After": "2"}))
+    with pytest.raises(ModelError) as info:
+        provider_for(server).next_step(first_step())
+    assert info.value.retryable
+    assert info.value.retry_after_s == 2.0
+    assert "HTTP 429" in str(info.value) and "Rate limit reached" in str(info.value)
+    assert len(server.received) == 1  # the client itself never asked again
+
+
+def test_429_with_retry_after_ms_prefers_the_precise_delay(serve, api_key) -> None:
+    headers = {"retry-after-ms": "120", "retry-after": "1"}
+    server = serve(Reply("error_429", status=429, headers=headers))
+    with pytest.raises(ModelError) as info:
+        provider_for(server).next_step(first_step())
+    assert info.value.retry_after_s == pytest.approx(0.12)
+
+
+def test_401_fails_with_the_providers_message_and_the_key_variable(serve, api_key) -> None:
+    server = serve(Reply("error_401", status=401))
+    with pytest.raises(ModelError) as info:
+        provider_for(server).next_step(first_step())
+    assert not info.value.retryable
+    text = str(info.value)
+    assert "HTTP 401" in text
+    assert "Incorrect API key provided" in text
+    assert "LIYAGENT_TEST_OPENAI_KEY" in text
+
+
+def test_500_is_retryable_without_a_delay_of_its_own(serve, api_key) -> None:
+    server = serve(Reply("error_500", status=500))
+    with pytest.raises(ModelError) as info:
+        provider_for(server).next_step(first_step())
+    assert info.value.retryable
+    assert info.value.retry_after_s is None
+    assert len(server.received) == 1
+
+
+def test_a_server_slower_than_the_timeout_is_retryable(serve, api_key) -> None:
+    server = serve(Reply("final_text", delay_s=2.0))
+    started = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        provider_for(server, timeout_s=0.5).next_step(first_step())
+    assert time.monotonic() - started < 1.8
+    assert info.value.retryable
+    assert "ReadTimeout" in str(info.value)
+
+
+def test_malformed_arguments_fail_naming_the_run(serve, api_key) -> None:
+    server = serve(Reply("bad_arguments"))
+    with pytest.raises(ModelError) as info:
+        provider_for(server).next_step(first_step())
+    assert not info.value.retryable
+    assert "run run-1" in str(info.value) and "not JSON" in str(info.value)
+
+
+def test_a_closed_port_is_a_retryable_connection_error(serve, api_key) -> None:
+    server = serve()
+    url = server.base_url
+    server.close()
+    provider = OpenAIProvider(
+        {
+            "provider": "openai",
+            "base_url": url,
+            "model": "gpt-test",
+            "api_key_env": "LIYAGENT_TEST_OPENAI_KEY",
+        }
+    )
+    with pytest.raises(ModelError) as info:
+        provider.next_step(first_step())
+    assert info.value.retryable
+    assert "ConnectError" in str(info.value)
+
+
+# --- whole runs on a real worker ------------------------------------------------------------
+
+
+def own_worker(stack) -> None:
+    """A worker on a queue of this test's own: the suite's default queue name is shared by every
+    test session on the same Redis, and another session's worker would take our message."""
+    stack.reconfigure(queue=f"liyagent-oa-{uuid.uuid4().hex[:10]}")
+    stack.worker(env={"OPENAI_API_KEY": "test-key"})
+
+
+def start_run(stack, server: RecordedServer) -> str:
+    model = {
+        "provider": "openai",
+        "base_url": server.base_url,
+        "model": "gpt-test",
+        "api_key_env": "OPENAI_API_KEY",
+    }
+    return str(
+        stack.client.start_run(
+            agent="oa", model=model, user_input="What is T-1's priority?", tools=["ticket.read"]
+        )
+    )
+
+
+def model_requests(stack, run_id: str) -> list[tuple[int, int, str, int]]:
+    rows = stack.rows(
+        "SELECT step, attempt, provider, count(*) AS n FROM model_requests WHERE run_id = :r "
+        "GROUP BY step, attempt, provider ORDER BY step",
+        r=run_id,
+    )
+    return [(r.step, r.attempt, r.provider, r.n) for r in rows]
+
+
+def test_a_run_calls_a_tool_and_answers_on_a_real_worker(stack, serve) -> None:
+    server = serve(Reply("ticket_read_call"), Reply("final_text"))
+    own_worker(stack)
+    run_id = start_run(stack, server)
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded", view
+    assert view.answer == FINAL
+    [[reads]] = stack.vendor(
+        "SELECT count(*) FROM sim.requests WHERE run_id = :r AND vendor='tickets'", r=run_id
+    )
+    assert reads == 1
+    first, second = server.received
+    assert first.headers["Authorization"] == "Bearer test-key"
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["ticket__read"]
+    messages = second.body["messages"]
+    assistant = next(m for m in messages if m["role"] == "assistant")
+    assert assistant["tool_calls"] == [
+        {
+            "id": TICKET_CALL_ID,
+            "type": "function",
+            "function": {"name": "ticket__read", "arguments": '{"ticket": "T-1"}'},
+        }
+    ]
+    [result] = [m for m in messages if m["role"] == "tool"]
+    assert result["tool_call_id"] == TICKET_CALL_ID
+    assert json.loads(result["content"])["id"] == "T-1"
+    assert model_requests(stack, run_id) == [(1, 1, "openai", 1), (2, 1, "openai", 1)]
+
+
+def test_a_503_is_asked_again_by_the_engine_and_the_run_succeeds(stack, serve) -> None:
+    server = serve(
+        Reply("error_503", status=503, headers={"Retry-After": "1"}), Reply("final_text")
+    )
+    own_worker(stack)
+    run_id = start_run(stack, server)
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded", view
+    assert view.answer == FINAL
+    # Two requests reached the server and both were recorded as step 1 of attempt 1: the engine
+    # asked again (each ask is recorded), not the HTTP client (its retries would go unrecorded).
+    assert len(server.received) == 2
+    assert server.received[0].body == server.received[1].body
+    assert model_requests(stack, run_id) == [(1, 1, "openai", 2)]
+
+
+def test_a_rejected_key_fails_the_run_with_what_to_do(stack, serve) -> None:
+    server = serve(Reply("error_401", status=401))
+    own_worker(stack)
+    run_id = start_run(stack, server)
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "failed", view
+    assert "HTTP 401" in (view.failure_reason or "")
+    assert "check that OPENAI_API_KEY holds a valid API key" in (view.failure_reason or "")
+    assert len(server.received) == 1

@@ -1,0 +1,413 @@
+"""The OpenAI provider's pure parts: the retry classifier, Retry-After parsing, tool-name
+mapping, message conversion and response parsing (recorded response bodies)."""
+
+from __future__ import annotations
+
+import json
+import time
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from runtime.models.base import ModelError, StepRequest
+from runtime.models.errors import MESSAGE_LIMIT, classify, error_detail, retry_after
+from runtime.models.openai import (
+    OpenAIProvider,
+    parse_answer,
+    to_chat_messages,
+    to_chat_tools,
+    tool_name,
+    wire_name,
+)
+from runtime.state import RunState, ToolCall
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / f"{name}.json").read_text()
+
+
+# --- classify: statuses ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 520, 529])
+def test_transient_statuses_are_retryable(status: int) -> None:
+    err = classify(status, {}, None, body=fixture("error_500"))
+    assert err.retryable
+    assert f"HTTP {status}" in str(err)
+    assert "The server had an error" in str(err)
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 413, 422, 501, 505])
+def test_request_errors_are_not_retryable(status: int) -> None:
+    err = classify(status, {"retry-after": "5"}, None, body="")
+    assert not err.retryable
+    assert err.retry_after_s is None
+    assert f"HTTP {status}" in str(err)
+
+
+def test_401_names_the_key_variable_and_the_providers_message() -> None:
+    err = classify(401, {}, None, body=fixture("error_401"), key_env="ACME_LLM_KEY")
+    assert not err.retryable
+    text = str(err)
+    assert "HTTP 401" in text
+    assert "Incorrect API key provided" in text
+    assert "check that ACME_LLM_KEY holds a valid API key" in text
+
+
+@pytest.mark.parametrize(
+    ("status", "name", "hint"),
+    [
+        (400, "error_400", "tool parameter schemas"),
+        (404, "error_404", "check base_url"),
+        (403, "error_401", "organization and project"),
+        (422, "error_400", "check the run's model spec"),
+    ],
+)
+def test_refusals_say_what_to_do_next(status: int, name: str, hint: str) -> None:
+    err = classify(status, {}, None, body=fixture(name))
+    message, _ = error_detail(fixture(name))
+    assert not err.retryable
+    assert message in str(err)
+    assert hint in str(err)
+
+
+def test_429_for_an_exhausted_quota_is_not_retried() -> None:
+    err = classify(429, {"retry-after": "20"}, None, body=fixture("error_429_quota"))
+    assert not err.retryable
+    assert "out of quota" in str(err)
+
+
+def test_429_rate_limit_honours_retry_after() -> None:
+    err = classify(429, {"Retry-After": "7"}, None, body=fixture("error_429"))
+    assert err.retryable
+    assert err.retry_after_s == 7.0
+    assert "Rate limit reached" in str(err)
+
+
+def test_httpx_headers_are_read_case_insensitively() -> None:
+    headers = httpx.Headers({"Retry-After-Ms": "250"})
+    assert classify(503, headers, None).retry_after_s == 0.25
+
+
+def test_a_long_error_message_is_truncated() -> None:
+    body = json.dumps({"error": {"message": "x" * 5000}})
+    err = classify(400, {}, None, body=body)
+    assert "x" * (MESSAGE_LIMIT - 3) + "..." in str(err)
+    assert "x" * MESSAGE_LIMIT not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('{"error": "model overloaded"}', "model overloaded"),
+        ('{"message": "upstream unavailable"}', "upstream unavailable"),
+        (
+            "<html><body>502 Bad   Gateway</body></html>",
+            "<html><body>502 Bad Gateway</body></html>",
+        ),
+        ("", ""),
+    ],
+)
+def test_error_bodies_of_other_shapes_are_quoted(body: str, expected: str) -> None:
+    assert error_detail(body)[0] == expected
+
+
+# --- classify: exceptions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.ReadTimeout("timed out"),
+        httpx.ConnectTimeout("timed out"),
+        httpx.PoolTimeout("timed out"),
+        httpx.ConnectError("[Errno 111] Connection refused"),
+        httpx.RemoteProtocolError("Server disconnected without sending a response."),
+        httpx.ReadError("[Errno 104] Connection reset by peer"),
+        TimeoutError("timed out"),
+        ConnectionResetError(104, "Connection reset by peer"),
+    ],
+)
+def test_timeouts_and_lost_connections_are_retryable(exc: Exception) -> None:
+    err = classify(None, None, exc)
+    assert err.retryable
+    assert err.retry_after_s is None
+    assert type(exc).__name__ in str(err)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'."),
+        httpx.InvalidURL("Invalid port"),
+        ValueError("something else"),
+    ],
+)
+def test_a_bad_url_or_unknown_error_is_not_retryable(exc: Exception) -> None:
+    err = classify(None, None, exc)
+    assert not err.retryable
+    assert str(exc) in str(err)
+
+
+# --- Retry-After ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "12"}, 12.0),
+        ({"retry-after": " 0.5 "}, 0.5),
+        ({"retry-after-ms": "120"}, 0.12),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
+        ({"retry-after-ms": "soon", "retry-after": "3"}, 3.0),
+        ({"retry-after": "-4"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "tomorrow-ish"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_seconds_and_ms(headers: dict[str, str], expected: float | None) -> None:
+    assert retry_after(headers) == expected
+
+
+def test_retry_after_as_an_http_date() -> None:
+    when = formatdate(time.time() + 30, usegmt=True)
+    seconds = retry_after({"retry-after": when})
+    assert seconds is not None and 27 <= seconds <= 31
+
+
+def test_retry_after_in_the_past_means_now() -> None:
+    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+
+
+# --- tool names -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ours", "wire"),
+    [
+        ("ticket.read", "ticket__read"),
+        ("issue.comment", "issue__comment"),
+        ("finetune.submit", "finetune__submit"),
+        ("notify", "notify"),
+        ("a.b.c", "a__b__c"),
+        ("send-mail.v2", "send-mail__v2"),
+    ],
+)
+def test_names_map_both_ways(ours: str, wire: str) -> None:
+    assert wire_name(ours) == wire
+    assert tool_name(wire) == ours
+
+
+@pytest.mark.parametrize("bad", ["snake__case", "a_.b", "has space", "x" * 65, "ticket/read"])
+def test_names_that_cannot_round_trip_are_refused(bad: str) -> None:
+    with pytest.raises(ModelError) as info:
+        to_chat_tools([{"name": bad, "description": "", "parameters": {"type": "object"}}])
+    assert not info.value.retryable
+    assert repr(bad) in str(info.value)
+
+
+def test_tools_become_function_tools() -> None:
+    params = {"type": "object", "properties": {"ticket": {"type": "string"}}}
+    tools = to_chat_tools(
+        [{"name": "ticket.read", "description": "Read a ticket by id.", "parameters": params}]
+    )
+    assert tools == [
+        {
+            "type": "function",
+            "function": {
+                "name": "ticket__read",
+                "description": "Read a ticket by id.",
+                "parameters": params,
+            },
+        }
+    ]
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def conversation() -> list[dict[str, Any]]:
+    """A full conversation as the engine builds it: system, user, a step with two calls and
+    their results."""
+    state = RunState.initial("support-bot", "You are a support agent.", "Is T-1 urgent?")
+    calls = [
+        ToolCall("call_Xq8vR2mJ5tLb9KcW1nPd4sYe", "ticket.read", {"ticket": "T-1"}),
+        ToolCall("call_7HfT3aNq0gVz6UsM2rBk8oLc", "incident.create", {"title": "Down"}),
+    ]
+    state.take_step("Let me look.", calls, attempt=1)
+    state.add_results(
+        [
+            {
+                "role": "tool",
+                "tool_call_id": calls[0].id,
+                "name": "ticket.read",
+                "content": '{"id": "T-1", "priority": "p2"}',
+            },
+            {
+                "role": "tool",
+                "tool_call_id": calls[1].id,
+                "name": "incident.create",
+                "content": '{"id": 7}',
+            },
+        ]
+    )
+    return state.messages
+
+
+def test_a_full_conversation_converts() -> None:
+    assert to_chat_messages(conversation()) == [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "user", "content": "Is T-1 urgent?"},
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {
+                    "id": "call_Xq8vR2mJ5tLb9KcW1nPd4sYe",
+                    "type": "function",
+                    "function": {"name": "ticket__read", "arguments": '{"ticket": "T-1"}'},
+                },
+                {
+                    "id": "call_7HfT3aNq0gVz6UsM2rBk8oLc",
+                    "type": "function",
+                    "function": {"name": "incident__create", "arguments": '{"title": "Down"}'},
+                },
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_Xq8vR2mJ5tLb9KcW1nPd4sYe",
+            "content": '{"id": "T-1", "priority": "p2"}',
+        },
+        {"role": "tool", "tool_call_id": "call_7HfT3aNq0gVz6UsM2rBk8oLc", "content": '{"id": 7}'},
+    ]
+
+
+def test_an_assistant_step_without_text_sends_null_content() -> None:
+    converted = to_chat_messages(
+        [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "name": "a.b"}]}]
+    )
+    assert converted[0]["content"] is None
+    assert converted[0]["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+def test_the_request_body_carries_the_config() -> None:
+    provider = OpenAIProvider(
+        {"provider": "openai", "model": "gpt-4o-mini", "temperature": 0, "max_tokens": 256}
+    )
+    request = StepRequest("r1", 1, 1, conversation()[:2], [])
+    body = provider.request_body(request)
+    assert body == {
+        "model": "gpt-4o-mini",
+        "messages": to_chat_messages(conversation()[:2]),
+        "temperature": 0.0,
+        "max_tokens": 256,
+    }
+    assert provider.config.base_url == "https://api.openai.com/v1"
+    assert provider.config.api_key_env == "OPENAI_API_KEY"
+    assert provider.config.timeout_s == 30.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ({"provider": "openai"}, '"model"'),
+        ({"provider": "openai", "model": "m", "api_key": "sk-123"}, "api_key_env"),
+        ({"provider": "openai", "model": "m", "timeout_s": 0}, '"timeout_s"'),
+        ({"provider": "openai", "model": "m", "max_tokens": "many"}, '"max_tokens"'),
+        ({"provider": "openai", "model": "m", "temperature": True}, '"temperature"'),
+    ],
+)
+def test_a_bad_config_is_refused_before_any_request(spec: dict[str, Any], says: str) -> None:
+    with pytest.raises(ModelError) as info:
+        OpenAIProvider(spec)
+    assert not info.value.retryable
+    assert says in str(info.value)
+
+
+def test_a_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LIYAGENT_TEST_NO_SUCH_KEY", raising=False)
+    recorded: list[int] = []
+    provider = OpenAIProvider(
+        {"provider": "openai", "model": "m", "api_key_env": "LIYAGENT_TEST_NO_SUCH_KEY"},
+        record=lambda request, name: recorded.append(request.step),
+    )
+    with pytest.raises(ModelError) as info:
+        provider.next_step(StepRequest("r1", 1, 1, conversation()[:2], []))
+    assert not info.value.retryable
+    assert "LIYAGENT_TEST_NO_SUCH_KEY" in str(info.value)
+    assert recorded == []  # nothing was sent, so nothing is counted as asked
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+def test_tool_calls_parse_with_names_mapped_back() -> None:
+    answer = parse_answer("r1", json.loads(fixture("tool_calls")))
+    assert answer.text is None
+    assert answer.calls == [
+        ToolCall("call_Xq8vR2mJ5tLb9KcW1nPd4sYe", "ticket.read", {"ticket": "T-1"}),
+        ToolCall(
+            "call_7HfT3aNq0gVz6UsM2rBk8oLc",
+            "incident.create",
+            {"title": "Checkout is down", "severity": "sev2"},
+        ),
+    ]
+
+
+def test_a_final_text_parses() -> None:
+    answer = parse_answer("r1", json.loads(fixture("final_text")))
+    assert answer.final
+    assert answer.text == "Ticket T-1 is open with priority p2."
+
+
+def test_arguments_that_are_not_json_fail_the_step() -> None:
+    with pytest.raises(ModelError) as info:
+        parse_answer("run-42", json.loads(fixture("bad_arguments")))
+    assert not info.value.retryable
+    assert "run run-42" in str(info.value)
+    assert "call_Zr4Nw8Qe1Tm6Yk3Vp9Lb2Hs7" in str(info.value)
+    assert "not JSON" in str(info.value)
+
+
+@pytest.mark.parametrize(("arguments", "kind"), [("[1, 2]", "list"), ('"T-1"', "str")])
+def test_arguments_that_are_not_an_object_fail_the_step(arguments: str, kind: str) -> None:
+    payload = json.loads(fixture("ticket_read_call"))
+    payload["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
+    with pytest.raises(ModelError) as info:
+        parse_answer("run-42", payload)
+    assert not info.value.retryable
+    assert "run run-42" in str(info.value)
+    assert f"JSON {kind}, not an object" in str(info.value)
+
+
+def test_a_response_without_choices_fails_the_step() -> None:
+    with pytest.raises(ModelError) as info:
+        parse_answer("run-42", {"id": "chatcmpl-1", "choices": []})
+    assert not info.value.retryable
+    assert "choices[0].message" in str(info.value)
+
+
+@pytest.mark.parametrize("base_url", ["ftp://models.example/v1", "http://127.0.0.1:port/v1"])
+def test_an_unusable_base_url_fails_without_retrying(
+    base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIYAGENT_TEST_OPENAI_KEY", "sk-test")
+    provider = OpenAIProvider(
+        {
+            "provider": "openai",
+            "base_url": base_url,
+            "model": "m",
+            "api_key_env": "LIYAGENT_TEST_OPENAI_KEY",
+        }
+    )
+    with pytest.raises(ModelError) as info:
+        provider.next_step(StepRequest("r1", 1, 1, conversation()[:2], []))
+    assert not info.value.retryable
+    assert "check base_url" in str(info.value)
