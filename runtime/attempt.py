@@ -111,6 +111,7 @@ class RunAttempt:
         not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false) writes none: lost, it fails."""
         if not self.run.resumable:
             return
+        self.lease.ensure()  # writes stop within one lease of losing it, even if Redis is gone
         sealed = self.s.sealer.seal(self.run.id, "checkpoint", state.step, state.to_payload())
         with self.s.engine.connect() as conn:
             write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
@@ -141,6 +142,7 @@ class RunAttempt:
 
     def _finish(self, text: str) -> None:
         sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
+        self.lease.ensure()
         with self.s.engine.connect() as conn:
             store_answer(conn, self.run.id, self.run.attempt, sealed)
         faults.point("after_answer")
@@ -149,10 +151,11 @@ class RunAttempt:
     def _hand_on(self, text: str) -> None:
         """Deliver the stored answer to its entry points, once (the run is then succeeded)."""
         reply = None
+        self.lease.ensure()  # a taken-over attempt must not post or deliver (I3)
         if self.run.entry_kind == "teams":
-            self.lease.ensure()  # a taken-over attempt must not post (I3)
             reply = post_teams_reply(self.s, self.run, text)
             faults.point("after_reply")
+            self.lease.ensure()
         with self.s.engine.connect() as conn:
             deliver(
                 conn,

@@ -269,6 +269,7 @@ class CallRouter:
         }
 
     def _settle(self, state: RunState, index: int, settlement: str) -> Outcome:
+        self.lease.ensure()
         with self.s.engine.connect() as conn:
             settle_mark(
                 conn,
@@ -292,6 +293,7 @@ class CallRouter:
         self, state: RunState, index: int, outcome: Outcome, settlement: str | None
     ) -> None:
         sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
+        self.lease.ensure()  # after a long call: still ours? else the call stays in doubt
         with self.s.engine.connect() as conn:
             record_outcome(
                 conn,

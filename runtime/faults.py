@@ -67,3 +67,10 @@ def point(name: str) -> None:
     if armed[1] == "kill":
         os.killpg(os.getpgid(0), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def publish_times() -> int:
+    """How many times each task message is published: 1, or more when a test arms
+    `LIYAGENT_FAULT_PUBLISH_TIMES` to prove duplicate deliveries change nothing (I4)."""
+    raw = os.environ.get("LIYAGENT_FAULT_PUBLISH_TIMES", "")
+    return max(1, int(raw)) if raw.strip() else 1

@@ -19,6 +19,9 @@ from runtime.leases import Leases, Token, monotonic_ms
 log = structlog.get_logger(__name__)
 
 
+SAFETY_MARGIN_MS = 1000
+
+
 class LeaseLost(Exception):
     """This attempt no longer holds its run's lease: stop now, write nothing more."""
 
@@ -49,7 +52,7 @@ class RunLease:
 
     def ensure(self) -> None:
         """Renew now and raise `LeaseLost` unless the lease is still ours. Called at every step
-        boundary and right before every call that leaves the process."""
+        boundary, right before every call that leaves the process and every write."""
         self.progress()
         if self.lost_why is not None:
             raise LeaseLost(self.token, self.lost_why)
@@ -57,8 +60,10 @@ class RunLease:
         try:
             ok = self.leases.renew(self.token)
         except redis.RedisError as exc:
-            # Unreachable Redis: the lease is ours only until it would have lapsed.
-            if started < self.valid_until_ms - 1000:
+            # Unreachable Redis: the lease is ours only until it would have lapsed, less a
+            # margin for the write that follows (measured after the failed call, which can be
+            # slow), so this attempt stops writing within one lease of losing Redis.
+            if monotonic_ms() < self.valid_until_ms - SAFETY_MARGIN_MS:
                 return
             self.lost_why = f"Redis unreachable past the lease: {exc}"
             raise LeaseLost(self.token, self.lost_why) from exc
@@ -122,7 +127,7 @@ class Heartbeat:
             results = self.leases.renew_many([h.token for h in due])
         except redis.RedisError as exc:
             for h in due:
-                if now >= h.valid_until_ms - 1000:
+                if now >= h.valid_until_ms - SAFETY_MARGIN_MS:
                     h.lost_why = f"Redis unreachable past the lease: {exc}"
             log.warning("lease.renew_failed", error=str(exc), leases=len(due))
             return

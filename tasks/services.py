@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from runtime import faults
 from runtime import services as runtime_services
 from runtime.client import Client
 from runtime.services import Services
@@ -18,7 +19,8 @@ class CeleryPublisher:
         self.queue = queue
 
     def publish(self, run_id: str, attempt: int) -> None:
-        self.app.send_task("liyagent.run", args=[run_id, attempt], queue=self.queue)
+        for _ in range(faults.publish_times()):
+            self.app.send_task("liyagent.run", args=[run_id, attempt], queue=self.queue)
 
 
 def services() -> Services:

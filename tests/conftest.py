@@ -42,7 +42,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     rd = os.environ.get("LIYAGENT_TEST_REDIS_URL", DEFAULT_REDIS)
     started: list[PrivatePostgres | PrivateRedis] = []
     if not reachable(*_host_port(pg, 5432)):
-        private_pg = PrivatePostgres(tmp_path_factory.mktemp("pg")).init().start()
+        private_pg = PrivatePostgres().init().start()
         started.append(private_pg)
         pg = private_pg.url
     if not reachable(*_host_port(rd, 6379)):
@@ -51,7 +51,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         rd = private_redis.url
     yield pg, rd
     for server in started:
-        server.stop()
+        if isinstance(server, PrivatePostgres):
+            server.remove()
+        else:
+            server.stop()
 
 
 @pytest.fixture(scope="session")

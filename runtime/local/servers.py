@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,9 +43,15 @@ def _as_postgres(argv: list[str]) -> list[str]:
 
 
 class PrivatePostgres:
-    """A throwaway cluster: initdb, start, stop, restart; trust auth, fsync off."""
+    """A throwaway cluster: initdb, start, stop, restart; trust auth, fsync off.
 
-    def __init__(self, base: Path, port: int | None = None) -> None:
+    As root the cluster runs as the `postgres` user, which must reach its directory: without a
+    `base`, a fresh directory under the system temp dir is used (and removed by `remove`)."""
+
+    def __init__(self, base: Path | None = None, port: int | None = None) -> None:
+        if base is None:
+            base = Path(tempfile.mkdtemp(prefix="liyagent-pg-"))
+            base.chmod(0o755)
         self.base = base
         self.data = base / "pgdata"
         self.sock = base / "sock"
@@ -98,6 +105,11 @@ class PrivatePostgres:
             _as_postgres([pg_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]),
             capture_output=True,
         )
+
+    def remove(self) -> None:
+        """Stop the cluster and delete its files."""
+        self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 class PrivateRedis:

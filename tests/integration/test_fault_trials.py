@@ -1,0 +1,167 @@
+"""Fault trials: the faults a Celery + Redis + Postgres deployment really meets, each judged
+like the kill trials, from Postgres and the vendor's records only."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from runtime.local.servers import PrivatePostgres, PrivateRedis
+from runtime.sealing import new_key_entry, parse_keys
+from store import migrate
+from store.admin import create_database, database_url
+from tests.support.judge import judge_runs, wait_all
+from tests.support.proxy import CuttableProxy
+from tests.support.scripts import mixed
+
+pytestmark = pytest.mark.kill
+
+
+def _start_runs(stack, n: int, latency_ms: int = 500) -> list[str]:
+    return [stack.start(mixed(f"f{i}", latency_ms=latency_ms)) for i in range(n)]
+
+
+def _until_in_flight(stack, run_ids: list[str], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(stack.client.get(r).step >= 1 for r in run_ids):
+        assert time.monotonic() < deadline, "no run got going"
+        time.sleep(0.05)
+
+
+def test_redis_restarted_empty_mid_run(stack, tmp_path) -> None:
+    redis = PrivateRedis(tmp_path / "redis").start()
+    try:
+        stack.reconfigure(redis_url=redis.url)
+        stack.worker("w1")
+        stack.worker("w2")
+        stack.beat()
+        runs = _start_runs(stack, 4)
+        _until_in_flight(stack, runs)
+        redis.stop()  # every lease, message and lock is gone
+        redis.start()
+        wait_all(stack, runs)
+        judge_runs(stack, runs).assert_clean()
+    finally:
+        redis.stop()
+
+
+def test_postgres_restarted_mid_run(stack, tmp_path) -> None:
+    pg = PrivatePostgres().init().start()
+    try:
+        create_database(pg.url, "liyagent_fault")
+        url = database_url(pg.url, "liyagent_fault")
+        migrate.upgrade(url)
+        stack.reconfigure(database_url=url)
+        stack.worker("w1")
+        stack.worker("w2")
+        stack.beat()
+        runs = _start_runs(stack, 4)
+        _until_in_flight(stack, runs)
+        pg.stop("fast")  # every connection of every process drops
+        pg.start()
+        wait_all(stack, runs)
+        verdict = judge_runs(stack, runs)
+        verdict.assert_clean()
+    finally:
+        stack.close()
+        pg.remove()
+
+
+def test_every_message_delivered_twice(stack, monkeypatch) -> None:
+    twice = {"LIYAGENT_FAULT_PUBLISH_TIMES": "2"}
+    monkeypatch.setenv("LIYAGENT_FAULT_PUBLISH_TIMES", "2")
+    stack.worker("victim", fault="after_mark:kill", env=twice)
+    runs = _start_runs(stack, 3, latency_ms=200)
+    stack.fault_hit("victim")
+    stack.worker("survivor", env=twice)
+    stack.beat()
+    wait_all(stack, runs)
+    verdict = judge_runs(stack, runs)
+    verdict.assert_clean()
+    for run_id in runs:
+        asked = stack.rows(
+            "SELECT step, count(*) AS n FROM model_requests WHERE run_id = :r GROUP BY step",
+            r=run_id,
+        )
+        lost = stack.client.get(run_id).lost_count
+        assert all(a.n <= 1 + lost for a in asked)
+        audited = stack.rows(
+            "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND kind = 'agent.run.lost'",
+            r=run_id,
+        )[0].n
+        assert audited == lost  # each loss claimed once, however many messages
+
+
+def test_two_beats_claim_each_loss_once(stack) -> None:
+    stack.worker("victim", fault="after_checkpoint:kill", concurrency=3)
+    runs = _start_runs(stack, 3, latency_ms=300)
+    stack.fault_hit("victim")
+    stack.worker("survivor")
+    stack.beat("beat1")
+    stack.beat("beat2")
+    wait_all(stack, runs)
+    verdict = judge_runs(stack, runs)
+    verdict.assert_clean()
+    assert verdict.losses >= 1
+    for run_id in runs:
+        lost = stack.client.get(run_id).lost_count
+        audited = stack.rows(
+            "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND kind = 'agent.run.lost'",
+            r=run_id,
+        )[0].n
+        assert lost <= 1 and audited == lost
+
+
+def test_worker_cut_off_from_redis_stops_writing_within_a_lease(stack, servers) -> None:
+    host, port = servers[1].split("//")[1].split("/")[0].split(":")
+    proxy = CuttableProxy(host, int(port))
+    stack.worker("survivor")  # recovers on the stack's queue
+    stack.beat()
+    # The isolated worker alone consumes the queue the runs start on, so they start on it.
+    stack.reconfigure(queue=f"{stack.settings.queue}.isolated")
+    stack.worker("isolated", env={"LIYAGENT_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"})
+    runs = _start_runs(stack, 2, latency_ms=1500)
+    _until_in_flight(stack, runs)
+    cut_at = datetime.now(tz=UTC)
+    proxy.cut()
+    wait_all(stack, runs)
+    judge_runs(stack, runs).assert_clean()
+    lease = timedelta(milliseconds=stack.settings.timings.lease_ttl_ms)
+    last = stack.rows(
+        "SELECT max(at) AS last_at FROM (SELECT created_at AS at FROM checkpoints WHERE attempt = 1 "
+        "AND run_id = ANY(CAST(:ids AS uuid[])) UNION ALL SELECT marked_at FROM call_marks "
+        "WHERE attempt = 1 AND run_id = ANY(CAST(:ids AS uuid[]))) w",
+        ids=runs,
+    )[0].last_at
+    assert last is None or last <= cut_at + lease, "the cut-off worker kept writing"
+    sent = stack.vendor(
+        "SELECT max(created_at) AS last_at FROM sim.requests WHERE attempt = 1 AND "
+        "method = 'POST' AND run_id = ANY(:ids)",
+        ids=runs,
+    )[0].last_at
+    assert sent is None or sent <= cut_at + lease, "the cut-off worker kept calling vendors"
+    assert any(stack.client.get(r).lost_count >= 1 for r in runs)
+
+
+def test_seal_keys_rotated_while_runs_are_in_flight(stack) -> None:
+    stack.worker("victim", fault="after_checkpoint:kill:2", concurrency=3)
+    runs = _start_runs(stack, 3, latency_ms=200)
+    stack.fault_hit("victim")
+    rotated = f"{new_key_entry('k2')},{stack.seal_keys}"  # k2 seals now; the old key opens
+    stack.seal_keys, stack.sealer = rotated, parse_keys(rotated)
+    stack.reconfigure()
+    stack.worker("survivor")
+    stack.beat()
+    wait_all(stack, runs)
+    judge_runs(stack, runs).assert_clean()
+    kids = {
+        bytes(r.sealed)[4:6]
+        for r in stack.rows(
+            "SELECT sealed FROM checkpoints WHERE run_id = ANY(CAST(:ids AS uuid[])) AND "
+            "attempt > 1",
+            ids=runs,
+        )
+    }
+    assert kids == {b"k2"}  # written after the rotation with the new key

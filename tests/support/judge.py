@@ -1,0 +1,55 @@
+"""The kill trials' judge applied to plain runs, for the fault trials: from Postgres and the
+vendor's records only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from store import trials as judge
+
+
+@dataclass
+class FaultVerdict:
+    unfinished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    duplicate_writes: dict[str, int] = field(default_factory=dict)
+    stale_writes: list[str] = field(default_factory=list)
+    losses: int = 0
+
+    def assert_clean(self) -> None:
+        assert not self.unfinished, f"runs that never ended: {self.unfinished}"
+        assert not self.failed, f"runs that failed: {self.failed}"
+        assert not any(self.duplicate_writes.values()), f"duplicates {self.duplicate_writes}"
+        assert not self.stale_writes, f"written after a takeover: {self.stale_writes}"
+
+
+def judge_runs(stack, run_ids: list[str]) -> FaultVerdict:
+    """Every run ended and succeeded; no vendor effect twice; nothing written after a takeover."""
+    verdict = FaultVerdict()
+    statuses = {
+        r.id: r.status
+        for r in stack.rows(
+            "SELECT id, status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))", ids=run_ids
+        )
+    }
+    for run_id in run_ids:
+        status = statuses.get(run_id)
+        if status == "failed":
+            verdict.failed.append(run_id)
+        elif status != "succeeded":
+            verdict.unfinished.append(run_id)
+    with stack.engine.connect() as conn, stack.sim_engine.connect() as vconn:
+        for run_id, losses in judge.losses(conn, run_ids).items():
+            for loss in losses:
+                verdict.losses += 1
+                n = judge.stale_engine_writes(conn, run_id, loss.attempt, loss.taken_over_at)
+                n += judge.stale_vendor_writes(vconn, run_id, loss.attempt, loss.taken_over_at)
+                if n:
+                    verdict.stale_writes.append(f"{run_id} attempt {loss.attempt}: {n}")
+        verdict.duplicate_writes = judge.duplicate_writes(vconn, run_ids)
+    return verdict
+
+
+def wait_all(stack, run_ids: list[str], timeout: float = 120) -> None:
+    for run_id in run_ids:
+        stack.wait(run_id, timeout=timeout)

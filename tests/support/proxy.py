@@ -1,0 +1,56 @@
+"""A TCP proxy on loopback that a test can cut: one worker's path to Redis, while the rest of
+the system still reaches it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class CuttableProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._cut = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._cut.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self._cut.is_set():
+                client.close()
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        """Drop every connection and refuse new ones: Redis is unreachable through here."""
+        self._cut.set()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()  # even when the peer is already gone
