@@ -130,8 +130,9 @@ def test_worker_cut_off_from_redis_stops_writing_within_a_lease(stack, servers) 
     judge_runs(stack, runs).assert_clean()
     lease = timedelta(milliseconds=stack.settings.timings.lease_ttl_ms)
     last = stack.rows(
-        "SELECT max(at) AS last_at FROM (SELECT created_at AS at FROM checkpoints WHERE attempt = 1 "
-        "AND run_id = ANY(CAST(:ids AS uuid[])) UNION ALL SELECT marked_at FROM call_marks "
+        "SELECT max(at) AS last_at FROM (SELECT created_at AS at FROM checkpoints "
+        "WHERE attempt = 1 AND run_id = ANY(CAST(:ids AS uuid[])) "
+        "UNION ALL SELECT marked_at FROM call_marks "
         "WHERE attempt = 1 AND run_id = ANY(CAST(:ids AS uuid[]))) w",
         ids=runs,
     )[0].last_at
