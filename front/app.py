@@ -1,24 +1,45 @@
 """The front's Starlette app: routes, JSON errors and a structured access log. `create_app`
-takes the services (tests pass their own); uvicorn uses `app_factory` with --factory."""
+takes the services (tests pass their own); uvicorn uses `app_factory` with --factory.
+
+`/metrics` (the Prometheus exposition, read from Postgres and Redis at scrape time) needs no
+token, like Flower's: bind the front to a private interface, or keep it behind a proxy that
+does not route `/metrics` from outside.
+"""
 
 from __future__ import annotations
 
 import time
 
 import structlog
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from front import entries, runs
 from front.errors import HANDLERS
+from runtime.metrics import registry_for
 from runtime.services import Services
 
 log = structlog.get_logger("front")
 
+
+async def metrics(request: Request) -> Response:
+    """GET /metrics: the Prometheus exposition, collected now (no token: see the docstring)."""
+    registry: CollectorRegistry = request.app.state.metrics
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
+    body = await run_in_threadpool(encode, registry)
+    return Response(body, headers={"Content-Type": content_type})
+
+
 ROUTES = [
     Route("/healthz", runs.healthz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
     Route("/webhooks/{agent}", entries.webhook, methods=["POST"]),
     Route("/tickets/{ticket_id}/events", entries.ticket_event, methods=["POST"]),
     Route("/copilot/turns", entries.copilot_turn, methods=["POST"]),
@@ -67,6 +88,7 @@ def create_app(services: Services) -> Starlette:
     """The front over `services` (which say where runs are stored and how they are published)."""
     app = Starlette(routes=ROUTES, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
     app.state.services = services
+    app.state.metrics = registry_for(services)
     return app
 
 

@@ -1,4 +1,5 @@
-"""`liyagent`: make seal keys, migrate, start and watch runs, inspect one, run the demo.
+"""`liyagent`: make seal keys, migrate, start and watch runs, workflows and jobs, decide
+approvals, stop runs, call a tool ad hoc, inspect a run, serve the front and metrics, the demo.
 
 Exit codes scripts can rely on: 0 ok, 1 operational failure (a run failed, a timeout, no such
 run), 2 bad usage or input (nothing was stored), 3 Postgres or Redis cannot be reached.
@@ -7,7 +8,6 @@ run), 2 bad usage or input (nothing was stored), 3 Postgres or Redis cannot be r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -19,38 +19,35 @@ from typing import Any
 import kombu.exceptions
 import redis
 import sqlalchemy as sa
-from rich.console import Console
 
-from runtime import logs
+from runtime import cli_ops, cli_runs, cli_serve, logs
+from runtime.adhoc import UnknownTool
+from runtime.cli_common import (
+    FAILED,
+    OK,
+    UNREACHABLE,
+    USAGE,
+    CliError,
+    add_json,
+    out,
+    print_json,
+    safe_url,
+)
 from runtime.client import BadRequest, parse_run_id
-from runtime.models.scripted import ScriptError, validate_script
+from runtime.models.scripted import ScriptError
 from runtime.sealing import new_key_entry
 from runtime.settings import ConfigError, get_settings
+from runtime.tools import ToolError
+from runtime.workflow_spec import WorkflowError
 from store.rows import RunNotFound
 
-OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
-DESCRIPTION = "Durable LLM agent runs: seal keys, migrations, runs, status, inspect and the demo."
+__all__ = ["FAILED", "OK", "UNREACHABLE", "USAGE", "CliError", "build_parser", "main"]
+
+DESCRIPTION = (
+    "Durable LLM agent runs: seal keys, migrations, runs, workflows, jobs, approvals, stops, "
+    "ad hoc calls, status, inspect, the app front, metrics and the demo."
+)
 _KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-class CliError(Exception):
-    """A failure to report on stderr with the exit code scripts should see."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _out() -> Console:
-    return Console(highlight=False)
-
-
-def _print_json(payload: Any) -> None:
-    print(json.dumps(payload, sort_keys=True, default=str), flush=True)
-
-
-def _safe(url: str) -> str:
-    return str(sa.make_url(url).render_as_string(hide_password=True))
 
 
 def cmd_keys_new(args: argparse.Namespace) -> int:
@@ -71,82 +68,8 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
         migrate.upgrade(url)
     except sa.exc.OperationalError as exc:
         raise _postgres_error(exc, url) from None
-    print(f"{_safe(url)}: the schema is at the latest revision", file=sys.stderr)
+    print(f"{safe_url(url)}: the schema is at the latest revision", file=sys.stderr)
     return OK
-
-
-def _load_script(path: str) -> dict[str, Any]:
-    """Read and validate a scripted-model file; any problem is bad input (exit 2)."""
-    try:
-        raw = Path(path).read_text()
-    except OSError as exc:
-        raise CliError(f"cannot read the script file {path}: {exc.strerror}", USAGE) from None
-    try:
-        script = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"{path} is not JSON: {exc}", USAGE) from None
-    try:
-        validate_script(script)
-    except ScriptError as exc:
-        raise CliError(f"{path}: {exc}; nothing was stored", USAGE) from None
-    if not isinstance(script, dict):  # validate_script guarantees it; narrows the type
-        raise CliError(f"{path}: a script is an object", USAGE)
-    return script
-
-
-def _tools(raw: str | None) -> list[str] | None:
-    """The --tools list, each name checked against the tools this deployment has."""
-    if raw is None:
-        return None
-    from runtime.vendor_tools import default_registry
-
-    available = default_registry(get_settings().vendor_url).names()
-    names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(available))
-    if unknown or not names:
-        raise CliError(
-            f"--tools {raw!r}: unknown {', '.join(unknown) or 'empty list'}; "
-            f"available: {', '.join(available)}; nothing was stored",
-            USAGE,
-        )
-    return names
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """Enqueue one run with a scripted model; with --wait, wait for its end."""
-    script = _load_script(args.script)
-    tools = _tools(args.tools)
-    if not args.input.strip():
-        raise CliError("--input must not be empty; nothing was stored", USAGE)
-    from runtime.reporting import render_view, view_json
-    from tasks.services import client
-
-    c = client()
-    c.s.redis.ping()  # fail fast (exit 3) rather than leave the run for the outbox
-    run_id = c.start_run(
-        agent=args.agent,
-        model={"provider": "scripted", "script": script},
-        user_input=args.input,
-        tools=tools,
-        request_key=args.request_key,
-    )
-    if not args.wait:
-        if args.json:
-            _print_json(view_json(c.get(run_id)))
-        else:
-            print(run_id)
-        return OK
-    try:
-        view = c.wait(run_id, timeout_s=args.timeout)
-    except TimeoutError as exc:
-        if args.json:
-            _print_json({**view_json(c.get(run_id)), "timed_out": True})
-        raise CliError(f"{exc}; check it later with `liyagent status {run_id}`", FAILED) from None
-    if args.json:
-        _print_json(view_json(view))
-    else:
-        render_view(_out(), view)
-    return FAILED if view.status == "failed" else OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -159,18 +82,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.run_id:
         view = c.get(parse_run_id(args.run_id))
         if args.json:
-            _print_json(view_json(view))
+            print_json(view_json(view))
         else:
-            render_view(_out(), view)
+            render_view(out(), view)
         return OK
     if args.limit < 1:
         raise CliError("--limit must be at least 1", USAGE)
     with c.s.engine.connect() as conn:
         runs = recent_runs(conn, args.limit)
     if args.json:
-        _print_json([summary_json(r) for r in runs])
+        print_json([summary_json(r) for r in runs])
     else:
-        render_recent(_out(), runs)
+        render_recent(out(), runs)
     return OK
 
 
@@ -186,9 +109,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         db.engine_for(settings.database_url), load_sealer(settings.production), run_id
     )
     if args.json:
-        _print_json(report_json(report))
+        print_json(report_json(report))
     else:
-        render_report(_out(), report)
+        render_report(out(), report)
     return OK
 
 
@@ -209,10 +132,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(options)
 
 
-def _add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: one sub-command per task."""
     parser = argparse.ArgumentParser(prog="liyagent", description=DESCRIPTION)
@@ -225,32 +144,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = dbp.add_parser("upgrade", help="migrate to the latest schema")
     p.add_argument("--url", help="database URL (default: LIYAGENT_DATABASE_URL)")
     p.set_defaults(handler=cmd_db_upgrade)
-    _add_run_parser(sub)
+    cli_runs.add_parsers(sub)
     p = sub.add_parser("status", help="one run, or the most recent runs")
     p.add_argument("run_id", nargs="?", metavar="RUN_ID")
     p.add_argument("--limit", type=int, default=20, help="how many recent runs (default 20)")
-    _add_json(p)
+    add_json(p)
     p.set_defaults(handler=cmd_status)
     p = sub.add_parser("inspect", help="everything recorded about one run")
     p.add_argument("run_id", metavar="RUN_ID")
-    _add_json(p)
+    add_json(p)
     p.set_defaults(handler=cmd_inspect)
+    cli_ops.add_parsers(sub)
+    cli_serve.add_parsers(sub)
     _add_demo_parser(sub)
     return parser
-
-
-def _add_run_parser(sub: Any) -> None:
-    """The `run` sub-command and its options."""
-    p = sub.add_parser("run", help="start a run with a scripted model")
-    p.add_argument("--agent", required=True, help="agent name")
-    p.add_argument("--script", required=True, metavar="FILE.json", help="scripted model steps")
-    p.add_argument("--input", required=True, metavar="TEXT", help="the user's message")
-    p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
-    p.add_argument("--tools", metavar="a,b", help="the tools the run may use (default: all)")
-    p.add_argument("--wait", action="store_true", help="wait for the run to end")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (default 120)")
-    _add_json(p)
-    p.set_defaults(handler=cmd_run)
 
 
 def _add_demo_parser(sub: Any) -> None:
@@ -274,7 +181,7 @@ def _add_demo_parser(sub: Any) -> None:
         action="store_true",
         help="always start private Postgres and Redis, even if the machine's answer",
     )
-    _add_json(p)
+    add_json(p)
     p.set_defaults(handler=cmd_demo)
 
 
@@ -286,15 +193,20 @@ def _postgres_error(exc: sa.exc.OperationalError, url: str) -> CliError:
         advice = f"create it (createdb {name}), then run `liyagent db upgrade`"
     else:
         advice = "start it, or point LIYAGENT_DATABASE_URL at a running server"
-    return CliError(f"cannot use Postgres at {_safe(url)} ({why}); {advice}", UNREACHABLE)
+    return CliError(f"cannot use Postgres at {safe_url(url)} ({why}); {advice}", UNREACHABLE)
 
 
 def _classify(exc: BaseException) -> CliError | None:
     """Map an exception to the message and exit code the user sees, or None if unexpected."""
     if isinstance(exc, CliError):
         return exc
-    if isinstance(exc, BadRequest | ConfigError | ScriptError | sa.exc.ArgumentError):
+    if isinstance(
+        exc,
+        BadRequest | ConfigError | ScriptError | WorkflowError | UnknownTool | sa.exc.ArgumentError,
+    ):
         return CliError(str(exc), USAGE)
+    if isinstance(exc, ToolError):  # only raised before a call is sent (a kind made by runs)
+        return CliError(f"{exc}; nothing was sent", USAGE)
     if isinstance(exc, RunNotFound):
         return CliError(str(exc), FAILED)
     if isinstance(exc, sa.exc.OperationalError):

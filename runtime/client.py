@@ -41,7 +41,7 @@ def parse_id(raw: str, what: str = "run id") -> str:
     try:
         return str(uuid.UUID(str(raw)))
     except ValueError:
-        raise BadRequest(f"{raw!r} is not a {what} (a UUID)") from None
+        raise BadRequest(f"{raw!r} is not a valid {what} (a UUID)") from None
 
 
 def parse_run_id(raw: str) -> str:
@@ -150,6 +150,11 @@ class Client:
             raise BadRequest("stop exactly one run (run_id) or one agent (agent)")
         if not reason.strip() or not by.strip():
             raise BadRequest("a stop needs a reason and who stops")
+        if run_id is not None:
+            run_id = parse_id(run_id)
+            view = self.get(run_id)
+            if view.done:
+                raise BadRequest(f"run {run_id} already {view.status}; there is nothing to stop")
         with self.s.engine.connect() as conn:
             return insert_stop(
                 conn,

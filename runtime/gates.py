@@ -16,7 +16,7 @@ def _why(reason: str | None) -> str:
 def run_refusal(gates: GateRow, run: RunRow) -> str | None:
     """Why the run may not go on now, or None."""
     if gates.stop_reason is not None:
-        return f"stopped by an operator: {gates.stop_reason}"
+        return f"stopped by {gates.stop_by}: {gates.stop_reason}"
     if not gates.owner_may_run:
         return f"its owner {run.owner} may no longer run it{_why(gates.owner_reason)}"
     if not gates.channel_enabled:

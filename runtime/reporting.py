@@ -1,4 +1,5 @@
-"""What `liyagent status` and `liyagent inspect` show: a run's story, read from Postgres.
+"""What `liyagent status`, `inspect`, `approvals`, `stop` and `call` show, for people and as
+JSON: a run's story read from Postgres, and what an operator's action did.
 
 Each checkpoint is opened with the sealer to show what the step asked for; one that fails its
 seal is reported as such (never used, never crashed on), exactly as a resume would treat it.
@@ -20,7 +21,7 @@ from runtime.client import RunView
 from runtime.sealing import Sealer, SealError
 from store.checkpoints import list_checkpoints, select_marks
 from store.records import select_audit, select_transcript
-from store.rows import AuditRow, CheckpointRow, MarkRow, RunRow, TranscriptRow
+from store.rows import ApprovalRow, AuditRow, CheckpointRow, MarkRow, RunRow, TranscriptRow
 from store.runs import get_run
 from store.views import ModelRequest, RunSummary, model_requests
 
@@ -259,3 +260,56 @@ def render_report(out: Console, r: RunReport) -> None:
     for entry in _requests_by_step(r.model_requests):
         _row(table, entry["step"], entry["count"], ", ".join(map(str, entry["attempts"])))
     out.print(table)
+
+
+def approval_json(a: ApprovalRow) -> dict[str, Any]:
+    """One approval request as JSON: what it holds and how (and by whom) it was decided."""
+    return {
+        "id": a.id,
+        "run_id": a.run_id,
+        "step": a.step,
+        "tool": a.tool,
+        "args": a.args,
+        "status": a.status,
+        "decided_by": a.decided_by,
+        "reason": a.reason,
+        "created_at": _iso(a.created_at),
+        "decided_at": _iso(a.decided_at),
+    }
+
+
+def render_approvals(out: Console, run_id: str, approvals: list[ApprovalRow]) -> None:
+    """A run's approval requests as one table."""
+    if not approvals:
+        out.print(Text(f"Run {run_id} has asked for no approval."))
+        return
+    table = _table(f"Approvals of run {run_id}", ["approval", "tool", "step", "status", "by"])
+    for a in approvals:
+        _row(table, a.id, a.tool, a.step, a.status, a.decided_by or "-")
+    out.print(table)
+
+
+def render_decision(out: Console, a: ApprovalRow) -> None:
+    """What a decision did: the call it holds is made (approved) or the model is told (denied)."""
+    then = "the call is made" if a.status == "approved" else "the model is told it was denied"
+    out.print(
+        Text(f"Approval {a.id} ({a.tool}) {a.status} by {a.decided_by}; run {a.run_id}: {then}.")
+    )
+
+
+def render_stop(out: Console, target: str, stopped_now: list[str], running: list[str]) -> None:
+    """Which runs a Stop failed at once and which stop at their next step."""
+    out.print(Text(f"Stop recorded for {target}."))
+    if stopped_now:
+        out.print(Text(f"Failed now (were queued or waiting): {', '.join(stopped_now)}"))
+    if running:
+        out.print(Text(f"Running, stop at their next step: {', '.join(running)}"))
+    if not stopped_now and not running:
+        out.print(Text("No run was queued, waiting or running."))
+
+
+def render_call(out: Console, result: dict[str, Any]) -> None:
+    """An ad hoc call's key, status and outcome."""
+    out.print(Text(f"key: {result['key']}"))
+    out.print(Text(f"status: {result['status']}"))
+    out.print(Text(f"outcome: {json.dumps(result['outcome'], sort_keys=True)}"))

@@ -74,10 +74,13 @@ class Sweeper:
 
     def _record_duration(self, ms: float) -> None:
         """Keep the latest sweep durations for the metrics endpoint (any process scrapes)."""
-        key = f"{self.s.settings.namespace}metrics:sweep_ms"
+        ns = self.s.settings.namespace
         pipe = self.s.redis.pipeline(transaction=False)
-        pipe.lpush(key, f"{ms:.3f}")
-        pipe.ltrim(key, 0, 999)
+        pipe.lpush(f"{ns}metrics:sweep_ms", f"{ms:.3f}")
+        pipe.ltrim(f"{ns}metrics:sweep_ms", 0, 999)
+        # Running totals only go up, as a Prometheus summary's count and sum must.
+        pipe.incr(f"{ns}metrics:sweep_count")
+        pipe.incrbyfloat(f"{ns}metrics:sweep_ms_total", round(ms, 3))
         pipe.execute()
 
     def _sweep(self) -> SweepReport:

@@ -13,9 +13,7 @@ def select_gates(conn: sa.Connection, run_id: str) -> GateRow:
         sa.text(
             """
             SELECT
-              (SELECT s.reason FROM stops s
-                 WHERE s.lifted_at IS NULL AND (s.run_id = r.id OR s.agent = r.agent)
-                 ORDER BY s.id LIMIT 1) AS stop_reason,
+              s.reason AS stop_reason, s.created_by AS stop_by,
               coalesce(o.may_run, true) AS owner_may_run, o.reason AS owner_reason,
               coalesce(a.may_act, true) AS run_as_may_act, a.reason AS run_as_reason,
               coalesce(c.enabled, true) AS channel_enabled, c.reason AS channel_reason,
@@ -24,6 +22,10 @@ def select_gates(conn: sa.Connection, run_id: str) -> GateRow:
             LEFT JOIN principals o ON o.name = r.owner
             LEFT JOIN principals a ON a.name = coalesce(r.run_as, r.owner)
             LEFT JOIN channels c ON c.name = r.channel
+            LEFT JOIN LATERAL (
+                SELECT reason, created_by FROM stops
+                WHERE lifted_at IS NULL AND (stops.run_id = r.id OR stops.agent = r.agent)
+                ORDER BY id LIMIT 1) s ON true
             WHERE r.id = :id
             """
         ),
@@ -31,6 +33,7 @@ def select_gates(conn: sa.Connection, run_id: str) -> GateRow:
     ).one()
     return GateRow(
         stop_reason=row.stop_reason,
+        stop_by=row.stop_by,
         owner_may_run=row.owner_may_run,
         owner_reason=row.owner_reason,
         run_as_may_act=row.run_as_may_act,

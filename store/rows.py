@@ -134,6 +134,7 @@ class GateRow:
     """The gates of one run as they stand now, read in one statement."""
 
     stop_reason: str | None
+    stop_by: str | None
     owner_may_run: bool
     owner_reason: str | None
     run_as_may_act: bool

@@ -304,7 +304,10 @@ def claim_lost(
                        jsonb_build_object('lost_count', lost_count, 'lost_attempt', attempt - 1,
                                           'reason', failure_reason, 'resumable', resumable,
                                           'lost_holder', claimed_by,
-                                          'lost_claimed_at', claimed_at)
+                                          'lost_claimed_at', claimed_at,
+                                          'code', CASE WHEN status <> 'failed' THEN NULL
+                                                       WHEN NOT resumable THEN 'interrupted'
+                                                       ELSE 'loss_limit' END)
                 FROM c),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)

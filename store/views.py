@@ -1,7 +1,9 @@
-"""Read-only views for the CLI and the demo: run lists, call settlements, model requests.
+"""Read-only views for the CLI, the demo and the metrics collector: run lists, call
+settlements, model requests, and the tallies a Prometheus scrape reads.
 
 Nothing here writes; each function takes a Connection and returns frozen rows, so `status`,
-`inspect` and the demo read Postgres without touching the engine's guarded statements.
+`inspect`, the demo and `/metrics` read Postgres without touching the engine's guarded
+statements.
 """
 
 from __future__ import annotations
@@ -127,3 +129,155 @@ def database_now(conn: sa.Connection) -> datetime:
     """The database's wall clock, so durations compare with its own timestamps (no skew)."""
     value: datetime = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
     return value
+
+
+@dataclass(frozen=True)
+class RunCount:
+    """How many runs of one kind are in one status now."""
+
+    kind: str
+    status: str
+    n: int
+
+
+@dataclass(frozen=True)
+class LossTally:
+    """Audited losses and what followed them, over the whole audit history."""
+
+    crash_resumed: int
+    handed_back: int
+    lost: int
+    # Claims that failed the run instead of requeuing it (loss limit, or not resumable).
+    failed_by_loss: int
+
+
+@dataclass(frozen=True)
+class DurationHistogram:
+    """Observations counted at or under each bound (cumulative), their count and sum."""
+
+    cumulative: list[int]
+    count: int
+    sum_s: float
+
+
+def running_runs(conn: sa.Connection, agent: str) -> list[str]:
+    """Ids of the agent's running runs (a Stop reaches them at their next step)."""
+    rows = conn.execute(
+        sa.text("SELECT id FROM runs WHERE agent = :a AND status = 'running' ORDER BY created_at"),
+        {"a": agent},
+    ).all()
+    return [r.id for r in rows]
+
+
+def run_counts(conn: sa.Connection) -> list[RunCount]:
+    """Runs counted by kind and status (only the pairs that have runs)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT kind, status, count(*) AS n FROM runs GROUP BY kind, status "
+            "ORDER BY kind, status"
+        )
+    ).all()
+    return [RunCount(**r._mapping) for r in rows]
+
+
+def loss_tally(conn: sa.Connection) -> LossTally:
+    """Crash resumes, hand-backs, losses and loss failures, counted from the audit."""
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT count(*) FILTER (WHERE kind = 'agent.run.crash_resumed') AS crash_resumed,
+                   count(*) FILTER (WHERE kind = 'agent.run.handed_back') AS handed_back,
+                   count(*) FILTER (WHERE kind = 'agent.run.lost') AS lost,
+                   count(*) FILTER (WHERE kind = 'agent.run.failed'
+                                    AND detail ->> 'lost_attempt' IS NOT NULL) AS failed_by_loss
+            FROM audit_events
+            WHERE kind IN ('agent.run.crash_resumed', 'agent.run.handed_back',
+                           'agent.run.lost', 'agent.run.failed')
+            """
+        )
+    ).one()
+    return LossTally(**row._mapping)
+
+
+def failures_by_code(conn: sa.Connection) -> dict[str, int]:
+    """Audited run failures by their code (a failing claim writes `interrupted` or
+    `loss_limit`)."""
+    rows = conn.execute(
+        sa.text(
+            """
+            SELECT coalesce(detail ->> 'code', 'unknown') AS code,
+                   count(*) AS n
+            FROM audit_events WHERE kind = 'agent.run.failed'
+            GROUP BY 1 ORDER BY 1
+            """
+        )
+    ).all()
+    return {r.code: r.n for r in rows}
+
+
+def settlement_counts(conn: sa.Connection) -> dict[str, int]:
+    """Marked calls with an outcome by how they ended: their settlement, or `sent` for a call
+    whose outcome was recorded on its first pass (calls still in doubt are not counted)."""
+    rows = conn.execute(
+        sa.text(
+            """
+            SELECT coalesce(settlement, 'sent') AS settlement, count(*) AS n FROM call_marks
+            WHERE settlement IS NOT NULL OR status = 'done'
+            GROUP BY 1 ORDER BY 1
+            """
+        )
+    ).all()
+    return {r.settlement: r.n for r in rows}
+
+
+def recovery_histogram(conn: sa.Connection, bounds: list[float]) -> DurationHistogram:
+    """Seconds from each `agent.run.lost` event to the run's next `agent.run.crash_resumed`
+    (losses not yet resumed are left out), counted under each bound."""
+    row = conn.execute(
+        sa.text(
+            """
+            WITH d AS (
+                SELECT EXTRACT(EPOCH FROM r.created_at - l.created_at) AS s
+                FROM audit_events l
+                JOIN LATERAL (
+                    SELECT created_at FROM audit_events n
+                    WHERE n.run_id = l.run_id AND n.kind = 'agent.run.crash_resumed'
+                      AND n.id > l.id
+                    ORDER BY n.id LIMIT 1) r ON true
+                WHERE l.kind = 'agent.run.lost')
+            SELECT (SELECT count(*) FROM d) AS n,
+                   (SELECT CAST(coalesce(sum(s), 0) AS float8) FROM d) AS sum_s,
+                   ARRAY(SELECT (SELECT count(*) FROM d WHERE d.s <= b.le)
+                         FROM unnest(CAST(:bounds AS float8[])) WITH ORDINALITY AS b(le, i)
+                         ORDER BY b.i) AS cumulative
+            """
+        ),
+        {"bounds": bounds},
+    ).one()
+    return DurationHistogram(cumulative=list(row.cumulative), count=row.n, sum_s=row.sum_s)
+
+
+def waiting_counts(conn: sa.Connection) -> dict[str, int]:
+    """Waiting runs by what they wait on: approval, child or timer (`unknown` if unset)."""
+    rows = conn.execute(
+        sa.text(
+            """
+            SELECT coalesce(nullif(split_part(waiting_on, ':', 1), ''), 'unknown') AS on_what,
+                   count(*) AS n
+            FROM runs WHERE status = 'waiting' GROUP BY 1 ORDER BY 1
+            """
+        )
+    ).all()
+    return {r.on_what: r.n for r in rows}
+
+
+def oldest_queued_age_s(conn: sa.Connection) -> float:
+    """Seconds the longest-queued run has been queued (0 when none is): since it entered the
+    status (`updated_at`), as `queued_at` is restamped each time a sweep republishes it."""
+    value = conn.execute(
+        sa.text(
+            "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp() - min(updated_at)) AS float8) "
+            "FROM runs WHERE status = 'queued'"
+        )
+    ).scalar_one()
+    return 0.0 if value is None else float(value)

@@ -1,4 +1,5 @@
-"""The real `liyagent` command against a per-test deployment: exit codes, JSON, inspect."""
+"""The real `liyagent` command against a per-test deployment: exit codes, JSON, inspect,
+approvals, stops, ad hoc calls, workflows, jobs and the app front."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
-from runtime.local.procs import ROOT
+from runtime.local.procs import ROOT, Proc, python
 from runtime.sealing import parse_keys
-from tests.support.scripts import mixed
+from tests.support.scripts import call, final, mixed, step
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
@@ -220,7 +222,7 @@ def test_unknown_and_malformed_run_ids(stack) -> None:
         done = cli(command, unknown, env=stack.env)
         assert done.returncode == 1 and f"run {unknown} does not exist" in done.stderr
         bad = cli(command, "not-a-run", env=stack.env)
-        assert bad.returncode == 2 and "is not a run id" in bad.stderr
+        assert bad.returncode == 2 and "is not a valid run id" in bad.stderr
 
 
 def test_unreachable_redis_exits_3(stack, tmp_path: Path) -> None:
@@ -230,3 +232,232 @@ def test_unreachable_redis_exits_3(stack, tmp_path: Path) -> None:
     )
     assert done.returncode == 3 and "cannot reach Redis" in done.stderr
     assert run_count(stack) == 0
+
+
+PAGE = [
+    step(call("toolu_p1", "incident.page", title="Checkout down", severity="sev1")),
+    final("Paged."),
+]
+
+
+def out_json(done: subprocess.CompletedProcess[str]):
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def start_steps(stack, tmp_path: Path, steps, *extra: str) -> str:
+    """Start a run through `liyagent run` with these scripted steps; returns its id."""
+    path = tmp_path / f"steps-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps({"steps": steps}))
+    done = cli(
+        "run", "--agent", "pager", "--script", str(path), "--input", "page", *extra, env=stack.env
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def held_approval(stack, tmp_path: Path) -> tuple[str, dict]:
+    """A run waiting on its incident.page approval, listed by `liyagent approvals`."""
+    stack.worker("w1")
+    run_id = start_steps(stack, tmp_path, PAGE)
+    stack.client.wait(run_id, timeout_s=60, until=frozenset({"waiting"}))
+    [listed] = out_json(cli("approvals", run_id, "--json", env=stack.env))
+    assert (listed["tool"], listed["status"], listed["decided_by"]) == (
+        "incident.page", "pending", None,
+    )  # fmt: skip
+    human = cli("approvals", run_id, env={**stack.env, "COLUMNS": "200"})
+    assert human.returncode == 0 and listed["id"] in human.stdout and "pending" in human.stdout
+    return run_id, listed
+
+
+def incident_posts(stack, run_id: str):
+    return stack.vendor(
+        "SELECT idem_key FROM sim.requests WHERE run_id = :r AND vendor = 'incidents' "
+        "AND method = 'POST'",
+        r=run_id,
+    )
+
+
+def test_approve_lets_the_held_call_be_made_once(stack, tmp_path: Path) -> None:
+    run_id, listed = held_approval(stack, tmp_path)
+    decided = out_json(cli("approve", listed["id"], "--by", "alice", "--json", env=stack.env))
+    assert (decided["status"], decided["decided_by"], decided["run_id"]) == (
+        "approved", "alice", run_id,
+    )  # fmt: skip
+    assert stack.wait(run_id).status == "succeeded"
+    assert [p.idem_key for p in incident_posts(stack, run_id)] == [listed["id"]]
+    for again in ("approve", "deny"):
+        done = cli(again, listed["id"], "--by", "bob", env=stack.env)
+        assert done.returncode == 1 and "already approved by alice" in done.stderr
+        assert run_id in done.stderr
+    [after] = out_json(cli("approvals", run_id, "--json", env=stack.env))
+    assert (after["status"], after["decided_by"]) == ("approved", "alice")
+
+
+def test_deny_is_told_to_the_model_and_nothing_is_sent(stack, tmp_path: Path) -> None:
+    run_id, listed = held_approval(stack, tmp_path)
+    denied = cli("deny", listed["id"], "--by", "dave", "--reason", "not an outage", env=stack.env)
+    assert denied.returncode == 0 and "denied by dave" in denied.stdout, denied.stderr
+    assert stack.wait(run_id).status == "succeeded"
+    assert incident_posts(stack, run_id) == []
+    told = stack.rows(
+        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 2", r=run_id
+    )[0].tool_results
+    assert json.loads(told[0]["content"])["reason"] == "not an outage"
+
+
+def test_approval_commands_refuse_bad_and_unknown_ids(stack) -> None:
+    unknown = str(uuid.uuid4())
+    missing = cli("approve", unknown, "--by", "x", env=stack.env)
+    assert missing.returncode == 1 and f"approval {unknown} does not exist" in missing.stderr
+    malformed = cli("deny", "not-an-id", "--by", "x", env=stack.env)
+    assert malformed.returncode == 2 and "is not an approval id" in malformed.stderr
+    assert cli("approve", unknown, env=stack.env).returncode == 2  # --by is required
+    blank = cli("approve", unknown, "--by", " ", env=stack.env)
+    assert blank.returncode == 2 and "--by" in blank.stderr
+    no_run = cli("approvals", unknown, env=stack.env)
+    assert no_run.returncode == 1 and f"run {unknown} does not exist" in no_run.stderr
+    assert cli("approvals", "nope", env=stack.env).returncode == 2
+    assert stack.rows("SELECT count(*) AS n FROM approvals")[0].n == 0
+
+
+def test_stop_fails_queued_runs_now(stack, tmp_path: Path) -> None:
+    first, second = (start_steps(stack, tmp_path, PAGE) for _ in range(2))  # no worker: queued
+    stopped = out_json(
+        cli("stop", "--run", first, "--reason", "bad deploy", "--by", "ops", "--json",
+            env=stack.env)
+    )  # fmt: skip
+    assert (stopped["stopped_now"], stopped["stop_at_next_step"]) == ([first], [])
+    view = stack.client.get(first)
+    assert view.status == "failed" and view.failure_reason == "stopped by ops: bad deploy"
+    again = cli("stop", "--run", first, "--reason", "r", "--by", "ops", env=stack.env)
+    assert again.returncode == 1 and f"run {first} already failed" in again.stderr
+    by_agent = cli("stop", "--agent", "pager", "--reason", "paused", "--by", "ops", env=stack.env)
+    assert by_agent.returncode == 0 and second in by_agent.stdout, by_agent.stderr
+    assert stack.client.get(second).status == "failed"
+    assert stack.rows("SELECT count(*) AS n FROM stops")[0].n == 2
+
+
+def test_stop_reaches_a_running_run_at_its_next_step(stack, tmp_path: Path) -> None:
+    stack.worker("w1")
+    slow = [step(call("toolu_r", "ticket.read", ticket="T-1"), latency_ms=1500), final("x")]
+    run_id = start_steps(stack, tmp_path, slow)
+    stack.client.wait(run_id, timeout_s=60, until=frozenset({"running"}))
+    stopped = out_json(
+        cli("stop", "--run", run_id, "--reason", "r", "--by", "ops", "--json", env=stack.env)
+    )
+    assert (stopped["stopped_now"], stopped["stop_at_next_step"]) == ([], [run_id])
+    view = stack.wait(run_id)
+    assert (view.status, view.failure_reason) == ("failed", "stopped by ops: r")
+
+
+def test_stop_refuses_bad_input_and_stores_nothing(stack) -> None:
+    unknown = str(uuid.uuid4())
+    for args, code in [
+        (("--run", unknown, "--agent", "a", "--reason", "r", "--by", "o"), 2),
+        (("--agent", "a", "--reason", " ", "--by", "o"), 2),
+        (("--agent", "a", "--reason", "r"), 2),
+        (("--run", "nope", "--reason", "r", "--by", "o"), 2),
+        (("--run", unknown, "--reason", "r", "--by", "o"), 1),
+    ]:
+        done = cli("stop", *args, env=stack.env)
+        assert done.returncode == code, (args, done.stderr)
+    assert stack.rows("SELECT count(*) AS n FROM stops")[0].n == 0
+
+
+def test_call_gets_a_fresh_key_each_time(stack) -> None:
+    made = [
+        out_json(
+            cli("call", "incident.create", "--args", '{"title": "manual"}', "--by", "alice",
+                "--json", env=stack.env)
+        )
+        for _ in range(2)
+    ]  # fmt: skip
+    assert [m["status"] for m in made] == ["made", "made"]
+    keys = [m["key"] for m in made]
+    assert keys[0] != keys[1]
+    incidents = stack.vendor("SELECT idem_key FROM sim.incidents WHERE idem_key IN (:a, :b)",
+                             a=keys[0], b=keys[1])  # fmt: skip
+    assert sorted(i.idem_key for i in incidents) == sorted(keys)
+    human = cli("call", "ticket.read", "--args", '{"ticket": "T-9"}', "--by", "bob", env=stack.env)
+    assert human.returncode == 0 and "status: made" in human.stdout, human.stderr
+    audit = stack.rows("SELECT detail FROM audit_events WHERE kind = 'tool.adhoc_call'")
+    assert [a.detail["by"] for a in audit] == ["alice", "alice", "bob"]
+
+
+def test_call_refuses_bad_input_and_sends_nothing(stack) -> None:
+    unknown = cli("call", "rm.rf", "--by", "x", env=stack.env)
+    assert unknown.returncode == 2 and "incident.create" in unknown.stderr  # lists known tools
+    for bad in ("{not json", "[1, 2]"):
+        done = cli("call", "incident.create", "--args", bad, "--by", "x", env=stack.env)
+        assert done.returncode == 2 and "--args" in done.stderr
+    held = cli("call", "incident.page", "--args", "{}", "--by", "x", env=stack.env)
+    assert held.returncode == 2 and "only be made by a run" in held.stderr
+    assert stack.rows("SELECT count(*) AS n FROM audit_events")[0].n == 0
+
+
+WORKFLOW = {
+    "start": "open",
+    "steps": {
+        "open": {"tool": "incident.create", "args": {"title": "Disk full"}, "next": "check"},
+        "check": {"tool": "ticket.read", "args": {"ticket": "T-1"}, "next": None},
+    },
+}
+
+
+def test_workflow_and_job_commands(stack, tmp_path: Path) -> None:
+    stack.worker("w1")
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(WORKFLOW))
+    done = out_json(cli("workflow", "--name", "disk", "--file", str(path), "--wait", "--json",
+                        env=stack.env))  # fmt: skip
+    assert done["status"] == "succeeded" and json.loads(done["answer"])["executed"] == 2
+    examples = [
+        {"text": "card declined", "label": "billing"},
+        {"text": "500 error", "label": "bug"},
+    ]
+    job = out_json(
+        cli("job", "classifier_training", "--params", json.dumps({"examples": examples}),
+            "--wait", "--json", env=stack.env)
+    )  # fmt: skip
+    assert job["status"] == "succeeded"
+    assert json.loads(job["answer"])["labels"] == {"billing": 1, "bug": 1}
+    kinds = stack.rows("SELECT kind, agent FROM runs ORDER BY created_at")
+    assert [(k.kind, k.agent) for k in kinds] == [
+        ("workflow", "disk"), ("job", "job:classifier_training"),
+    ]  # fmt: skip
+
+
+def test_workflow_and_job_refuse_bad_input(stack, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"start": "a", "steps": {"a": {"tool": "x", "next": "nowhere"}}}))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    for args, message in [
+        (("workflow", "--name", "w", "--file", str(bad)), "names no step"),
+        (("workflow", "--name", "w", "--file", str(broken)), "is not JSON"),
+        (("workflow", "--name", "w", "--file", str(tmp_path / "none.json")), "cannot read"),
+        (("job", "mine_bitcoin", "--params", "{}"), "unknown job kind"),
+        (("job", "source_sync", "--params", "{oops"), "--params is not JSON"),
+        (("job", "source_sync", "--params", "[]"), "must be a JSON object"),
+    ]:
+        done = cli(*args, env=stack.env)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+    assert run_count(stack) == 0
+
+
+def test_serve_answers_healthz_and_metrics(stack, tmp_path: Path) -> None:
+    server = Proc("serve", python("-m", "runtime.cli", "serve", "--port", "0"), stack.env,
+                  tmp_path / "serve.log")  # fmt: skip
+    try:
+        url = server.wait_for(r"front listening on (http://\S+)", timeout=30).group(1)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.get("/healthz").json() == {"ok": True}
+            scraped = http.get("/metrics")
+            assert (
+                scraped.status_code == 200 and 'liyagent_runs{status="queued"} 0.0' in scraped.text
+            )
+        assert server.alive()
+    finally:
+        server.kill()
+    assert cli("serve", "--port", "70000", env=stack.env).returncode == 2

@@ -90,7 +90,7 @@ def test_stop_takes_a_running_run_down_at_its_next_step(stack) -> None:
         time.sleep(0.05)
     assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == []
     view = stack.wait(run_id)
-    assert view.status == "failed" and "stopped by an operator: runaway" in view.failure_reason
+    assert view.status == "failed" and "stopped by oncall: runaway" in view.failure_reason
     assert view.step < 4
 
 

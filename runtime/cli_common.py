@@ -1,0 +1,78 @@
+"""What every `liyagent` sub-command shares: exit codes, the error it exits with, output
+helpers and JSON input, so the command modules stay small and agree with each other."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from rich.console import Console
+
+OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
+
+
+class CliError(Exception):
+    """A failure to report on stderr with the exit code scripts should see."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def out() -> Console:
+    """A console for people: no colour guessing on data, no markup highlighting."""
+    return Console(highlight=False)
+
+
+def print_json(payload: Any) -> None:
+    """One JSON document on stdout, keys sorted, for scripts."""
+    print(json.dumps(payload, sort_keys=True, default=str), flush=True)
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password hidden, fit for messages."""
+    return str(sa.make_url(url).render_as_string(hide_password=True))
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def add_wait(p: argparse.ArgumentParser) -> None:
+    """--wait and --timeout, shared by the commands that start a run."""
+    p.add_argument("--wait", action="store_true", help="wait for the run to end")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (default 120)")
+
+
+def json_object(raw: str, flag: str, nothing: str = "nothing was stored") -> dict[str, Any]:
+    """A JSON option that must be an object; anything else is bad input (exit 2)."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{flag} is not JSON ({exc}); {nothing}", USAGE) from None
+    if not isinstance(value, dict):
+        raise CliError(f"{flag} must be a JSON object; {nothing}", USAGE)
+    return value
+
+
+def json_file(path: str, what: str) -> Any:
+    """Read and parse a JSON file; unreadable or malformed is bad input (exit 2)."""
+    try:
+        raw = Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read the {what} file {path}: {exc.strerror}", USAGE) from None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{path} is not JSON: {exc}", USAGE) from None
+
+
+def who(raw: str, flag: str = "--by") -> str:
+    """A non-blank name of who acts; a blank one is bad input."""
+    name = raw.strip()
+    if not name:
+        raise CliError(f"{flag} must name who acts; nothing was stored", USAGE)
+    return name

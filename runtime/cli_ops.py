@@ -1,0 +1,201 @@
+"""An operator's actions from `liyagent`: list and decide approvals, stop runs, call a tool ad
+hoc. Bad input exits 2 before anything is stored or sent; a refused action exits 1."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from runtime.cli_common import FAILED, OK, USAGE, CliError, add_json, json_object, out, print_json
+from runtime.cli_common import who as _who
+from runtime.client import BadRequest, Client, parse_id, parse_run_id
+
+
+def _client() -> Client:
+    from tasks.services import client
+
+    return client()
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    """A run's approval requests: id, tool, status, who decided."""
+    from runtime.reporting import approval_json, render_approvals
+
+    run_id = parse_run_id(args.run_id)
+    c = _client()
+    c.get(run_id)  # an unknown run is an error (exit 1), not an empty list
+    approvals = c.approvals(run_id)
+    if args.json:
+        print_json([approval_json(a) for a in approvals])
+    else:
+        render_approvals(out(), run_id, approvals)
+    return OK
+
+
+def _not_decided(c: Client, approval_id: str) -> CliError:
+    """Why a decision changed nothing: no such approval, or it was decided before (exit 1)."""
+    from store.waits import get_approval
+
+    with c.s.engine.connect() as conn:
+        current = get_approval(conn, approval_id)
+    if current is None:
+        return CliError(
+            f"approval {approval_id} does not exist; list a run's approvals with "
+            "`liyagent approvals RUN_ID`",
+            FAILED,
+        )
+    return CliError(
+        f"approval {approval_id} of run {current.run_id} was already {current.status} by "
+        f"{current.decided_by}; nothing changed (see `liyagent approvals {current.run_id}`)",
+        FAILED,
+    )
+
+
+def _decide(args: argparse.Namespace, approve: bool) -> int:
+    """Decide one pending approval once; the run waiting on it continues."""
+    from runtime.reporting import approval_json, render_decision
+
+    try:
+        approval_id = parse_id(args.approval_id, "approval id")
+    except BadRequest:
+        raise CliError(
+            f"{args.approval_id!r} is not an approval id (a UUID); nothing changed", USAGE
+        ) from None
+    by = _who(args.by)
+    c = _client()
+    try:
+        row = c.decide(approval_id, approve=approve, by=by, reason=args.reason)
+    except BadRequest:
+        raise _not_decided(c, approval_id) from None
+    if args.json:
+        print_json(approval_json(row))
+    else:
+        render_decision(out(), row)
+    return OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    """Approve a held call: it is made with the approval id as its key."""
+    return _decide(args, approve=True)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    """Deny a held call: it is not made, and the run's model is told."""
+    return _decide(args, approve=False)
+
+
+def _stop_run(c: Client, run_id: str, reason: str, by: str) -> tuple[list[str], list[str]]:
+    """Stop one run that has not ended: (failed now, stops at its next step)."""
+    view = c.get(run_id)
+    if view.done:
+        raise CliError(f"run {run_id} already {view.status}; nothing to stop", FAILED)
+    now = c.stop(run_id=run_id, reason=reason, by=by)
+    return now, [run_id] if c.get(run_id).status == "running" else []
+
+
+def _stop_agent(c: Client, agent: str, reason: str, by: str) -> tuple[list[str], list[str]]:
+    """Stop an agent's runs: (failed now, running ones that stop at their next step)."""
+    from store.views import running_runs
+
+    now = c.stop(agent=agent, reason=reason, by=by)
+    with c.s.engine.connect() as conn:
+        return now, running_runs(conn, agent)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """An operator's Stop: queued and waiting runs fail now, running ones at their next step."""
+    from runtime.reporting import render_stop
+
+    reason, by = args.reason.strip(), _who(args.by)
+    if not reason:
+        raise CliError("--reason must say why; nothing was stored", USAGE)
+    if args.agent is not None and not args.agent.strip():
+        raise CliError("--agent must name an agent; nothing was stored", USAGE)
+    run_id = None if args.run is None else parse_run_id(args.run)
+    c = _client()
+    if run_id is not None:
+        now, running = _stop_run(c, run_id, reason, by)
+        target = f"run {run_id}"
+    else:
+        now, running = _stop_agent(c, args.agent, reason, by)
+        target = f"agent {args.agent} (its later runs are refused while the stop stands)"
+    if args.json:
+        print_json(
+            {"run": run_id, "agent": args.agent, "by": by, "reason": reason,
+             "stopped_now": now, "stop_at_next_step": running}
+        )  # fmt: skip
+    else:
+        render_stop(out(), target, now, running)
+    return OK
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    """One ad hoc tool call with a fresh key, audited; exit 1 unless it was made."""
+    from runtime.adhoc import adhoc_call
+    from runtime.reporting import render_call
+    from store import db
+    from tasks.services import services
+
+    by = _who(args.by)
+    call_args = json_object(args.args, "--args", "nothing was sent")
+    s = services()
+    tool = s.tools.get(args.tool)
+    if tool is None:
+        raise CliError(
+            f"no tool named {args.tool!r}; known: {', '.join(s.tools.names())}; nothing was sent",
+            USAGE,
+        )
+    db.ping(s.engine)  # the call is audited: Postgres must answer before anything is sent
+    result = adhoc_call(s, args.tool, call_args, by)
+    if args.json:
+        print_json({"tool": args.tool, **result})
+    else:
+        render_call(out(), result)
+    return _call_verdict(args.tool, result)
+
+
+def _call_verdict(tool: str, result: dict[str, Any]) -> int:
+    """OK for a call made; otherwise what happened and what to do (exit 1)."""
+    key, status = result["key"], result["status"]
+    error = result["outcome"].get("error")
+    if status == "made":
+        return OK
+    if status == "refused":
+        raise CliError(f"{tool} with key {key} was refused by its vendor: {error}", FAILED)
+    raise CliError(
+        f"{tool} with key {key} may or may not have been made ({error}); check the vendor's "
+        f"records for key {key} before calling again",
+        FAILED,
+    )
+
+
+def add_parsers(sub: Any) -> None:
+    """The `approvals`, `approve`, `deny`, `stop` and `call` sub-commands."""
+    p = sub.add_parser("approvals", help="a run's approval requests")
+    p.add_argument("run_id", metavar="RUN_ID")
+    add_json(p)
+    p.set_defaults(handler=cmd_approvals)
+    for name, handler, what in (
+        ("approve", cmd_approve, "approve a held call (it is made)"),
+        ("deny", cmd_deny, "deny a held call (it is not made; the model is told)"),
+    ):
+        p = sub.add_parser(name, help=what)
+        p.add_argument("approval_id", metavar="APPROVAL_ID")
+        p.add_argument("--by", required=True, metavar="WHO", help="who decides")
+        p.add_argument("--reason", help="why (the run's model is told)")
+        add_json(p)
+        p.set_defaults(handler=handler)
+    p = sub.add_parser("stop", help="stop a run, or every run of an agent")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--run", metavar="RUN_ID", help="the run to stop")
+    target.add_argument("--agent", metavar="NAME", help="the agent whose runs to stop")
+    p.add_argument("--reason", required=True, help="why (told on the run's transcript)")
+    p.add_argument("--by", required=True, metavar="WHO", help="who stops")
+    add_json(p)
+    p.set_defaults(handler=cmd_stop)
+    p = sub.add_parser("call", help="call a tool now, outside any run, with a fresh key")
+    p.add_argument("tool", metavar="TOOL")
+    p.add_argument("--args", default="{}", metavar="JSON", help="the call's arguments (object)")
+    p.add_argument("--by", required=True, metavar="WHO", help="who calls (audited)")
+    add_json(p)
+    p.set_defaults(handler=cmd_call)

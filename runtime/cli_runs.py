@@ -1,0 +1,179 @@
+"""`liyagent run`, `workflow` and `job`: start a run of each kind and, with --wait, wait for
+its end. Every input is checked before anything is stored (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from runtime.cli_common import (
+    FAILED,
+    OK,
+    USAGE,
+    CliError,
+    add_json,
+    add_wait,
+    json_file,
+    json_object,
+    out,
+    print_json,
+)
+from runtime.client import Client
+from runtime.models.scripted import ScriptError, validate_script
+from runtime.settings import get_settings
+from runtime.workflow_spec import WorkflowError, validate_workflow
+
+
+def _client() -> Client:
+    """The client, with Redis checked first (exit 3) rather than leave a run for the outbox."""
+    from tasks.services import client
+
+    c = client()
+    c.s.redis.ping()
+    return c
+
+
+def _load_script(path: str) -> dict[str, Any]:
+    """Read and validate a scripted-model file; any problem is bad input (exit 2)."""
+    script = json_file(path, "script")
+    try:
+        validate_script(script)
+    except ScriptError as exc:
+        raise CliError(f"{path}: {exc}; nothing was stored", USAGE) from None
+    if not isinstance(script, dict):  # validate_script guarantees it; narrows the type
+        raise CliError(f"{path}: a script is an object", USAGE)
+    return script
+
+
+def _tools(raw: str | None) -> list[str] | None:
+    """The --tools list, each name checked against the tools this deployment has."""
+    if raw is None:
+        return None
+    from runtime.vendor_tools import default_registry
+
+    available = default_registry(get_settings().vendor_url).names()
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(available))
+    if unknown or not names:
+        raise CliError(
+            f"--tools {raw!r}: unknown {', '.join(unknown) or 'empty list'}; "
+            f"available: {', '.join(available)}; nothing was stored",
+            USAGE,
+        )
+    return names
+
+
+def _check_wait(args: argparse.Namespace) -> None:
+    if args.wait and args.timeout <= 0:
+        raise CliError("--timeout must be more than 0 seconds; nothing was stored", USAGE)
+
+
+def finish(c: Client, run_id: str, args: argparse.Namespace) -> int:
+    """Print the started run, or wait for it and print how it ended (exit 1 if it failed)."""
+    from runtime.reporting import render_view, view_json
+
+    if not args.wait:
+        if args.json:
+            print_json(view_json(c.get(run_id)))
+        else:
+            print(run_id)
+        return OK
+    try:
+        view = c.wait(run_id, timeout_s=args.timeout)
+    except TimeoutError as exc:
+        if args.json:
+            print_json({**view_json(c.get(run_id)), "timed_out": True})
+        raise CliError(f"{exc}; check it later with `liyagent status {run_id}`", FAILED) from None
+    if args.json:
+        print_json(view_json(view))
+    else:
+        render_view(out(), view)
+    if view.status != "failed":
+        return OK
+    print(
+        f"liyagent: run {run_id} failed: {view.failure_reason}; "
+        f"see why with `liyagent inspect {run_id}`",
+        file=sys.stderr,
+    )
+    return FAILED
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Enqueue one run with a scripted model; with --wait, wait for its end."""
+    script = _load_script(args.script)
+    tools = _tools(args.tools)
+    if not args.input.strip():
+        raise CliError("--input must not be empty; nothing was stored", USAGE)
+    _check_wait(args)
+    c = _client()
+    run_id = c.start_run(
+        agent=args.agent,
+        model={"provider": "scripted", "script": script},
+        user_input=args.input,
+        tools=tools,
+        request_key=args.request_key,
+    )
+    return finish(c, run_id, args)
+
+
+def cmd_workflow(args: argparse.Namespace) -> int:
+    """Start a workflow run from a definition file; with --wait, wait for its end."""
+    definition = json_file(args.file, "workflow")
+    try:
+        validate_workflow(definition)
+    except WorkflowError as exc:
+        raise CliError(f"{args.file}: {exc}; nothing was stored", USAGE) from None
+    if not args.name.strip() or not args.input.strip():
+        raise CliError("--name and --input must not be empty; nothing was stored", USAGE)
+    _check_wait(args)
+    c = _client()
+    run_id = c.start_workflow(
+        name=args.name, workflow=definition, user_input=args.input, request_key=args.request_key
+    )
+    return finish(c, run_id, args)
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    """Queue a background job of a known kind; with --wait, wait for its end."""
+    from runtime.jobs import JOB_KINDS
+
+    if args.kind not in JOB_KINDS:
+        raise CliError(
+            f"unknown job kind {args.kind!r}; known: {', '.join(sorted(JOB_KINDS))}; "
+            "nothing was stored",
+            USAGE,
+        )
+    params = json_object(args.params, "--params")
+    _check_wait(args)
+    c = _client()
+    run_id = c.start_job(kind=args.kind, params=params, request_key=args.request_key)
+    return finish(c, run_id, args)
+
+
+def add_parsers(sub: Any) -> None:
+    """The `run`, `workflow` and `job` sub-commands."""
+    p = sub.add_parser("run", help="start a run with a scripted model")
+    p.add_argument("--agent", required=True, help="agent name")
+    p.add_argument("--script", required=True, metavar="FILE.json", help="scripted model steps")
+    p.add_argument("--input", required=True, metavar="TEXT", help="the user's message")
+    p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
+    p.add_argument("--tools", metavar="a,b", help="the tools the run may use (default: all)")
+    add_wait(p)
+    add_json(p)
+    p.set_defaults(handler=cmd_run)
+    p = sub.add_parser("workflow", help="start a workflow run (a deterministic step graph)")
+    p.add_argument("--name", required=True, help="the workflow's name (its runs' agent)")
+    p.add_argument("--file", required=True, metavar="WORKFLOW.json", help="its definition")
+    p.add_argument("--input", default="start", metavar="TEXT", help="its input (default start)")
+    p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
+    add_wait(p)
+    add_json(p)
+    p.set_defaults(handler=cmd_workflow)
+    p = sub.add_parser("job", help="queue a background job")
+    p.add_argument("kind", metavar="KIND", help="e.g. source_sync or classifier_training")
+    p.add_argument("--params", required=True, metavar="JSON", help="the job's parameters")
+    p.add_argument("--request-key", help="idempotency key: the same key returns the same job")
+    add_wait(p)
+    add_json(p)
+    p.set_defaults(handler=cmd_job)
