@@ -1,9 +1,10 @@
 """The crash-resume demo: two real workers, one SIGKILLed mid-batch, every run resumed.
 
-It finds (or starts) Postgres and Redis, starts the vendor simulator, two prefork workers and
-beat with the default timings, enqueues a mixed batch, kills worker w1 while it holds runs,
-waits for every run to end and reports the verdict from Postgres and the vendor's records.
-Everything it started is stopped on the way out, even on Ctrl-C.
+It finds (or starts) Postgres and Redis, starts the vendor simulator, two prefork workers, beat,
+the app front and Flower with the default timings, enqueues a mixed batch (client API runs, Teams
+turns and webhook calls through the front), kills worker w1 while it holds runs, waits for every
+run to end and reports the verdict from Postgres and the vendor's records. Everything it started
+is stopped on the way out, even on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shlex
 import signal
 import sys
@@ -35,7 +37,13 @@ from runtime.local.backends import Backends, DemoError, close_backends, open_bac
 from runtime.local.cluster import Cluster, child_env
 from runtime.local.figures import Figures, collect
 from runtime.local.report import KillNote, runs_table, runs_word, summary_table, write_html
-from runtime.local.watch import Deployment, kill_when_busy, wait_until_done
+from runtime.local.watch import (
+    Deployment,
+    flower_guarded,
+    kill_when_busy,
+    teams_runs,
+    wait_until_done,
+)
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Settings, Timings
 
@@ -43,6 +51,9 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_DATABASE = "liyagent_demo"
 IN_FLIGHT_TIMEOUT_S = 60.0
+# How long the Teams inbox may take to start a message's run (beat's intake is the fallback).
+TEAMS_INTAKE_TIMEOUT_S = 30.0
+FLOWER_USER = "demo"
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,13 @@ class DemoState:
     seal_keys: str = ""
     cluster: Cluster | None = None
     run_ids: list[str] = field(default_factory=list)
+    # Runs the front started: run id -> teams or webhook (the rest came through the client).
+    via: dict[str, str] = field(default_factory=dict)
     kill: KillNote | None = None
+    front_url: str = ""
+    flower_url: str = ""
+    flower_password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
+    flower_checked: bool = False
 
 
 def _log_to(path: Path) -> TextIO:
@@ -100,19 +117,41 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _settings(state: DemoState) -> Settings:
+    """The deployment's settings: its servers, the default timings, the demo's agent catalog
+    (written into the log directory) and a fresh bearer token for the front."""
+    agents = state.log_dir / "demo-agents.json"
+    agents.write_text(json.dumps(batch.catalog(), indent=2) + "\n")
+    return Settings(
+        database_url=state.backends.database_url,
+        redis_url=state.backends.redis_url,
+        namespace=state.backends.namespace,
+        timings=Timings(),
+        agents_file=str(agents),
+        front_token=secrets.token_urlsafe(24),
+    )
+
+
+def _start_front_and_flower(state: DemoState, env: dict[str, str], out: Console) -> None:
+    """The app front (Teams inbox, webhooks) and Flower (behind basic auth)."""
+    assert state.cluster is not None
+    state.front_url = state.cluster.front(env)
+    out.print(f"  App front (Teams inbox, webhooks): {state.front_url}")
+    out.print(f"    Authorization: Bearer {env['LIYAGENT_FRONT_TOKEN']}")
+    state.flower_url = state.cluster.flower(env, FLOWER_USER, state.flower_password)
+    out.print(f"  Flower (live until the demo ends): {state.flower_url}")
+    out.print(f"    user {FLOWER_USER}, password {state.flower_password}")
+
+
 def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
-    """Servers, database, seal key, simulator, two workers and beat; returns the settings."""
+    """Servers, database, seal key, simulator, two workers, beat, the front and Flower;
+    returns the settings."""
     open_backends(state.backends, opts.database, force_private=opts.private)
     for note in state.backends.notes:
         out.print(f"  {note}")
     state.seal_keys = new_key_entry("demo")
     state.cluster = cluster = Cluster(state.log_dir)
-    base = Settings(
-        database_url=state.backends.database_url,
-        redis_url=state.backends.redis_url,
-        namespace=state.backends.namespace,
-        timings=Timings(),
-    )
+    base = _settings(state)
     sim_url = cluster.simulator(base.database_url, child_env(base, state.seal_keys))
     settings = replace(base, vendor_url=sim_url)
     env = child_env(settings, state.seal_keys)
@@ -126,23 +165,48 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
         out.print(f"  Worker {name}: pid {proc.popen.pid}, pool {proc.children()}")
     cluster.beat(env)
     out.print(f"  Vendor simulator at {sim_url}; beat fires the sweeper")
+    _start_front_and_flower(state, env, out)
     return settings
 
 
-def _enqueue(client: Client, state: DemoState, opts: DemoOptions, out: Console) -> None:
-    """Start the batch through the client API, each run with its own request key."""
+def _start_api_run(client: Client, run: batch.BatchRun) -> str:
+    return client.start_run(
+        agent=batch.AGENT,
+        model={"provider": "scripted", "script": run.script},
+        user_input=run.user_input,
+        tools=batch.TOOLS,
+        request_key=run.request_key,
+    )
+
+
+def _enqueue(d: Deployment, state: DemoState, opts: DemoOptions, out: Console) -> None:
+    """Start the batch: API runs through the client, each with its own request key; Teams
+    messages and webhook calls through the front, as a chat or a monitor would."""
     tag = state.backends.namespace.split(":")[1][:8]
-    for run in batch.batch(opts.runs, tag):
-        state.run_ids.append(
-            client.start_run(
-                agent=batch.AGENT,
-                model={"provider": "scripted", "script": run.script},
-                user_input=run.user_input,
-                tools=batch.TOOLS,
-                request_key=run.request_key,
-            )
-        )
-    out.print(f"Enqueued {len(state.run_ids)} runs (reads, incidents, comments, chat replies).")
+    messages: list[str] = []
+    token = d.services.settings.front_token
+    with batch.front_client(state.front_url, token) as http:
+        for item in batch.batch(opts.runs, tag):
+            if isinstance(item, batch.BatchRun):
+                state.run_ids.append(_start_api_run(d.client, item))
+            elif (run_id := batch.post_entry(http, item)) is not None:
+                state.run_ids.append(run_id)
+                state.via[run_id] = item.via
+            else:
+                messages.append(item.ref)
+    for run_id in teams_runs(d, messages, TEAMS_INTAKE_TIMEOUT_S).values():
+        state.run_ids.append(run_id)
+        state.via[run_id] = "teams"
+    hooks = sum(1 for v in state.via.values() if v == "webhook")
+    out.print(
+        f"Enqueued {runs_word(len(state.run_ids))}: {len(state.run_ids) - len(state.via)} via "
+        f"the client API, {_plural(len(messages), 'Teams message')} and "
+        f"{_plural(hooks, 'webhook call')} via the app front."
+    )
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
@@ -151,7 +215,7 @@ def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
     assert state.cluster is not None
     w1 = state.cluster.procs["w1"]
     with Deployment(settings, parse_keys(state.seal_keys)) as d:
-        _enqueue(d.client, state, opts, out)
+        _enqueue(d, state, opts, out)
         state.cluster.pids.update(w1.children())
         state.kill = kill_when_busy(d, "w1", w1, state.run_ids, IN_FLIGHT_TIMEOUT_S)
         short = ", ".join(r[:8] for r in state.kill.in_flight)
@@ -165,13 +229,21 @@ def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
             "resumes it."
         )
         wait_until_done(d, state.run_ids, opts.timeout_s, out)
-        return collect(d.engine, d.engine, state.run_ids, set(state.kill.in_flight), state.kill.at)
+        state.flower_checked = flower_guarded(state.flower_url, FLOWER_USER, state.flower_password)
+        if not state.flower_checked:
+            out.print("[bold red]Flower did not refuse a request without its password[/]")
+        in_flight = set(state.kill.in_flight)
+        return collect(d.engine, d.engine, state.run_ids, in_flight, state.kill.at, state.via)
 
 
 def _context(state: DemoState, opts: DemoOptions) -> list[str]:
     """The set-up lines the HTML report lists under its figures."""
     notes = list(state.backends.notes)
-    notes.append(f"Runs: {opts.runs}; workers w1 and w2 (prefork, 3 processes each); beat")
+    notes.append(
+        f"Runs: {opts.runs}; workers w1 and w2 (prefork, 3 processes each); beat; the app "
+        "front; Flower"
+    )
+    notes.append(f"Agent catalog (Teams and webhook agents): {state.log_dir / 'demo-agents.json'}")
     notes.append(f"Logs: {state.log_dir}")
     return notes
 
@@ -214,6 +286,11 @@ def _finish(state: DemoState, opts: DemoOptions, f: Figures, out: Console) -> di
     out.print(
         f"{verdict}: {f.lost} lost, {f.count('failed')} failed, "
         f"{f.duplicate_writes} duplicate writes in the vendor's records"
+        + (
+            f"; {f.teams_replied_once} of {len(f.teams_replies)} Teams turns replied to once"
+            if f.teams_replies
+            else ""
+        )
     )
     assert state.cluster is not None and state.kill is not None
     return {
@@ -227,6 +304,10 @@ def _finish(state: DemoState, opts: DemoOptions, f: Figures, out: Console) -> di
         "namespace": state.backends.namespace,
         "database_url": safe_url(state.backends.database_url),
         "database_kept": not state.backends.private_postgres,
+        "front_url": state.front_url,
+        "flower_url": state.flower_url,
+        "flower_user": FLOWER_USER,
+        "flower_checked": state.flower_checked,
     }
 
 

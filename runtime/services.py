@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import redis
 import sqlalchemy as sa
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from runtime.heartbeat import Heartbeat
 from runtime.leases import Leases
@@ -72,18 +74,25 @@ class Services:
             )
 
 
+def redis_client(url: str, timeout_s: float = 2.0) -> redis.Redis[bytes]:
+    """The engine's Redis client: it fails fast (one immediate retry, not redis-py's default
+    of ten with backoff, seconds per call), so the lease logic, not the client, decides."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=10,
+        retry=Retry(NoBackoff(), 1),
+    )
+
+
 def build(
     settings: Settings,
     publisher: Publisher,
     tools: ToolRegistry | None = None,
     sealer: Sealer | None = None,
 ) -> Services:
-    client = redis.Redis.from_url(
-        settings.redis_url,
-        socket_timeout=2.0,
-        socket_connect_timeout=2.0,
-        health_check_interval=10,
-    )
+    client = redis_client(settings.redis_url)
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
     return Services(

@@ -1,4 +1,5 @@
-"""A local deployment as real processes: the vendor simulator, prefork workers and beat.
+"""A local deployment as real processes: the vendor simulator, prefork workers, beat, the app
+front and Flower.
 
 Each process runs in its own process group with its output in a log file, exactly as the tests
 start them, so a SIGKILL of a worker's group is what a dead machine looks like.
@@ -51,6 +52,31 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
     }
 
 
+def worker_argv(name: str, queues: str, concurrency: int) -> list[str]:
+    """The command of one real prefork worker on `queues` (comma-separated), as tests, the
+    demo and the trials start it: no gossip, mingle or heartbeat chatter between workers."""
+    return python(
+        "-m",
+        "celery",
+        "-A",
+        "tasks",
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(concurrency),
+        "-n",
+        f"{name}@%h",
+        "-P",
+        "prefork",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        "INFO",
+    )
+
+
 @dataclass
 class Cluster:
     """The processes of one local deployment, stopped together by `stop`."""
@@ -84,26 +110,7 @@ class Cluster:
         self, name: str, queue: str, env: dict[str, str], concurrency: int = 3, ops: bool = True
     ) -> Proc:
         """A real `celery -A tasks worker` (prefork) on the run queue (and its ops queue)."""
-        argv = python(
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "worker",
-            "-Q",
-            f"{queue},{queue}.ops" if ops else queue,
-            "-c",
-            str(concurrency),
-            "-n",
-            f"{name}@%h",
-            "-P",
-            "prefork",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "INFO",
-        )
+        argv = worker_argv(name, f"{queue},{queue}.ops" if ops else queue, concurrency)
         proc, _ = self._start(name, argv, env, r"ready\.")
         self.pids.update(proc.children())
         return proc
@@ -113,6 +120,15 @@ class Cluster:
         argv = python("-m", "front", "--port", "0")
         _, found = self._start("front", argv, env, r"front listening on (http://\S+)")
         return found.group(1)
+
+    def flower(self, env: dict[str, str], user: str, password: str) -> str:
+        """Flower on a free loopback port, behind HTTP basic auth; returns its base URL. The
+        credentials go in its environment (FLOWER_BASIC_AUTH), not on its command line."""
+        argv = python("-m", "celery", "-A", "tasks", "flower", "--port=0", "--address=127.0.0.1")
+        env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
+        env["FLOWER_BASIC_AUTH"] = f"{user}:{password}"
+        _, found = self._start("flower", argv, env, r"Visit me at (http://\S+)")
+        return found.group(1).rstrip("/")
 
     def beat(self, env: dict[str, str]) -> Proc:
         """Celery beat, which fires the lease sweeper."""

@@ -1,7 +1,8 @@
 """The demo's verdict, read from Postgres and from the vendor simulator's own records.
 
 Duplicates are judged by the vendor, never by the engine: more than one incident, comment or
-chat reply row for one idempotency key is a write that happened twice.
+chat reply row for one idempotency key is a write that happened twice. A Teams turn's reply is
+posted by the engine with the key `lya-teams-reply-<run id>`: exactly one row each is right.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ VENDOR_TABLES: dict[str, tuple[str, Callable[[sa.Connection], dict[str, int]]]] 
     "issue.comment": ("comments", comments_by_key),
     "chat.reply": ("chat replies", chat_replies_by_key),
 }
+TEAMS_RECORD = "Teams replies"
+
+
+def teams_reply_key(run_id: str) -> str:
+    """The key the engine posts a Teams turn's reply with (see runtime.entries)."""
+    return f"lya-teams-reply-{run_id}"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class RunLine:
     failure_reason: str | None
     # How each call its resume found was taken up (made, reused, resent, read_back, ...).
     resume: tuple[str, ...] = ()
+    # How the run was started: api (the client), teams or webhook (the app front).
+    via: str = "api"
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,8 @@ class Figures:
     vendor_rows: dict[str, int]
     duplicates: dict[str, int]
     recovery: list[float] = field(default_factory=list)
+    # Each Teams turn's run id -> reply rows the chat vendor holds for its key (1 is right).
+    teams_replies: dict[str, int] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
         """Runs that ended in `status`."""
@@ -85,9 +96,24 @@ class Figures:
         return round(max(self.recovery), 2) if self.recovery else None
 
     @property
+    def teams_replied_once(self) -> int:
+        """Teams turns whose reply the chat vendor holds exactly once."""
+        return sum(1 for n in self.teams_replies.values() if n == 1)
+
+    def via(self, entry: str) -> int:
+        """Runs started through `entry` (api, teams or webhook)."""
+        return sum(1 for line in self.lines if line.via == entry)
+
+    @property
     def ok(self) -> bool:
-        """The demo passes: nothing lost, nothing failed, no write repeated."""
-        return self.lost == 0 and self.duplicate_writes == 0 and self.count("failed") == 0
+        """The demo passes: nothing lost or failed, no write repeated, every Teams turn
+        replied to exactly once."""
+        return (
+            self.lost == 0
+            and self.duplicate_writes == 0
+            and self.count("failed") == 0
+            and self.teams_replied_once == len(self.teams_replies)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The figures as the JSON object `liyagent demo --json` prints."""
@@ -99,6 +125,10 @@ class Figures:
             "resumed": self.resumed,
             "duplicate_writes": self.duplicate_writes,
             "recovery_s": {"p50": self.recovery_p50, "max": self.recovery_max},
+            "started_via": {e: self.via(e) for e in ("api", "teams", "webhook")},
+            "teams_turns": len(self.teams_replies),
+            "teams_replied_once": self.teams_replied_once,
+            "teams_replies": self.teams_replies,
             "duplicates_by_record": self.duplicates,
             "vendor_rows": self.vendor_rows,
             "settlements": self.settlements,
@@ -132,9 +162,10 @@ def _resume_calls(conn: sa.Connection, run_id: str) -> tuple[str, ...]:
 
 
 def _vendor(
-    sim: sa.Connection, keys_by_tool: dict[str, set[str]]
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Rows the vendor holds for this batch's keys, and the extra rows (duplicates)."""
+    sim: sa.Connection, keys_by_tool: dict[str, set[str]], teams: list[str]
+) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Rows the vendor holds for this batch's keys, the extra rows (duplicates), and the
+    reply rows of each Teams turn."""
     rows: dict[str, int] = {}
     extra: dict[str, int] = {}
     for tool, (record, by_key) in VENDOR_TABLES.items():
@@ -142,11 +173,20 @@ def _vendor(
         counts = {k: n for k, n in by_key(sim).items() if k in ours}
         rows[record] = sum(counts.values())
         extra[record] = sum(n - 1 for n in counts.values() if n > 1)
-    return rows, extra
+    replies = chat_replies_by_key(sim) if teams else {}
+    per_turn = {run_id: replies.get(teams_reply_key(run_id), 0) for run_id in teams}
+    if teams:
+        rows[TEAMS_RECORD] = sum(per_turn.values())
+        extra[TEAMS_RECORD] = sum(n - 1 for n in per_turn.values() if n > 1)
+    return rows, extra, per_turn
 
 
 def _line(
-    conn: sa.Connection, run: RunSummary, in_flight: set[str], kill_at: datetime | None
+    conn: sa.Connection,
+    run: RunSummary,
+    in_flight: set[str],
+    kill_at: datetime | None,
+    via: dict[str, str],
 ) -> RunLine:
     """One run's report row, with its recovery time if it was in flight at the kill."""
     recovery = None
@@ -162,6 +202,7 @@ def _line(
         recovery_s=recovery,
         failure_reason=run.failure_reason,
         resume=_resume_calls(conn, run.id) if run.lost_count else (),
+        via=via.get(run.id, "api"),
     )
 
 
@@ -171,17 +212,21 @@ def collect(
     run_ids: list[str],
     in_flight: set[str],
     kill_at: datetime | None,
+    via: dict[str, str] | None = None,
 ) -> Figures:
-    """Read the batch's outcome from Postgres and the vendor's records."""
+    """Read the batch's outcome from Postgres and the vendor's records; `via` names the runs
+    the front started (run id -> teams or webhook), the rest came through the client API."""
+    via = via or {}
+    teams = [run_id for run_id in run_ids if via.get(run_id) == "teams"]
     with engine.connect() as conn:
-        lines = [_line(conn, r, in_flight, kill_at) for r in runs_by_ids(conn, run_ids)]
+        lines = [_line(conn, r, in_flight, kill_at, via) for r in runs_by_ids(conn, run_ids)]
         settlements = _settlements(conn, run_ids)
         resume_calls = dict(sorted(Counter(s for line in lines for s in line.resume).items()))
         keys_by_tool: dict[str, set[str]] = {}
         for key in mark_keys(conn, run_ids):
             keys_by_tool.setdefault(key.tool, set()).add(key.idem_key)
     with sim_engine.connect() as sim:
-        vendor_rows, duplicates = _vendor(sim, keys_by_tool)
+        vendor_rows, duplicates, teams_replies = _vendor(sim, keys_by_tool, teams)
     return Figures(
         lines=lines,
         settlements=settlements,
@@ -189,4 +234,5 @@ def collect(
         vendor_rows=vendor_rows,
         duplicates=duplicates,
         recovery=[line.recovery_s for line in lines if line.recovery_s is not None],
+        teams_replies=teams_replies,
     )

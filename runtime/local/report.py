@@ -47,10 +47,19 @@ def _mix(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {label}" for label, n in sorted(counts.items())) or "none"
 
 
+VIA_NAMES = {"api": "client API", "teams": "Teams", "webhook": "webhook"}
+
+
+def _via(f: Figures) -> str:
+    parts = [f"{f.via(entry)} {name}" for entry, name in VIA_NAMES.items() if f.via(entry)]
+    return ", ".join(parts) or "none"
+
+
 def summary_rows(f: Figures) -> list[tuple[str, str]]:
     """The headline figures as (label, value) rows, shared by the table and the HTML."""
     rows = [
         ("Runs", str(len(f.lines))),
+        ("Started through", _via(f)),
         ("Succeeded", str(f.count("succeeded"))),
         ("Failed", str(f.count("failed"))),
         ("Lost (not ended)", str(f.lost)),
@@ -60,6 +69,9 @@ def summary_rows(f: Figures) -> list[tuple[str, str]]:
         rows.append((f"{KIND_NAMES.get(kind, kind)} calls", _mix(counts)))
     rows.append(("Calls taken up on resume", _mix(f.resume_calls)))
     rows.append(("Vendor records written", _mix(f.vendor_rows)))
+    if f.teams_replies:
+        once = f"{f.teams_replied_once} of {len(f.teams_replies)}"
+        rows.append(("Teams replies posted exactly once", once))
     rows.append(("Duplicate writes (vendor)", str(f.duplicate_writes)))
     rows.append(("Recovery after kill, p50", _secs(f.recovery_p50)))
     rows.append(("Recovery after kill, max", _secs(f.recovery_max)))
@@ -88,16 +100,21 @@ def summary_table(f: Figures, kill: KillNote | None) -> Table:
 
 
 def runs_table(f: Figures) -> Table:
-    """One row per run: status, attempts, losses, its resume and its recovery if killed."""
+    """One row per run: how it came, status, attempts, losses, its resume and its recovery
+    if killed."""
     table = Table(title="Runs", title_justify="left")
-    for col in COLUMNS:
-        table.add_column(col)
+    shown = [i for i, col in enumerate(COLUMNS) if col not in BRIEF_OMITS]
+    for i in shown:
+        table.add_column(COLUMNS[i])
     for line in f.lines:
-        table.add_row(line.id[:8], *_cells(line)[1:])
+        cells = [line.id[:8], *_cells(line)[1:]]
+        table.add_row(*(cells[i] for i in shown))
     return table
 
 
-COLUMNS = ("run", "status", "attempt", "lost", "steps", "resume took up", "recovery")
+COLUMNS = ("run", "via", "status", "attempt", "lost", "steps", "resume took up", "recovery")
+# Left out of the terminal table so it fits 80 columns (the HTML report has every column).
+BRIEF_OMITS = ("attempt", "steps")
 
 
 def _cells(line: RunLine) -> list[str]:
@@ -105,6 +122,7 @@ def _cells(line: RunLine) -> list[str]:
     took_up = ", ".join(line.resume) or ("nothing pending" if line.lost_count else "")
     return [
         line.id,
+        line.via,
         line.status,
         str(line.attempt),
         str(line.lost_count),

@@ -1,4 +1,5 @@
-"""Watching a local deployment from outside: which worker holds which runs, when all are done.
+"""Watching a local deployment from outside: which worker holds which runs, which run a Teams
+message started, when all are done, and whether Flower keeps strangers out.
 
 These are the demo's polling loops; each has a deadline and reads Postgres and Redis only.
 """
@@ -11,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from types import TracebackType
 
+import httpx
 import sqlalchemy as sa
 import structlog
 from celery import Celery
@@ -26,6 +28,7 @@ from runtime.local.procs import Proc
 from runtime.local.report import KillNote
 from runtime.sealing import Sealer
 from runtime.settings import Settings
+from store.trials import teams_end
 from store.views import RunSummary, database_now, runs_by_ids
 from tasks.services import CeleryPublisher
 
@@ -164,3 +167,38 @@ def wait_until_done(d: Deployment, run_ids: list[str], timeout_s: float, out: Co
                 out.print(f"[bold red]Deadline of {timeout_s:.0f} s passed[/]: {text}")
                 return False
             time.sleep(0.25)
+
+
+def teams_runs(d: Deployment, message_ids: list[str], timeout_s: float) -> dict[str, str]:
+    """The run each Teams message started (message id -> run id), waiting for the inbox's
+    intake (the front's, else beat's) to start them all."""
+    deadline = time.monotonic() + timeout_s
+    found: dict[str, str] = {}
+    while True:
+        with d.engine.connect() as conn:
+            for message_id in message_ids:
+                run_id = found.get(message_id) or teams_end(conn, message_id).run_id
+                if run_id is not None:
+                    found[message_id] = str(run_id)
+        if len(found) == len(message_ids):
+            return found
+        if time.monotonic() > deadline:
+            missing = ", ".join(m for m in message_ids if m not in found)
+            raise DemoError(
+                f"no run started within {timeout_s:.0f} s for Teams message(s) {missing}"
+            )
+        time.sleep(POLL_S)
+
+
+def flower_guarded(url: str, user: str, password: str) -> bool:
+    """Whether Flower's API refuses a request without credentials (401) and answers one with
+    them (200)."""
+    try:
+        with httpx.Client(base_url=url, timeout=10) as http:
+            anonymous = http.get("/api/workers").status_code
+            signed_in = http.get("/api/workers", auth=(user, password)).status_code
+    except httpx.HTTPError as exc:
+        log.warning("demo.flower_unreachable", url=url, error=repr(exc))
+        return False
+    log.info("demo.flower_checked", anonymous=anonymous, signed_in=signed_in)
+    return anonymous == 401 and signed_in == 200

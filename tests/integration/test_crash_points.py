@@ -84,11 +84,7 @@ def test_killed_worker_run_resumes_once(stack, case: Case) -> None:
     assert len({c.idem_key for c in creates}) == 1
     assert [c.deduped for c in creates][1:] == [True] * (len(creates) - 1)
 
-    asked = dict(
-        stack.rows(
-            "SELECT step, count(*) FROM model_requests WHERE run_id = :r GROUP BY step", r=run_id
-        )
-    )
+    asked = stack.asked(run_id)
     expected = {s: 1 for s in range(1, 5)}
     if case.asked_twice:
         expected[case.asked_twice] = 2

@@ -2,6 +2,8 @@
 
 The demo runs as a user would start it, with a clean environment (no LIYAGENT_* settings), so
 it finds the machine's Postgres and Redis itself; its database gets a name of this test's own.
+Its Teams turns and webhook call go through the app front it starts; the Teams replies are
+counted here again from the chat vendor's own records, before the database is dropped.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 import sqlalchemy as sa
@@ -35,6 +38,31 @@ def _survivors(pids: list[int]) -> list[int]:
     return alive
 
 
+def _teams_replies(admin_engine: sa.Engine, database: str) -> dict[str, int]:
+    """Teams reply rows per key in the chat vendor's records of the demo's database."""
+    engine = sa.create_engine(admin_engine.url.set(database=database))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT idem_key, count(*) FROM sim.chat_replies "
+                    "WHERE idem_key LIKE 'lya-teams-reply-%' GROUP BY idem_key"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return {str(key): int(n) for key, n in rows}
+
+
+def _stopped(url: str) -> bool:
+    """Nothing answers at `url` any more."""
+    try:
+        httpx.get(url, timeout=2)
+    except httpx.TransportError:
+        return True
+    return False
+
+
 @pytest.mark.kill
 @pytest.mark.timeout(300)
 def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_path) -> None:
@@ -49,6 +77,7 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-4000:]
         result = json.loads(done.stdout)  # exactly one JSON object on stdout
+        replies = _teams_replies(admin_engine, database)
     finally:
         with admin_engine.connect() as conn:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
@@ -65,7 +94,23 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
     assert report.is_file() and report.parent == tmp_path / "reports"
     assert "liyagent crash-resume demo" in report.read_text()
 
-    assert len(result["pids"]) >= 10  # simulator, beat, two workers and their pools
+    # Six runs cycle through triage (API), Teams, comment (API), webhook, page (API), triage.
+    assert result["started_via"] == {"api": 4, "teams": 1, "webhook": 1}
+    assert result["teams_turns"] == 1
+    assert result["teams_replied_once"] == 1
+    assert list(result["teams_replies"].values()) == [1]
+    assert replies == {f"lya-teams-reply-{r}": 1 for r in result["teams_replies"]}
+    assert result["duplicates_by_record"]["Teams replies"] == 0
+    assert result["vendor_rows"]["Teams replies"] == 1
+
+    assert result["front_url"].startswith("http://127.0.0.1:")
+    assert result["flower_url"].startswith("http://127.0.0.1:")
+    assert result["flower_user"] == "demo"
+    assert result["flower_checked"] is True  # 401 without its password, 200 with it
+    assert _stopped(result["flower_url"]) and _stopped(result["front_url"])
+
+    # simulator, beat, the front, Flower, two workers and their pools
+    assert len(result["pids"]) >= 12
     assert _survivors(result["pids"]) == []
     client = redis.Redis.from_url(servers[1])
     assert list(client.scan_iter(match=f"{result['namespace']}*")) == []

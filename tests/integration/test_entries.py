@@ -24,16 +24,6 @@ def entries(stack, tmp_path):
     return stack
 
 
-def _kill_then_resume(stack, fault: str, start) -> str:
-    stack.worker("victim", fault=fault)
-    run_id = start()
-    stack.fault_hit("victim")
-    stack.procs[-1].popen.wait(timeout=10)
-    stack.worker("survivor")
-    stack.beat()
-    return run_id
-
-
 def _assistant_lines(stack, run_id: str) -> list[str]:
     return [text for role, text in stack.client.transcript(run_id) if role == "assistant"]
 
@@ -55,7 +45,7 @@ def test_managed_a2a_run_resumes_and_its_answer_lands_on_the_task(entries) -> No
             ),
         )[0]
 
-    run_id = _kill_then_resume(entries, "after_checkpoint:kill", start)
+    run_id = entries.kill_then_resume("after_checkpoint:kill", start)
     view = entries.wait(run_id)
     assert view.status == "succeeded" and view.lost_count == 1
     task = entries.rows("SELECT status, answer, run_id FROM a2a_tasks WHERE id = 'task-1'")[0]
@@ -113,7 +103,7 @@ def test_teams_turn_is_handed_back_and_replied_to_once(entries, fault) -> None:
         [run_id] = intake_teams(entries.services)
         return run_id
 
-    run_id = _kill_then_resume(entries, fault, start)
+    run_id = entries.kill_then_resume(fault, start)
     assert entries.wait(run_id).status == "succeeded"
     inbox = entries.rows("SELECT status, run_id, reply FROM teams_inbox")[0]
     assert (inbox.status, inbox.run_id) == ("replied", run_id)
@@ -125,10 +115,7 @@ def test_teams_turn_is_handed_back_and_replied_to_once(entries, fault) -> None:
     assert len(replies) == 1 and replies[0].text == ANSWER
     assert replies[0].cards[0]["content"]["body"][0]["text"] == ANSWER
     # The turn was never run again: every model step was asked once.
-    asked = entries.rows(
-        "SELECT step, count(*) AS n FROM model_requests WHERE run_id = :r GROUP BY step", r=run_id
-    )
-    assert all(a.n == 1 for a in asked)
+    assert set(entries.asked(run_id).values()) == {1}
 
 
 def test_repeated_teams_message_is_one_turn(entries) -> None:
@@ -159,7 +146,7 @@ def test_trigger_and_copilot_runs_resume_as_any_run(entries, kind) -> None:
             channel=kind,
         )[0]
 
-    run_id = _kill_then_resume(entries, "after_mark:kill", start)
+    run_id = entries.kill_then_resume("after_mark:kill", start)
     view = entries.wait(run_id)
     assert view.status == "succeeded" and view.lost_count == 1
     assert _assistant_lines(entries, run_id) == [ANSWER]
@@ -179,7 +166,7 @@ def test_flag_false_entry_run_lost_is_failed_interrupted(entries) -> None:
             channel="webhook",
         )[0]
 
-    run_id = _kill_then_resume(entries, "after_mark:kill", start)
+    run_id = entries.kill_then_resume("after_mark:kill", start)
     view = entries.wait(run_id)
     assert view.status == "failed" and view.failure_reason.startswith("interrupted")
     assert (
@@ -201,7 +188,7 @@ def test_flag_false_still_resumes_runs_that_may_wait(entries) -> None:
             NewRun(agent="helper", user_input="go", model=agent["model"], entry_kind="playground"),
         )[0]
 
-    run_id = _kill_then_resume(entries, "after_mark:kill", start)
+    run_id = entries.kill_then_resume("after_mark:kill", start)
     assert entries.wait(run_id).status == "succeeded"
 
 

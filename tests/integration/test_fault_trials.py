@@ -81,12 +81,8 @@ def test_every_message_delivered_twice(stack, monkeypatch) -> None:
     verdict = judge_runs(stack, runs)
     verdict.assert_clean()
     for run_id in runs:
-        asked = stack.rows(
-            "SELECT step, count(*) AS n FROM model_requests WHERE run_id = :r GROUP BY step",
-            r=run_id,
-        )
         lost = stack.client.get(run_id).lost_count
-        assert all(a.n <= 1 + lost for a in asked)
+        assert all(n <= 1 + lost for n in stack.asked(run_id).values())
         audited = stack.rows(
             "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND kind = 'agent.run.lost'",
             r=run_id,

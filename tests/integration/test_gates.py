@@ -14,16 +14,16 @@ pytestmark = pytest.mark.kill
 
 
 def _kill_after_checkpoint(stack, **options) -> str:
-    stack.worker("victim", fault="after_checkpoint:kill")
-    run_id = stack.client.start_run(
-        agent="support-bot",
-        user_input="help",
-        model={"provider": "scripted", "script": {"steps": mixed("g")}},
-        **options,
+    script = {"steps": mixed("g")}
+    return stack.kill_at(
+        "after_checkpoint:kill",
+        lambda: stack.client.start_run(
+            agent="support-bot",
+            user_input="help",
+            model={"provider": "scripted", "script": script},
+            **options,
+        ),
     )
-    stack.fault_hit("victim")
-    stack.procs[-1].popen.wait(timeout=10)
-    return run_id
 
 
 def _resume(stack) -> None:

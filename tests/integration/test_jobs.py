@@ -10,23 +10,13 @@ import pytest
 pytestmark = pytest.mark.kill
 
 
-def _kill_then_resume(stack, fault: str, start) -> str:
-    stack.worker("victim", fault=fault)
-    run_id = start()
-    stack.fault_hit("victim")
-    stack.procs[-1].popen.wait(timeout=10)
-    stack.worker("survivor")
-    stack.beat()
-    return run_id
-
-
 def test_source_sync_continues_from_its_cursor(stack) -> None:
     source = f"{stack.sim_url}/source/docs"
 
     def start() -> str:
         return stack.client.start_job(kind="source_sync", params={"source": source, "page_size": 5})
 
-    run_id = _kill_then_resume(stack, "after_checkpoint:kill:2", start)
+    run_id = stack.kill_then_resume("after_checkpoint:kill:2", start)
     view = stack.wait(run_id)
     assert view.status == "succeeded" and view.lost_count == 1
     assert json.loads(view.answer)["pages"] == 5
@@ -55,7 +45,7 @@ def test_a_page_synced_twice_changes_nothing(stack, tmp_path) -> None:
 
     # Killed after the second page was upserted, before its cursor was checkpointed: the
     # resume syncs that page again, which must change nothing.
-    run_id = _kill_then_resume(stack, "after_page:kill:2", start)
+    run_id = stack.kill_then_resume("after_page:kill:2", start)
     view = stack.wait(run_id)
     assert view.status == "succeeded" and view.lost_count == 1
     # 3 from the first page, 0 from the page synced again, 1 from the last page.
@@ -78,7 +68,7 @@ def test_fine_tune_submits_once_and_polls_without_holding_a_worker(stack) -> Non
             params={"model": "base-7b", "dataset": "tickets-2026", "duration_s": 10, "poll_s": 0.5},
         )
 
-    run_id = _kill_then_resume(stack, "after_send:kill", start)
+    run_id = stack.kill_then_resume("after_send:kill", start)
     view = stack.wait(run_id, timeout=90)
     assert view.status == "succeeded", view
     posts = stack.vendor(
@@ -126,7 +116,7 @@ def test_unresumable_job_that_loses_its_worker_fails_interrupted(stack, kind, pa
     def start() -> str:
         return stack.client.start_job(kind=kind, params=params)
 
-    run_id = _kill_then_resume(stack, "in_job_batch:kill:3", start)
+    run_id = stack.kill_then_resume("in_job_batch:kill:3", start)
     view = stack.wait(run_id)
     assert view.status == "failed" and view.failure_reason.startswith("interrupted")
     assert "start it again" in view.failure_reason

@@ -12,16 +12,6 @@ from tests.support.scripts import call, final, step
 pytestmark = pytest.mark.kill
 
 
-def _crash_and_resume(stack, fault: str, steps: list[dict], timeout: float = 60):
-    stack.worker("victim", fault=fault)
-    run_id = stack.start(steps)
-    stack.fault_hit("victim")
-    stack.procs[-1].popen.wait(timeout=10)
-    stack.worker("survivor")
-    stack.beat()
-    return run_id
-
-
 def _settled(stack, run_id: str) -> list[tuple[str, str]]:
     rows = stack.rows(
         "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.run.crash_resumed'",
@@ -41,11 +31,8 @@ def _told(stack, run_id: str, step: int) -> list[dict]:
 
 
 def test_read_in_flight_is_made_again(stack) -> None:
-    run_id = _crash_and_resume(
-        stack,
-        "after_checkpoint:kill",
-        [step(call("toolu_r1", "ticket.read", ticket="T-9")), final()],
-    )
+    steps = [step(call("toolu_r1", "ticket.read", ticket="T-9")), final()]
+    run_id = stack.kill_then_resume("after_checkpoint:kill", lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     reads = stack.vendor(
         "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'tickets' ORDER BY id",
@@ -63,7 +50,7 @@ def test_read_made_before_the_crash_is_made_again(stack) -> None:
         ),
         final(),
     ]
-    run_id = _crash_and_resume(stack, "after_mark:kill", steps)
+    run_id = stack.kill_then_resume("after_mark:kill", lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     reads = stack.vendor(
         "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'tickets' ORDER BY id",
@@ -74,7 +61,7 @@ def test_read_made_before_the_crash_is_made_again(stack) -> None:
 
 def test_keyed_write_with_long_window_is_sent_again_with_the_same_key(stack) -> None:
     steps = [step(call("toolu_k1", "incident.create", title="DB down")), final()]
-    run_id = _crash_and_resume(stack, "after_send:kill", steps)
+    run_id = stack.kill_then_resume("after_send:kill", lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     posts = stack.vendor(
         "SELECT idem_key, deduped, attempt FROM sim.requests WHERE run_id = :r "
@@ -93,7 +80,7 @@ def test_keyed_write_with_long_window_is_sent_again_with_the_same_key(stack) -> 
 @pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])
 def test_keyed_write_with_short_window_is_settled_not_sent_again(stack, fault, sent) -> None:
     steps = [step(call("toolu_n1", "notify.send", channel="#ops", text="paging")), final()]
-    run_id = _crash_and_resume(stack, fault, steps)
+    run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     posts = stack.vendor(
         "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'notify'", r=run_id
@@ -109,7 +96,7 @@ def test_keyed_write_with_short_window_is_settled_not_sent_again(stack, fault, s
 )
 def test_write_with_a_reader_is_read_back(stack, fault, how) -> None:
     steps = [step(call("toolu_c1", "issue.comment", issue="ENG-7", body="found it")), final()]
-    run_id = _crash_and_resume(stack, fault, steps)
+    run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     comments = stack.vendor(
         "SELECT count(*) AS n FROM sim.comments WHERE idem_key IN (SELECT "
@@ -126,7 +113,7 @@ def test_write_with_a_reader_is_read_back(stack, fault, how) -> None:
 @pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])
 def test_other_write_is_reported_unknown_and_not_sent_again(stack, fault, sent) -> None:
     steps = [step(call("toolu_m1", "chat.reply", conversation="c1", text="hello")), final()]
-    run_id = _crash_and_resume(stack, fault, steps)
+    run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     posts = stack.vendor(
         "SELECT attempt FROM sim.requests WHERE run_id = :r AND vendor = 'chat'", r=run_id
@@ -152,7 +139,7 @@ def test_remote_agent_call_is_read_back_by_its_task_id(stack, fault, how) -> Non
         step(call("toolu_a1", "remote.ask", agent="billing-agent", message="refund?")),
         final(),
     ]
-    run_id = _crash_and_resume(stack, fault, steps)
+    run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     tasks = stack.vendor(
         "SELECT task_id, count(*) AS n FROM sim.a2a_tasks WHERE task_id IN "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,6 +17,7 @@ from celery import Celery
 import celeryconfig
 from runtime import services as runtime_services
 from runtime.client import Client, RunView
+from runtime.local.cluster import worker_argv
 from runtime.local.procs import Proc, python
 from runtime.sealing import Sealer
 from runtime.services import Services
@@ -106,26 +107,7 @@ class Stack:
             extra["LIYAGENT_FAULT"] = fault
             extra["LIYAGENT_FAULT_FILE"] = str(self.tmp / f"{name}.fault")
         queues = ",".join([*([q] if runs else []), *([f"{q}.ops"] if ops else [])])
-        argv = python(
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "worker",
-            "-Q",
-            queues,
-            "-c",
-            str(concurrency),
-            "-n",
-            f"{name}@%h",
-            "-P",
-            "prefork",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "INFO",
-        )
+        argv = worker_argv(name, queues, concurrency)
         proc = Proc(name, argv, {**self.env, **extra}, self.tmp / f"{name}.log")
         self.procs.append(proc)
         proc.wait_for(r"ready\.", timeout=60)
@@ -137,6 +119,39 @@ class Stack:
         self.procs.append(proc)
         proc.wait_for(r"beat: Starting", timeout=60)
         return proc
+
+    def kill_at(self, fault: str, start: Callable[[], str]) -> str:
+        """Start a victim worker armed with `fault`, start work with `start`, and return once
+        the fault has SIGKILLed the victim's whole process group."""
+        self.worker("victim", fault=fault)
+        run_id = start()
+        self.fault_hit("victim")
+        self.procs[-1].popen.wait(timeout=10)
+        return run_id
+
+    def kill_then_resume(self, fault: str, start: Callable[[], str]) -> str:
+        """`kill_at`, then a survivor worker and beat to recover the lost work."""
+        run_id = self.kill_at(fault, start)
+        self.worker("survivor")
+        self.beat()
+        return run_id
+
+    def posts_by_vendor(self, run_id: str) -> dict[str, int]:
+        """Writes each vendor received for a run, by its own records."""
+        rows = self.vendor(
+            "SELECT vendor, count(*) AS n FROM sim.requests WHERE run_id = :r "
+            "AND method = 'POST' GROUP BY vendor",
+            r=run_id,
+        )
+        return {r.vendor: r.n for r in rows}
+
+    def asked(self, run_id: str) -> dict[int, int]:
+        """How many times each model step of a run was asked, from the provider's records."""
+        rows = self.rows(
+            "SELECT step, count(*) AS n FROM model_requests WHERE run_id = :r GROUP BY step",
+            r=run_id,
+        )
+        return {r.step: r.n for r in rows}
 
     def fault_hit(self, name: str, timeout: float = 30.0) -> str:
         """Wait until worker `name` reached its armed fault point."""
