@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: install lint typecheck test demo trials clean
+.PHONY: install lint typecheck test demo trials bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ demo: install
 
 trials: install
 	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} $(PY) -m pytest tests/unit/test_kill_trials.py -q
+
+# Figures against the design's targets: recovery under kill trials, sweeps at 100k running runs,
+# the per-step cost of the fenced statements. Each uses a throwaway database and Redis namespace.
+bench: install
+	$(PY) bench/kill_trials.py --trials $${LIYAGENT_BENCH_TRIALS:-30}
+	$(PY) bench/sweep_scale.py
+	$(PY) bench/checkpoint_cost.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache reports

@@ -20,7 +20,7 @@ import kombu.exceptions
 import redis
 import sqlalchemy as sa
 
-from runtime import cli_ops, cli_runs, cli_serve, logs
+from runtime import cli_ops, cli_runs, cli_serve, cli_trials, logs
 from runtime.adhoc import UnknownTool
 from runtime.cli_common import (
     FAILED,
@@ -45,7 +45,7 @@ __all__ = ["FAILED", "OK", "UNREACHABLE", "USAGE", "CliError", "build_parser", "
 
 DESCRIPTION = (
     "Durable LLM agent runs: seal keys, migrations, runs, workflows, jobs, approvals, stops, "
-    "ad hoc calls, status, inspect, the app front, metrics and the demo."
+    "ad hoc calls, status, inspect, the app front, metrics, the demo and the kill trials."
 )
 _KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ops.add_parsers(sub)
     cli_serve.add_parsers(sub)
     _add_demo_parser(sub)
+    cli_trials.add_parsers(sub)
     return parser
 
 
@@ -166,7 +167,8 @@ def _add_demo_parser(sub: Any) -> None:
         "demo",
         help="the crash-resume demo: a worker SIGKILLed mid-run",
         description=(
-            "Start a simulator, two workers and beat, enqueue a batch, SIGKILL one worker mid-run "
+            "Start a simulator, two workers, beat, the app front and Flower, enqueue a batch "
+            "(client API runs, Teams turns and a webhook call), SIGKILL one worker mid-run "
             "and report how every run resumed. Uses LIYAGENT_DATABASE_URL and LIYAGENT_REDIS_URL "
             "when set, else the machine's servers on their default ports (creating the database "
             "LIYAGENT_DEMO_DATABASE, default liyagent_demo), else private ones. Exit 0 when no run "

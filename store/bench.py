@@ -1,0 +1,28 @@
+"""Bulk rows for the benchmarks (bench/): many running runs in one statement, so the sweeper
+and the fenced statements can be timed at scale without starting runs one by one."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from store.rows import RunId
+
+
+def insert_running_runs(
+    conn: sa.Connection, count: int, holder: str = "bench", agent: str = "bench"
+) -> list[RunId]:
+    """Insert `count` runs already running at attempt 1, claimed by `holder`; their ids."""
+    rows = conn.execute(
+        sa.text(
+            """
+            INSERT INTO runs (id, correlation_id, agent, owner, entry_kind, spec, status,
+                              attempt, started_at, claimed_by, claimed_at)
+            SELECT id, CAST(id AS text), :agent, 'bench', 'plain', CAST('{}' AS jsonb),
+                   'running', 1, now(), :holder, now()
+            FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, :count)) AS g
+            RETURNING id
+            """
+        ),
+        {"count": count, "holder": holder, "agent": agent},
+    ).all()
+    return [RunId(str(r.id)) for r in rows]
