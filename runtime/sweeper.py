@@ -16,7 +16,7 @@ import structlog
 
 from runtime.leases import Token
 from runtime.services import Services
-from store.runs import attempt_status, claim_lost, select_live, touch_stale_queued
+from store.runs import attempt_statuses, claim_lost_many, select_live, touch_stale_queued
 from store.waits import wake_ready
 
 log = structlog.get_logger(__name__)
@@ -97,8 +97,7 @@ class Sweeper:
             for run_id, attempt in live:
                 if run_id not in alive:
                     candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
-        for token in candidates.values():
-            self._take(token, report)
+        self._take(list(candidates.values()), report)
         with self.s.engine.connect() as conn:
             woken = wake_ready(conn)
             stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
@@ -107,34 +106,36 @@ class Sweeper:
             report.republished.append(run_id)
         return report
 
-    def _take(self, token: Token, report: SweepReport) -> None:
-        holder = self.s.leases.holder(token.run_id)
-        if holder is not None:
-            if holder == str(token):
-                return  # renewed after the index was read: alive
-            self.s.leases.forget(token)  # a newer attempt holds the run
-            return
-        t = self.s.settings.timings
+    def _take(self, tokens: list[Token], report: SweepReport) -> None:
+        """Claim, in one statement, every candidate whose lease is really gone (I4)."""
+        holders = self.s.leases.holders([t.run_id for t in tokens])
+        gone = [t for t, holder in zip(tokens, holders, strict=True) if holder is None]
+        # Renewed since the index was read (alive), or held by a newer attempt (stale entry).
+        newer = [t for t, h in zip(tokens, holders, strict=True) if h not in (None, str(t))]
         with self.s.engine.connect() as conn:
-            claim = claim_lost(conn, token.run_id, token.attempt, t.loss_limit)
-            current = None if claim is not None else attempt_status(conn, token.run_id)
-        self.s.leases.forget(token)
-        if claim is None:
+            claims = claim_lost_many(
+                conn, [(t.run_id, t.attempt) for t in gone], self.s.settings.timings.loss_limit
+            )
+            won = {c.run_id for c in claims}
+            left = [t for t in gone if t.run_id not in won]
+            now = attempt_statuses(conn, [t.run_id for t in left]) if left else {}
+        self.s.leases.forget_many(gone + newer)
+        for token in left:
             # Died between taking the lease and claiming the queued run: publish it again.
-            if current == (token.attempt, "queued"):
+            if now.get(token.run_id) == (token.attempt, "queued"):
                 self.s.publisher.publish(token.run_id, token.attempt)
                 report.republished.append(token.run_id)
-            return
-        if claim.status == "failed":
-            report.failed.append(claim.run_id)
-            log.warning("sweep.run_failed", run_id=claim.run_id, lost_count=claim.lost_count)
-            return
-        report.claimed.append(claim.run_id)
-        log.info(
-            "sweep.claimed",
-            run_id=claim.run_id,
-            attempt=claim.attempt,
-            lost_count=claim.lost_count,
-            step=claim.step,
-        )
-        self.s.publisher.publish(claim.run_id, claim.attempt)
+        for claim in claims:
+            if claim.status == "failed":
+                report.failed.append(claim.run_id)
+                log.warning("sweep.run_failed", run_id=claim.run_id, lost_count=claim.lost_count)
+                continue
+            report.claimed.append(claim.run_id)
+            log.info(
+                "sweep.claimed",
+                run_id=claim.run_id,
+                attempt=claim.attempt,
+                lost_count=claim.lost_count,
+                step=claim.step,
+            )
+            self.s.publisher.publish(claim.run_id, claim.attempt)

@@ -261,16 +261,31 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
 def claim_lost(
     conn: sa.Connection, run_id: str, attempt: int, loss_limit: int
 ) -> ClaimResult | None:
-    """Claim a run whose lease lapsed, exactly once per loss (I4): the attempt and loss count go
-    up, and the run is queued again, or failed with the reason when lost more than the limit.
-    An answered run is requeued to hand its answer on, whatever its losses. The loss, and a
-    failure's notice on the transcript, are written by the same statement."""
-    row = conn.execute(
+    """Claim one run whose lease lapsed (see `claim_lost_many`); None if another claim won."""
+    claims = claim_lost_many(conn, [(run_id, attempt)], loss_limit)
+    return claims[0] if claims else None
+
+
+def claim_lost_many(
+    conn: sa.Connection, lapsed: list[tuple[str, int]], loss_limit: int
+) -> list[ClaimResult]:
+    """Claim runs whose leases lapsed, each exactly once per loss (I4), in one statement: each
+    row matches only at the lapsed attempt while running or answered, so of two sweeps one wins
+    each run. The attempt and loss count go up, and the run is queued again, or failed with the
+    reason when lost more than the limit (or not written ahead). An answered run is requeued to
+    hand its answer on, whatever its losses. Each loss, and a failure's notice on the transcript
+    and entry points, are written by the same statement."""
+    if not lapsed:
+        return []
+    rows = conn.execute(
         sa.text(
             f"""
-            WITH c AS (
+            WITH lapsed AS (
+                SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]))
+                    AS l(lapsed_id, lapsed_attempt)),
+            c AS (
                 UPDATE runs SET
-                    attempt = attempt + 1,
+                    attempt = runs.attempt + 1,
                     lost_count = lost_count + 1,
                     deliveries = 0,
                     resume_reason = 'lost',
@@ -293,9 +308,11 @@ def claim_lost(
                     finished_at = CASE
                         WHEN status <> 'answered' AND (NOT resumable OR lost_count + 1 > :limit)
                         THEN now() ELSE finished_at END
-                WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
-                RETURNING id, attempt, status, lost_count, step, failure_reason, resumable,
-                          claimed_by, claimed_at),
+                FROM lapsed
+                WHERE runs.id = lapsed.lapsed_id AND runs.attempt = lapsed.lapsed_attempt
+                  AND status IN ('running', 'answered')
+                RETURNING runs.id, runs.attempt, status, lost_count, step, failure_reason,
+                          resumable, claimed_by, claimed_at),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
@@ -321,17 +338,18 @@ def claim_lost(
             SELECT id, attempt, status, lost_count, step FROM c
             """
         ),
-        {"run_id": run_id, "attempt": attempt, "limit": loss_limit},
-    ).first()
-    if row is None:
-        return None
-    return ClaimResult(
-        run_id=RunId(row.id),
-        attempt=Attempt(row.attempt),
-        status=row.status,
-        lost_count=row.lost_count,
-        step=row.step,
-    )
+        {"ids": [r for r, _ in lapsed], "attempts": [a for _, a in lapsed], "limit": loss_limit},
+    ).all()
+    return [
+        ClaimResult(
+            run_id=RunId(r.id),
+            attempt=Attempt(r.attempt),
+            status=r.status,
+            lost_count=r.lost_count,
+            step=r.step,
+        )
+        for r in rows
+    ]
 
 
 def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
@@ -342,11 +360,13 @@ def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
     return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
 
 
-def attempt_status(conn: sa.Connection, run_id: str) -> tuple[Attempt, str] | None:
-    row = conn.execute(
-        sa.text("SELECT attempt, status FROM runs WHERE id = :id"), {"id": run_id}
-    ).first()
-    return None if row is None else (Attempt(row.attempt), row.status)
+def attempt_statuses(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[Attempt, str]]:
+    """Where each of these runs stands now: its attempt and status."""
+    rows = conn.execute(
+        sa.text("SELECT id, attempt, status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))"),
+        {"ids": run_ids},
+    ).all()
+    return {r.id: (Attempt(r.attempt), r.status) for r in rows}
 
 
 def touch_stale_queued(
