@@ -110,12 +110,3 @@ def insert_model_request(
             "tool_results": json.dumps(tool_results, sort_keys=True, default=str),
         },
     )
-
-
-def count_model_requests(conn: sa.Connection, run_id: str) -> dict[int, int]:
-    """How many times each step of the run was asked of a model."""
-    rows = conn.execute(
-        sa.text("SELECT step, count(*) AS n FROM model_requests WHERE run_id = :id GROUP BY step"),
-        {"id": run_id},
-    ).all()
-    return {r.step: r.n for r in rows}

@@ -166,15 +166,6 @@ def owner_cte(also_set: str = "") -> str:
 OWNER_CTE = owner_cte()
 
 
-def check_owner(conn: sa.Connection, run_id: str, attempt: int, what: str) -> None:
-    """Raise `FencedOut` unless this attempt still owns the running run."""
-    row = conn.execute(
-        sa.text(f"WITH {OWNER_CTE} SELECT id FROM owner"), {"run_id": run_id, "attempt": attempt}
-    ).first()
-    if row is None:
-        raise FencedOut(run_id, attempt, what)
-
-
 def store_answer(conn: sa.Connection, run_id: str, attempt: int, sealed_answer: bytes) -> None:
     """Seal the final answer onto the run (status answered), only for the owning attempt (I3)."""
     row = conn.execute(
