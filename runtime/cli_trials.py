@@ -12,14 +12,12 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -29,6 +27,7 @@ from rich.console import Console
 
 from runtime import logs
 from runtime.cli_common import OK, USAGE, CliError, add_json, print_json
+from runtime.local.procs import sigterm_as_interrupt
 from runtime.settings import Timings
 
 # The harness pulls in Celery, the services and matplotlib: imported when the command runs,
@@ -149,7 +148,7 @@ def execute(request: TrialsRequest, console: Console) -> TrialsOutcome:
     console.print(f"  Logs of every process: {state.log_dir}")
     with _logs_to(state.log_dir / "trials.log"):
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 deployment = _start(state, request, console)
                 verdict = _run(deployment, state.options, console)
         finally:
@@ -351,20 +350,6 @@ def _logs_to(path: Path) -> Iterator[None]:
             yield
         finally:
             logs.configure(level=os.environ.get("LIYAGENT_LOG_LEVEL") or "WARNING")
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C, so the clean-up runs either way."""
-
-    def handler(_sig: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def add_parsers(sub: Any) -> None:

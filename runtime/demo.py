@@ -14,16 +14,12 @@ import logging
 import os
 import secrets
 import shlex
-import signal
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 import redis
@@ -36,6 +32,7 @@ from runtime.local import batch
 from runtime.local.backends import Backends, DemoError, close_backends, open_backends, safe_url
 from runtime.local.cluster import Cluster, child_env
 from runtime.local.figures import Figures, collect
+from runtime.local.procs import sigterm_as_interrupt
 from runtime.local.report import KillNote, runs_table, runs_word, summary_table, write_html
 from runtime.local.watch import (
     Deployment,
@@ -101,20 +98,6 @@ def _log_to(path: Path) -> TextIO:
         cache_logger_on_first_use=False,
     )
     return fh
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C, so the clean-up below runs either way."""
-
-    def handler(_sig: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _settings(state: DemoState) -> Settings:
@@ -323,7 +306,7 @@ def run_demo(opts: DemoOptions) -> int:
     result: dict[str, Any] = {"error": "interrupted", "log_dir": str(log_dir)}
     figures, code = None, 130
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             figures = _execute(state, opts, out)
             result = _finish(state, opts, figures, out)
             code = 0 if figures.ok else 1

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (cwd for `celery -A tasks`)
 
@@ -83,3 +85,31 @@ class Proc:
 
 def python(*args: str) -> list[str]:
     return [sys.executable, *args]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so a command's clean-up runs either way."""
+
+    def handler(_sig: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def alive_in_groups(pids: list[int]) -> list[int]:
+    """Which of these pids still run in a process group led by one of them (so a process that
+    merely reused a pid is not counted): what a clean stop must leave empty."""
+    alive = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[2]) in pids:
+            alive.append(pid)
+    return alive

@@ -14,22 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from runtime.local.procs import ROOT
+from runtime.local.procs import ROOT, alive_in_groups
 from store.admin import drop_database
-
-
-def _alive_in_groups(pids: list[int]) -> list[int]:
-    """Reported pids still running in one of the command's process groups (whose leaders are
-    among the reported pids), so an unrelated process that reused a pid is not counted."""
-    alive = []
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[2]) in pids:
-            alive.append(pid)
-    return alive
 
 
 @pytest.mark.kill
@@ -61,7 +47,7 @@ def test_trials_command_reports_no_loss_and_cleans_up(servers, tmp_path: Path) -
     assert png == report.with_suffix(".png") and png.read_bytes()[:4] == b"\x89PNG"
 
     assert len(result["pids"]) >= 8  # simulator, survivor, beat, front, victims and pools
-    assert _alive_in_groups(result["pids"]) == []
+    assert alive_in_groups(result["pids"]) == []
     client = redis.Redis.from_url(servers[1])
     assert list(client.scan_iter(match=f"{result['namespace']}*")) == []
     client.close()

@@ -20,22 +20,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from runtime.local.procs import ROOT
-
-
-def _survivors(pids: list[int]) -> list[int]:
-    """Reported pids still running in one of the demo's process groups (whose leaders are
-    among the reported pids), so an unrelated process that reused a pid is not counted."""
-    alive = []
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        pgid = int(stat.rsplit(")", 1)[1].split()[2])
-        if pgid in pids:
-            alive.append(pid)
-    return alive
+from runtime.local.procs import ROOT, alive_in_groups
 
 
 def _teams_replies(admin_engine: sa.Engine, database: str) -> dict[str, int]:
@@ -111,7 +96,7 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
 
     # simulator, beat, the front, Flower, two workers and their pools
     assert len(result["pids"]) >= 12
-    assert _survivors(result["pids"]) == []
+    assert alive_in_groups(result["pids"]) == []
     client = redis.Redis.from_url(servers[1])
     assert list(client.scan_iter(match=f"{result['namespace']}*")) == []
     client.close()
