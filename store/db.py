@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any
@@ -55,6 +56,11 @@ def dispose_inherited() -> None:
     with _lock:
         for key in [k for k in _engines if k[0] != pid]:
             _engines.pop(key).dispose(close=False)
+
+
+def to_json(value: Any) -> str:
+    """A JSON parameter for a jsonb column: keys sorted, anything else as its text."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def ping(engine: sa.Engine) -> None:

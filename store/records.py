@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlalchemy as sa
 
+from store.db import to_json
 from store.rows import AuditRow, TranscriptRow
 from store.runs import OWNER_CTE
-
-
-def _json(detail: dict[str, Any]) -> str:
-    return json.dumps(detail, sort_keys=True, default=str)
 
 
 def insert_audit(
@@ -34,7 +30,7 @@ def insert_audit(
             "kind": kind,
             "attempt": attempt,
             "step": step,
-            "detail": _json(detail or {}),
+            "detail": to_json(detail or {}),
         },
     )
 
@@ -58,7 +54,13 @@ def insert_owned_audit(
             RETURNING id
             """
         ),
-        {"run_id": run_id, "attempt": attempt, "kind": kind, "step": step, "detail": _json(detail)},
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "kind": kind,
+            "step": step,
+            "detail": to_json(detail),
+        },
     ).first()
     return row is not None
 
@@ -107,6 +109,6 @@ def insert_model_request(
             "step": step,
             "attempt": attempt,
             "provider": provider,
-            "tool_results": json.dumps(tool_results, sort_keys=True, default=str),
+            "tool_results": to_json(tool_results),
         },
     )

@@ -7,11 +7,11 @@ raised as `FencedOut`, never ignored.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlalchemy as sa
 
+from store.db import to_json
 from store.entries import EntryLink, ends_cte
 from store.rows import Attempt, ClaimResult, FencedOut, RunId, RunNotFound, RunRow
 from store.schema import runs
@@ -21,10 +21,6 @@ _RUN_COLUMNS = ", ".join(c.name for c in runs.columns)
 
 def _run(row: sa.Row[Any]) -> RunRow:
     return RunRow(**row._mapping)
-
-
-def _json(detail: dict[str, Any]) -> str:
-    return json.dumps(detail, sort_keys=True, default=str)
 
 
 def insert_run(
@@ -81,7 +77,7 @@ def insert_run(
             "agent": agent,
             "owner": owner,
             "entry_kind": entry_kind,
-            "spec": _json(spec),
+            "spec": to_json(spec),
             "sealed": sealed_checkpoint,
             "user_input": user_input,
             "kind": kind,
@@ -220,7 +216,7 @@ def fail_run(
             "reason": reason,
             "notice": f"This run failed: {reason}",
             "kind": audit_kind,
-            "detail": _json({"reason": reason, **detail}),
+            "detail": to_json({"reason": reason, **detail}),
         },
     ).first()
     return row is not None
@@ -242,7 +238,7 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
             SELECT attempt FROM h
             """
         ),
-        {"run_id": run_id, "attempt": attempt, "detail": _json({"worker": worker})},
+        {"run_id": run_id, "attempt": attempt, "detail": to_json({"worker": worker})},
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, "hand the run back")

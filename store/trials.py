@@ -133,6 +133,16 @@ def stale_vendor_writes(vendor: sa.Connection, run_id: str, attempt: int, after:
     return int(row.n)
 
 
+def stale_writes(
+    conn: sa.Connection, vendor: sa.Connection, run_id: str, loss: Loss
+) -> tuple[int, int]:
+    """What the lost attempt wrote after its takeover: rows in Postgres, requests at vendors."""
+    return (
+        stale_engine_writes(conn, run_id, loss.attempt, loss.taken_over_at),
+        stale_vendor_writes(vendor, run_id, loss.attempt, loss.taken_over_at),
+    )
+
+
 def duplicate_writes(vendor: sa.Connection, run_ids: list[str]) -> dict[str, int]:
     """Vendor effects made more than once for one key by these runs: incidents from one
     create, comments sent more than once, Teams replies posted more than once."""

@@ -120,8 +120,7 @@ def _judge_one(
         v.lost.append(name)
     for loss in losses:
         assert end.run_id is not None
-        engine_n = judge.stale_engine_writes(conn, end.run_id, loss.attempt, loss.taken_over_at)
-        vendor_n = judge.stale_vendor_writes(vconn, end.run_id, loss.attempt, loss.taken_over_at)
+        engine_n, vendor_n = judge.stale_writes(conn, vconn, end.run_id, loss)
         if engine_n or vendor_n:
             v.stale_writes += engine_n + vendor_n
             v.stale_detail.append(

@@ -42,8 +42,7 @@ def judge_runs(stack, run_ids: list[str]) -> FaultVerdict:
         for run_id, losses in judge.losses(conn, run_ids).items():
             for loss in losses:
                 verdict.losses += 1
-                n = judge.stale_engine_writes(conn, run_id, loss.attempt, loss.taken_over_at)
-                n += judge.stale_vendor_writes(vconn, run_id, loss.attempt, loss.taken_over_at)
+                n = sum(judge.stale_writes(conn, vconn, run_id, loss))
                 if n:
                     verdict.stale_writes.append(f"{run_id} attempt {loss.attempt}: {n}")
         verdict.duplicate_writes = judge.duplicate_writes(vconn, run_ids)
