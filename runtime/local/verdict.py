@@ -163,14 +163,15 @@ def _histogram(verdict: Verdict, png: Path, target: float | None) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
-    samples = verdict.recovery_s or [0.0]
-    top = max(16.0, max(samples) + 1)
-    ax.hist(samples, bins=[x / 2 for x in range(int(top * 2) + 1)], color="#3b6ea8")
+    # No trial caught in flight: an empty axis, never a made-up sample.
+    top = max(16.0, max(verdict.recovery_s, default=0.0) + 1)
+    ax.hist(verdict.recovery_s, bins=[x / 2 for x in range(int(top * 2) + 1)], color="#3b6ea8")
     if target is not None:
         ax.axvline(target, color="#b03a2e", linestyle="--", label=f"target {target:g} s")
         ax.legend()
     ax.set_xlabel("recovery: kill to the trial's end (s)")
     ax.set_ylabel("trials caught in flight")
+    ax.set_ylim(bottom=0)
     ax.set_title(
         f"{verdict.trials} trials, {verdict.caught_in_flight} caught in flight, "
         f"{len(verdict.lost)} lost, {verdict.duplicates} duplicate writes"
