@@ -26,7 +26,7 @@ test: lint typecheck
 	$(PY) -m pytest
 
 demo: install
-	$(PY) -m runtime.cli demo
+	$(PY) -m liyagent demo
 
 trials: install
 	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} $(PY) -m pytest tests/unit/test_kill_trials.py -q

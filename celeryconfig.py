@@ -36,6 +36,9 @@ def config_for(settings: Settings) -> dict[str, Any]:
             )
         },
         "task_acks_late": True,
+        # A task that fails is not acked as done: the run task requeues a message it could not
+        # handle (celery.exceptions.Reject), and Postgres (the outbox) keeps every run anyway.
+        "task_acks_on_failure_or_timeout": False,
         # A task whose pool child dies is requeued instead of acked and forgotten.
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.table import Table
 
+from liyagent.local.backends import MACHINE_PG_ADMIN, Backends, close_backends, open_backends
 from runtime import logs
-from runtime.local.backends import MACHINE_PG_ADMIN, Backends, close_backends, open_backends
 from store import admin
 
 SERVER_VARS = ("LIYAGENT_DATABASE_URL", "LIYAGENT_REDIS_URL")

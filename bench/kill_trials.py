@@ -15,8 +15,8 @@ import uuid
 from common import print_table, use_machine_servers
 from rich.console import Console
 
-from runtime.cli_trials import RECOVERY_TARGET_S, TRIAL_TIMINGS, TrialsRequest, execute
-from runtime.local.verdict import Verdict
+from liyagent.cli.trials import RECOVERY_TARGET_S, TRIAL_TIMINGS, TrialsRequest, execute
+from liyagent.local.verdict import Verdict
 
 
 def recovery_rows(verdict: Verdict) -> list[list[object]]:

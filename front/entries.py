@@ -20,8 +20,9 @@ from front.errors import FrontError
 from runtime import catalog
 from runtime.client import Client
 from runtime.enqueue import NewRun, enqueue
-from runtime.entries import intake_teams, receive_teams, start_entry
+from runtime.entries import intake_teams, receive_teams, s_catalog, start_entry
 from runtime.services import Services
+from runtime.tools import AgentDef
 from store.entries import EntryLink, get_a2a_task
 from store.rows import RunId
 
@@ -31,10 +32,10 @@ log = structlog.get_logger("front")
 _WORKING = frozenset({"queued", "running", "waiting", "answered"})
 
 
-def known_agent(s: Services, name: str) -> catalog.AgentDef:
+def known_agent(s: Services, name: str) -> AgentDef:
     """The catalog's agent `name`: 404 with the catalog's message when there is none."""
     try:
-        found = catalog.load(s.settings.agents_file)
+        found = s_catalog(s)
     except ValueError as exc:
         raise FrontError(
             500,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.call_http import CallHTTP
 from runtime.keys import fresh_key
 from runtime.services import Services
-from runtime.tools import CallContext, ToolError, ToolInDoubt, ToolKind
+from runtime.tools import CallContext, InvalidArguments, ToolError, ToolInDoubt, ToolKind
 from store.records import insert_audit
 
 
@@ -23,17 +24,26 @@ def adhoc_call(s: Services, tool_name: str, args: dict[str, Any], by: str) -> di
     if tool.kind in (ToolKind.DELEGATION, ToolKind.APPROVAL_WRITE):
         raise ToolError(f"{tool_name} is a {tool.kind.value}; it can only be made by a run")
     key = fresh_key()
+    timeout = s.settings.timings.call_timeout_s
     ctx = CallContext(
         run_id="adhoc",
         attempt=0,
         step=0,
         call_id=key,
+        tool=tool_name,
         key=key,
-        timeout_s=s.settings.timings.call_timeout_s,
+        stable_key=False,
+        timeout_s=timeout,
+        http=CallHTTP.for_call(
+            key=key, run_id="adhoc", attempt=0, call=f"adhoc:{by}", timeout_s=timeout
+        ),
     )
     try:
+        tool.validate(args)
         outcome: dict[str, Any] = tool.invoke(args, ctx)
         status = "made"
+    except InvalidArguments as exc:
+        outcome, status = exc.outcome(), "refused"
     except ToolError as exc:
         outcome, status = {"error": str(exc)}, "refused"
     except ToolInDoubt as exc:

@@ -66,5 +66,5 @@ class AgentRun(RunAttempt):
                 delay = exc.retry_after_s if exc.retry_after_s is not None else 2.0**attempt
                 self.log.warning("model.retry", step=request.step, error=str(exc), delay_s=delay)
                 time.sleep(min(delay, 30.0))  # backoff before asking again, not a state wait
-                self.lease.ensure()
+                self.lease.check()
         raise AssertionError("unreachable")

@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 import structlog
 
-from runtime import drain, faults
+from runtime import drain, faults, http
 from runtime.calls import CallRouter, KeyFn, Settled
 from runtime.enqueue import publish_quietly
 from runtime.entries import post_teams_reply
@@ -16,6 +16,7 @@ from runtime.heartbeat import RunLease
 from runtime.sealing import SealError
 from runtime.services import Services
 from runtime.state import RunState
+from runtime.tools import ToolError
 from runtime.waiting import Suspend
 from store.checkpoints import latest_checkpoint, write_checkpoint
 from store.entries import deliver
@@ -49,13 +50,18 @@ class RunAttempt:
         self.router = CallRouter(services, run, lease, key_for)
 
     def execute(self) -> str:
-        """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended."""
+        """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended.
+        Every request the attempt makes passes its lease's send guard (`http.guarded`)."""
         try:
-            if self.run.status == "answered":
-                self._hand_on(self._open_answer())
-                return "answer_handed_on"
-            self._gates()
-            return self._loop(self._load_state())
+            with http.guarded(self.lease):
+                return self._execute()
+        except SealError as exc:
+            # Any sealed value that does not verify (checkpoint, outcome, answer) fails the run
+            # at once, audited; it is never used (I6).
+            try:
+                self._fail(str(exc), "seal_failed", step=self.run.step)
+            except RunFailed:
+                return "failed"
         except RunFailed:
             return "failed"
         except HandedBack:
@@ -66,6 +72,13 @@ class RunAttempt:
             self.s.leases.release(self.lease.token)
             self.log.info("run.waiting", waiting_on=wait.waiting_on)
             return "waiting"
+
+    def _execute(self) -> str:
+        if self.run.status == "answered":
+            self._hand_on(self._open_answer())
+            return "answer_handed_on"
+        self._gates()
+        return self._loop(self._load_state())
 
     def _loop(self, state: RunState) -> str:
         raise NotImplementedError
@@ -99,7 +112,9 @@ class RunAttempt:
         try:
             payload = self.s.sealer.open(self.run.id, "checkpoint", row.step, row.sealed)
             return RunState.from_payload(payload)
-        except (SealError, ValueError, KeyError) as exc:
+        except SealError:
+            raise
+        except (ValueError, KeyError) as exc:
             self._fail(
                 f"its checkpoint of step {row.step} does not verify ({exc}); it was not used",
                 "seal_failed",
@@ -111,26 +126,22 @@ class RunAttempt:
         not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false) writes none: lost, it fails."""
         if not self.run.resumable:
             return
-        self.lease.ensure()  # writes stop within one lease of losing it, even if Redis is gone
+        self.lease.check()  # writes stop within one lease of losing it, even if Redis is gone
         sealed = self.s.sealer.seal(self.run.id, "checkpoint", state.step, state.to_payload())
         with self.s.engine.connect() as conn:
             write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
         self.log.info("run.checkpoint", step=state.step, calls=len(state.calls))
 
     def _open_answer(self) -> str:
+        """The stored answer, opened against its seal (a failure fails the run, I6)."""
         assert self.run.answer is not None
-        try:
-            payload: dict[str, Any] = self.s.sealer.open(self.run.id, "answer", 0, self.run.answer)
-        except SealError as exc:
-            self._fail(
-                f"its stored answer does not verify ({exc}); it was not handed on", "seal_failed"
-            )
+        payload: dict[str, Any] = self.s.sealer.open(self.run.id, "answer", 0, self.run.answer)
         return str(payload["text"])
 
     def _boundary(self, state: RunState) -> GateRow:
         """Between steps: still ours? shutting down? still allowed? (I3, I7)"""
         structlog.contextvars.bind_contextvars(step=state.step)
-        self.lease.ensure()
+        self.lease.renew()
         if drain.requested():
             with self.s.engine.connect() as conn:
                 new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.s.holder)
@@ -142,7 +153,7 @@ class RunAttempt:
 
     def _finish(self, text: str) -> None:
         sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
-        self.lease.ensure()
+        self.lease.check()
         with self.s.engine.connect() as conn:
             store_answer(conn, self.run.id, self.run.attempt, sealed)
         faults.point("after_answer")
@@ -151,11 +162,15 @@ class RunAttempt:
     def _hand_on(self, text: str) -> None:
         """Deliver the stored answer to its entry points, once (the run is then succeeded)."""
         reply = None
-        self.lease.ensure()  # a taken-over attempt must not post or deliver (I3)
+        self.lease.check()  # a taken-over attempt must not post or deliver (I3)
         if self.run.entry_kind == "teams":
-            reply = post_teams_reply(self.s, self.run, text)
+            try:
+                reply = post_teams_reply(self.s, self.run, text)
+            except ToolError as exc:
+                # A definite refusal (4xx): posting again cannot help; the hand-on fails.
+                self._fail(f"its answer could not be handed on: {exc}", "hand_on_refused")
             faults.point("after_reply")
-            self.lease.ensure()
+            self.lease.check()
         with self.s.engine.connect() as conn:
             deliver(
                 conn,

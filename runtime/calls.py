@@ -1,28 +1,40 @@
 """Making the calls of one step, and taking up on resume the calls a checkpoint left.
 
-Every call passes the gates as they stand now. A read is made directly, never marked. A
-changing call is marked in doubt (fenced), made with its step key, then its outcome recorded
-(fenced), so a resume reuses it instead of settling it. Approval-held calls and delegations
-may suspend the run (see `waiting.py`).
+Every call passes the gates as they stand now, and its arguments are validated before anything
+is marked or sent. A read is made directly, never marked. A changing call is marked in doubt
+(fenced), made with its step key through the send guard, then its outcome recorded (fenced), so
+a resume reuses it instead of settling it. A write left in doubt is settled by its kind
+(`settlement.py`); only a keyed write is ever sent again. Approval-held calls and delegations
+may suspend the run (`waiting.py`).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from runtime import faults
+from runtime.call_http import CallHTTP
 from runtime.gates import call_refusal
 from runtime.heartbeat import RunLease
 from runtime.keys import agent_call_key, fresh_key
 from runtime.services import Services
-from runtime.settlement import UNKNOWN_NOTE, MarkFacts, Settle, decide
+from runtime.settlement import NOT_FOUND_NOTE, UNKNOWN_NOTE, MarkFacts, Settle, decide
 from runtime.state import Message, RunState, ToolCall
-from runtime.tools import CallContext, Tool, ToolError, ToolInDoubt, ToolKind
+from runtime.tools import (
+    CallContext,
+    InvalidArguments,
+    Outcome,
+    Tool,
+    ToolError,
+    ToolInDoubt,
+    ToolKind,
+)
+from runtime.waiting import WaitRouter
 from store.checkpoints import (
     mark_in_doubt,
     marks_by_index,
@@ -34,10 +46,14 @@ from store.rows import GateRow, MarkRow, RunRow
 
 log = structlog.get_logger(__name__)
 
-Outcome = dict[str, Any]
 Routed = tuple[Outcome, str, str]  # outcome, how it was settled, the call's kind
 KeyFn = Callable[[RunState, int, ToolCall], tuple[str, bool]]
 UNKNOWN: Outcome = {"outcome": "unknown", "note": UNKNOWN_NOTE}
+NOT_FOUND: Outcome = {"outcome": "not_found", "note": NOT_FOUND_NOTE}
+# A keyed write that fails in doubt within its attempt is sent again with the same key this
+# many times in all, after these pauses, while its vendor's dedupe window lasts (I2).
+KEYED_TRIES = 4
+KEYED_BACKOFF_S = (0.25, 0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -83,13 +99,11 @@ class CallRouter:
     def __init__(
         self, services: Services, run: RunRow, lease: RunLease, key_for: KeyFn | None = None
     ) -> None:
-        from runtime.waiting import WaitRouter
-
         self.s = services
         self.run = run
         self.lease = lease
         self.key_for = key_for or agent_key(run)
-        self.waits = WaitRouter(self)
+        self.waits = WaitRouter(services, run, self.write)
 
     def route(
         self, state: RunState, resuming: bool, gates: GateRow
@@ -133,41 +147,49 @@ class CallRouter:
             return self._make(state, index, call, tool), Settle.MAKE.value, kind
         assert mark is not None
         if decision is Settle.RESEND:
-            outcome = self.write(
-                state,
-                index,
-                call,
-                tool,
-                mark.idem_key,
-                mark.stable_key,
-                settlement=Settle.RESEND.value,
-            )
-            return outcome, Settle.RESEND.value, kind
+            outcome, how = self._send(state, index, call, tool, mark.idem_key, True, mark.age_s)
+            return outcome, how or Settle.RESEND.value, kind
         if decision is Settle.READ_BACK:
-            return self._read_back(state, index, call, tool, mark)
-        return self._settle(state, index, Settle.UNKNOWN.value), Settle.UNKNOWN.value, kind
+            outcome, how = self._read_back(state, index, call, tool, mark.idem_key)
+            return outcome, how, kind
+        return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN.value, kind
 
-    def ctx(self, state: RunState, call: ToolCall, key: str) -> CallContext:
+    def ctx(self, state: RunState, call: ToolCall, key: str, stable: bool = True) -> CallContext:
+        timeout = self.s.settings.timings.call_timeout_s
         return CallContext(
             run_id=self.run.id,
             attempt=self.run.attempt,
             step=state.step,
             call_id=call.id,
+            tool=call.name,
             key=key,
-            timeout_s=self.s.settings.timings.call_timeout_s,
+            stable_key=stable,
+            timeout_s=timeout,
+            http=CallHTTP.for_call(
+                key=key,
+                run_id=self.run.id,
+                attempt=self.run.attempt,
+                call=f"{state.step}:{call.id}",
+                timeout_s=timeout,
+            ),
         )
 
     def _make(self, state: RunState, index: int, call: ToolCall, tool: Tool) -> Outcome:
-        if tool.kind is ToolKind.APPROVAL_WRITE:
-            return self.waits.approval(state, index, call, tool)
         if tool.kind is ToolKind.DELEGATION:
             return self.waits.delegate(state, index, call)
+        try:
+            tool.validate(call.args)  # refused before anything is marked or sent
+        except InvalidArguments as exc:
+            log.info("call.invalid_arguments", call_id=call.id, tool=call.name, why=str(exc))
+            return exc.outcome()
+        if tool.kind is ToolKind.APPROVAL_WRITE:
+            return self.waits.approval(state, index, call, tool)
         key, stable = self.key_for(state, index, call)
         if tool.kind is ToolKind.READ:
-            self.lease.ensure()
+            self.lease.check()
             state.count("reads")
             try:
-                return tool.invoke(call.args, self.ctx(state, call, key))
+                return tool.invoke(call.args, self.ctx(state, call, key, stable))
             except (ToolError, ToolInDoubt) as exc:
                 return {"error": str(exc)}
         return self.write(state, index, call, tool, key, stable, settlement=None)
@@ -183,7 +205,7 @@ class CallRouter:
         settlement: str | None,
     ) -> Outcome:
         """Mark in doubt, send with the key, record the outcome: the path of every write."""
-        self.lease.ensure()
+        self.lease.check()
         with self.s.engine.connect() as conn:
             mark_in_doubt(
                 conn,
@@ -198,64 +220,82 @@ class CallRouter:
                 stable_key=stable,
             )
         faults.point("after_mark")
-        self.lease.ensure()  # a stalled attempt taken over meanwhile must not send (I3)
         state.count("writes")
-        try:
-            outcome = tool.invoke(call.args, self.ctx(state, call, key))
-        except ToolError as exc:
-            outcome = {"error": str(exc)}
-        except ToolInDoubt as exc:
-            log.warning(
-                "call.in_doubt",
-                run_id=self.run.id,
-                step=state.step,
-                call_id=call.id,
-                error=str(exc),
-            )
-            return self._settle_live_doubt(state, index, call, tool, key)
-        faults.point("after_send")
-        self._record(state, index, outcome, settlement)
-        faults.point("after_outcome")
+        outcome, _ = self._send(state, index, call, tool, key, stable, 0.0, settlement)
         return outcome
 
-    def _settle_live_doubt(
-        self, state: RunState, index: int, call: ToolCall, tool: Tool, key: str
-    ) -> Outcome:
-        """A write that timed out in this attempt: look it up if a reader exists, else unknown."""
-        if tool.reader is not None:
+    def _send(
+        self,
+        state: RunState,
+        index: int,
+        call: ToolCall,
+        tool: Tool,
+        key: str,
+        stable: bool,
+        marked_s_ago: float,
+        settlement: str | None = Settle.RESEND.value,
+    ) -> tuple[Outcome, str | None]:
+        """Send a marked write and record its outcome. A keyed write that fails in doubt is
+        sent again with its key, a bounded number of times inside its dedupe window; any
+        other doubt is settled by a reader, or reported unknown (never sent again, I2)."""
+        marked = time.monotonic() - marked_s_ago
+        ctx = self.ctx(state, call, key, stable)
+        for attempt in range(1, KEYED_TRIES + 1):
+            self.lease.check()  # a stalled attempt taken over meanwhile must not send (I3)
+            faults.point("before_send")  # a pause here is what the send guard is for
             try:
-                found = tool.reader(call.args, self.ctx(state, call, key))
-            except (ToolError, ToolInDoubt):
-                found = None
-            if found is not None:
-                self._record(state, index, found, Settle.READ_BACK.value)
-                return found
-        return self._settle(state, index, Settle.UNKNOWN.value)
+                outcome = tool.invoke(call.args, ctx)
+            except ToolError as exc:
+                outcome = {"error": str(exc)}
+            except ToolInDoubt as exc:
+                log.warning("call.in_doubt", call_id=call.id, tool=call.name, error=str(exc))
+                pause = self._keyed_pause(tool, stable, attempt, time.monotonic() - marked)
+                if pause is not None:
+                    time.sleep(pause)  # backoff before sending again with the same key
+                    continue
+                return self._settle_doubt(state, index, call, tool, key, stable)
+            faults.point("after_send")
+            self._record(state, index, outcome, settlement if attempt == 1 else "resent")
+            faults.point("after_outcome")
+            return outcome, settlement
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _keyed_pause(self, tool: Tool, stable: bool, tries: int, age_s: float) -> float | None:
+        """The pause before sending a keyed write again, or None when it may not be resent."""
+        window = tool.dedupe_window_s
+        if tool.kind is not ToolKind.KEYED_WRITE or not stable or window is None:
+            return None
+        if tries >= KEYED_TRIES:
+            return None
+        pause = KEYED_BACKOFF_S[min(tries, len(KEYED_BACKOFF_S)) - 1]
+        if age_s + pause >= window or pause >= self.lease.send_time_left_s():
+            return None
+        return pause
+
+    def _settle_doubt(
+        self, state: RunState, index: int, call: ToolCall, tool: Tool, key: str, stable: bool
+    ) -> tuple[Outcome, str]:
+        """A write in doubt in this attempt: read it back if a reader exists, else unknown."""
+        if tool.reader is not None:
+            return self._read_back(state, index, call, tool, key)
+        return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN.value
 
     def _read_back(
-        self, state: RunState, index: int, call: ToolCall, tool: Tool, mark: MarkRow
-    ) -> Routed:
+        self, state: RunState, index: int, call: ToolCall, tool: Tool, key: str
+    ) -> tuple[Outcome, str]:
+        """Look a write in doubt up by its key. Found: its outcome. Not found: the model is
+        told so, and it is not sent again (the vendor may still be processing it)."""
         assert tool.reader is not None
-        self.lease.ensure()
+        self.lease.check()
         try:
-            found = tool.reader(call.args, self.ctx(state, call, mark.idem_key))
+            found = tool.reader(call.args, self.ctx(state, call, key))
         except (ToolError, ToolInDoubt) as exc:
-            log.warning("call.read_back_failed", run_id=self.run.id, error=str(exc))
-            return self._settle(state, index, Settle.UNKNOWN.value), Settle.UNKNOWN.value, mark.kind
-        if found is not None:
-            self._record(state, index, found, Settle.READ_BACK.value)
-            return found, Settle.READ_BACK.value, mark.kind
-        # The reader proves the write never landed: send it now, under the same key.
-        outcome = self.write(
-            state,
-            index,
-            call,
-            tool,
-            mark.idem_key,
-            mark.stable_key,
-            settlement="sent_after_read_back",
-        )
-        return outcome, "sent_after_read_back", mark.kind
+            log.warning("call.read_back_failed", call_id=call.id, error=str(exc))
+            return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN.value
+        if found is None:
+            return self._settle(state, index, Settle.NOT_FOUND), Settle.NOT_FOUND.value
+        self._record(state, index, found, Settle.READ_BACK.value)
+        return found, Settle.READ_BACK.value
 
     def _refuse(self, state: RunState, index: int, mark: MarkRow | None, why: str) -> Outcome:
         """A gate refuses the call now: it is not made, and the model is told why."""
@@ -269,7 +309,8 @@ class CallRouter:
         }
 
     def _settle(self, state: RunState, index: int, settlement: str) -> Outcome:
-        self.lease.ensure()
+        """Record, with an audit event, that a call in doubt was not sent again."""
+        self.lease.check()
         with self.s.engine.connect() as conn:
             settle_mark(
                 conn,
@@ -279,10 +320,15 @@ class CallRouter:
                 call_index=index,
                 settlement=settlement,
             )
+        if settlement == Settle.NOT_FOUND:
+            return dict(NOT_FOUND)
         return dict(UNKNOWN)
 
     def _reuse(self, state: RunState, mark: MarkRow) -> Outcome:
+        """A recorded outcome (opened against its seal: a tampered one fails the run, I6)."""
         if mark.outcome is None:
+            if mark.settlement == Settle.NOT_FOUND:
+                return dict(NOT_FOUND)
             return dict(UNKNOWN)
         outcome: Outcome = self.s.sealer.open(
             self.run.id, f"outcome:{mark.call_index}", state.step, mark.outcome
@@ -293,7 +339,7 @@ class CallRouter:
         self, state: RunState, index: int, outcome: Outcome, settlement: str | None
     ) -> None:
         sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
-        self.lease.ensure()  # after a long call: still ours? else the call stays in doubt
+        self.lease.check()  # after a long call: still ours? else the call stays in doubt
         with self.s.engine.connect() as conn:
             record_outcome(
                 conn,

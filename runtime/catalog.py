@@ -15,18 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from runtime.models.scripted import validate_script
+from runtime.tools import AgentDef
 
 
 class CatalogError(ValueError):
     """The catalog is malformed or names an unknown agent; the message says where."""
-
-
-@dataclass(frozen=True)
-class AgentDef:
-    name: str
-    model: dict[str, Any]
-    tools: list[str] | None
-    system: str | None
 
 
 @dataclass(frozen=True)
@@ -49,6 +42,17 @@ class Catalog:
     agents: dict[str, AgentDef]
     cron: dict[str, CronTrigger]
 
+    def with_agents(self, declared: dict[str, AgentDef]) -> Catalog:
+        """This catalog and the agents declared in Python (tool modules); a name in both is an
+        error, never a silent override."""
+        both = sorted(set(declared) & set(self.agents))
+        if both:
+            raise CatalogError(
+                f"agents {both} are declared both in the catalog file and in "
+                f"{', '.join(sorted({declared[n].origin for n in both}))}; keep one"
+            )
+        return Catalog({**self.agents, **declared}, self.cron)
+
     def agent(self, name: str) -> AgentDef:
         found = self.agents.get(name)
         if found is None:
@@ -70,7 +74,7 @@ def _agent(name: str, raw: Any) -> AgentDef:
         isinstance(tools, list) and all(isinstance(t, str) for t in tools)
     ):
         raise CatalogError(f'agent {name!r}: "tools" must be a list of tool names')
-    return AgentDef(name, dict(model), tools, raw.get("system"))
+    return AgentDef(name, dict(model), tools, raw.get("system"), origin="the catalog file")
 
 
 def _trigger(raw: Any, agents: dict[str, AgentDef]) -> CronTrigger:

@@ -13,7 +13,7 @@ from runtime.enqueue import BadRequest, NewRun, enqueue, publish_quietly
 from runtime.sealing import SealError
 from runtime.services import Services
 from store.gates import insert_stop
-from store.records import select_transcript
+from store.records import insert_audit_once, select_transcript
 from store.rows import ApprovalRow, RunId, RunNotFound
 from store.runs import get_run
 from store.waits import decide_approval, get_approval, list_approvals
@@ -31,6 +31,9 @@ class RunView:
     answer: str | None
     failure_reason: str | None
     waiting_on: str | None = None
+    # Set when the stored answer does not verify against its seal: it is not shown, never
+    # handed on, and the finding is audited (I6).
+    answer_error: str | None = None
 
     @property
     def done(self) -> bool:
@@ -100,12 +103,22 @@ class Client:
     def get(self, run_id: str) -> RunView:
         with self.s.engine.connect() as conn:
             row = get_run(conn, parse_id(run_id))
-        answer = None
+        answer, answer_error = None, None
         if row.answer is not None:
             try:
                 answer = str(self.s.sealer.open(row.id, "answer", 0, row.answer)["text"])
-            except SealError:
-                answer = None
+            except SealError as exc:
+                answer_error = (
+                    "the stored answer does not verify against its seal; it is not shown and "
+                    "is never handed on (audited as agent.answer.unverified)"
+                )
+                with self.s.engine.connect() as conn:
+                    insert_audit_once(
+                        conn,
+                        run_id=row.id,
+                        kind="agent.answer.unverified",
+                        detail={"reason": str(exc), "status": row.status},
+                    )
         return RunView(
             row.id,
             row.status,
@@ -115,6 +128,7 @@ class Client:
             answer,
             row.failure_reason,
             row.waiting_on,
+            answer_error,
         )
 
     def transcript(self, run_id: str) -> list[tuple[str, str]]:

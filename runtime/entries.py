@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime import catalog
+from runtime.call_http import CallHTTP
 from runtime.enqueue import BadRequest, NewRun, enqueue
 from runtime.services import Services
-from runtime.tools import CallContext
-from runtime.vendor_tools import VendorClient
+from runtime.tools import vendor_json
 from store.entries import EntryLink, insert_teams_message, select_new_teams_messages
 from store.rows import RunId, RunRow
 
@@ -51,7 +51,8 @@ def start_entry(
 
 
 def s_catalog(s: Services) -> catalog.Catalog:
-    return catalog.load(s.settings.agents_file)
+    """The catalog file's agents and triggers, with the agents declared in tool modules."""
+    return catalog.load(s.settings.agents_file).with_agents(s.tools.agents)
 
 
 def fire_cron(s: Services, trigger_name: str, now: datetime | None = None) -> tuple[RunId, bool]:
@@ -126,21 +127,25 @@ def teams_cards(text: str) -> list[dict[str, Any]]:
 
 
 def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
-    """Post the turn's reply with its cards once: look it up by its key first, so an attempt
-    resumed after a crash finds the reply already posted instead of posting it again."""
+    """Post the turn's reply with its cards once: read it back by its key first (after this
+    attempt's claim), so an attempt resumed after a crash finds a reply already posted instead
+    of posting it again. What remains: a lost attempt's post still being processed by the chat
+    service when this read-back runs (the send guard abandoned it before the claim)."""
     key = f"lya-teams-reply-{run.id}"
-    client = VendorClient(s.settings.vendor_url)
-    ctx = CallContext(
+    base = s.settings.vendor_url.rstrip("/")
+    http = CallHTTP.for_call(
+        key=key,
         run_id=run.id,
         attempt=run.attempt,
-        step=run.step,
-        call_id="teams-reply",
-        key=key,
+        call="teams-reply",
         timeout_s=s.settings.timings.call_timeout_s,
     )
-    found = client.request("GET", f"/chat/replies?key={key}", ctx)
+    found = vendor_json(
+        "GET /chat/replies", lambda: http.get(f"{base}/chat/replies", params={"key": key})
+    )
     if found:
         return dict(found[0])
     conversation = str((run.spec.get("entry") or {}).get("conversation") or run.id)
     body = {"conversation": conversation, "text": text, "cards": teams_cards(text)}
-    return dict(client.request("POST", "/chat/replies", ctx, body))
+    posted = vendor_json("POST /chat/replies", lambda: http.post(f"{base}/chat/replies", json=body))
+    return dict(posted)

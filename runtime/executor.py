@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+import sqlalchemy as sa
 import structlog
 
 from runtime import faults
 from runtime.agent import AgentRun
 from runtime.heartbeat import LeaseLost
+from runtime.http import SendRefused
 from runtime.jobs import JobRun
 from runtime.leases import Token, monotonic_ms
 from runtime.services import Services
@@ -25,18 +28,27 @@ from store.runs import claim_queued, count_delivery, fail_run
 log = structlog.get_logger(__name__)
 
 
+class NotHandled(Exception):
+    """The message could not be handled at all (Postgres or Redis unreachable before the run
+    was claimed): it must go back to its queue, never be acked and dropped."""
+
+
 def run_message(s: Services, run_id: str, attempt: int) -> str:
     """Handle one delivery of the message for (run, attempt); returns how it ended."""
     # Every log line of this delivery carries the run, the attempt and (once known) the step.
     with structlog.contextvars.bound_contextvars(run_id=run_id, attempt=attempt, step=None):
-        row = _admit(s, run_id, attempt)
-        if row is None:
-            return "stale"
-        if row.deliveries > s.settings.timings.delivery_limit:
-            return _poison(s, row)
-        token = Token(run_id, attempt, s.holder)
-        started = monotonic_ms()
-        if not s.leases.acquire(token):
+        try:
+            row = _admit(s, run_id, attempt)
+            if row is None:
+                return "stale"
+            if row.deliveries > s.settings.timings.delivery_limit:
+                return _poison(s, row)
+            token = Token(run_id, attempt, s.holder)
+            started = monotonic_ms()
+            acquired = s.leases.acquire(token)
+        except (sa.exc.SQLAlchemyError, redis.RedisError) as exc:
+            raise NotHandled(f"run {run_id}: {type(exc).__name__}: {exc}") from exc
+        if not acquired:
             log.info("message.lease_taken", holder=s.leases.holder(run_id))
             return "lease_taken"
         return _execute(s, row, token, started)
@@ -78,8 +90,11 @@ def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
         faults.point("after_claim")
         attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
         return attempt_class(s, row, lease).execute()
-    except (FencedOut, LeaseLost) as exc:
-        # A taken-over attempt writes nothing more to Postgres (I3): it is only counted.
+    except (FencedOut, LeaseLost, SendRefused) as exc:
+        # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
+        # this attempt may still hold (its local deadline passed) is left to lapse, so the
+        # sweeper finds it by its deadline and claims the run the usual way.
+        release = isinstance(exc, FencedOut)
         log.warning("run.fenced_out", why=str(exc))
         _count_quietly(s, "fenced_total")
         return "fenced"

@@ -20,6 +20,7 @@ POINTS = frozenset(
         "after_model_step",  # the model answered a step, before its checkpoint is written
         "after_checkpoint",  # the checkpoint is written, before any call is made
         "after_mark",  # a write is marked in doubt, before it is sent
+        "before_send",  # a write's lease was just checked; its request has not left yet
         "after_send",  # the vendor received the write, before its outcome is recorded
         "after_outcome",  # the outcome is recorded, before the next checkpoint
         "after_answer",  # the final answer is stored, before it is handed on

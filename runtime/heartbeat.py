@@ -19,7 +19,9 @@ from runtime.leases import Leases, Token, monotonic_ms
 log = structlog.get_logger(__name__)
 
 
-SAFETY_MARGIN_MS = 1000
+# Bytes never leave, and writes are never made, within this much of the local lease deadline:
+# room for the write itself and for the two clocks (ours, Redis's) running a little apart.
+SAFETY_MARGIN_MS = 500
 
 
 class LeaseLost(Exception):
@@ -35,7 +37,11 @@ class LeaseLost(Exception):
 
 @dataclass
 class RunLease:
-    """One held lease, shared by the run's thread and the heartbeat thread."""
+    """One held lease, shared by the run's thread and the heartbeat thread.
+
+    `valid_until_ms` is when the lease lapses at the latest, by this process's monotonic clock:
+    each renewal moves it to (the moment the renewal was sent + TTL), which is never later than
+    Redis's own expiry. It is the send guard's deadline (`http.SendGuard`)."""
 
     token: Token
     leases: Leases
@@ -48,11 +54,29 @@ class RunLease:
         self.last_progress_ms = monotonic_ms()
 
     def renewed(self, started_ms: int) -> None:
-        self.valid_until_ms = started_ms + self.leases.ttl_ms
+        self.valid_until_ms = max(self.valid_until_ms, started_ms + self.leases.ttl_ms)
 
-    def ensure(self) -> None:
-        """Renew now and raise `LeaseLost` unless the lease is still ours. Called at every step
-        boundary, right before every call that leaves the process and every write."""
+    def send_time_left_s(self) -> float:
+        """Seconds this attempt may still write or send, by the local clock (no network)."""
+        if self.lost_why is not None:
+            return 0.0
+        return (self.valid_until_ms - SAFETY_MARGIN_MS - monotonic_ms()) / 1000
+
+    def why_not(self) -> str:
+        why = self.lost_why or "its lease may have lapsed (no renewal reached Redis in time)"
+        return f"run {self.token.run_id}: attempt {self.token.attempt} may not send: {why}"
+
+    def check(self) -> None:
+        """Raise `LeaseLost` unless the lease is still ours by the local clock. No network:
+        called right before every write and every call that leaves the process (I3)."""
+        self.progress()
+        if self.send_time_left_s() <= 0:
+            self.lost_why = self.lost_why or "its local lease deadline passed without a renewal"
+            raise LeaseLost(self.token, self.lost_why)
+
+    def renew(self) -> None:
+        """Renew now (one Redis round trip, at a step boundary) and raise `LeaseLost` unless the
+        lease is still ours. With Redis unreachable, the lease holds until its local deadline."""
         self.progress()
         if self.lost_why is not None:
             raise LeaseLost(self.token, self.lost_why)
@@ -60,13 +84,12 @@ class RunLease:
         try:
             ok = self.leases.renew(self.token)
         except redis.RedisError as exc:
-            # Unreachable Redis: the lease is ours only until it would have lapsed, less a
-            # margin for the write that follows (measured after the failed call, which can be
-            # slow), so this attempt stops writing within one lease of losing Redis.
-            if monotonic_ms() < self.valid_until_ms - SAFETY_MARGIN_MS:
-                return
-            self.lost_why = f"Redis unreachable past the lease: {exc}"
-            raise LeaseLost(self.token, self.lost_why) from exc
+            # Unreachable Redis: the lease is ours only until its local deadline, so this
+            # attempt stops writing within one lease of losing Redis.
+            if self.send_time_left_s() <= 0:
+                self.lost_why = f"Redis unreachable past the lease: {exc}"
+                raise LeaseLost(self.token, self.lost_why) from exc
+            return
         if not ok:
             self.lost_why = "the lease key is gone or holds another attempt"
             raise LeaseLost(self.token, self.lost_why)

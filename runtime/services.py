@@ -17,14 +17,13 @@ from redis.retry import Retry
 
 from runtime.heartbeat import Heartbeat
 from runtime.leases import Leases
-from runtime.models.base import ModelError, ModelProvider, StepRequest
+from runtime.models.base import ModelError, ModelProvider
 from runtime.models.scripted import ScriptedProvider
 from runtime.sealing import Sealer, load_sealer
 from runtime.settings import Settings
+from runtime.tool_sources import load_registry
 from runtime.tools import ToolRegistry
-from runtime.vendor_tools import default_registry
 from store import db
-from store.records import insert_model_request
 from store.rows import RunRow
 
 
@@ -48,30 +47,20 @@ class Services:
     holder: str
 
     def model_for(self, run: RunRow) -> ModelProvider:
-        """The provider the run's spec names; each records every request it serves."""
+        """The provider the run's spec names. Providers record nothing of their own: what a
+        model was asked is judged from the model server's records (I5)."""
         model: dict[str, Any] = dict(run.spec.get("model") or {})
         provider = model.get("provider", "scripted")
         if provider == "scripted":
-            return ScriptedProvider(model.get("script") or {}, record=self._record_request)
+            return ScriptedProvider(model.get("script") or {})
         if provider == "openai":
             from runtime.models.openai import OpenAIProvider
 
-            return OpenAIProvider(model, record=self._record_request)
+            return OpenAIProvider(model)
         raise ModelError(
             f"run {run.id}: model provider {provider!r} is not available in this worker",
             retryable=False,
         )
-
-    def _record_request(self, request: StepRequest, provider: str) -> None:
-        with self.engine.connect() as conn:
-            insert_model_request(
-                conn,
-                run_id=request.run_id,
-                step=request.step,
-                attempt=request.attempt,
-                provider=provider,
-                tool_results=request.latest_tool_results(),
-            )
 
 
 def redis_client(url: str, timeout_s: float = 2.0) -> redis.Redis[bytes]:
@@ -102,10 +91,24 @@ def build(
         leases=leases,
         heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms),
         sealer=sealer or load_sealer(settings.production),
-        tools=tools or default_registry(settings.vendor_url, settings.tool_kinds),
+        tools=tools or registry_for(settings),
         publisher=publisher,
         holder=f"{socket.gethostname()}-{os.getpid()}",
     )
+
+
+_registry_lock = threading.Lock()
+_registries: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ToolRegistry] = {}
+
+
+def registry_for(settings: Settings) -> ToolRegistry:
+    """The tools and agents `LIYAGENT_TOOLS` (and entry points) declare, loaded once per
+    process; raises ToolDeclarationError naming the module and tool that are wrong."""
+    key = (tuple(settings.tool_modules), tuple(sorted(settings.tool_kinds.items())))
+    with _registry_lock:
+        if key not in _registries:
+            _registries[key] = load_registry(settings.tool_modules, settings.tool_kinds)
+        return _registries[key]
 
 
 _lock = threading.Lock()

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/liyagent"
+from store.db import DEFAULT_DATABASE_URL
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -37,6 +38,11 @@ def _env_bool(name: str, default: bool) -> bool:
     if value in {"0", "false", "no", "off"}:
         return False
     raise ConfigError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+def _env_list(name: str) -> tuple[str, ...]:
+    raw = os.environ.get(name, "")
+    return tuple(filter(None, (p.strip() for p in raw.split(","))))
 
 
 def _env_pairs(name: str) -> dict[str, str]:
@@ -118,6 +124,9 @@ class Settings:
     vendor_url: str = "http://127.0.0.1:8765"
     step_limit: int = 25
     crash_resume_entries: bool = True
+    # Modules whose tools and agents every process loads (LIYAGENT_TOOLS, comma-separated),
+    # the way Celery's `include` names task modules.
+    tool_modules: tuple[str, ...] = ()
     # Operators' reclassification of tools, `name=kind` (e.g. chat.reply=read). A call already
     # marked a write stays a write whatever its tool is classified as now (I7).
     tool_kinds: dict[str, str] = field(default_factory=dict)
@@ -143,6 +152,7 @@ class Settings:
             vendor_url=os.environ.get("LIYAGENT_VENDOR_URL") or "http://127.0.0.1:8765",
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
+            tool_modules=_env_list("LIYAGENT_TOOLS"),
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
             answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
             agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",

@@ -19,7 +19,8 @@ class Settle(StrEnum):
     MAKE = "made"  # a read, or a write never marked: make it now, as on a first pass
     REUSE = "reused"  # its outcome (or an earlier settlement) is recorded: reuse it
     RESEND = "resent"  # keyed write, vendor dedupes longer than a resume: same key again
-    READ_BACK = "read_back"  # a reader looks the outcome up by key
+    READ_BACK = "read_back"  # a reader looks the outcome up by key (found: its outcome)
+    NOT_FOUND = "not_found"  # the reader found nothing: not sent again, the model is told
     UNKNOWN = "unknown"  # not sent again; the model is told the outcome is unknown
 
 
@@ -61,6 +62,13 @@ def decide(
         return Settle.READ_BACK
     return Settle.UNKNOWN
 
+
+NOT_FOUND_NOTE = (
+    "This call was not found by read-back: the process making it stopped while it was in "
+    "flight, and the target has no record of it under its key yet. It was not sent again (the "
+    "target may still be processing it). Check the target before asking for it again; a new "
+    "call gets a new key."
+)
 
 UNKNOWN_NOTE = (
     "The outcome of this call is unknown: the process making it stopped while it was in "

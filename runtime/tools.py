@@ -1,11 +1,23 @@
-"""Tools declare what they are, so the engine knows how to make and settle each call."""
+"""Tools declare what they are, so the engine knows how to make and settle each call.
+
+A `Tool` is whatever the model may call: a user's typed Python function (`typed_tools.py`), a
+tool an MCP server serves (`mcp_tools.py`), or one the engine routes itself (delegation). The
+engine owns keys, marks, settlement and the send guard; a tool only declares its kind (and its
+reader or dedupe window) and uses the `CallContext` it is given.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+import httpx
+
+from runtime.call_http import CallHTTP
+
+Outcome = dict[str, Any]
 
 
 class ToolKind(StrEnum):
@@ -23,31 +35,85 @@ class ToolKind(StrEnum):
 
 @dataclass(frozen=True)
 class CallContext:
-    """What a tool needs to make one call: who makes it and with which idempotency key."""
+    """What a tool gets for one call: who makes it, its idempotency key, and an HTTP client
+    that sends that key (`Idempotency-Key`) and passes the engine's send guard."""
 
     run_id: str
     attempt: int
     step: int
     call_id: str
+    tool: str
+    # The step's idempotency key; the same for every execution of this call (I8).
     key: str
+    # False when the key is fresh per call (a positional provider id, an ad hoc call).
+    stable_key: bool
     timeout_s: float
+    http: CallHTTP = field(repr=False)
 
 
 class ToolError(Exception):
-    """The vendor answered with a definite refusal: the call's outcome is this error."""
+    """The call was refused for good (the vendor said no, the input is wrong): its outcome is
+    this error, told to the model. Nothing is in doubt. `status` is the vendor's HTTP status."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ToolInDoubt(Exception):
     """The call may or may not have reached its vendor (timeout, reset, 5xx)."""
 
 
-Invoke = Callable[[dict[str, Any], CallContext], dict[str, Any]]
-# A reader returns the call's outcome found by its key, or None when the write never landed.
-Reader = Callable[[dict[str, Any], CallContext], dict[str, Any] | None]
+class InvalidArguments(ToolError):
+    """The model's arguments do not fit the tool's parameters; the call was not made."""
+
+    def __init__(self, tool: str, problems: list[dict[str, str]]) -> None:
+        super().__init__(
+            f"arguments of {tool} do not fit its parameters: "
+            + "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        )
+        self.problems = problems
+
+    def outcome(self) -> Outcome:
+        return {
+            "error": "invalid arguments; the call was not made",
+            "problems": self.problems,
+            "hint": "call the tool again with arguments that fit its parameters",
+        }
+
+
+def vendor_json(what: str, send: Callable[[], httpx.Response]) -> Any:
+    """Make one vendor request and read its JSON answer: a 4xx is a definite refusal
+    (`ToolError`); a 5xx, a timeout or a lost connection leaves the call in doubt."""
+    try:
+        response = send()
+    except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+        raise ToolInDoubt(f"{what}: {type(exc).__name__}: {exc}") from exc
+    except httpx.HTTPError as exc:
+        raise ToolError(f"{what}: {exc}") from exc
+    if response.status_code >= 500:
+        raise ToolInDoubt(f"{what}: the vendor answered {response.status_code}")
+    if response.status_code >= 400:
+        raise ToolError(
+            f"{what}: {response.status_code} {response.text[:300]}", response.status_code
+        )
+    return response.json()
+
+
+Invoke = Callable[[dict[str, Any], CallContext], Outcome]
+# A reader returns the call's outcome found by its key, or None when it finds none.
+Reader = Callable[[dict[str, Any], CallContext], Outcome | None]
+Validate = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _no_check(args: dict[str, Any]) -> dict[str, Any]:
+    return args
 
 
 @dataclass(frozen=True)
 class Tool:
+    """One tool: its name and kind, the schema the model sees, and how to call and read it."""
+
     name: str
     kind: ToolKind
     description: str
@@ -55,32 +121,76 @@ class Tool:
     reader: Reader | None = None
     dedupe_window_s: float | None = None
     parameters: dict[str, Any] | None = None
+    # Checks (and normalises) the model's arguments before anything is marked or sent;
+    # raises InvalidArguments.
+    validate: Validate = _no_check
+    # Where it was declared (a module, an MCP server), for start-up errors.
+    origin: str = "liyagent"
 
     def __post_init__(self) -> None:
         if self.kind is ToolKind.KEYED_WRITE and not self.dedupe_window_s:
-            raise ValueError(f"tool {self.name}: a keyed write must declare its dedupe window")
+            raise ToolDeclarationError(
+                f"tool {self.name} ({self.origin}): a keyed write must declare its vendor's "
+                "dedupe window (dedupe_window_s)"
+            )
+        if self.reader is not None and self.kind is ToolKind.READ:
+            raise ToolDeclarationError(
+                f"tool {self.name} ({self.origin}): a read needs no reader; declare the write "
+                "it reads back"
+            )
 
     def schema(self) -> dict[str, Any]:
         """The tool as a model sees it."""
         return {
             "name": self.name,
             "description": self.description,
-            "parameters": self.parameters or {"type": "object"},
+            "parameters": self.parameters or {"type": "object", "properties": {}},
         }
 
 
-class ToolRegistry:
-    """Tools by name; one registry per process."""
+class ToolDeclarationError(ValueError):
+    """A tool is declared wrong (no window, unknown kind, a name used twice); the message names
+    the tool and where it came from. Processes refuse to start with it."""
 
-    def __init__(self, tools: list[Tool] | None = None) -> None:
+
+@dataclass(frozen=True)
+class AgentDef:
+    """An agent: its model, the tools it may use by name, its system prompt."""
+
+    name: str
+    model: dict[str, Any]
+    tools: list[str] | None
+    system: str | None
+    origin: str = "catalog"
+
+
+class ToolRegistry:
+    """Tools (and agents declared next to them) by name; one registry per process."""
+
+    def __init__(self, tools: Iterable[Tool] = (), agents: Iterable[AgentDef] = ()) -> None:
         self._tools: dict[str, Tool] = {}
-        for tool in tools or []:
+        self.agents: dict[str, AgentDef] = {}
+        for tool in tools:
             self.register(tool)
+        for agent in agents:
+            self.add_agent(agent)
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
-            raise ValueError(f"tool {tool.name} is registered twice")
+            first = self._tools[tool.name].origin
+            raise ToolDeclarationError(
+                f"tool {tool.name} is registered twice: by {first} and by {tool.origin}; "
+                "rename one of them"
+            )
         self._tools[tool.name] = tool
+
+    def add_agent(self, agent: AgentDef) -> None:
+        if agent.name in self.agents:
+            raise ToolDeclarationError(
+                f"agent {agent.name} is declared twice: by {self.agents[agent.name].origin} and "
+                f"by {agent.origin}"
+            )
+        self.agents[agent.name] = agent
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

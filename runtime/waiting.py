@@ -9,20 +9,34 @@ key): it finds the first, and its outcome if it has one.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime import faults
 from runtime.enqueue import BadRequest, NewRun, enqueue, publish_quietly
 from runtime.keys import approval_step_key, delegation_key
+from runtime.services import Services
 from runtime.state import RunState, ToolCall
 from runtime.tools import Tool
+from store.rows import RunRow
 from store.runs import claim_lost, get_run_by_request_key
 from store.waits import ensure_approval
 
-if TYPE_CHECKING:
-    from runtime.calls import CallRouter
-
 Outcome = dict[str, Any]
+
+
+class SendWrite(Protocol):
+    """The write path of the router that owns this wait router: mark, send, record."""
+
+    def __call__(
+        self,
+        state: RunState,
+        index: int,
+        call: ToolCall,
+        tool: Tool,
+        key: str,
+        stable: bool,
+        settlement: str | None,
+    ) -> Outcome: ...
 
 
 class Suspend(Exception):
@@ -34,10 +48,10 @@ class Suspend(Exception):
 
 
 class WaitRouter:
-    def __init__(self, router: CallRouter) -> None:
-        self.r = router
-        self.s = router.s
-        self.run = router.run
+    def __init__(self, services: Services, run: RunRow, write: SendWrite) -> None:
+        self.s = services
+        self.run = run
+        self.write = write
 
     @property
     def may_wait(self) -> bool:
@@ -69,7 +83,7 @@ class WaitRouter:
             }
         if request.status == "approved":
             # An approved call always sends the approval id as its key, however often.
-            return self.r.write(state, index, call, tool, request.id, True, settlement=None)
+            return self.write(state, index, call, tool, request.id, True, settlement=None)
         faults.point("after_request")
         if self.may_wait:
             raise Suspend(f"approval:{request.id}")

@@ -6,194 +6,33 @@ Endpoints run inside the caller's transaction and a savepoint: an error answer l
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
 from sqlalchemy import Connection
 
-from simulators import store
-
-MAX_DELAY_MS = 600_000
-DEFAULT_NOTIFY_DEDUPE_S = 300.0
-DEFAULT_SOURCE_DOCS = 25
-DEFAULT_FINE_TUNE_DURATION_S = 2.0
-MAX_FINE_TUNE_DURATION_S = 3600.0
-DEFAULT_PAGE_SIZE = 10
-MAX_PAGE_SIZE = 100
-_MAX_BIGINT = 2**63 - 1
-_VENDORS: Mapping[str, str] = {
-    "incidents": "incidents",
-    "issues": "issues",
-    "comments": "issues",
-    "chat": "chat",
-    "tickets": "tickets",
-    "notify": "notify",
-    "a2a": "a2a",
-    "fine_tunes": "finetune",
-    "source": "source",
-}
-
-
-@dataclass(frozen=True)
-class Response:
-    """What the simulator answers: status, JSON payload, and whether it replayed a dedupe."""
-
-    status: int
-    payload: Any
-    deduped: bool = False
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-class HttpError(Exception):
-    """An error answer raised by endpoint code; its message names the offending field."""
-
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = dict(headers or {})
-
-    def response(self) -> Response:
-        """The JSON error answer for this error."""
-        return Response(self.status, {"error": self.message}, headers=self.headers)
-
-
-@dataclass(frozen=True)
-class Request:
-    """A parsed HTTP request: what endpoints need and what the request record stores."""
-
-    method: str
-    target: str
-    path: str
-    query: Mapping[str, str]
-    body: Any
-    body_error: str | None
-    idem_key: str | None
-    run_id: str | None
-    attempt: int | None
-    delay_ms: int
-    fail_status: int | None
-    error: HttpError | None
-
-    @property
-    def vendor(self) -> str:
-        """The vendor a path belongs to; ``sim`` for the health check and unknown paths."""
-        return _VENDORS.get(self.path.strip("/").split("/", 1)[0], "sim")
-
-
-def parse_body(raw: bytes) -> tuple[Any, str | None]:
-    """Decode a JSON body; for bad input return the raw text (to record) and why it is bad."""
-    if not raw:
-        return None, None
-    try:
-        decoded = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "replace"), "request body is not valid UTF-8"
-    try:
-        return json.loads(decoded, parse_constant=_reject_constant, parse_float=_finite_float), None
-    except (ValueError, RecursionError) as exc:
-        return decoded, f"request body is not valid JSON: {exc}"
-
-
-def _reject_constant(name: str) -> Any:
-    """Refuse NaN and Infinity, which are not JSON and which jsonb cannot hold."""
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(literal: str) -> float:
-    """A JSON number as a float; one too large for a float (``1e400``) is refused, not infinite."""
-    value = float(literal)
-    if not math.isfinite(value):
-        raise ValueError(f"number {literal} is out of range")
-    return value
-
-
-def _int_header(headers: Mapping[str, str], name: str, low: int, high: int) -> int | None:
-    """An integer header within [low, high], None if absent; ValueError names the header."""
-    raw = headers.get(name.lower())
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ValueError(f"header {name} must be an integer") from None
-    if not low <= value <= high:
-        raise ValueError(f"header {name} must be between {low} and {high}")
-    return value
-
-
-def parse_request(
-    method: str,
-    target: str,
-    headers: Mapping[str, str],
-    raw_body: bytes,
-    transport_error: HttpError | None = None,
-) -> Request:
-    """Build a Request from the wire parts; ``headers`` has lower-case names."""
-    split = urlsplit(target)
-    query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-    body, body_error = parse_body(raw_body)
-    error: HttpError | None = transport_error
-    ints: dict[str, int | None] = {}
-    for name, low, high in (
-        ("X-Liyagent-Attempt", -(2**31), 2**31 - 1),
-        ("X-Sim-Delay-Ms", 0, MAX_DELAY_MS),
-        ("X-Sim-Fail", 400, 599),
-    ):
-        try:
-            ints[name] = _int_header(headers, name, low, high)
-        except ValueError as exc:
-            ints[name] = None
-            error = error or HttpError(400, str(exc))
-    return Request(
-        method=method,
-        target=target,
-        path=split.path.rstrip("/") or "/",
-        query=query,
-        body=body,
-        body_error=body_error,
-        idem_key=headers.get("idempotency-key") or None,
-        run_id=headers.get("x-liyagent-run") or None,
-        attempt=ints["X-Liyagent-Attempt"],
-        delay_ms=ints["X-Sim-Delay-Ms"] or 0,
-        fail_status=ints["X-Sim-Fail"],
-        error=error,
-    )
-
-
-def record_of(request: Request, response: Response) -> store.RequestRecord:
-    """The request record for one answered request."""
-    return store.RequestRecord(
-        vendor=request.vendor,
-        method=request.method,
-        path=request.target,
-        idem_key=request.idem_key,
-        run_id=request.run_id,
-        attempt=request.attempt,
-        body=request.body,
-        status=response.status,
-        deduped=response.deduped,
-    )
-
-
-@dataclass(frozen=True)
-class Call:
-    """One endpoint invocation: the open transaction, the request, path parameters, windows."""
-
-    conn: Connection
-    request: Request
-    params: Mapping[str, str]
-    incident_dedupe_s: float
-    notify_dedupe_s: float = DEFAULT_NOTIFY_DEDUPE_S
-    source_docs: int = DEFAULT_SOURCE_DOCS
-
-
-Handler = Callable[[Call], Response]
+from simulators import model, store
+from simulators.wire import (
+    _MAX_BIGINT,
+    DEFAULT_FINE_TUNE_DURATION_S,
+    DEFAULT_NOTIFY_DEDUPE_S,
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_SOURCE_DOCS,
+    MAX_DELAY_MS,
+    MAX_FINE_TUNE_DURATION_S,
+    MAX_PAGE_SIZE,
+    Call,
+    Handler,
+    HttpError,
+    Request,
+    Response,
+    _int_query,
+    _json_object,
+    _number,
+    _optional_text,
+    _query,
+    _text,
+)
 
 
 def respond(
@@ -208,13 +47,40 @@ def respond(
         return request.error.response()
     if request.fail_status is not None:
         return Response(request.fail_status, {"error": "injected failure (X-Sim-Fail)"})
+    fault = None if request.path.startswith("/sim/") else store.take_fault(conn, request)
+    if fault is not None and not fault.after:
+        return Response(fault.status, {"error": "injected failure (sim fault)"})
     try:
         handler, params = _route(request)
         with conn.begin_nested():
             call = Call(conn, request, params, incident_dedupe_s, notify_dedupe_s, source_docs)
-            return handler(call)
+            response = handler(call)
     except HttpError as exc:
         return exc.response()
+    if fault is not None:
+        # The request took effect; its answer is lost (a 5xx, or a hang past the caller's
+        # timeout): the caller cannot tell whether it landed.
+        return Response(
+            fault.status, {"error": "injected failure after the effect"}, delay_ms=fault.delay_ms
+        )
+    return response
+
+
+def add_fault(call: Call) -> Response:
+    """Arm a fault: the next `times` requests matching `method` and `path` (a prefix) answer
+    `status`, before their effect (`after: false`) or after it (`after: true`, optionally
+    after `delay_ms`, to stand for an answer lost in flight)."""
+    body = _json_object(call.request)
+    fault = store.Fault(
+        method=_text(body, "method"),
+        path=_text(body, "path"),
+        status=int(_number(body, "status", 503, 200, 599)),
+        times=int(_number(body, "times", 1, 1, 1_000_000)),
+        after=bool(body.get("after", False)),
+        delay_ms=int(_number(body, "delay_ms", 0, 0, MAX_DELAY_MS)),
+        run_id=_optional_text(body, "run_id"),
+    )
+    return Response(201, {"id": store.insert_fault(call.conn, fault)})
 
 
 def _route(request: Request) -> tuple[Handler, dict[str, str]]:
@@ -231,67 +97,6 @@ def _route(request: Request) -> tuple[Handler, dict[str, str]]:
         message = f"method {request.method} not allowed on {request.path}"
         raise HttpError(405, message, {"Allow": ", ".join(sorted(set(allowed)))})
     raise HttpError(404, f"no such path: {request.path}")
-
-
-def _json_object(request: Request) -> dict[str, Any]:
-    """The request body as a JSON object, or 400."""
-    if request.body_error is not None:
-        raise HttpError(400, request.body_error)
-    if not isinstance(request.body, dict):
-        raise HttpError(400, "request body must be a JSON object")
-    return request.body
-
-
-def _text(body: Mapping[str, Any], name: str, default: str | None = None) -> str:
-    """A non-empty string field of ``body`` (``default`` when absent or null), or 400."""
-    value = body.get(name)
-    if value is None and default is not None:
-        return default
-    if value is None:
-        raise HttpError(400, f"field '{name}' is required")
-    if not isinstance(value, str):
-        raise HttpError(400, f"field '{name}' must be a string")
-    if not value.strip():
-        raise HttpError(400, f"field '{name}' must not be empty")
-    if "\x00" in value:
-        raise HttpError(400, f"field '{name}' must not contain NUL characters")
-    return value
-
-
-def _optional_text(body: Mapping[str, Any], name: str) -> str | None:
-    """A string field of ``body`` that may be absent or null (None), else as ``_text``."""
-    return None if body.get(name) is None else _text(body, name)
-
-
-def _query(call: Call, name: str) -> str | None:
-    """A query parameter, None when absent."""
-    return call.request.query.get(name)
-
-
-def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
-    """A number field of ``body`` within [low, high] (``default`` when absent or null), or 400."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise HttpError(400, f"field '{name}' must be a number")
-    if not low <= value <= high:
-        raise HttpError(400, f"field '{name}' must be between {low:g} and {high:g}")
-    return float(value)
-
-
-def _int_query(call: Call, name: str, default: int, low: int, high: int | None = None) -> int:
-    """An integer query parameter within [low, high] (``default`` when absent), or 400."""
-    raw = _query(call, name)
-    if raw is None:
-        return default
-    bounds = f">= {low}" if high is None else f"between {low} and {high}"
-    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 18):
-        raise HttpError(400, f"query parameter '{name}' must be an integer {bounds}")
-    value = int(raw)
-    if value < low or (high is not None and value > high):
-        raise HttpError(400, f"query parameter '{name}' must be an integer {bounds}")
-    return value
 
 
 def _incident_id(call: Call) -> int:
@@ -504,5 +309,8 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
         ("POST", "/fine_tunes", create_fine_tune),
         ("GET", "/fine_tunes/{job}", get_fine_tune),
         ("GET", "/source/docs", list_source_docs),
+        ("POST", "/v1/scripts", model.save_script),
+        ("POST", "/sim/faults", add_fault),
+        ("POST", "/v1/chat/completions", model.chat_completions),
     )
 )

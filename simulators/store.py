@@ -30,6 +30,16 @@ DDL: tuple[str, ...] = (
         idem_key text, run_id text, attempt integer, body jsonb, status integer NOT NULL,
         deduped boolean NOT NULL DEFAULT false, created_at timestamptz NOT NULL DEFAULT now())""",
     "CREATE INDEX IF NOT EXISTS requests_vendor_idx ON sim.requests (vendor, method)",
+    # The call site a request came from (X-Liyagent-Call: step and call id; for the model, the
+    # step asked for), so duplicates are counted per run and call site, whatever key was sent.
+    "ALTER TABLE sim.requests ADD COLUMN IF NOT EXISTS call text",
+    """CREATE TABLE IF NOT EXISTS sim.faults (
+        id bigserial PRIMARY KEY, method text NOT NULL, path text NOT NULL, status int NOT NULL,
+        remaining int NOT NULL, after boolean NOT NULL, delay_ms int NOT NULL DEFAULT 0,
+        run_id text, created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE TABLE IF NOT EXISTS sim.model_scripts (
+        model text PRIMARY KEY, script jsonb NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now())""",
     "CREATE INDEX IF NOT EXISTS requests_idem_key_idx ON sim.requests (idem_key)",
     "CREATE INDEX IF NOT EXISTS requests_run_id_idx ON sim.requests (run_id)",
     """CREATE TABLE IF NOT EXISTS sim.incidents (
@@ -102,6 +112,7 @@ class RequestRecord:
     body: Any
     status: int
     deduped: bool
+    call: str | None = None
 
 
 def make_engine(database_url: str) -> Engine:
@@ -324,9 +335,9 @@ def fine_tune(conn: Connection, job_id: str) -> Row | None:
 def record_request(conn: Connection, record: RequestRecord) -> int:
     """Write the record of one received request; returns its id."""
     sql = """INSERT INTO sim.requests
-             (vendor, method, path, idem_key, run_id, attempt, body, status, deduped)
+             (vendor, method, path, idem_key, run_id, attempt, body, status, deduped, call)
              VALUES (:vendor, :method, :path, :idem_key, :run_id, :attempt,
-                     CAST(:body AS jsonb), :status, :deduped) RETURNING id"""
+                     CAST(:body AS jsonb), :status, :deduped, :call) RETURNING id"""
     params = {**asdict(record), "body": _json_param(record.body)}
     return int(conn.execute(text(sql), params).scalar_one())
 
@@ -387,3 +398,61 @@ def a2a_tasks_by_id(conn: Connection) -> dict[str, int]:
 def fine_tunes_by_key(conn: Connection) -> dict[str, int]:
     """How many fine-tune jobs exist per idempotency key (more than 1 means a duplicate)."""
     return _count_by_key(conn, "fine_tunes")
+
+
+def save_model_script(conn: Connection, model: str, script: Any) -> None:
+    """Keep a script under its content-derived model name (saving it again changes nothing)."""
+    conn.execute(
+        text(
+            "INSERT INTO sim.model_scripts (model, script) VALUES (:m, CAST(:s AS jsonb)) "
+            "ON CONFLICT (model) DO NOTHING"
+        ),
+        {"m": model, "s": _json_param(script)},
+    )
+
+
+def model_script(conn: Connection, model: str) -> Any:
+    """The script a model name plays, or None."""
+    return conn.execute(
+        text("SELECT script FROM sim.model_scripts WHERE model = :m"), {"m": model}
+    ).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An armed fault: requests it matches answer `status`, before or after their effect."""
+
+    method: str
+    path: str
+    status: int
+    times: int = 1
+    after: bool = False
+    delay_ms: int = 0
+    # Only requests of this run (X-Liyagent-Run), so tests sharing a simulator stay apart.
+    run_id: str | None = None
+
+
+def insert_fault(conn: Connection, fault: Fault) -> int:
+    sql = """INSERT INTO sim.faults (method, path, status, remaining, after, delay_ms, run_id)
+             VALUES (:method, :path, :status, :times, :after, :delay_ms, :run_id) RETURNING id"""
+    return int(conn.execute(text(sql), asdict(fault)).scalar_one())
+
+
+def take_fault(conn: Connection, request: Any) -> Fault | None:
+    """Use up one firing of the oldest armed fault matching the request, if any."""
+    row = conn.execute(
+        text(
+            """
+            UPDATE sim.faults SET remaining = remaining - 1
+            WHERE id = (SELECT id FROM sim.faults
+                        WHERE remaining > 0 AND method = :m AND :p LIKE path || '%'
+                          AND (run_id IS NULL OR run_id = :r)
+                        ORDER BY id LIMIT 1 FOR UPDATE)
+            RETURNING method, path, status, after, delay_ms, run_id
+            """
+        ),
+        {"m": request.method, "p": request.path, "r": request.run_id},
+    ).first()
+    if row is None:
+        return None
+    return Fault(row.method, row.path, row.status, 1, row.after, row.delay_ms, row.run_id)

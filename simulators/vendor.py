@@ -17,16 +17,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from simulators import routes, store
+from simulators import routes, store, wire
 from simulators.logs import log_event
-from simulators.routes import (
-    DEFAULT_NOTIFY_DEDUPE_S,
-    DEFAULT_SOURCE_DOCS,
-    HttpError,
-    Request,
-    Response,
-    source_doc,
-)
+from simulators.routes import source_doc
 from simulators.store import (
     a2a_tasks_by_id,
     chat_replies_by_key,
@@ -37,6 +30,13 @@ from simulators.store import (
     incidents_by_key,
     make_engine,
     notifications_by_key,
+)
+from simulators.wire import (
+    DEFAULT_NOTIFY_DEDUPE_S,
+    DEFAULT_SOURCE_DOCS,
+    HttpError,
+    Request,
+    Response,
 )
 
 __all__ = [
@@ -81,10 +81,11 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         """Parse, answer and record the request, pause if asked, then send the answer."""
         raw, transport_error = self._read_body()
         headers = {name.lower(): value for name, value in self.headers.items()}
-        request = routes.parse_request(self.command, self.path, headers, raw, transport_error)
+        request = wire.parse_request(self.command, self.path, headers, raw, transport_error)
         response = self.server.execute(request)
-        if request.delay_ms:
-            time.sleep(request.delay_ms / 1000)
+        delay_ms = max(request.delay_ms, response.delay_ms)
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
         self._send(response)
 
     def _read_body(self) -> tuple[bytes, HttpError | None]:
@@ -163,7 +164,7 @@ class SimulatorServer(ThreadingHTTPServer):
                 response = routes.respond(
                     conn, request, self.incident_dedupe_s, self.notify_dedupe_s, self.source_docs
                 )
-                store.record_request(conn, routes.record_of(request, response))
+                store.record_request(conn, wire.record_of(request, response))
             return response
         except Exception:
             log_event(logging.ERROR, "request_failed", exc_info=True, path=request.target)
@@ -175,7 +176,7 @@ class SimulatorServer(ThreadingHTTPServer):
         """Record a request whose own transaction failed, so it is still counted if possible."""
         try:
             with self._tx_engine.begin() as conn:
-                store.record_request(conn, routes.record_of(request, response))
+                store.record_request(conn, wire.record_of(request, response))
         except Exception:
             log_event(logging.ERROR, "record_failed", exc_info=True, path=request.target)
 

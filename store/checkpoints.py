@@ -126,9 +126,10 @@ def settle_mark(
     call_index: int,
     settlement: str,
 ) -> None:
-    """Record that an in-doubt call was settled without an outcome (unknown, or refused by a
-    gate) and was not sent again (fenced)."""
-    _finish_mark(conn, run_id, attempt, step, call_index, "settled", None, settlement)
+    """Record that an in-doubt call was settled without an outcome (unknown, not found by its
+    reader, or refused by a gate) and was not sent again, audited in the same statement
+    (fenced, I2)."""
+    _finish_mark(conn, run_id, attempt, step, call_index, "settled", None, settlement, audit=True)
 
 
 def _finish_mark(
@@ -140,18 +141,29 @@ def _finish_mark(
     status: str,
     outcome: bytes | None,
     settlement: str | None,
+    audit: bool = False,
 ) -> None:
     row = conn.execute(
         sa.text(
             f"""
-            WITH {OWNER_CTE}
-            UPDATE call_marks SET status = :status, outcome = :outcome, attempt = :attempt,
-                   settlement = coalesce(:settlement, call_marks.settlement),
-                   settled_at = now()
-            FROM owner
-            WHERE call_marks.run_id = owner.id AND call_marks.step = :step
-              AND call_marks.call_index = :call_index
-            RETURNING call_marks.run_id
+            WITH {OWNER_CTE},
+            u AS (
+                UPDATE call_marks SET status = :status, outcome = :outcome, attempt = :attempt,
+                       settlement = coalesce(:settlement, call_marks.settlement),
+                       settled_at = now()
+                FROM owner
+                WHERE call_marks.run_id = owner.id AND call_marks.step = :step
+                  AND call_marks.call_index = :call_index
+                RETURNING call_marks.run_id, call_marks.step, call_marks.call_index,
+                          call_marks.call_id, call_marks.tool, call_marks.kind,
+                          call_marks.settlement),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT run_id, 'agent.call.settled', :attempt, step,
+                       jsonb_build_object('call_index', call_index, 'call_id', call_id,
+                                          'tool', tool, 'kind', kind, 'settlement', settlement)
+                FROM u WHERE :audit)
+            SELECT run_id FROM u
             """
         ),
         {
@@ -162,6 +174,7 @@ def _finish_mark(
             "status": status,
             "outcome": outcome,
             "settlement": settlement,
+            "audit": audit,
         },
     ).first()
     if row is None:

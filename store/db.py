@@ -10,6 +10,8 @@ from typing import Any
 import sqlalchemy as sa
 from psycopg.types.string import TextLoader
 
+DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/liyagent"
+
 _lock = threading.Lock()
 _engines: dict[tuple[int, str], sa.Engine] = {}
 
@@ -32,6 +34,9 @@ def create(url: str, pool_size: int = 5) -> sa.Engine:
         url,
         isolation_level="AUTOCOMMIT",
         pool_pre_ping=True,
+        # SQL parameters carry users' text: never put them in exception messages, which reach
+        # logs and audit rows.
+        hide_parameters=True,
         pool_size=pool_size,
         max_overflow=10,
         connect_args={"options": _SESSION_OPTIONS, "connect_timeout": 5},
@@ -56,6 +61,11 @@ def dispose_inherited() -> None:
     with _lock:
         for key in [k for k in _engines if k[0] != pid]:
             _engines.pop(key).dispose(close=False)
+
+
+def database_url_from_env() -> str:
+    """The database `LIYAGENT_DATABASE_URL` names, or the local default."""
+    return os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL
 
 
 def to_json(value: Any) -> str:

@@ -35,6 +35,21 @@ def insert_audit(
     )
 
 
+def insert_audit_once(
+    conn: sa.Connection, *, run_id: str, kind: str, detail: dict[str, Any]
+) -> None:
+    """An audit event of this kind for this run, unless one is already there (a finding that
+    every read would repeat, such as an answer that does not verify)."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO audit_events (run_id, kind, detail) "
+            "SELECT :run_id, :kind, CAST(:detail AS jsonb) WHERE NOT EXISTS "
+            "(SELECT 1 FROM audit_events WHERE run_id = :run_id AND kind = :kind)"
+        ),
+        {"run_id": run_id, "kind": kind, "detail": to_json(detail)},
+    )
+
+
 def insert_owned_audit(
     conn: sa.Connection,
     *,

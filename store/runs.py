@@ -260,7 +260,8 @@ def claim_lost_many(
     row matches only at the lapsed attempt while running or answered, so of two sweeps one wins
     each run. The attempt and loss count go up, and the run is queued again, or failed with the
     reason when lost more than the limit (or not written ahead). An answered run is requeued to
-    hand its answer on, whatever its losses. Each loss, and a failure's notice on the transcript
+    hand its answer on, and failed too once its hand-on was lost more than the limit. Each
+    loss, and a failure's notice on the transcript
     and entry points, are written by the same statement."""
     if not lapsed:
         return []
@@ -279,10 +280,15 @@ def claim_lost_many(
                     queued_at = now(),
                     updated_at = now(),
                     status = CASE
+                        WHEN lost_count + 1 > :limit THEN 'failed'
                         WHEN status = 'answered' THEN 'answered'
-                        WHEN NOT resumable OR lost_count + 1 > :limit THEN 'failed'
+                        WHEN NOT resumable THEN 'failed'
                         ELSE 'queued' END,
                     failure_reason = CASE
+                        WHEN status = 'answered' AND lost_count + 1 > :limit
+                        THEN 'its answer could not be handed on: lost ' || (lost_count + 1)
+                             || ' times (limit ' || :limit || '); the answer is kept sealed '
+                             || 'on the run; check the entry point and the workers'' logs'
                         WHEN status = 'answered' THEN failure_reason
                         WHEN NOT resumable
                         THEN 'interrupted: its worker died and it was not written ahead, so it '
@@ -293,13 +299,14 @@ def claim_lost_many(
                              || 'is fixed'
                         ELSE failure_reason END,
                     finished_at = CASE
-                        WHEN status <> 'answered' AND (NOT resumable OR lost_count + 1 > :limit)
+                        WHEN lost_count + 1 > :limit
+                          OR (status <> 'answered' AND NOT resumable)
                         THEN now() ELSE finished_at END
                 FROM lapsed
                 WHERE runs.id = lapsed.lapsed_id AND runs.attempt = lapsed.lapsed_attempt
                   AND status IN ('running', 'answered')
                 RETURNING runs.id, runs.attempt, status, lost_count, step, failure_reason,
-                          resumable, claimed_by, claimed_at),
+                          resumable, claimed_by, claimed_at, answer IS NOT NULL AS answered),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
@@ -310,6 +317,7 @@ def claim_lost_many(
                                           'lost_holder', claimed_by,
                                           'lost_claimed_at', claimed_at,
                                           'code', CASE WHEN status <> 'failed' THEN NULL
+                                                       WHEN answered THEN 'hand_on_lost'
                                                        WHEN NOT resumable THEN 'interrupted'
                                                        ELSE 'loss_limit' END)
                 FROM c),

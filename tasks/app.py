@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from celery import Celery, signals
 
-from runtime import drain, logs
+from runtime import drain, logs, startup
 from store import db
 
 app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps", "tasks.entries"])
 app.config_from_object("celeryconfig")
 
 
+def _refuse_unless_ready(what: str) -> None:
+    """Stop this process now, with the reason, rather than take messages it would fail (and
+    ack) one by one: production without seal keys, a tool module that does not load."""
+    try:
+        startup.check()
+    except startup.StartupRefused as exc:
+        print(f"liyagent {what} does not start: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 @signals.worker_init.connect
 def _on_worker_init(**_: Any) -> None:
     logs.configure()
+    _refuse_unless_ready("worker")
     drain.install()  # before the pool forks, so children share the flag
 
 
@@ -33,3 +45,4 @@ def _on_shutting_down(**_: Any) -> None:
 @signals.beat_init.connect
 def _on_beat_init(**_: Any) -> None:
     logs.configure()
+    _refuse_unless_ready("beat")

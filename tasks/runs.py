@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-from runtime.executor import run_message
+import time
+
+import structlog
+from celery.exceptions import Reject
+
+from runtime.executor import NotHandled, run_message
 from tasks.app import app
 from tasks.services import services
+
+log = structlog.get_logger(__name__)
+
+# A message that could not be handled (Postgres or Redis unreachable before the run was
+# claimed) goes back to its queue after this pause, instead of being acked and dropped.
+REQUEUE_PAUSE_S = 1.0
 
 
 @app.task(name="liyagent.run", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run(run_id: str, attempt: int) -> str:
-    return run_message(services(), run_id, int(attempt))
+    try:
+        return run_message(services(), run_id, int(attempt))
+    except NotHandled as exc:
+        log.warning("message.requeued", run_id=run_id, attempt=attempt, why=str(exc))
+        time.sleep(REQUEUE_PAUSE_S)  # backoff: a broken dependency must not spin the worker
+        raise Reject(str(exc), requeue=True) from exc

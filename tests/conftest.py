@@ -13,13 +13,13 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from runtime.local.procs import Proc, python
-from runtime.local.servers import PrivatePostgres, PrivateRedis, reachable
+from liyagent.local.procs import Proc, python
+from liyagent.local.servers import PrivatePostgres, PrivateRedis, reachable
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Settings
 from store import migrate
 from store.admin import create_database, drop_database
-from tests.support.stack import FAST, Stack
+from tests.support.stack import FAST, SIM_MODEL_KEY, SIM_MODEL_KEY_ENV, TOOLS, Stack
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -137,6 +137,10 @@ def simulator(
     )
     found = proc.wait_for(r"simulators listening on (http://\S+)", timeout=30)
     engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    # Tools and models this test process calls itself (ad hoc calls, in-process attempts) find
+    # the simulators as the workers do: through the environment, read at call time.
+    os.environ["LIYAGENT_VENDOR_URL"] = found.group(1)
+    os.environ[SIM_MODEL_KEY_ENV] = SIM_MODEL_KEY
     yield found.group(1), engine
     proc.kill()
     engine.dispose()
@@ -157,6 +161,7 @@ def stack(
         redis_url=servers[1],
         namespace=namespace,
         vendor_url=simulator[0],
+        tool_modules=TOOLS,
         timings=FAST,
     )
     s = Stack(

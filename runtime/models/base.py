@@ -18,6 +18,15 @@ class StepRequest:
     messages: list[Message]
     tools: list[dict[str, Any]]
 
+    def headers(self) -> dict[str, str]:
+        """Who asks, for the model server's own records (never a secret): the run, its
+        attempt and the step asked for."""
+        return {
+            "X-Liyagent-Run": self.run_id,
+            "X-Liyagent-Attempt": str(self.attempt),
+            "X-Liyagent-Step": str(self.step),
+        }
+
     def latest_tool_results(self) -> list[Message]:
         """The tool messages after the model's last step: what it is told now."""
         out: list[Message] = []

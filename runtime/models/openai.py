@@ -16,16 +16,25 @@ from typing import Any
 
 import httpx
 
+from runtime import http
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
-from runtime.models.scripted import Recorder
 from runtime.state import Message, ToolCall
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_TIMEOUT_S = 30.0
 CONFIG_KEYS = frozenset(
-    {"provider", "base_url", "model", "api_key_env", "temperature", "max_tokens", "timeout_s"}
+    {
+        "provider",
+        "base_url",
+        "base_url_env",
+        "model",
+        "api_key_env",
+        "temperature",
+        "max_tokens",
+        "timeout_s",
+    }
 )
 # What OpenAI accepts as a function name; our registry's dotted names are mapped onto it.
 _WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -107,6 +116,9 @@ class OpenAIConfig:
     """The provider settings a run's spec carries; never the key itself."""
 
     base_url: str
+    # When set, the endpoint is read from this environment variable at call time (like the key),
+    # so one catalog serves deployments whose model endpoints differ.
+    base_url_env: str | None
     model: str
     api_key_env: str
     timeout_s: float
@@ -125,6 +137,7 @@ class OpenAIConfig:
             )
         return cls(
             base_url=_text(spec, "base_url", DEFAULT_BASE_URL).rstrip("/"),
+            base_url_env=_text(spec, "base_url_env", None) if "base_url_env" in spec else None,
             model=_text(spec, "model", None),
             api_key_env=_text(spec, "api_key_env", DEFAULT_KEY_ENV),
             timeout_s=_positive(spec.get("timeout_s", DEFAULT_TIMEOUT_S), "timeout_s"),
@@ -168,16 +181,13 @@ class OpenAIProvider:
 
     name = "openai"
 
-    def __init__(self, spec: dict[str, Any], record: Recorder | None = None) -> None:
+    def __init__(self, spec: dict[str, Any]) -> None:
         self.config = OpenAIConfig.from_spec(spec)
-        self.record = record
 
     def next_step(self, request: StepRequest) -> StepAnswer:
         key = self._api_key()
         body = self.request_body(request)
-        if self.record is not None:
-            self.record(request, self.name)
-        return parse_answer(request.run_id, self._post(key, body))
+        return parse_answer(request.run_id, self._post(key, body, request.headers()))
 
     def _api_key(self) -> str:
         """The key from the worker's environment, read per call so a rotated key is used."""
@@ -189,6 +199,19 @@ class OpenAIProvider:
                 retryable=False,
             )
         return key
+
+    def _base_url(self) -> str:
+        env = self.config.base_url_env
+        if env is None:
+            return self.config.base_url
+        value = os.environ.get(env, "").strip()
+        if not value:
+            raise ModelError(
+                f"the environment variable {env} (base_url_env) is not set in the worker; set it "
+                "to the model endpoint's base URL and start the worker again",
+                retryable=False,
+            )
+        return value.rstrip("/")
 
     def request_body(self, request: StepRequest) -> dict[str, Any]:
         """The chat-completions request for one step."""
@@ -204,19 +227,18 @@ class OpenAIProvider:
             body["max_tokens"] = self.config.max_tokens
         return body
 
-    def _post(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, key: str, body: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
         """One POST with no client-side retries; any failure comes back classified."""
-        url = f"{self.config.base_url}/chat/completions"
+        url = f"{self._base_url()}/chat/completions"
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        # A client per request: the provider has no close hook, so none is left holding sockets.
-        with httpx.Client(
-            transport=httpx.HTTPTransport(retries=0),
-            timeout=httpx.Timeout(self.config.timeout_s),
-        ) as client:
-            try:
-                response = client.post(url, headers=headers, content=json.dumps(body))
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                raise classify(None, None, exc, key_env=self.config.api_key_env) from exc
+        headers.update(extra)
+        # The process's pooled client: keep-alive across steps, the send guard on every request.
+        try:
+            response = http.shared_client().post(
+                url, headers=headers, content=json.dumps(body), timeout=self.config.timeout_s
+            )
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise classify(None, None, exc, key_env=self.config.api_key_env) from exc
         if not response.is_success:
             raise classify(
                 response.status_code,

@@ -2,20 +2,18 @@
 
 It is the embedded default model for the demo and the CLI. A script is JSON:
 `{"steps": [{"calls": [{"id": "toolu_1", "tool": "ticket.read", "args": {...}}],
-"latency_ms": 50}, {"final": "done"}]}`. Each request it serves is recorded by `record`, so
-tests prove from Postgres that a written step is never asked again (I5).
+"latency_ms": 50}, {"final": "done"}]}`. It runs in the worker and records nothing; the same
+scripts served over HTTP by the simulators' model (OpenAI-compatible) record every request, which
+is how tests prove that a written step is never asked again (I5).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.state import ToolCall
-
-Recorder = Callable[[StepRequest, str], None]
 
 
 class ScriptError(ValueError):
@@ -56,17 +54,14 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, script: dict[str, Any], record: Recorder | None = None) -> None:
+    def __init__(self, script: dict[str, Any]) -> None:
         self.steps = validate_script(script)
-        self.record = record
 
     def next_step(self, request: StepRequest) -> StepAnswer:
         if request.step < 1:
             raise ModelError(
                 f"run {request.run_id}: step {request.step} is not a step", retryable=False
             )
-        if self.record is not None:
-            self.record(request, self.name)
         if request.step > len(self.steps):
             return StepAnswer(text="The script has no more steps.", calls=[])
         entry = self.steps[request.step - 1]

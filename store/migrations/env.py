@@ -3,13 +3,13 @@
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from runtime.settings import get_settings
+from store.db import database_url_from_env
 from store.schema import metadata
 
 url = (
     context.config.attributes.get("url")
     or context.get_x_argument(as_dictionary=True).get("url")
-    or get_settings().database_url
+    or database_url_from_env()
 )
 target_metadata = metadata
 

@@ -4,8 +4,6 @@ id as its key, however often it is sent."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.support.scripts import call, final, step
@@ -96,10 +94,7 @@ def test_denied_call_is_not_made_and_the_model_is_told(stack) -> None:
     stack.client.decide(request.id, approve=False, by="dave", reason="not an outage")
     assert stack.wait(run_id).status == "succeeded"
     assert _incident_posts(stack, run_id) == []
-    told = stack.rows(
-        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 2", r=run_id
-    )[0].tool_results
-    outcome = json.loads(told[0]["content"])
+    outcome = stack.told(run_id, 2)[0]
     assert outcome["denied"] is True and outcome["reason"] == "not an outage"
 
 
@@ -109,15 +104,12 @@ def test_a_run_that_cannot_wait_is_told_the_call_is_held(stack) -> None:
         agent="bot",
         user_input="page them",
         entry_kind="webhook",
-        model={"provider": "scripted", "script": {"steps": PAGE}},
+        model=stack.model(PAGE),
     )
     assert stack.wait(run_id).status == "succeeded"
     [request] = _approvals(stack, run_id)
     assert request.status == "pending"
-    told = stack.rows(
-        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 2", r=run_id
-    )[0].tool_results
-    assert json.loads(told[0]["content"])["held_for_approval"] == request.id
+    assert stack.told(run_id, 2)[0]["held_for_approval"] == request.id
     assert _incident_posts(stack, run_id) == []
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from runtime.local.procs import ROOT, alive_in_groups
+from liyagent.local.procs import ROOT, alive_in_groups
 from store.admin import drop_database
 
 
@@ -27,7 +27,7 @@ def test_trials_command_reports_no_loss_and_cleans_up(servers, tmp_path: Path) -
     report = tmp_path / "r.json"
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "runtime.cli", "trials", "--trials", "6", "--json",
+            [sys.executable, "-m", "liyagent.cli.main", "trials", "--trials", "6", "--json",
              "--report", str(report)],
             env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
         )  # fmt: skip

@@ -6,7 +6,6 @@ with neither (chat reply). The verdict reads Postgres and the vendor simulator's
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import pytest
@@ -32,7 +31,9 @@ CASES = [
     Case("after_model_step:kill", asked_twice=1),
     Case("after_checkpoint:kill", settled=(("ticket.read", "made"), ("incident.create", "made"))),
     Case("after_mark:kill", settled=(("ticket.read", "made"), ("incident.create", "resent"))),
-    Case("after_mark:kill:2", settled=(("issue.comment", "sent_after_read_back"),)),
+    # Marked, never sent: the reader finds nothing, and it is not sent again (the vendor might
+    # still be processing a request the lost attempt made); the model is told.
+    Case("after_mark:kill:2", comments=0, settled=(("issue.comment", "not_found"),)),
     Case("after_mark:kill:3", chats=0, settled=(("chat.reply", "unknown"),)),
     Case("after_send:kill", settled=(("ticket.read", "made"), ("incident.create", "resent"))),
     Case("after_send:kill:2", settled=(("issue.comment", "read_back"),)),
@@ -104,6 +105,9 @@ def test_killed_worker_run_resumes_once(stack, case: Case) -> None:
         assert got == case.settled
     assert kinds.count("agent.run.lost") == 1
 
+    if case.comments == 0:
+        outcome = stack.told_by_tool(run_id, 3)["issue.comment"]
+        assert outcome["outcome"] == "not_found" and "not sent again" in outcome["note"]
     if case.chats == 0:
         marks = stack.rows(
             "SELECT status, settlement FROM call_marks WHERE run_id = :r AND tool = 'chat.reply'",
@@ -111,9 +115,5 @@ def test_killed_worker_run_resumes_once(stack, case: Case) -> None:
         )
         assert [(m.status, m.settlement) for m in marks] == [("settled", "unknown")]
         # What the model was told when asked for the next step, as recorded by the provider.
-        told = stack.rows(
-            "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 4", r=run_id
-        )[0].tool_results
-        outcome = json.loads(told[0]["content"])
-        assert told[0]["tool_call_id"] == "toolu_k_m"
+        outcome = stack.told_by_tool(run_id, 4)["chat.reply"]
         assert outcome["outcome"] == "unknown" and "not sent again" in outcome["note"]

@@ -4,7 +4,6 @@ taking over its lapsed lease once)."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -42,12 +41,7 @@ def _children(stack, parent_id):
 
 
 def _told(stack, run_id: str) -> dict:
-    told = stack.rows(
-        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 2 "
-        "ORDER BY id DESC LIMIT 1",
-        r=run_id,
-    )[0].tool_results
-    return json.loads(told[0]["content"])
+    return stack.told(run_id, 2)[0]
 
 
 def test_parent_waits_without_a_worker_and_gets_the_childs_answer(stack) -> None:

@@ -20,7 +20,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from runtime.local.procs import ROOT, alive_in_groups
+from liyagent.local.procs import ROOT, alive_in_groups
 
 
 def _teams_replies(admin_engine: sa.Engine, database: str) -> dict[str, int]:
@@ -56,7 +56,7 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
     env["LIYAGENT_DEMO_DATABASE"] = database
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "runtime.cli", "demo", "--json", "--runs", "6",
+            [sys.executable, "-m", "liyagent.cli.main", "demo", "--json", "--runs", "6",
              "--report-dir", str(tmp_path / "reports")],
             env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
         )  # fmt: skip

@@ -20,7 +20,9 @@ ANSWER = "Answer from helper."
 @pytest.fixture
 def entries(stack, tmp_path):
     # Hourly: the beats these tests start never fire it themselves.
-    stack.reconfigure(agents_file=write_catalog(tmp_path / "agents.json", cron_every_s=3600))
+    stack.reconfigure(
+        agents_file=write_catalog(tmp_path / "agents.json", stack.sim_url, cron_every_s=3600)
+    )
     return stack
 
 
@@ -29,7 +31,7 @@ def _assistant_lines(stack, run_id: str) -> list[str]:
 
 
 def test_managed_a2a_run_resumes_and_its_answer_lands_on_the_task(entries) -> None:
-    agent = helper_agent()
+    agent = helper_agent(entries.sim_url)
 
     def start() -> str:
         return enqueue(
@@ -74,7 +76,9 @@ def test_cron_run_is_one_per_slot_and_its_outcome_is_recorded_once(entries) -> N
 
 
 def test_two_beats_fire_each_cron_slot_once(entries, tmp_path) -> None:
-    entries.reconfigure(agents_file=write_catalog(tmp_path / "fast.json", cron_every_s=2))
+    entries.reconfigure(
+        agents_file=write_catalog(tmp_path / "fast.json", entries.sim_url, cron_every_s=2)
+    )
     entries.worker("w1")
     entries.beat("beat1")
     entries.beat("beat2")
@@ -180,7 +184,7 @@ def test_flag_false_entry_run_lost_is_failed_interrupted(entries) -> None:
 
 def test_flag_false_still_resumes_runs_that_may_wait(entries) -> None:
     entries.reconfigure(crash_resume_entries=False)
-    agent = helper_agent()
+    agent = helper_agent(entries.sim_url)
 
     def start() -> str:
         return enqueue(
@@ -218,3 +222,100 @@ def test_answer_is_kept_sealed_then_purged(entries) -> None:
         is not None
     )
     assert _assistant_lines(entries, run_id) == [ANSWER]  # the transcript keeps what it got
+
+
+def _teams_turn(entries, message_id: str) -> str:
+    receive_teams(
+        entries.services,
+        message_id=message_id,
+        conversation=f"conv-{message_id}",
+        sender="ann",
+        agent="helper",
+        text="status of T-3?",
+    )
+    [run_id] = intake_teams(entries.services)
+    return run_id
+
+
+def test_a_refused_teams_reply_fails_the_hand_on_with_its_reason(entries) -> None:
+    run_id = _teams_turn(entries, "msg-refused")
+    entries.fault(run_id, "POST", "/chat/replies", 403)
+    entries.worker("w1")
+    view = entries.wait(run_id)
+    assert view.status == "failed" and view.lost_count == 0
+    assert "could not be handed on" in view.failure_reason and "403" in view.failure_reason
+    inbox = entries.rows("SELECT status FROM teams_inbox WHERE message_id = 'msg-refused'")[0]
+    assert inbox.status == "failed"
+    codes = entries.rows(
+        "SELECT detail->>'code' AS code FROM audit_events WHERE run_id = :r "
+        "AND kind = 'agent.run.failed'",
+        r=run_id,
+    )
+    assert [c.code for c in codes] == ["hand_on_refused"]
+
+
+def test_a_hand_on_that_keeps_failing_is_capped_by_the_loss_limit(entries) -> None:
+    run_id = _teams_turn(entries, "msg-down")
+    entries.fault(run_id, "POST", "/chat/replies", 503, times=100)
+    entries.worker("w1")
+    entries.beat()
+    view = entries.wait(run_id, timeout=90)
+    assert view.status == "failed" and view.lost_count == 3
+    assert "could not be handed on: lost 3 times" in view.failure_reason
+    inbox = entries.rows("SELECT status FROM teams_inbox WHERE message_id = 'msg-down'")[0]
+    assert inbox.status == "failed"
+    assert set(entries.asked(run_id).values()) == {1}  # the turn itself ran once
+
+
+def _lose_three_times(entries, start) -> str:
+    """Every run-taking worker dies right after its claim: the run is lost past the limit."""
+    entries.worker("ops", runs=False)
+    entries.beat()
+    run_id = start()
+    for n in range(3):
+        victim = entries.worker(f"victim{n}", fault="after_claim:kill", ops=False)
+        entries.fault_hit(f"victim{n}")
+        victim.popen.wait(timeout=10)
+    view = entries.wait(run_id, timeout=60)
+    assert view.status == "failed" and "lost 3 times" in view.failure_reason
+    return run_id
+
+
+def test_a_run_lost_past_the_limit_tells_its_a2a_task(entries) -> None:
+    def start() -> str:
+        return enqueue(
+            entries.services,
+            NewRun(
+                agent="helper",
+                user_input="look at T-3",
+                model=helper_agent(entries.sim_url)["model"],
+                entry_kind="a2a",
+                channel="a2a",
+                request_key="a2a:task-lost",
+                link=EntryLink("a2a", "task-lost"),
+            ),
+        )[0]
+
+    _lose_three_times(entries, start)
+    task = entries.rows("SELECT status, answer FROM a2a_tasks WHERE id = 'task-lost'")[0]
+    assert task.status == "failed" and "lost 3 times" in task.answer
+
+
+def test_a_run_lost_past_the_limit_tells_its_cron_record(entries) -> None:
+    slot = datetime(2002, 2, 2, tzinfo=UTC)
+    _lose_three_times(entries, lambda: fire_cron(entries.services, "tick", slot)[0])
+    record = entries.rows("SELECT status, outcome, recorded_at FROM cron_runs")[0]
+    assert record.status == "failed" and "lost 3 times" in record.outcome
+    assert record.recorded_at is not None
+
+
+def test_a_run_lost_past_the_limit_tells_its_teams_inbox_row(entries) -> None:
+    _lose_three_times(entries, lambda: _teams_turn(entries, "msg-lost"))
+    inbox = entries.rows("SELECT status FROM teams_inbox WHERE message_id = 'msg-lost'")[0]
+    assert inbox.status == "failed"
+    assert (
+        entries.vendor(
+            "SELECT count(*) AS n FROM sim.chat_replies WHERE conversation = 'conv-msg-lost'"
+        )[0].n
+        == 0
+    )

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runtime.local.servers import PrivatePostgres, PrivateRedis
+from liyagent.local.servers import PrivatePostgres, PrivateRedis
 from runtime.sealing import new_key_entry, parse_keys
 from store import migrate
 from store.admin import create_database, database_url

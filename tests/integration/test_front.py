@@ -14,8 +14,8 @@ import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
 from front.app import create_app
+from liyagent.local.procs import Proc, python
 from runtime import services as runtime_services
-from runtime.local.procs import Proc, python
 from runtime.settings import Settings
 from tests.support.scripts import call, final, step
 

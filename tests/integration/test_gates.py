@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -20,7 +19,7 @@ def _kill_after_checkpoint(stack, **options) -> str:
         lambda: stack.client.start_run(
             agent="support-bot",
             user_input="help",
-            model={"provider": "scripted", "script": script},
+            model=stack.model(script["steps"]),
             **options,
         ),
     )
@@ -44,10 +43,7 @@ def test_containment_revoked_between_kill_and_resume(stack) -> None:
         )[0].n
         == 0
     )
-    told = stack.rows(
-        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = 2", r=run_id
-    )[0].tool_results
-    refused = {m["name"]: json.loads(m["content"]) for m in told}["incident.create"]
+    refused = stack.told_by_tool(run_id, 2)["incident.create"]
     assert "contained" in refused["refused"]
 
 

@@ -13,7 +13,7 @@ from tests.support.scripts import mixed
 @pytest.mark.kill
 def test_sigterm_hands_runs_back_without_a_loss(stack) -> None:
     victim = stack.worker("victim")
-    run_id = stack.start(mixed("h", latency_ms=700))
+    run_id = stack.start(mixed("h", latency_ms=1500))  # long enough for the survivor to start
     deadline = time.monotonic() + 30
     while stack.client.get(run_id).step < 1:
         assert time.monotonic() < deadline, "the run never reached its first checkpoint"

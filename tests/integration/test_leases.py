@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from liyagent.local.servers import free_port
 from runtime.heartbeat import Heartbeat, LeaseLost
 from runtime.leases import Leases, Token, monotonic_ms
-from runtime.local.servers import free_port
 from runtime.services import redis_client
 
 
@@ -64,10 +64,10 @@ def test_heartbeat_renews_progressing_runs_and_lets_hung_ones_lapse(leases) -> N
     assert leases.holder("busy") == str(busy)
     assert leases.holder("hung") is None
     with pytest.raises(LeaseLost, match="hung"):
-        hung_lease.ensure()
+        hung_lease.renew()
 
 
-def test_ensure_raises_once_another_attempt_holds_the_run(leases) -> None:
+def test_renew_raises_once_another_attempt_holds_the_run(leases) -> None:
     beat = Heartbeat(leases, interval_ms=10_000, stall_ms=60_000)
     old = Token("r3", 1, "w")
     assert leases.acquire(old)
@@ -75,7 +75,7 @@ def test_ensure_raises_once_another_attempt_holds_the_run(leases) -> None:
     _until(lambda: leases.holder("r3") is None)
     assert leases.acquire(Token("r3", 2, "other"))
     with pytest.raises(LeaseLost):
-        lease.ensure()
+        lease.renew()
     assert leases.holder("r3") == "r3:2:other"  # never renewed someone else's lease
 
 
@@ -85,8 +85,10 @@ def test_unreachable_redis_keeps_the_lease_only_until_it_would_lapse() -> None:
     beat = Heartbeat(leases, interval_ms=10_000, stall_ms=60_000)
     lease = beat.hold(Token("r4", 1, "w"), monotonic_ms())
     started = time.monotonic()
-    lease.ensure()  # unreachable, but the lease cannot have lapsed yet: go on
+    lease.renew()  # unreachable, but the lease cannot have lapsed yet: go on
     assert time.monotonic() - started < 0.5  # the client fails fast; the lease logic decides
-    time.sleep(1.6)  # past the lease less the safety margin for the write that follows
+    time.sleep(2.1)  # past the lease less the safety margin for the write that follows
     with pytest.raises(LeaseLost, match="unreachable"):
-        lease.ensure()
+        lease.renew()
+    with pytest.raises(LeaseLost):
+        lease.check()  # and the local check (no network) agrees from then on

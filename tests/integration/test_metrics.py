@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.exceptions import StarletteDeprecationWarning
 
 from front.app import create_app
+from liyagent.local.procs import ROOT, Proc, python
 from runtime import services as runtime_services
 from runtime.client import Client
-from runtime.local.procs import ROOT, Proc, python
 from tests.support.scripts import call, final, mixed, step
 from tests.support.stack import RecordingPublisher, services_with
 
@@ -48,7 +48,7 @@ def labelled(scraped, name: str, label: str) -> dict[str, float]:
 
 def metrics_once(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "metrics", "--once"],
+        [sys.executable, "-m", "liyagent.cli.main", "metrics", "--once"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
@@ -132,7 +132,7 @@ def test_gauges_and_failure_codes_match_the_database(stack) -> None:
     stack.client.wait(waiting, timeout_s=60, until=frozenset({"waiting"}))
     unpublished = services_with(stack, RecordingPublisher())
     queued = Client(unpublished).start_run(
-        agent="support-bot", model={"provider": "scripted", "script": {"steps": PAGE}},
+        agent="support-bot", model=stack.model(PAGE),
         user_input="later",
     )  # fmt: skip
     stack.services.redis.incrby(f"{stack.settings.namespace}metrics:fenced_total", 2)
@@ -174,7 +174,7 @@ def test_a_source_that_is_down_is_reported_not_hidden(stack) -> None:
 
 
 def test_metrics_server_serves_until_terminated(stack, tmp_path) -> None:
-    argv = python("-m", "runtime.cli", "metrics", "--port", "0")
+    argv = python("-m", "liyagent.cli.main", "metrics", "--port", "0")
     server = Proc("metrics", argv, stack.env, tmp_path / "metrics.log")
     try:
         url = server.wait_for(r"metrics listening on (http://\S+)", timeout=30).group(1)

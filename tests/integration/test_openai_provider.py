@@ -126,7 +126,7 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
     return "sk-test-loopback"
 
 
-def provider_for(server: RecordedServer, record: Any = None, **extra: Any) -> OpenAIProvider:
+def provider_for(server: RecordedServer, **extra: Any) -> OpenAIProvider:
     spec = {
         "provider": "openai",
         "base_url": server.base_url,
@@ -136,7 +136,7 @@ def provider_for(server: RecordedServer, record: Any = None, **extra: Any) -> Op
         "timeout_s": 5,
         **extra,
     }
-    return OpenAIProvider(spec, record=record)
+    return OpenAIProvider(spec)
 
 
 def first_step() -> StepRequest:
@@ -154,6 +154,8 @@ def test_the_request_has_the_model_messages_tools_and_key(serve, api_key) -> Non
     assert got.path == "/v1/chat/completions"
     assert got.headers["Authorization"] == f"Bearer {api_key}"
     assert got.headers["Content-Type"] == "application/json"
+    # Who asks, for the model server's own records: the run, its attempt and the step.
+    assert (got.headers["X-Liyagent-Run"], got.headers["X-Liyagent-Step"]) == ("run-1", "1")
     assert got.body == {
         "model": "gpt-test",
         "messages": [
@@ -177,10 +179,7 @@ def test_the_request_has_the_model_messages_tools_and_key(serve, api_key) -> Non
 
 def test_tool_calls_come_back_under_our_names(serve, api_key) -> None:
     server = serve(Reply("tool_calls"))
-    recorded: list[tuple[int, str]] = []
-    answer = provider_for(server, record=lambda r, name: recorded.append((r.step, name))).next_step(
-        first_step()
-    )
+    answer = provider_for(server).next_step(first_step())
     assert [(c.id, c.name, c.args) for c in answer.calls] == [
         ("call_Xq8vR2mJ5tLb9KcW1nPd4sYe", "ticket.read", {"ticket": "T-1"}),
         (
@@ -189,7 +188,7 @@ def test_tool_calls_come_back_under_our_names(serve, api_key) -> None:
             {"title": "Checkout is down", "severity": "sev2"},
         ),
     ]
-    assert recorded == [(1, "openai")]
+    assert len(server.received) == 1
 
 
 def test_a_final_text_ends_the_run(serve, api_key) -> None:
@@ -297,13 +296,14 @@ def start_run(stack, server: RecordedServer) -> str:
     )
 
 
-def model_requests(stack, run_id: str) -> list[tuple[int, int, str, int]]:
-    rows = stack.rows(
-        "SELECT step, attempt, provider, count(*) AS n FROM model_requests WHERE run_id = :r "
-        "GROUP BY step, attempt, provider ORDER BY step",
-        r=run_id,
-    )
-    return [(r.step, r.attempt, r.provider, r.n) for r in rows]
+def model_requests(server: RecordedServer, run_id: str) -> list[tuple[int, int, int]]:
+    """(step, attempt, requests) as the model server received them."""
+    counts: dict[tuple[int, int], int] = {}
+    for got in server.received:
+        if got.headers.get("X-Liyagent-Run") == run_id:
+            key = (int(got.headers["X-Liyagent-Step"]), int(got.headers["X-Liyagent-Attempt"]))
+            counts[key] = counts.get(key, 0) + 1
+    return [(step, attempt, n) for (step, attempt), n in sorted(counts.items())]
 
 
 def test_a_run_calls_a_tool_and_answers_on_a_real_worker(stack, serve) -> None:
@@ -332,7 +332,7 @@ def test_a_run_calls_a_tool_and_answers_on_a_real_worker(stack, serve) -> None:
     [result] = [m for m in messages if m["role"] == "tool"]
     assert result["tool_call_id"] == TICKET_CALL_ID
     assert json.loads(result["content"])["id"] == "T-1"
-    assert model_requests(stack, run_id) == [(1, 1, "openai", 1), (2, 1, "openai", 1)]
+    assert model_requests(server, run_id) == [(1, 1, 1), (2, 1, 1)]
 
 
 def test_a_503_is_asked_again_by_the_engine_and_the_run_succeeds(stack, serve) -> None:
@@ -344,11 +344,11 @@ def test_a_503_is_asked_again_by_the_engine_and_the_run_succeeds(stack, serve) -
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
     assert view.answer == FINAL
-    # Two requests reached the server and both were recorded as step 1 of attempt 1: the engine
-    # asked again (each ask is recorded), not the HTTP client (its retries would go unrecorded).
+    # Two requests reached the server, both as step 1 of attempt 1: the engine asked again,
+    # not the HTTP client (which never retries).
     assert len(server.received) == 2
     assert server.received[0].body == server.received[1].body
-    assert model_requests(stack, run_id) == [(1, 1, "openai", 2)]
+    assert model_requests(server, run_id) == [(1, 1, 2)]
 
 
 def test_a_rejected_key_fails_the_run_with_what_to_do(stack, serve) -> None:

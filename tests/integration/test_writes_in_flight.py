@@ -21,13 +21,7 @@ def _settled(stack, run_id: str) -> list[tuple[str, str]]:
 
 
 def _told(stack, run_id: str, step: int) -> list[dict]:
-    row = stack.rows(
-        "SELECT tool_results FROM model_requests WHERE run_id = :r AND step = :s "
-        "ORDER BY id DESC LIMIT 1",
-        r=run_id,
-        s=step,
-    )[0]
-    return [json.loads(m["content"]) for m in row.tool_results]
+    return stack.told(run_id, step)
 
 
 def test_read_in_flight_is_made_again(stack) -> None:
@@ -90,13 +84,9 @@ def test_keyed_write_with_short_window_is_settled_not_sent_again(stack, fault, s
     assert _told(stack, run_id, 2)[0]["outcome"] == "unknown"
 
 
-@pytest.mark.parametrize(
-    ("fault", "how"),
-    [("after_mark:kill", "sent_after_read_back"), ("after_send:kill", "read_back")],
-)
-def test_write_with_a_reader_is_read_back(stack, fault, how) -> None:
+def test_write_with_a_reader_found_by_read_back_reuses_its_outcome(stack) -> None:
     steps = [step(call("toolu_c1", "issue.comment", issue="ENG-7", body="found it")), final()]
-    run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
+    run_id = stack.kill_then_resume("after_send:kill", lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
     comments = stack.vendor(
         "SELECT count(*) AS n FROM sim.comments WHERE idem_key IN (SELECT "
@@ -104,10 +94,37 @@ def test_write_with_a_reader_is_read_back(stack, fault, how) -> None:
         r=run_id,
     )[0].n
     assert comments == 1
-    assert _settled(stack, run_id) == [("issue.comment", how)]
+    assert _settled(stack, run_id) == [("issue.comment", "read_back")]
+    assert _told(stack, run_id, 2)[0]["body"] == "found it"
     # The mark names the attempt that last wrote it: the resume, not the lost attempt.
     marks = stack.rows("SELECT attempt, status FROM call_marks WHERE run_id = :r", r=run_id)
     assert [(m.attempt, m.status) for m in marks] == [(2, "done")]
+
+
+def test_write_not_found_by_read_back_is_not_sent_again(stack) -> None:
+    """An empty read-back is no permission to send: the lost attempt's request may still be
+    in the vendor's hands. The model is told, and the settlement is audited."""
+    steps = [step(call("toolu_c1", "issue.comment", issue="ENG-7", body="found it")), final()]
+    run_id = stack.kill_then_resume("after_mark:kill", lambda: stack.start(steps))
+    assert stack.wait(run_id).status == "succeeded"
+    posts = stack.vendor(
+        "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor = 'issues' "
+        "AND method = 'POST'",
+        r=run_id,
+    )[0].n
+    assert posts == 0
+    assert _settled(stack, run_id) == [("issue.comment", "not_found")]
+    told = _told(stack, run_id, 2)[0]
+    assert told["outcome"] == "not_found" and "not sent again" in told["note"]
+    marks = stack.rows(
+        "SELECT attempt, status, settlement FROM call_marks WHERE run_id = :r", r=run_id
+    )
+    assert [(m.attempt, m.status, m.settlement) for m in marks] == [(2, "settled", "not_found")]
+    audited = stack.rows(
+        "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.call.settled'",
+        r=run_id,
+    )
+    assert [a.detail["settlement"] for a in audited] == ["not_found"]
 
 
 @pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])
@@ -131,24 +148,25 @@ def test_other_write_is_reported_unknown_and_not_sent_again(stack, fault, sent) 
 
 
 @pytest.mark.parametrize(
-    ("fault", "how"),
-    [("after_mark:kill", "sent_after_read_back"), ("after_send:kill", "read_back")],
+    ("fault", "how", "tasks"),
+    [("after_mark:kill", "not_found", []), ("after_send:kill", "read_back", [1])],
 )
-def test_remote_agent_call_is_read_back_by_its_task_id(stack, fault, how) -> None:
+def test_remote_agent_call_is_read_back_by_its_task_id(stack, fault, how, tasks) -> None:
     steps = [
         step(call("toolu_a1", "remote.ask", agent="billing-agent", message="refund?")),
         final(),
     ]
     run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
     assert stack.wait(run_id).status == "succeeded"
-    tasks = stack.vendor(
+    found = stack.vendor(
         "SELECT task_id, count(*) AS n FROM sim.a2a_tasks WHERE task_id IN "
         "(SELECT idem_key FROM sim.requests WHERE run_id = :r) GROUP BY task_id",
         r=run_id,
     )
-    assert [t.n for t in tasks] == [1]
+    assert [t.n for t in found] == tasks
     assert _settled(stack, run_id) == [("remote.ask", how)]
-    assert "billing-agent handled" in json.dumps(_told(stack, run_id, 2))
+    told = json.dumps(_told(stack, run_id, 2))
+    assert ("billing-agent handled" in told) == (how == "read_back")
 
 
 def test_write_reclassified_as_read_is_still_settled_as_a_write(stack) -> None:

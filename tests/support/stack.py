@@ -3,6 +3,7 @@ processes, and the vendor simulator, judged from Postgres."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -11,19 +12,29 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 from celery import Celery
 
 import celeryconfig
+from liyagent.local import sim_model as sim_model_module
+from liyagent.local.cluster import worker_argv
+from liyagent.local.procs import Proc, python
 from runtime import services as runtime_services
 from runtime.client import Client, RunView
-from runtime.local.cluster import worker_argv
-from runtime.local.procs import Proc, python
 from runtime.sealing import Sealer
 from runtime.services import Services
 from runtime.settings import Settings, Timings
 from store import db
 from tasks.services import CeleryPublisher
+
+SIM_MODEL_KEY_ENV, SIM_MODEL_KEY, TOOLS = (
+    sim_model_module.KEY_ENV,
+    sim_model_module.KEY,
+    sim_model_module.TOOLS,
+)
+sim_model = sim_model_module.register
+
 
 # Short, still coupled, timings so crash tests take seconds (the kill trials use the real ones).
 FAST = Timings(
@@ -77,6 +88,8 @@ class Stack:
             "LIYAGENT_QUEUE": s.queue,
             "LIYAGENT_SEAL_KEYS": self.seal_keys,
             "LIYAGENT_VENDOR_URL": self.sim_url,
+            "LIYAGENT_TOOLS": ",".join(s.tool_modules),
+            SIM_MODEL_KEY_ENV: SIM_MODEL_KEY,
             "LIYAGENT_LOG_FORMAT": "json",
             "LIYAGENT_AGENTS_FILE": s.agents_file,
             "LIYAGENT_ANSWER_RETENTION_S": str(s.answer_retention_s),
@@ -140,18 +153,52 @@ class Stack:
         """Writes each vendor received for a run, by its own records."""
         rows = self.vendor(
             "SELECT vendor, count(*) AS n FROM sim.requests WHERE run_id = :r "
-            "AND method = 'POST' GROUP BY vendor",
+            "AND method = 'POST' AND vendor <> 'model' GROUP BY vendor",
             r=run_id,
         )
         return {r.vendor: r.n for r in rows}
 
+    def model(self, steps: list[dict[str, Any]]) -> dict[str, Any]:
+        """A model spec that plays `steps` from the simulators' scripted model (served over
+        HTTP, OpenAI-compatible), so what it was asked is judged from its own records."""
+        return sim_model(self.sim_url, steps)
+
+    def fault(self, run_id: str, method: str, path: str, status: int, **options: Any) -> None:
+        """Arm a vendor fault for one run's requests (`after=True`: the effect lands, the
+        answer is lost)."""
+        body = {"run_id": run_id, "method": method, "path": path, "status": status, **options}
+        httpx.post(f"{self.sim_url}/sim/faults", json=body, timeout=10).raise_for_status()
+
     def asked(self, run_id: str) -> dict[int, int]:
-        """How many times each model step of a run was asked, from the provider's records."""
-        rows = self.rows(
-            "SELECT step, count(*) AS n FROM model_requests WHERE run_id = :r GROUP BY step",
+        """How many times each model step of a run was asked, from the model server's records."""
+        rows = self.vendor(
+            "SELECT call AS step, count(*) AS n FROM sim.requests WHERE vendor = 'model' "
+            "AND run_id = :r AND method = 'POST' AND status = 200 GROUP BY call",
             r=run_id,
         )
-        return {r.step: r.n for r in rows}
+        return {int(r.step): r.n for r in rows}
+
+    def told(self, run_id: str, step: int) -> list[dict[str, Any]]:
+        """The tool results (outcomes) the model was given when asked for `step`, in call
+        order, from the model server's record of its last such request."""
+        return list(self.told_by_tool(run_id, step).values())
+
+    def told_by_tool(self, run_id: str, step: int) -> dict[str, dict[str, Any]]:
+        """The same, by tool name."""
+        rows = self.vendor(
+            "SELECT body FROM sim.requests WHERE vendor = 'model' AND run_id = :r "
+            "AND call = :s AND status = 200 ORDER BY id DESC LIMIT 1",
+            r=run_id,
+            s=str(step),
+        )
+        assert rows, f"the model was never asked for step {step} of run {run_id}"
+        messages = rows[0].body["messages"]
+        last = max(i for i, m in enumerate(messages) if m["role"] != "tool")
+        names = {
+            c["id"]: c["function"]["name"].replace("__", ".")
+            for c in messages[last].get("tool_calls") or []
+        }
+        return {names[m["tool_call_id"]]: json.loads(m["content"]) for m in messages[last + 1 :]}
 
     def fault_hit(self, name: str, timeout: float = 30.0) -> str:
         """Wait until worker `name` reached its armed fault point."""
@@ -172,7 +219,7 @@ class Stack:
     ) -> str:
         return self.client.start_run(
             agent="support-bot",
-            model={"provider": "scripted", "script": {"steps": steps}},
+            model=self.model(steps),
             user_input=user_input,
             request_key=request_key,
         )
@@ -197,7 +244,8 @@ class Stack:
     def vendor_writes(self, run_id: str) -> list[sa.Row[Any]]:
         return self.vendor(
             "SELECT vendor, method, path, idem_key, attempt, status, deduped, created_at "
-            "FROM sim.requests WHERE run_id = :r AND method = 'POST' ORDER BY id",
+            "FROM sim.requests WHERE run_id = :r AND method = 'POST' AND vendor <> 'model' "
+            "ORDER BY id",
             r=run_id,
         )
 

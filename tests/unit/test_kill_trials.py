@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.local.trials import TrialDeployment, TrialOptions, run_trials
-from runtime.local.verdict import summary_line, write_report
+from liyagent.local.trials import TrialDeployment, TrialOptions, run_trials
+from liyagent.local.verdict import summary_line, write_report
 from runtime.sealing import parse_keys
 from runtime.settings import Settings, Timings
 from store.admin import create_database, database_url, drop_database

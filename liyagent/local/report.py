@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from runtime.local.figures import Figures, RunLine
+from liyagent.local.figures import Figures, RunLine
 
 
 @dataclass(frozen=True)

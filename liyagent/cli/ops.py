@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from runtime.cli_common import FAILED, OK, USAGE, CliError, add_json, json_object, out, print_json
-from runtime.cli_common import who as _who
+from liyagent.cli.common import FAILED, OK, USAGE, CliError, add_json, json_object, out, print_json
+from liyagent.cli.common import who as _who
 from runtime.client import BadRequest, Client, parse_id, parse_run_id
 
 
@@ -19,7 +19,7 @@ def _client() -> Client:
 
 def cmd_approvals(args: argparse.Namespace) -> int:
     """A run's approval requests: id, tool, status, who decided."""
-    from runtime.reporting import approval_json, render_approvals
+    from liyagent.reporting import approval_json, render_approvals
 
     run_id = parse_run_id(args.run_id)
     c = _client()
@@ -53,7 +53,7 @@ def _not_decided(c: Client, approval_id: str) -> CliError:
 
 def _decide(args: argparse.Namespace, approve: bool) -> int:
     """Decide one pending approval once; the run waiting on it continues."""
-    from runtime.reporting import approval_json, render_decision
+    from liyagent.reporting import approval_json, render_decision
 
     try:
         approval_id = parse_id(args.approval_id, "approval id")
@@ -104,7 +104,7 @@ def _stop_agent(c: Client, agent: str, reason: str, by: str) -> tuple[list[str],
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """An operator's Stop: queued and waiting runs fail now, running ones at their next step."""
-    from runtime.reporting import render_stop
+    from liyagent.reporting import render_stop
 
     reason, by = args.reason.strip(), _who(args.by)
     if not reason:
@@ -131,8 +131,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_call(args: argparse.Namespace) -> int:
     """One ad hoc tool call with a fresh key, audited; exit 1 unless it was made."""
+    from liyagent.reporting import render_call
     from runtime.adhoc import adhoc_call
-    from runtime.reporting import render_call
     from store import db
     from tasks.services import services
 

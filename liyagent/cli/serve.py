@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from runtime.cli_common import FAILED, OK, USAGE, CliError
+from liyagent.cli.common import FAILED, OK, USAGE, CliError
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry

@@ -1,7 +1,7 @@
 """`liyagent trials`: the kill trials for operators, outside pytest.
 
 It finds (or starts) Postgres and Redis as the demo does, runs the rounds of
-`runtime.local.trials` with the product's timings, prints the verdict and writes the JSON report
+`liyagent.local.trials` with the product's timings, prints the verdict and writes the JSON report
 with its PNG histogram. Everything it started is stopped on the way out, even on Ctrl-C.
 """
 
@@ -25,17 +25,17 @@ import sqlalchemy as sa
 import structlog
 from rich.console import Console
 
+from liyagent.cli.common import OK, USAGE, CliError, add_json, print_json
+from liyagent.local.procs import sigterm_as_interrupt
 from runtime import logs
-from runtime.cli_common import OK, USAGE, CliError, add_json, print_json
-from runtime.local.procs import sigterm_as_interrupt
 from runtime.settings import Timings
 
 # The harness pulls in Celery, the services and matplotlib: imported when the command runs,
 # so the other sub-commands start as fast as before.
 if TYPE_CHECKING:
-    from runtime.local.backends import Backends
-    from runtime.local.trials import TrialDeployment, TrialOptions
-    from runtime.local.verdict import Verdict
+    from liyagent.local.backends import Backends
+    from liyagent.local.trials import TrialDeployment, TrialOptions
+    from liyagent.local.verdict import Verdict
 
 DEFAULT_DATABASE = "liyagent_trials"
 DEFAULT_TRIALS = 90
@@ -86,7 +86,7 @@ class _State:
 
 def cmd_trials(args: argparse.Namespace) -> int:
     """Run the kill trials; exit 0 when nothing was lost, duplicated or written stale, else 1."""
-    from runtime.local.backends import DemoError
+    from liyagent.local.backends import DemoError
 
     request = _request(args)
     console = Console(stderr=args.json, highlight=False)
@@ -133,8 +133,8 @@ def _failed(as_json: bool, console: Console, message: str, code: int) -> int:
 def execute(request: TrialsRequest, console: Console) -> TrialsOutcome:
     """Start servers and deployment, run and judge the trials, write the report; whatever
     happens, stop and remove what was started (processes, simulator database, Redis keys)."""
-    from runtime.local.backends import Backends
-    from runtime.local.trials import TrialOptions
+    from liyagent.local.backends import Backends
+    from liyagent.local.trials import TrialOptions
 
     report, tag = _report_path(request), uuid.uuid4().hex[:12]
     state = _State(
@@ -158,7 +158,7 @@ def execute(request: TrialsRequest, console: Console) -> TrialsOutcome:
 
 def _report_path(request: TrialsRequest) -> Path:
     """Where the report goes; its folder is made now, so a bad path fails before any trial."""
-    from runtime.local.backends import DemoError
+    from liyagent.local.backends import DemoError
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     path = request.report or Path("reports") / f"kill-trials-{stamp}.json"
@@ -173,8 +173,8 @@ def _report_path(request: TrialsRequest) -> Path:
 
 def _start(state: _State, request: TrialsRequest, console: Console) -> TrialDeployment:
     """Servers, the trials and simulator databases, the simulator, survivor, beat and front."""
-    from runtime.local.backends import open_backends
-    from runtime.local.trials import TrialDeployment
+    from liyagent.local.backends import open_backends
+    from liyagent.local.trials import TrialDeployment
     from runtime.sealing import new_key_entry, parse_keys
     from runtime.settings import Settings
     from store import admin
@@ -209,7 +209,7 @@ def _start(state: _State, request: TrialsRequest, console: Console) -> TrialDepl
 
 def _create_vendor_database(state: _State) -> None:
     """The simulator's own database for its records, on the trials' server (dropped at the end)."""
-    from runtime.local.backends import DemoError, safe_url
+    from liyagent.local.backends import DemoError, safe_url
     from store import admin
 
     url = state.backends.database_url
@@ -235,7 +235,7 @@ def _run(deployment: TrialDeployment, options: TrialOptions, console: Console) -
         TimeElapsedColumn,
     )
 
-    from runtime.local.trials import run_trials
+    from liyagent.local.trials import run_trials
 
     rounds = -(-options.trials // 3)
     columns = (
@@ -259,7 +259,7 @@ def _run(deployment: TrialDeployment, options: TrialOptions, console: Console) -
 def _cleanup(state: _State, request: TrialsRequest, console: Console) -> None:
     """Stop the processes, drop the simulator's (and if asked the trials') database, delete
     the Redis namespace and stop any private server."""
-    from runtime.local.backends import MACHINE_PG_ADMIN, close_backends
+    from liyagent.local.backends import MACHINE_PG_ADMIN, close_backends
 
     d = state.deployment
     if d is not None and hasattr(d, "cluster"):
@@ -292,7 +292,7 @@ def _finish(
     verdict: Verdict, request: TrialsRequest, state: _State, console: Console
 ) -> TrialsOutcome:
     """Write the report and histogram, print the verdict, and decide the exit code."""
-    from runtime.local.verdict import summary_line, write_report
+    from liyagent.local.verdict import summary_line, write_report
 
     path = state.report
     png = write_report(verdict, path, _report_extra(state.options))

@@ -20,9 +20,11 @@ import kombu.exceptions
 import redis
 import sqlalchemy as sa
 
-from runtime import cli_ops, cli_runs, cli_serve, cli_trials, logs
-from runtime.adhoc import UnknownTool
-from runtime.cli_common import (
+from liyagent.cli import ops as cli_ops
+from liyagent.cli import runs as cli_runs
+from liyagent.cli import serve as cli_serve
+from liyagent.cli import trials as cli_trials
+from liyagent.cli.common import (
     FAILED,
     OK,
     UNREACHABLE,
@@ -33,6 +35,8 @@ from runtime.cli_common import (
     print_json,
     safe_url,
 )
+from runtime import logs
+from runtime.adhoc import UnknownTool
 from runtime.client import BadRequest, parse_run_id
 from runtime.models.scripted import ScriptError
 from runtime.sealing import new_key_entry
@@ -74,7 +78,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """One run's status, or a table of the most recent runs."""
-    from runtime.reporting import render_recent, render_view, summary_json, view_json
+    from liyagent.reporting import render_recent, render_view, summary_json, view_json
     from store.views import recent_runs
     from tasks.services import client
 
@@ -99,7 +103,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """A run's attempts, checkpoints, call marks, audit, transcript and model requests."""
-    from runtime.reporting import inspect_run, render_report, report_json
+    from liyagent.reporting import inspect_run, render_report, report_json
     from runtime.sealing import load_sealer
     from store import db
 
@@ -117,7 +121,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The crash-resume demo (see runtime/demo.py)."""
-    from runtime.demo import DEFAULT_DATABASE, DemoOptions, run_demo
+    from liyagent.demo import DEFAULT_DATABASE, DemoOptions, run_demo
 
     if not 2 <= args.runs <= 200:
         raise CliError("--runs must be between 2 and 200", USAGE)

@@ -25,10 +25,11 @@ import structlog
 from celery import Celery
 
 import celeryconfig
+from liyagent.local import sim_model
+from liyagent.local.cluster import Cluster, child_env
+from liyagent.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime import services as runtime_services
 from runtime.entries import fire_cron
-from runtime.local.cluster import Cluster, child_env
-from runtime.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime.sealing import Sealer
 from runtime.settings import Settings
 from tasks.services import CeleryPublisher
@@ -109,15 +110,18 @@ class TrialDeployment:
     front_url: str = field(init=False)
 
     def start(self, options: TrialOptions) -> None:
-        catalog = self.log_dir / "trial-agents.json"
-        catalog.write_text(json.dumps(trial_catalog(options.step_latency_ms)))
         token = secrets.token_urlsafe(24)
-        self.settings = replace(self.settings, agents_file=str(catalog), front_token=token)
+        self.settings = replace(self.settings, front_token=token, tool_modules=sim_model.TOOLS)
         self.victim_queue = f"{self.settings.queue}.victims"
         self.cluster = Cluster(self.log_dir)
         sim_env = child_env(self.settings, self.seal_keys)
         vendor_url = self.cluster.simulator(self.vendor_db_url, sim_env)
-        self.settings = replace(self.settings, vendor_url=vendor_url)
+        # The agents' model is the simulators' scripted model, served over HTTP: what it was
+        # asked is in its own records.
+        catalog = self.log_dir / "trial-agents.json"
+        served = sim_model.served(vendor_url, trial_catalog(options.step_latency_ms))
+        catalog.write_text(json.dumps(served))
+        self.settings = replace(self.settings, vendor_url=vendor_url, agents_file=str(catalog))
         survivor_env = child_env(self.settings, self.seal_keys)
         self.cluster.worker(
             "survivor", self.settings.queue, survivor_env, concurrency=options.survivor_concurrency
@@ -201,7 +205,7 @@ class TrialSession:
 
     def drain(self) -> None:
         """Wait (bounded) until every trial's record has reached its end."""
-        from runtime.local.verdict import trial_end
+        from liyagent.local.verdict import trial_end
 
         deadline = time.monotonic() + self.options.drain_timeout_s
         engine = self.deployment.services.engine

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import structlog
 
-from runtime.local.backends import DemoError
-from runtime.local.procs import Proc, python
+from liyagent.local import sim_model
+from liyagent.local.backends import DemoError
+from liyagent.local.procs import Proc, python
 from runtime.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -38,6 +39,8 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
         "LIYAGENT_QUEUE": settings.queue,
         "LIYAGENT_SEAL_KEYS": seal_keys,
         "LIYAGENT_VENDOR_URL": settings.vendor_url,
+        "LIYAGENT_TOOLS": ",".join(settings.tool_modules),
+        sim_model.KEY_ENV: sim_model.KEY,
         "LIYAGENT_LOG_FORMAT": "json",
         "LIYAGENT_LEASE_TTL_MS": str(t.lease_ttl_ms),
         "LIYAGENT_HEARTBEAT_MS": str(t.heartbeat_ms),

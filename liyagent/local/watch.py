@@ -20,12 +20,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import celeryconfig
+from liyagent.local.backends import DemoError
+from liyagent.local.procs import Proc
+from liyagent.local.report import KillNote
 from runtime import services as runtime_services
 from runtime.client import Client
 from runtime.leases import Token
-from runtime.local.backends import DemoError
-from runtime.local.procs import Proc
-from runtime.local.report import KillNote
 from runtime.sealing import Sealer
 from runtime.settings import Settings
 from store.trials import teams_end

@@ -18,7 +18,7 @@ import redis
 import sqlalchemy as sa
 import structlog
 
-from runtime.local.servers import PrivatePostgres, PrivateRedis, pg_bin, reachable
+from liyagent.local.servers import PrivatePostgres, PrivateRedis, pg_bin, reachable
 from store import admin, migrate
 
 log = structlog.get_logger(__name__)

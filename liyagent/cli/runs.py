@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from runtime.cli_common import (
+from liyagent.cli.common import (
     FAILED,
     OK,
     USAGE,
@@ -50,9 +50,9 @@ def _tools(raw: str | None) -> list[str] | None:
     """The --tools list, each name checked against the tools this deployment has."""
     if raw is None:
         return None
-    from runtime.vendor_tools import default_registry
+    from runtime.services import registry_for
 
-    available = default_registry(get_settings().vendor_url).names()
+    available = registry_for(get_settings()).names()
     names = [n.strip() for n in raw.split(",") if n.strip()]
     unknown = sorted(set(names) - set(available))
     if unknown or not names:
@@ -71,7 +71,7 @@ def _check_wait(args: argparse.Namespace) -> None:
 
 def finish(c: Client, run_id: str, args: argparse.Namespace) -> int:
     """Print the started run, or wait for it and print how it ended (exit 1 if it failed)."""
-    from runtime.reporting import render_view, view_json
+    from liyagent.reporting import render_view, view_json
 
     if not args.wait:
         if args.json:

@@ -181,6 +181,8 @@ def render_view(out: Console, view: RunView) -> None:
     out.print(table)
     if view.answer is not None:
         out.print(Text(f"Answer: {view.answer}"))
+    if view.answer_error:
+        out.print(Text(f"Answer: {view.answer_error}"))
     if view.failure_reason:
         out.print(Text(f"Failed: {view.failure_reason}"))
     if view.waiting_on:

@@ -27,20 +27,20 @@ import sqlalchemy as sa
 import structlog
 from rich.console import Console
 
-from runtime.client import Client
-from runtime.local import batch
-from runtime.local.backends import Backends, DemoError, close_backends, open_backends, safe_url
-from runtime.local.cluster import Cluster, child_env
-from runtime.local.figures import Figures, collect
-from runtime.local.procs import sigterm_as_interrupt
-from runtime.local.report import KillNote, runs_table, runs_word, summary_table, write_html
-from runtime.local.watch import (
+from liyagent.local import batch, sim_model
+from liyagent.local.backends import Backends, DemoError, close_backends, open_backends, safe_url
+from liyagent.local.cluster import Cluster, child_env
+from liyagent.local.figures import Figures, collect
+from liyagent.local.procs import sigterm_as_interrupt
+from liyagent.local.report import KillNote, runs_table, runs_word, summary_table, write_html
+from liyagent.local.watch import (
     Deployment,
     flower_guarded,
     kill_when_busy,
     teams_runs,
     wait_until_done,
 )
+from runtime.client import Client
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Settings, Timings
 
@@ -101,10 +101,10 @@ def _log_to(path: Path) -> TextIO:
 
 
 def _settings(state: DemoState) -> Settings:
-    """The deployment's settings: its servers, the default timings, the demo's agent catalog
-    (written into the log directory) and a fresh bearer token for the front."""
+    """The deployment's settings: its servers, the default timings, the built-in vendor tools,
+    the demo's agent catalog (written into the log directory once the simulators' model serves
+    its scripts) and a fresh bearer token for the front."""
     agents = state.log_dir / "demo-agents.json"
-    agents.write_text(json.dumps(batch.catalog(), indent=2) + "\n")
     return Settings(
         database_url=state.backends.database_url,
         redis_url=state.backends.redis_url,
@@ -112,6 +112,7 @@ def _settings(state: DemoState) -> Settings:
         timings=Timings(),
         agents_file=str(agents),
         front_token=secrets.token_urlsafe(24),
+        tool_modules=sim_model.TOOLS,
     )
 
 
@@ -136,6 +137,8 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
     state.cluster = cluster = Cluster(state.log_dir)
     base = _settings(state)
     sim_url = cluster.simulator(base.database_url, child_env(base, state.seal_keys))
+    catalog = Path(base.agents_file)
+    catalog.write_text(json.dumps(sim_model.served(sim_url, batch.catalog()), indent=2) + "\n")
     settings = replace(base, vendor_url=sim_url)
     env = child_env(settings, state.seal_keys)
     t = settings.timings
@@ -155,7 +158,7 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
 def _start_api_run(client: Client, run: batch.BatchRun) -> str:
     return client.start_run(
         agent=batch.AGENT,
-        model={"provider": "scripted", "script": run.script},
+        model=sim_model.register(client.s.settings.vendor_url, run.script["steps"]),
         user_input=run.user_input,
         tools=batch.TOOLS,
         request_key=run.request_key,

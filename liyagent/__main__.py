@@ -1,0 +1,5 @@
+"""`python -m liyagent ...` is the `liyagent` command."""
+
+from liyagent.cli.main import main
+
+raise SystemExit(main())

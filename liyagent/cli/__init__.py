@@ -1,0 +1,1 @@
+"""The `liyagent` command: operators' and developers' entry to the engine."""

@@ -1,0 +1,147 @@
+"""The send guard, over loopback: a request of an attempt whose lease may be gone never leaves
+(not on a new connection, not on a pooled one), a wait for an answer ends when the lease's local
+deadline passes (and goes on while it is renewed), and a request never outlives its total
+timeout, however slowly the server drips its answer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from runtime import http
+from runtime.call_http import CallHTTP
+
+
+@dataclass
+class Lease:
+    """A stand-in for an attempt's lease: its local deadline, moved on by `renew`."""
+
+    until: float
+    lost: bool = False
+
+    def send_time_left_s(self) -> float:
+        return 0.0 if self.lost else self.until - time.monotonic()
+
+    def why_not(self) -> str:
+        return "run r: attempt 1 may not send: its lease may have lapsed"
+
+
+@dataclass
+class Seen:
+    requests: list[str] = field(default_factory=list)
+    connections: int = 0
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen: Seen
+
+    def setup(self) -> None:
+        super().setup()
+        self.seen.connections += 1
+
+    def do_GET(self) -> None:
+        self.seen.requests.append(self.path)
+        if self.path.startswith("/slow/"):
+            time.sleep(float(self.path.split("/")[2]))
+        if self.path.startswith("/drip"):
+            self.send_response(200)
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            for _ in range(40):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.1)
+            return
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, Seen]]:
+    seen = Seen()
+    handler = type("H", (Handler,), {"seen": seen})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", seen
+    srv.shutdown()
+    srv.server_close()
+
+
+def _call_http(timeout_s: float = 10.0) -> CallHTTP:
+    return CallHTTP.for_call(key="k", run_id="r", attempt=1, call="1:c", timeout_s=timeout_s)
+
+
+def test_a_lapsed_lease_sends_nothing_not_even_a_connection(server) -> None:
+    url, seen = server
+    with http.guarded(Lease(until=time.monotonic() - 0.01)), pytest.raises(http.SendRefused):
+        _call_http().get(f"{url}/write")
+    assert seen.connections == 0 and seen.requests == []
+
+
+def test_a_pooled_connection_is_checked_too(server) -> None:
+    url, seen = server
+    lease = Lease(until=time.monotonic() + 30)
+    with http.guarded(lease):
+        assert _call_http().get(f"{url}/first").status_code == 200
+        lease.lost = True  # taken over between two requests on one kept-alive connection
+        with pytest.raises(http.SendRefused):
+            _call_http().get(f"{url}/second")
+    assert seen.requests == ["/first"]
+
+
+def test_a_wait_for_an_answer_ends_at_the_lease_deadline(server) -> None:
+    url, _ = server
+    started = time.monotonic()
+    with http.guarded(Lease(until=time.monotonic() + 0.5)), pytest.raises(httpx.ReadTimeout) as e:
+        _call_http(timeout_s=10).get(f"{url}/slow/3")
+    assert time.monotonic() - started < 1.5
+    assert "abandoned" in str(e.value)
+
+
+def test_a_renewed_lease_lets_a_long_answer_come(server) -> None:
+    url, _ = server
+    lease = Lease(until=time.monotonic() + 0.4)
+    stop = threading.Event()
+
+    def heartbeat() -> None:  # renews every 0.15 s, each time for 0.4 s more
+        while not stop.wait(0.15):
+            lease.until = time.monotonic() + 0.4
+
+    beat = threading.Thread(target=heartbeat, daemon=True)
+    beat.start()
+    try:
+        with http.guarded(lease):
+            assert _call_http(timeout_s=10).get(f"{url}/slow/1.5").json() == {"ok": True}
+    finally:
+        stop.set()
+
+
+def test_a_dripping_answer_never_outlives_the_total_timeout(server) -> None:
+    url, _ = server
+    started = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):
+        # Each byte comes well within any per-read timeout; the whole answer takes 4 s.
+        _call_http(timeout_s=1.0).get(f"{url}/drip")
+    assert time.monotonic() - started < 2.0
+
+
+def test_without_a_guard_requests_go_with_timeouts_only(server) -> None:
+    url, seen = server
+    assert _call_http().get(f"{url}/free").status_code == 200
+    assert seen.requests == ["/free"]
