@@ -1,8 +1,9 @@
 """What `liyagent status`, `inspect`, `approvals`, `stop` and `call` show, for people and as
 JSON: a run's story read from Postgres, and what an operator's action did.
 
-Each checkpoint is opened with the sealer to show what the step asked for; one that fails its
-seal is reported as such (never used, never crashed on), exactly as a resume would treat it.
+The run's latest checkpoint is opened with the sealer to show what each step asked for (its
+history lists every step written); one that fails its seal is reported as such (never used,
+never crashed on), exactly as a resume would treat it.
 """
 
 from __future__ import annotations
@@ -19,23 +20,25 @@ from rich.text import Text
 
 from runtime.client import RunView
 from runtime.sealing import Sealer, SealError
-from store.checkpoints import list_checkpoints, select_marks
+from store.checkpoints import select_marks
 from store.records import select_audit, select_transcript
-from store.rows import ApprovalRow, AuditRow, CheckpointRow, MarkRow, RunRow, TranscriptRow
+from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, TranscriptRow
 from store.runs import get_run
-from store.views import ModelRequest, RunSummary, model_requests
+from store.views import RunSummary
 
 
 @dataclass(frozen=True)
 class CheckpointView:
-    """One checkpoint as opened: the step, who wrote it, the calls it asked for, or why not."""
+    """One written step as the latest checkpoint tells it: the step, the attempt that wrote
+    it, the calls it asked for (or why the checkpoint does not verify); `created_at` is known
+    for the latest step only (earlier ones live inside it)."""
 
     step: int
     attempt: int
     verified: bool
     calls: list[dict[str, str]]
     error: str | None
-    created_at: datetime
+    created_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,35 @@ class RunReport:
     marks: list[MarkRow]
     audit: list[AuditRow]
     transcript: list[TranscriptRow]
-    model_requests: list[ModelRequest]
 
 
-def open_checkpoint(sealer: Sealer, row: CheckpointRow) -> CheckpointView:
-    """Open one sealed checkpoint; a blob that does not verify is reported, not raised."""
+def open_checkpoints(sealer: Sealer, run: RunRow) -> list[CheckpointView]:
+    """The steps the run's latest checkpoint holds, oldest first; a checkpoint that does not
+    verify is reported (one row saying why), never raised."""
+    if run.checkpoint is None:
+        return []
+    written = run.checkpointed_at
+    attempt = run.checkpoint_attempt or run.attempt
     try:
-        payload = sealer.open(row.run_id, "checkpoint", row.step, row.sealed)
-        calls = [{"id": str(c["id"]), "tool": str(c["name"])} for c in payload.get("calls", [])]
+        payload = sealer.open(run.id, "checkpoint", run.step, run.checkpoint)
+        asked = [
+            [{"id": str(c["id"]), "tool": str(c["name"])} for c in m.get("tool_calls") or []]
+            for m in payload.get("messages", [])
+            if m.get("role") == "assistant" and m.get("tool_calls")
+        ]
+        history = list(payload.get("history", []))
+        latest = [{"id": str(c["id"]), "tool": str(c["name"])} for c in payload.get("calls", [])]
     except (SealError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return CheckpointView(row.step, row.attempt, False, [], str(exc), row.created_at)
-    return CheckpointView(row.step, row.attempt, True, calls, None, row.created_at)
+        return [CheckpointView(run.step, attempt, False, [], str(exc), written)]
+    views = [CheckpointView(0, 1, True, [], None, None)] if run.step > 0 else []
+    for entry, calls in zip(history, asked, strict=False):
+        step = int(entry.get("step", 0))
+        if step < run.step:
+            views.append(
+                CheckpointView(step, int(entry.get("attempt", 1)), True, calls, None, None)
+            )
+    views.append(CheckpointView(run.step, attempt, True, latest, None, written))
+    return views
 
 
 def _answer(sealer: Sealer, run: RunRow) -> tuple[str | None, str | None]:
@@ -73,27 +94,19 @@ def _answer(sealer: Sealer, run: RunRow) -> tuple[str | None, str | None]:
 
 
 def inspect_run(engine: sa.Engine, sealer: Sealer, run_id: str) -> RunReport:
-    """Read one run's attempts, checkpoints, marks, audit, transcript and model requests."""
+    """Read one run's attempts, checkpoints, marks, audit and transcript."""
     with engine.connect() as conn:
         run = get_run(conn, run_id)
-        checkpoints = [open_checkpoint(sealer, c) for c in list_checkpoints(conn, run_id)]
         marks = select_marks(conn, run_id)
         audit = select_audit(conn, run_id)
         transcript = select_transcript(conn, run_id)
-        requests = model_requests(conn, run_id)
     answer, answer_error = _answer(sealer, run)
-    return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript, requests)
+    checkpoints = open_checkpoints(sealer, run)
+    return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript)
 
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
-
-
-def _requests_by_step(requests: list[ModelRequest]) -> list[dict[str, Any]]:
-    steps: dict[int, list[int]] = {}
-    for r in requests:
-        steps.setdefault(r.step, []).append(r.attempt)
-    return [{"step": s, "count": len(a), "attempts": a} for s, a in sorted(steps.items())]
 
 
 def run_json(run: RunRow) -> dict[str, Any]:
@@ -141,7 +154,6 @@ def report_json(r: RunReport) -> dict[str, Any]:
             for a in r.audit
         ],
         "transcript": [{"role": t.role, "content": t.content} for t in r.transcript],
-        "model_requests": _requests_by_step(r.model_requests),
     }
 
 
@@ -202,7 +214,7 @@ def render_recent(out: Console, runs: list[RunSummary]) -> None:
 
 
 def _render_checkpoints(out: Console, r: RunReport) -> None:
-    """Checkpoints by step, each with its seal verdict and the calls it asked for."""
+    """The steps written, each with its seal verdict and the calls it asked for."""
     table = _table("Checkpoints", ["step", "written by attempt", "seal", "calls asked"])
     for c in r.checkpoints:
         calls = ", ".join(f"{k['id']} ({k['tool']})" for k in c.calls) or "-"
@@ -257,10 +269,6 @@ def render_report(out: Console, r: RunReport) -> None:
     table = _table("Transcript", ["role", "content"])
     for t in r.transcript:
         _row(table, t.role, t.content)
-    out.print(table)
-    table = _table("Model requests", ["step", "times asked", "by attempts"])
-    for entry in _requests_by_step(r.model_requests):
-        _row(table, entry["step"], entry["count"], ", ".join(map(str, entry["attempts"])))
     out.print(table)
 
 

@@ -18,8 +18,8 @@ from runtime.services import Services
 from runtime.state import RunState
 from runtime.tools import ToolError
 from runtime.waiting import Suspend
-from store.checkpoints import latest_checkpoint, write_checkpoint
-from store.entries import deliver
+from store.checkpoints import write_checkpoint
+from store.entries import answer_and_deliver, deliver
 from store.gates import select_gates
 from store.records import insert_owned_audit
 from store.rows import FencedOut, GateRow, RunRow
@@ -48,6 +48,9 @@ class RunAttempt:
         self.lease = lease
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         self.router = CallRouter(services, run, lease, key_for)
+        # Gates read since the last step was taken: good for this step's boundary (a step
+        # reads them once, fence included, in one round trip).
+        self._fresh: GateRow | None = None
 
     def execute(self) -> str:
         """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended.
@@ -84,13 +87,24 @@ class RunAttempt:
         raise NotImplementedError
 
     def _gates(self) -> GateRow:
-        """The gates as they stand now; a run-level refusal fails the run with its reason."""
+        """The gates as they stand now, read with the run's own attempt and status in one
+        statement: a run that another attempt owns stops here (I3); a run-level refusal fails
+        the run with its reason (I7)."""
+        if self._fresh is not None:
+            return self._fresh
         with self.s.engine.connect() as conn:
             gates = select_gates(conn, self.run.id)
+        if gates.run_attempt != self.run.attempt or gates.run_status != self.run.status:
+            raise FencedOut(self.run.id, self.run.attempt, "go on with the next step")
         refusal = run_refusal(gates, self.run)
         if refusal is not None:
             self._fail(refusal, "gate_refused")
+        self._fresh = gates
         return gates
+
+    def _stepped(self) -> None:
+        """A step was taken: the next boundary reads the gates again."""
+        self._fresh = None
 
     def _resume_calls(self, state: RunState) -> tuple[GateRow, bool]:
         """Take up the calls the checkpoint left (through the gates as they stand now)."""
@@ -99,31 +113,32 @@ class RunAttempt:
             results, settled = self.router.route(state, resuming=True, gates=gates)
             state.add_results(results)
             self._audit_resume(state, settled)
+            self._stepped()
             return gates, True
         if self.run.attempt > 1:
             self._audit_resume(state, [])
         return gates, False
 
     def _load_state(self) -> RunState:
-        with self.s.engine.connect() as conn:
-            row = latest_checkpoint(conn, self.run.id)
-        if row is None:
+        """The run's latest checkpoint, from the row the claim returned (no extra read),
+        opened against its seal: one that does not verify is never used (I6)."""
+        if self.run.checkpoint is None:
             self._fail("it has no checkpoint to start from", "no_checkpoint")
+        step = self.run.step
+        payload = self.s.sealer.open(self.run.id, "checkpoint", step, self.run.checkpoint)
         try:
-            payload = self.s.sealer.open(self.run.id, "checkpoint", row.step, row.sealed)
             return RunState.from_payload(payload)
-        except SealError:
-            raise
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             self._fail(
-                f"its checkpoint of step {row.step} does not verify ({exc}); it was not used",
+                f"its checkpoint of step {step} does not verify ({exc}); it was not used",
                 "seal_failed",
-                step=row.step,
+                step=step,
             )
 
     def _checkpoint(self, state: RunState) -> None:
         """Write the step's sealed checkpoint before any of its calls is made (fenced). A run
         not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false) writes none: lost, it fails."""
+        self._stepped()
         if not self.run.resumable:
             return
         self.lease.check()  # writes stop within one lease of losing it, even if Redis is gone
@@ -152,8 +167,25 @@ class RunAttempt:
         return self._gates()
 
     def _finish(self, text: str) -> None:
+        """Seal the final answer. Handed on to entry points in Postgres, it is stored and
+        delivered in one statement; a Teams reply leaves the process, so the answer is stored
+        first and a resume hands that answer on, never running the turn again."""
         sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
         self.lease.check()
+        if self.run.entry_kind != "teams":
+            with self.s.engine.connect() as conn:
+                answer_and_deliver(
+                    conn,
+                    self.run.id,
+                    self.run.attempt,
+                    text,
+                    sealed,
+                    retention_s=self.s.settings.answer_retention_s,
+                )
+            faults.point("after_answer")
+            self.log.info("run.succeeded")
+            self._wake_parent()
+            return
         with self.s.engine.connect() as conn:
             store_answer(conn, self.run.id, self.run.attempt, sealed)
         faults.point("after_answer")

@@ -23,7 +23,7 @@ from runtime.services import Services
 from runtime.workflow import WorkflowRun
 from store.records import insert_audit
 from store.rows import FencedOut, RunRow
-from store.runs import claim_queued, count_delivery, fail_run
+from store.runs import claim_delivery, fail_run
 
 log = structlog.get_logger(__name__)
 
@@ -34,35 +34,36 @@ class NotHandled(Exception):
 
 
 def run_message(s: Services, run_id: str, attempt: int) -> str:
-    """Handle one delivery of the message for (run, attempt); returns how it ended."""
+    """Handle one delivery of the message for (run, attempt); returns how it ended.
+
+    The lease first (one Redis round trip: a run alive elsewhere is left alone without touching
+    Postgres), then the claim, which counts the delivery in the same statement (I4)."""
     # Every log line of this delivery carries the run, the attempt and (once known) the step.
     with structlog.contextvars.bound_contextvars(run_id=run_id, attempt=attempt, step=None):
+        token = Token(run_id, attempt, s.holder)
+        started = monotonic_ms()
         try:
-            row = _admit(s, run_id, attempt)
-            if row is None:
-                return "stale"
-            if row.deliveries > s.settings.timings.delivery_limit:
-                return _poison(s, row)
-            token = Token(run_id, attempt, s.holder)
-            started = monotonic_ms()
-            acquired = s.leases.acquire(token)
-        except (sa.exc.SQLAlchemyError, redis.RedisError) as exc:
+            if not s.leases.acquire(token):
+                log.info("message.lease_taken")
+                return "lease_taken"
+        except redis.RedisError as exc:
             raise NotHandled(f"run {run_id}: {type(exc).__name__}: {exc}") from exc
-        if not acquired:
-            log.info("message.lease_taken", holder=s.leases.holder(run_id))
-            return "lease_taken"
+        try:
+            with s.engine.connect() as conn:
+                row = claim_delivery(conn, run_id, attempt, s.holder)
+        except sa.exc.SQLAlchemyError as exc:
+            _release_quietly(s, token)
+            raise NotHandled(f"run {run_id}: {type(exc).__name__}") from exc
+        if row is None:
+            log.info("message.stale")
+            _release_quietly(s, token)
+            return "stale"
+        if row.deliveries > s.settings.timings.delivery_limit:
+            return _poison(s, row, token)
         return _execute(s, row, token, started)
 
 
-def _admit(s: Services, run_id: str, attempt: int) -> RunRow | None:
-    with s.engine.connect() as conn:
-        row = count_delivery(conn, run_id, attempt)
-    if row is None:
-        log.info("message.stale")
-    return row
-
-
-def _poison(s: Services, row: RunRow) -> str:
+def _poison(s: Services, row: RunRow, token: Token) -> str:
     with s.engine.connect() as conn:
         fail_run(
             conn,
@@ -73,6 +74,7 @@ def _poison(s: Services, row: RunRow) -> str:
             audit_kind="agent.run.failed",
             detail={"code": "poison"},
         )
+    _release_quietly(s, token)
     return "poison"
 
 
@@ -80,13 +82,6 @@ def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
     lease = s.heartbeat.hold(token, started)
     release = True
     try:
-        if row.status in ("queued", "answered"):
-            with s.engine.connect() as conn:
-                claimed = claim_queued(conn, row.id, row.attempt, s.holder)
-            if claimed is None:
-                log.info("message.claim_lost")
-                return "stale"
-            row = claimed
         faults.point("after_claim")
         attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
         return attempt_class(s, row, lease).execute()
@@ -110,10 +105,14 @@ def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
     finally:
         s.heartbeat.drop(lease)
         if release:
-            try:
-                s.leases.release(token)
-            except Exception:  # the lease lapses by itself
-                log.warning("lease.release_failed")
+            _release_quietly(s, token)
+
+
+def _release_quietly(s: Services, token: Token) -> None:
+    try:
+        s.leases.release(token)
+    except Exception:  # the lease lapses by itself
+        log.warning("lease.release_failed")
 
 
 def _count_quietly(s: Services, name: str) -> None:

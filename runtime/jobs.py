@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from runtime import faults
+from runtime import faults, http
 from runtime.attempt import RunAttempt
 from runtime.heartbeat import RunLease
 from runtime.services import Services
@@ -25,7 +25,6 @@ from runtime.state import RunState, ToolCall
 from runtime.waiting import Suspend
 from runtime.workflow import workflow_key
 from store.documents import Document, upsert_documents
-from store.gates import select_gates
 from store.rows import RunRow
 
 
@@ -79,9 +78,7 @@ class JobRun(RunAttempt):
         state.calls = [call]
         self._checkpoint(state)
         faults.point("after_checkpoint")
-        with self.s.engine.connect() as conn:
-            gates = select_gates(conn, self.run.id)
-        results, _ = self.router.route(state, resuming=False, gates=gates)
+        results, _ = self.router.route(state, resuming=False, gates=self._gates())
         state.add_results(results)
         state.count("executed")
         outcome: dict[str, Any] = json.loads(results[0]["content"])
@@ -104,7 +101,7 @@ def _fetch_page(
         return docs, (page + 1 if (page + 1) * size < len(files) else None)
     if source.startswith(("http://", "https://")):
         try:
-            response = httpx.get(
+            response = http.shared_client().get(
                 source,
                 params={"page": page, "size": size},
                 headers={"X-Liyagent-Run": job.run.id, "X-Liyagent-Attempt": str(job.run.attempt)},

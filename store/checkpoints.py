@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from store.rows import CheckpointRow, FencedOut, MarkRow
-from store.runs import OWNER_CTE, owner_cte
+from store.rows import FencedOut, MarkRow
+from store.runs import OWNER_CTE
 
 _MARK_COLUMNS = (
     "run_id, step, call_index, call_id, tool, kind, idem_key, stable_key, status, outcome, "
@@ -16,44 +16,23 @@ _MARK_COLUMNS = (
 def write_checkpoint(
     conn: sa.Connection, run_id: str, attempt: int, step: int, sealed: bytes
 ) -> None:
-    """Write step `step`'s sealed checkpoint and advance the run's step, in one statement that
-    matches only while this attempt owns the run. A step is written once (I5): a second write
-    of the same step is a bug and raises."""
+    """Write step `step`'s sealed checkpoint and advance the run's step counter, in one
+    statement on the run's row (one row write a step) that matches only while this attempt owns
+    the run (I3) and only for the step after the one written last: a step is written once (I5)."""
     row = conn.execute(
         sa.text(
-            f"""
-            WITH {owner_cte("step = :step")}
-            INSERT INTO checkpoints (run_id, step, attempt, sealed)
-            SELECT id, :step, :attempt, :sealed FROM owner
-            RETURNING run_id
+            """
+            UPDATE runs SET checkpoint = :sealed, step = :step, checkpoint_attempt = :attempt,
+                   checkpointed_at = now(), updated_at = now()
+            WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+              AND step = :step - 1
+            RETURNING id
             """
         ),
         {"run_id": run_id, "attempt": attempt, "step": step, "sealed": sealed},
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, f"write the checkpoint of step {step}")
-
-
-def latest_checkpoint(conn: sa.Connection, run_id: str) -> CheckpointRow | None:
-    row = conn.execute(
-        sa.text(
-            "SELECT run_id, step, attempt, sealed, created_at FROM checkpoints "
-            "WHERE run_id = :id ORDER BY step DESC LIMIT 1"
-        ),
-        {"id": run_id},
-    ).first()
-    return None if row is None else CheckpointRow(**row._mapping)
-
-
-def list_checkpoints(conn: sa.Connection, run_id: str) -> list[CheckpointRow]:
-    rows = conn.execute(
-        sa.text(
-            "SELECT run_id, step, attempt, sealed, created_at FROM checkpoints "
-            "WHERE run_id = :id ORDER BY step"
-        ),
-        {"id": run_id},
-    ).all()
-    return [CheckpointRow(**r._mapping) for r in rows]
 
 
 def mark_in_doubt(

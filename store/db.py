@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import threading
 from typing import Any
 
@@ -28,12 +29,24 @@ def _uuid_as_text(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.adapters.register_loader("uuid", TextLoader)
 
 
+def _discard_if_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+    """An idle pooled connection whose socket has something to read was closed by the server
+    (or told it is shutting down): discard it without a round trip; the pool retries."""
+    if dbapi_conn.closed or dbapi_conn.broken:
+        raise sa.exc.DisconnectionError("the pooled connection is closed")
+    readable, _, _ = select.select([dbapi_conn.pgconn.socket], [], [], 0)
+    if readable:
+        raise sa.exc.DisconnectionError("the server closed the pooled connection")
+
+
 def create(url: str, pool_size: int = 5) -> sa.Engine:
     """A new engine for `url` in autocommit mode with the server-side safety bounds above."""
     engine = sa.create_engine(
         url,
         isolation_level="AUTOCOMMIT",
-        pool_pre_ping=True,
+        # No ping per checkout (a round trip each time): `_discard_if_closed` notices, locally,
+        # a pooled connection the server has closed (a restart) and the pool takes a new one.
+        pool_pre_ping=False,
         # SQL parameters carry users' text: never put them in exception messages, which reach
         # logs and audit rows.
         hide_parameters=True,
@@ -42,6 +55,7 @@ def create(url: str, pool_size: int = 5) -> sa.Engine:
         connect_args={"options": _SESSION_OPTIONS, "connect_timeout": 5},
     )
     sa.event.listen(engine, "connect", _uuid_as_text)
+    sa.event.listen(engine, "checkout", _discard_if_closed)
     return engine
 
 

@@ -103,6 +103,47 @@ def deliver(
         raise FencedOut(run_id, attempt, "hand on the answer")
 
 
+def answer_and_deliver(
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    text: str,
+    sealed_answer: bytes,
+    *,
+    retention_s: int,
+) -> None:
+    """Store the sealed answer and hand it on to entry points that live in Postgres
+    (transcript, A2A task, cron record) in one statement, for the owning attempt only (I3):
+    with nothing outside Postgres to tell, there is no moment between the two to crash in."""
+    row = conn.execute(
+        sa.text(
+            f"""
+            WITH d AS (
+                UPDATE runs SET status = 'succeeded', answer = :answer, answered_at = now(),
+                       finished_at = now(), updated_at = now(),
+                       answer_expires_at = now() + make_interval(secs => :retention)
+                WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+                RETURNING id),
+            t AS (
+                INSERT INTO transcript_messages (run_id, role, content)
+                SELECT id, 'assistant', :text FROM d)
+            {ends_cte("d", success=True, outcome_sql=":text")}
+            SELECT id FROM d
+            """
+        ),
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "text": text,
+            "answer": sealed_answer,
+            "retention": retention_s,
+            "reply": None,
+        },
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, "store and hand on the answer")
+
+
 def purge_answers(conn: sa.Connection) -> int:
     """Clear the sealed answers of delivered runs whose retention is over."""
     result = conn.execute(

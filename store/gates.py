@@ -17,7 +17,8 @@ def select_gates(conn: sa.Connection, run_id: str) -> GateRow:
               coalesce(o.may_run, true) AS owner_may_run, o.reason AS owner_reason,
               coalesce(a.may_act, true) AS run_as_may_act, a.reason AS run_as_reason,
               coalesce(c.enabled, true) AS channel_enabled, c.reason AS channel_reason,
-              (SELECT array_agg(t.tool) FROM agent_tools t WHERE t.agent = r.agent) AS tools
+              (SELECT array_agg(t.tool) FROM agent_tools t WHERE t.agent = r.agent) AS tools,
+              r.attempt AS run_attempt, r.status AS run_status
             FROM runs r
             LEFT JOIN principals o ON o.name = r.owner
             LEFT JOIN principals a ON a.name = coalesce(r.run_as, r.owner)
@@ -41,6 +42,8 @@ def select_gates(conn: sa.Connection, run_id: str) -> GateRow:
         channel_enabled=row.channel_enabled,
         channel_reason=row.channel_reason,
         agent_tools=None if row.tools is None else frozenset(row.tools),
+        run_attempt=row.run_attempt,
+        run_status=row.run_status,
     )
 
 

@@ -1,4 +1,4 @@
-"""Append-only records: audit events, transcript lines and model requests."""
+"""Append-only records: audit events and transcript lines."""
 
 from __future__ import annotations
 
@@ -93,37 +93,15 @@ def select_audit(conn: sa.Connection, run_id: str, kind: str | None = None) -> l
 
 
 def select_transcript(conn: sa.Connection, run_id: str) -> list[TranscriptRow]:
+    """The run's transcript: its input (kept on the run, so starting a run writes one row),
+    then every line written since, in order."""
     rows = conn.execute(
         sa.text(
-            "SELECT id, run_id, role, content, created_at FROM transcript_messages "
+            "SELECT 0 AS id, id AS run_id, 'user' AS role, input AS content, created_at "
+            "FROM runs WHERE id = :id AND input <> '' "
+            "UNION ALL SELECT id, run_id, role, content, created_at FROM transcript_messages "
             "WHERE run_id = :id ORDER BY id"
         ),
         {"id": run_id},
     ).all()
     return [TranscriptRow(**r._mapping) for r in rows]
-
-
-def insert_model_request(
-    conn: sa.Connection,
-    *,
-    run_id: str,
-    step: int,
-    attempt: int,
-    provider: str,
-    tool_results: list[dict[str, Any]],
-) -> None:
-    """Record that a provider was asked for a step, and what it was told since its last step,
-    so tests prove from the database that a written step is never asked again (I5)."""
-    conn.execute(
-        sa.text(
-            "INSERT INTO model_requests (run_id, step, attempt, provider, tool_results) "
-            "VALUES (:run_id, :step, :attempt, :provider, CAST(:tool_results AS jsonb))"
-        ),
-        {
-            "run_id": run_id,
-            "step": step,
-            "attempt": attempt,
-            "provider": provider,
-            "tool_results": to_json(tool_results),
-        },
-    )

@@ -56,6 +56,10 @@ class RunRow:
     lost_count: int
     deliveries: int
     step: int
+    input: str
+    checkpoint: bytes | None
+    checkpoint_attempt: int | None
+    checkpointed_at: datetime | None
     resume_reason: str | None
     claimed_by: str | None
     claimed_at: datetime | None
@@ -67,15 +71,6 @@ class RunRow:
     started_at: datetime | None
     answered_at: datetime | None
     finished_at: datetime | None
-
-
-@dataclass(frozen=True)
-class CheckpointRow:
-    run_id: RunId
-    step: int
-    attempt: int
-    sealed: bytes
-    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -143,6 +138,9 @@ class GateRow:
     channel_reason: str | None
     # Containment: the tools this agent may use; None when unrestricted.
     agent_tools: frozenset[str] | None
+    # The run's attempt and status now: the fence, read with the gates in one round trip.
+    run_attempt: int = 0
+    run_status: str = ""
 
 
 @dataclass(frozen=True)

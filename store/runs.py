@@ -42,9 +42,9 @@ def insert_run(
     resumable: bool = True,
     link: EntryLink | None = None,
 ) -> tuple[RunId, bool]:
-    """Insert a queued run, its step-0 checkpoint, its transcript's first line and its entry
-    link, in one statement; with a request key already used, return that run instead (False:
-    not new)."""
+    """Insert a queued run with its input and its sealed step-0 checkpoint, and its entry link,
+    in one statement; with a request key already used, return that run instead (False: not
+    new)."""
     link_sql, link_params = "", dict[str, Any]()
     if link is not None:
         cte, link_params = link.cte()
@@ -54,18 +54,13 @@ def insert_run(
             f"""
             WITH r AS (
                 INSERT INTO runs (id, correlation_id, request_key, agent, owner, entry_kind,
-                                  spec, kind, channel, run_as, parent_run_id, resumable)
+                                  spec, kind, channel, run_as, parent_run_id, resumable,
+                                  input, checkpoint, checkpoint_attempt, checkpointed_at)
                 VALUES (:id, :correlation_id, :request_key, :agent, :owner, :entry_kind,
                         CAST(:spec AS jsonb), :kind, :channel, :run_as, :parent_run_id,
-                        :resumable)
+                        :resumable, :user_input, :sealed, 1, now())
                 ON CONFLICT (request_key) WHERE request_key IS NOT NULL DO NOTHING
-                RETURNING id),
-            c AS (
-                INSERT INTO checkpoints (run_id, step, attempt, sealed)
-                SELECT id, 0, 1, :sealed FROM r),
-            t AS (
-                INSERT INTO transcript_messages (run_id, role, content)
-                SELECT id, 'user', :user_input FROM r){link_sql}
+                RETURNING id){link_sql}
             SELECT id FROM r
             """
         ),
@@ -113,29 +108,16 @@ def get_run_by_request_key(conn: sa.Connection, request_key: str) -> RunRow | No
     return None if row is None else _run(row)
 
 
-def count_delivery(conn: sa.Connection, run_id: str, attempt: int) -> RunRow | None:
-    """Count one delivery of this attempt's message; None means the message is stale (I4)."""
-    row = conn.execute(
-        sa.text(
-            f"""
-            UPDATE runs SET deliveries = deliveries + 1
-            WHERE id = :id AND attempt = :attempt AND status IN ('queued', 'answered')
-            RETURNING {_RUN_COLUMNS}
-            """
-        ),
-        {"id": run_id, "attempt": attempt},
-    ).first()
-    return None if row is None else _run(row)
-
-
-def claim_queued(conn: sa.Connection, run_id: str, attempt: int, holder: str) -> RunRow | None:
-    """Take a queued run for this attempt (of two deliveries one wins, I4), or record who
-    hands on an answered run's answer (there, the lease taken just before is the guard)."""
+def claim_delivery(conn: sa.Connection, run_id: str, attempt: int, holder: str) -> RunRow | None:
+    """Take a queued run for this delivery's attempt and count the delivery, in one statement
+    (of two deliveries one wins, I4), or record who hands on an answered run's answer (there,
+    the lease taken just before is the guard). None: the message is stale."""
     row = conn.execute(
         sa.text(
             f"""
             UPDATE runs SET status = CASE WHEN status = 'answered' THEN 'answered'
                                           ELSE 'running' END,
+                   deliveries = deliveries + 1,
                    updated_at = now(), started_at = coalesce(started_at, now()),
                    claimed_by = :holder, claimed_at = now()
             WHERE id = :id AND attempt = :attempt AND status IN ('queued', 'answered')
@@ -147,19 +129,14 @@ def claim_queued(conn: sa.Connection, run_id: str, attempt: int, holder: str) ->
     return None if row is None else _run(row)
 
 
-# The fence every write of a running attempt goes through: it updates (and so locks) the run's
-# row only while this attempt owns it, so a concurrent claim either commits first, and the write
-# matches nothing, or waits for the single-statement write to commit (I3).
-def owner_cte(also_set: str = "") -> str:
-    """The `owner` CTE; `also_set` adds assignments to the same update of the run's row."""
-    extra = f", {also_set}" if also_set else ""
-    return f"""owner AS (
-    UPDATE runs SET updated_at = now(){extra}
+# The fence every write of a running attempt goes through: it share-locks the run's row only
+# while this attempt owns it, so a concurrent claim (an UPDATE of that row) either commits
+# first, and the write matches nothing, or waits for the single-statement write to commit (I3).
+# A share lock writes no row: the fence costs no row write.
+OWNER_CTE = """owner AS (
+    SELECT id FROM runs
     WHERE id = :run_id AND attempt = :attempt AND status = 'running'
-    RETURNING id)"""
-
-
-OWNER_CTE = owner_cte()
+    FOR SHARE)"""
 
 
 def store_answer(conn: sa.Connection, run_id: str, attempt: int, sealed_answer: bytes) -> None:

@@ -60,6 +60,14 @@ runs = sa.Table(
     sa.Column("deliveries", sa.Integer, nullable=False, server_default="0"),
     # Model steps whose answers are written in a checkpoint.
     sa.Column("step", sa.Integer, nullable=False, server_default="0"),
+    # What the run was asked (the first line of its transcript).
+    sa.Column("input", sa.Text, nullable=False, server_default=""),
+    # The latest checkpoint, sealed with the run id and its step bound in; written before any
+    # call of the step is made, together with the step counter, in one fenced statement.
+    sa.Column("checkpoint", sa.LargeBinary, nullable=True),
+    # The attempt that wrote it and when (inspect, the stale-write judge).
+    sa.Column("checkpoint_attempt", sa.Integer, nullable=True),
+    sa.Column("checkpointed_at", sa.DateTime(timezone=True), nullable=True),
     # Why the current attempt exists: NULL (first), 'lost' or 'handed_back'.
     sa.Column("resume_reason", sa.Text, nullable=True),
     # Which worker process took the current attempt, and when (inspect, the trials' judge).
@@ -110,18 +118,6 @@ runs = sa.Table(
         "id",
         postgresql_where=sa.text("status IN ('running','answered')"),
     ),
-)
-
-checkpoints = sa.Table(
-    "checkpoints",
-    metadata,
-    sa.Column("run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE")),
-    sa.Column("step", sa.Integer, nullable=False),
-    # The attempt that wrote it, for `inspect` and the stale-write judge.
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("sealed", sa.LargeBinary, nullable=False),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.PrimaryKeyConstraint("run_id", "step"),
 )
 
 call_marks = sa.Table(
@@ -176,21 +172,6 @@ transcript_messages = sa.Table(
     sa.Column("content", sa.Text, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Index("ix_transcript_messages_run_id", "run_id"),
-)
-
-model_requests = sa.Table(
-    "model_requests",
-    metadata,
-    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
-    sa.Column("run_id", UUID(as_uuid=False), nullable=False),
-    # The model step asked for (1-based): proof that a written step is never asked again (I5).
-    sa.Column("step", sa.Integer, nullable=False),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("provider", sa.Text, nullable=False),
-    # The tool results this request carried (what the model was told since its last step).
-    sa.Column("tool_results", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Index("ix_model_requests_run_id", "run_id", "step"),
 )
 
 # Gates, read as they stand now at every start, resume and step (I7).

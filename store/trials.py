@@ -107,8 +107,8 @@ def stale_engine_writes(conn: sa.Connection, run_id: str, attempt: int, after: d
         sa.text(
             """
             SELECT
-              (SELECT count(*) FROM checkpoints
-                WHERE run_id = :r AND attempt = :a AND created_at > :t)
+              (SELECT count(*) FROM runs
+                WHERE id = :r AND checkpoint_attempt = :a AND checkpointed_at > :t)
             + (SELECT count(*) FROM call_marks
                 WHERE run_id = :r AND attempt = :a
                   AND (marked_at > :t OR settled_at > :t))

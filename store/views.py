@@ -57,16 +57,6 @@ class MarkKey:
     idem_key: str
 
 
-@dataclass(frozen=True)
-class ModelRequest:
-    """One time a model provider was asked for a step of a run."""
-
-    step: int
-    attempt: int
-    provider: str
-    created_at: datetime
-
-
 def recent_runs(conn: sa.Connection, limit: int) -> list[RunSummary]:
     """The `limit` most recently created runs, newest first."""
     rows = conn.execute(
@@ -111,18 +101,6 @@ def mark_keys(conn: sa.Connection, run_ids: list[str]) -> list[MarkKey]:
         {"ids": run_ids},
     ).all()
     return [MarkKey(**r._mapping) for r in rows]
-
-
-def model_requests(conn: sa.Connection, run_id: str) -> list[ModelRequest]:
-    """Every model request of one run, by step then time."""
-    rows = conn.execute(
-        sa.text(
-            "SELECT step, attempt, provider, created_at FROM model_requests "
-            "WHERE run_id = :id ORDER BY step, id"
-        ),
-        {"id": run_id},
-    ).all()
-    return [ModelRequest(**r._mapping) for r in rows]
 
 
 def database_now(conn: sa.Connection) -> datetime:

@@ -71,7 +71,7 @@ def test_db_upgrade_migrates_a_fresh_database(admin_engine, servers) -> None:
         with engine.connect() as conn:
             tables = set(sa.inspect(conn).get_table_names())
         engine.dispose()
-        assert {"runs", "checkpoints", "call_marks", "audit_events", "alembic_version"} <= tables
+        assert {"runs", "call_marks", "audit_events", "alembic_version"} <= tables
         again = cli("db", "upgrade", "--url", url)  # idempotent
         assert again.returncode == 0, again.stderr
     finally:
@@ -196,19 +196,17 @@ def test_tampered_checkpoint_is_shown_as_not_verifying(stack, tmp_path: Path) ->
     run_id = json.loads(done.stdout)["run_id"]
     with stack.db() as conn:
         blob = conn.execute(
-            sa.text("SELECT sealed FROM checkpoints WHERE run_id = :r AND step = 2"), {"r": run_id}
+            sa.text("SELECT checkpoint FROM runs WHERE id = :r"), {"r": run_id}
         ).scalar_one()
         tampered = blob[:-1] + bytes([blob[-1] ^ 0x01])
         conn.execute(
-            sa.text("UPDATE checkpoints SET sealed = :s WHERE run_id = :r AND step = 2"),
-            {"s": tampered, "r": run_id},
+            sa.text("UPDATE runs SET checkpoint = :s WHERE id = :r"), {"s": tampered, "r": run_id}
         )
     inspected = cli("inspect", run_id, "--json", env=stack.env)
     assert inspected.returncode == 0, inspected.stderr
-    by_step = {c["step"]: c for c in json.loads(inspected.stdout)["checkpoints"]}
-    assert not by_step[2]["verified"] and "does not verify" in by_step[2]["error"]
-    assert by_step[2]["calls"] == []
-    assert all(by_step[s]["verified"] for s in (0, 1, 3))
+    [shown] = json.loads(inspected.stdout)["checkpoints"]
+    assert shown["step"] == 3 and not shown["verified"] and "does not verify" in shown["error"]
+    assert shown["calls"] == []
     human = cli("inspect", run_id, env={**stack.env, "COLUMNS": "200"})
     assert human.returncode == 0 and "DOES NOT VERIFY" in human.stdout
 

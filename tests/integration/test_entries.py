@@ -174,7 +174,7 @@ def test_flag_false_entry_run_lost_is_failed_interrupted(entries) -> None:
     view = entries.wait(run_id)
     assert view.status == "failed" and view.failure_reason.startswith("interrupted")
     assert (
-        entries.rows("SELECT max(step) AS s FROM checkpoints WHERE run_id = :r", r=run_id)[0].s == 0
+        entries.rows("SELECT step AS s FROM runs WHERE id = :r", r=run_id)[0].s == 0
     )  # not written ahead
     audit = entries.rows(
         "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.run.failed'", r=run_id
@@ -316,6 +316,31 @@ def test_a_run_lost_past_the_limit_tells_its_teams_inbox_row(entries) -> None:
     assert (
         entries.vendor(
             "SELECT count(*) AS n FROM sim.chat_replies WHERE conversation = 'conv-msg-lost'"
+        )[0].n
+        == 0
+    )
+
+
+def test_a_tampered_answer_is_never_handed_on(entries) -> None:
+    """A Teams turn stores its answer before the reply leaves the process; a stored answer that
+    no longer verifies is never posted: the run fails, audited (I6)."""
+    entries.worker("victim", fault="after_answer:kill")
+    run_id = _teams_turn(entries, "msg-tampered")
+    entries.fault_hit("victim")
+    entries.procs[-1].popen.wait(timeout=10)
+    entries.rows(
+        "UPDATE runs SET answer = set_byte(answer, 30, get_byte(answer, 30) # 1) "
+        "WHERE id = :r RETURNING 1",
+        r=run_id,
+    )
+    entries.worker("survivor")
+    entries.beat()
+    view = entries.wait(run_id)
+    assert view.status == "failed" and "answer does not verify" in view.failure_reason
+    assert [role for role, _ in entries.client.transcript(run_id)] == ["user", "notice"]
+    assert (
+        entries.vendor(
+            "SELECT count(*) AS n FROM sim.chat_replies WHERE conversation = 'conv-msg-tampered'"
         )[0].n
         == 0
     )

@@ -126,8 +126,8 @@ def test_worker_cut_off_from_redis_stops_writing_within_a_lease(stack, servers) 
     judge_runs(stack, runs).assert_clean()
     lease = timedelta(milliseconds=stack.settings.timings.lease_ttl_ms)
     last = stack.rows(
-        "SELECT max(at) AS last_at FROM (SELECT created_at AS at FROM checkpoints "
-        "WHERE attempt = 1 AND run_id = ANY(CAST(:ids AS uuid[])) "
+        "SELECT max(at) AS last_at FROM (SELECT checkpointed_at AS at FROM runs "
+        "WHERE checkpoint_attempt = 1 AND id = ANY(CAST(:ids AS uuid[])) "
         "UNION ALL SELECT marked_at FROM call_marks "
         "WHERE attempt = 1 AND run_id = ANY(CAST(:ids AS uuid[]))) w",
         ids=runs,
@@ -156,8 +156,8 @@ def test_seal_keys_rotated_while_runs_are_in_flight(stack) -> None:
     kids = {
         bytes(r.sealed)[4:6]
         for r in stack.rows(
-            "SELECT sealed FROM checkpoints WHERE run_id = ANY(CAST(:ids AS uuid[])) AND "
-            "attempt > 1",
+            "SELECT checkpoint AS sealed FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) AND "
+            "checkpoint_attempt > 1",
             ids=runs,
         )
     }

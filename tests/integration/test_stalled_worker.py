@@ -9,7 +9,15 @@ import pytest
 
 from tests.support.scripts import mixed
 
-STALE_TABLES = ("checkpoints", "call_marks", "audit_events")
+# What an attempt writes, and when: its checkpoint (on the run's row), marks, audit events.
+STALE_WRITES = {
+    "checkpoint": "SELECT count(*) AS n FROM runs WHERE id = :r AND checkpoint_attempt = 1 "
+    "AND checkpointed_at > :t",
+    "call_marks": "SELECT count(*) AS n FROM call_marks WHERE run_id = :r AND attempt = 1 "
+    "AND marked_at > :t",
+    "audit_events": "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND attempt = 1 "
+    "AND created_at > :t",
+}
 
 
 @pytest.mark.kill
@@ -49,14 +57,9 @@ def test_stalled_worker_writes_nothing_after_takeover(stack, fault: str) -> None
         t=taken_over,
     )[0].n
     assert stale == 0, "the stale attempt reached a vendor after it was taken over"
-    for table in STALE_TABLES:
-        col = "marked_at" if table == "call_marks" else "created_at"
-        n = stack.rows(
-            f"SELECT count(*) AS n FROM {table} WHERE run_id = :r AND attempt = 1 AND {col} > :t",
-            r=run_id,
-            t=taken_over,
-        )[0].n
-        assert n == 0, f"{table}: written by attempt 1 after the takeover"
+    for what, sql in STALE_WRITES.items():
+        n = stack.rows(sql, r=run_id, t=taken_over)[0].n
+        assert n == 0, f"{what}: written by attempt 1 after the takeover"
     # The writes of the run reached their vendors once each.
     counts = stack.vendor(
         "SELECT vendor, count(*) AS n FROM sim.requests WHERE run_id = :r "
@@ -71,7 +74,8 @@ def _snapshot(stack, run_id: str) -> tuple:
         "SELECT status, attempt, step, answer, updated_at FROM runs WHERE id = :r", r=run_id
     )
     cps = stack.rows(
-        "SELECT step, attempt, sealed FROM checkpoints WHERE run_id = :r ORDER BY step", r=run_id
+        "SELECT step, checkpoint_attempt, checkpoint, checkpointed_at FROM runs WHERE id = :r",
+        r=run_id,
     )
     marks = stack.rows(
         "SELECT step, call_index, status, attempt, outcome FROM call_marks "

@@ -11,7 +11,7 @@ from runtime.client import Client
 from runtime.leases import Leases, Token
 from runtime.settings import Timings
 from runtime.sweeper import Sweeper
-from store.runs import claim_lost, claim_queued, count_delivery
+from store.runs import claim_delivery, claim_lost
 from tests.support.scripts import final
 from tests.support.stack import RecordingPublisher, services_with
 
@@ -24,8 +24,7 @@ def _running_with_lapsed_lease(stack, services) -> str:
     short = Leases(services.redis, services.settings.namespace, ttl_ms=150)
     assert short.acquire(Token(run_id, 1, "dead-worker"))
     with stack.db() as conn:
-        assert count_delivery(conn, run_id, 1) is not None
-        assert claim_queued(conn, run_id, 1, "test-worker") is not None
+        assert claim_delivery(conn, run_id, 1, "test-worker") is not None
     deadline = time.monotonic() + 5
     while short.holder(run_id) is not None:
         assert time.monotonic() < deadline
@@ -145,8 +144,7 @@ def test_redis_losing_its_data_is_reconciled_from_postgres(stack) -> None:
     lease = Token(run_id, 1, "worker")
     assert services.leases.acquire(lease)
     with stack.db() as conn:
-        count_delivery(conn, run_id, 1)
-        claim_queued(conn, run_id, 1, "test-worker")
+        claim_delivery(conn, run_id, 1, "test-worker")
     # Redis restarted empty: the lease, its index entry and the epoch marker are all gone.
     client = redis.Redis.from_url(services.settings.redis_url)
     keys = list(client.scan_iter(match=f"{services.settings.namespace}*"))
@@ -165,8 +163,7 @@ def test_live_lease_is_never_claimed(stack) -> None:
     )
     assert services.leases.acquire(Token(run_id, 1, "alive"))
     with stack.db() as conn:
-        count_delivery(conn, run_id, 1)
-        claim_queued(conn, run_id, 1, "test-worker")
+        claim_delivery(conn, run_id, 1, "test-worker")
     publisher.sent.clear()
     for _ in range(3):
         report = Sweeper(services).sweep()
