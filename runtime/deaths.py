@@ -23,14 +23,12 @@ import redis
 import structlog
 
 from runtime.leases import Token
-from runtime.presence import GRACE_MS, epoch_key
+from runtime.presence import epoch_key
 from runtime.services import Services
 from store.runs import attempt_statuses, claim_lost_many
 
 log = structlog.get_logger(__name__)
 
-# How often the watch looks (it costs one CLIENT LIST and one SMEMBERS when nobody died).
-POLL_MS = 250
 LEADER_TTL_MS = 2000
 
 # KEYS[1] = leader key; ARGV[1] = this watcher, ARGV[2] = ttl ms.
@@ -71,9 +69,9 @@ def _ms() -> int:
 class DeathWatch:
     """Finds holders with no connection left and takes their work back, once."""
 
-    def __init__(self, services: Services, grace_ms: int = GRACE_MS) -> None:
+    def __init__(self, services: Services) -> None:
         self.s = services
-        self.grace_ms = grace_ms
+        self.grace_ms = services.settings.timings.death_grace_ms
         ns = services.settings.namespace
         self.leader_key = f"{ns}deaths:leader"
         self._lead = services.redis.register_script(_LEAD)
@@ -167,12 +165,12 @@ def claim_dead_child(s: Services, token: Token) -> list[str]:
 
 
 class DeathWatchThread:
-    """Runs the watch every POLL_MS in a worker's main process (the leader key keeps it to
-    one at a time across the deployment)."""
+    """Runs the watch every `death_poll_ms` in a worker's main process (the leader key keeps
+    it to one at a time across the deployment)."""
 
-    def __init__(self, services: Services, poll_ms: int = POLL_MS) -> None:
+    def __init__(self, services: Services) -> None:
         self.watch = DeathWatch(services)
-        self.poll_ms = poll_ms
+        self.poll_ms = services.settings.timings.death_poll_ms
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="liyagent-deaths", daemon=True)
 

@@ -33,17 +33,20 @@ class NotHandled(Exception):
     was claimed): it must go back to its queue, never be acked and dropped."""
 
 
-def run_message(s: Services, run_id: str, attempt: int) -> str:
+def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
     """Handle one delivery of the message for (run, attempt); returns how it ended.
 
     The lease first (one Redis round trip: a run alive elsewhere is left alone without touching
-    Postgres), then the claim, which counts the delivery in the same statement (I4)."""
+    Postgres; the message's reservation by `reserved_by`, the worker process that received it,
+    becomes the lease), then the claim, which counts the delivery in the same statement (I4)."""
     # Every log line of this delivery carries the run, the attempt and (once known) the step.
     with structlog.contextvars.bound_contextvars(run_id=run_id, attempt=attempt, step=None):
         token = Token(run_id, attempt, s.holder)
+        s.presence.start()  # leases are trusted only once this process is seen to be alive
+        faults.point("before_lease")
         started = monotonic_ms()
         try:
-            if not s.leases.acquire(token):
+            if not s.leases.acquire(token, reserved_by):
                 log.info("message.lease_taken")
                 return "lease_taken"
         except redis.RedisError as exc:

@@ -15,6 +15,7 @@ import redis
 import structlog
 
 from runtime.leases import Leases, Token, monotonic_ms
+from runtime.presence import Presence
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +47,10 @@ class RunLease:
     token: Token
     leases: Leases
     valid_until_ms: int
+    # This process's presence (None only in tests of the lease alone): while it is down, the
+    # lease counts for at most the death watch's grace from the loss, and renewals sent
+    # before it came back are not trusted (see presence.py).
+    presence: Presence | None = None
     last_progress_ms: int = field(default_factory=monotonic_ms)
     lost_why: str | None = None
 
@@ -54,13 +59,19 @@ class RunLease:
         self.last_progress_ms = monotonic_ms()
 
     def renewed(self, started_ms: int) -> None:
+        if self.presence is not None and not self.presence.trusts(started_ms):
+            return  # sent while (or before) this process was absent: proves nothing
         self.valid_until_ms = max(self.valid_until_ms, started_ms + self.leases.ttl_ms)
 
     def send_time_left_s(self) -> float:
         """Seconds this attempt may still write or send, by the local clock (no network)."""
         if self.lost_why is not None:
             return 0.0
-        return (self.valid_until_ms - SAFETY_MARGIN_MS - monotonic_ms()) / 1000
+        until = self.valid_until_ms
+        cap = None if self.presence is None else self.presence.cap_ms()
+        if cap is not None:
+            until = min(until, cap)
+        return (until - SAFETY_MARGIN_MS - monotonic_ms()) / 1000
 
     def why_not(self) -> str:
         why = self.lost_why or "its lease may have lapsed (no renewal reached Redis in time)"
@@ -99,10 +110,13 @@ class RunLease:
 class Heartbeat:
     """Renews every lease this process holds, about every TTL/3."""
 
-    def __init__(self, leases: Leases, interval_ms: int, stall_ms: int) -> None:
+    def __init__(
+        self, leases: Leases, interval_ms: int, stall_ms: int, presence: Presence | None = None
+    ) -> None:
         self.leases = leases
         self.interval_ms = interval_ms
         self.stall_ms = stall_ms
+        self.presence = presence
         self._held: dict[str, RunLease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -110,7 +124,14 @@ class Heartbeat:
         self._pid = os.getpid()
 
     def hold(self, token: Token, acquired_ms: int) -> RunLease:
-        lease = RunLease(token, self.leases, valid_until_ms=acquired_ms + self.leases.ttl_ms)
+        if self.presence is not None:
+            self.presence.start()  # a lease counts only while this process is seen alive
+        lease = RunLease(
+            token,
+            self.leases,
+            valid_until_ms=acquired_ms + self.leases.ttl_ms,
+            presence=self.presence,
+        )
         with self._lock:
             self._held[str(token)] = lease
             self._start()

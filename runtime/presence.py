@@ -16,12 +16,15 @@ back first (its leases are left alone) or its leases are gone and its renewals f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 
 import redis
 import structlog
+
+from runtime.leases import CONNECTION_PREFIX
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +38,7 @@ RECONNECT_S = 0.1
 
 def connection_name(holder: str) -> str:
     """The name every Redis connection of this holder carries (no spaces: CLIENT SETNAME)."""
-    return f"lya:{holder}"
+    return f"{CONNECTION_PREFIX}{holder}"
 
 
 def epoch_key(namespace: str, holder: str) -> str:
@@ -64,6 +67,7 @@ class Presence:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._client: redis.Redis[bytes] | None = None
 
     def start(self, timeout_s: float = 5.0) -> None:
         """Start the presence thread (once per process) and wait until it is up, so leases
@@ -78,6 +82,12 @@ class Presence:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def close_inherited(self) -> None:
+        """In a forked child: close the parent's presence socket here, so the parent's death
+        is not hidden by a copy of its connection living on in the child."""
+        if self._client is not None and os.getpid() != self._pid:
+            close_sockets_here(self._client)
 
     def cap_ms(self) -> int | None:
         """The latest monotonic moment this process may still write or send, by its presence:
@@ -96,7 +106,7 @@ class Presence:
         while not self._stop.is_set():
             client: redis.Redis[bytes] | None = None
             try:
-                client = redis.Redis.from_url(
+                client = self._client = redis.Redis.from_url(
                     self.url,
                     client_name=connection_name(self.holder),
                     socket_timeout=BLOCK_S + 5,
@@ -122,3 +132,19 @@ class Presence:
             finally:
                 if client is not None:
                     client.close()
+
+
+def close_sockets_here(client: redis.Redis[bytes]) -> None:
+    """Close, in this process only, the sockets a forked child inherited with `client`: no
+    word to Redis (the parent still uses them), no shutdown, just this process's descriptors.
+    redis-py itself only drops them (its pool resets on a new pid), which keeps them open."""
+    pool = client.connection_pool
+    conns = [
+        *getattr(pool, "_available_connections", []),
+        *getattr(pool, "_in_use_connections", []),
+    ]
+    for conn in conns:
+        sock = getattr(conn, "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()

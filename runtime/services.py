@@ -19,6 +19,7 @@ from runtime.heartbeat import Heartbeat
 from runtime.leases import Leases
 from runtime.models.base import ModelError, ModelProvider
 from runtime.models.scripted import ScriptedProvider
+from runtime.presence import Presence, close_sockets_here, connection_name
 from runtime.sealing import Sealer, load_sealer
 from runtime.settings import Settings
 from runtime.tool_sources import load_registry
@@ -43,8 +44,10 @@ class Services:
     sealer: Sealer
     tools: ToolRegistry
     publisher: Publisher
-    # Names this process in lease tokens and audit: host and pid.
+    # Names this process in lease tokens, Redis connection names and audit: host and pid.
     holder: str
+    # This process's named, always-open Redis connection: how its death is seen at once.
+    presence: Presence
 
     def model_for(self, run: RunRow) -> ModelProvider:
         """The provider the run's spec names. Providers record nothing of their own: what a
@@ -63,15 +66,22 @@ class Services:
         )
 
 
-def redis_client(url: str, timeout_s: float = 2.0) -> redis.Redis[bytes]:
+def holder_of(pid: int) -> str:
+    """The holder name of a process on this host: what its lease tokens carry."""
+    return f"{socket.gethostname()}-{pid}"
+
+
+def redis_client(url: str, timeout_s: float = 2.0, holder: str | None = None) -> redis.Redis[bytes]:
     """The engine's Redis client: it fails fast (one immediate retry, not redis-py's default
-    of ten with backoff, seconds per call), so the lease logic, not the client, decides."""
+    of ten with backoff, seconds per call), so the lease logic, not the client, decides. Each
+    connection is named after its holder, so the death watch sees when it has none left."""
     return redis.Redis.from_url(
         url,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         health_check_interval=10,
         retry=Retry(NoBackoff(), 1),
+        client_name=None if holder is None else connection_name(holder),
     )
 
 
@@ -81,19 +91,22 @@ def build(
     tools: ToolRegistry | None = None,
     sealer: Sealer | None = None,
 ) -> Services:
-    client = redis_client(settings.redis_url)
+    holder = holder_of(os.getpid())
+    client = redis_client(settings.redis_url, holder=holder)
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
+    presence = Presence(settings.redis_url, settings.namespace, holder, t.death_grace_ms)
     return Services(
         settings=settings,
         engine=db.engine_for(settings.database_url),
         redis=client,
         leases=leases,
-        heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms),
+        heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms, presence),
         sealer=sealer or load_sealer(settings.production),
         tools=tools or registry_for(settings),
         publisher=publisher,
-        holder=f"{socket.gethostname()}-{os.getpid()}",
+        holder=holder,
+        presence=presence,
     )
 
 
@@ -120,6 +133,16 @@ def for_process(make: Callable[[], Services]) -> Services:
     pid = os.getpid()
     with _lock:
         if pid not in _cache:
-            _cache.clear()
+            forget_inherited()
             _cache[pid] = make()
         return _cache[pid]
+
+
+def forget_inherited() -> None:
+    """In a forked child: drop the services of the parent, closing (here only) the Redis
+    sockets inherited from it, so a dead parent's connections close when it dies."""
+    pid = os.getpid()
+    for owner in [p for p in _cache if p != pid]:
+        inherited = _cache.pop(owner)
+        inherited.presence.close_inherited()
+        close_sockets_here(inherited.redis)

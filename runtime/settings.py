@@ -83,6 +83,12 @@ class Timings:
     # The longest a resume can take: a keyed write is sent again only if its vendor's dedupe
     # window is longer than this.
     resume_bound_s: int = 3600
+    # A holder with no Redis connection left this long is dead: its runs are claimed at once
+    # (a blip reconnects well within it). While a process has lost its connection, it writes
+    # and sends for at most this long, so it has stopped before any such claim.
+    death_grace_ms: int = 1000
+    # How often the death watch looks (it costs one CLIENT LIST when nobody died).
+    death_poll_ms: int = 250
 
     def __post_init__(self) -> None:
         if self.heartbeat_ms * 2 >= self.lease_ttl_ms:
@@ -92,6 +98,11 @@ class Timings:
             )
         if self.stall_ms <= self.call_timeout_s * 1000:
             raise ConfigError("LIYAGENT_STALL_MS must exceed LIYAGENT_CALL_TIMEOUT_S")
+        if not 0 < self.death_grace_ms < self.lease_ttl_ms:
+            raise ConfigError(
+                "LIYAGENT_DEATH_GRACE_MS must be above 0 and under LIYAGENT_LEASE_TTL_MS (a dead "
+                f"process is seen by its connections before its lease; got {self.death_grace_ms})"
+            )
 
     @classmethod
     def from_env(cls) -> Timings:
@@ -107,6 +118,8 @@ class Timings:
             requeue_after_ms=_env_int("LIYAGENT_REQUEUE_AFTER_MS", cls.requeue_after_ms),
             full_scan_every=_env_int("LIYAGENT_FULL_SCAN_EVERY", cls.full_scan_every),
             resume_bound_s=_env_int("LIYAGENT_RESUME_BOUND_S", cls.resume_bound_s),
+            death_grace_ms=_env_int("LIYAGENT_DEATH_GRACE_MS", cls.death_grace_ms),
+            death_poll_ms=_env_int("LIYAGENT_DEATH_POLL_MS", cls.death_poll_ms),
         )
 
 

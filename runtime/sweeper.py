@@ -112,10 +112,20 @@ class Sweeper:
         gone = [t for t, holder in zip(tokens, holders, strict=True) if holder is None]
         # Renewed since the index was read (alive), or held by a newer attempt (stale entry).
         newer = [t for t, h in zip(tokens, holders, strict=True) if h not in (None, str(t))]
+        limit = self.s.settings.timings.loss_limit
         with self.s.engine.connect() as conn:
-            claims = claim_lost_many(
-                conn, [(t.run_id, t.attempt) for t in gone], self.s.settings.timings.loss_limit
-            )
+            claims = [
+                *claim_lost_many(
+                    conn, [(t.run_id, t.attempt) for t in gone if t.holder != "?"], limit
+                ),
+                # Found by the full reconcile: running, with no lease at all (Redis lost it).
+                *claim_lost_many(
+                    conn,
+                    [(t.run_id, t.attempt) for t in gone if t.holder == "?"],
+                    limit,
+                    seen="lease_missing",
+                ),
+            ]
             won = {c.run_id for c in claims}
             left = [t for t in gone if t.run_id not in won]
             now = attempt_statuses(conn, [t.run_id for t in left]) if left else {}

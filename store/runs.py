@@ -223,15 +223,18 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
 
 
 def claim_lost(
-    conn: sa.Connection, run_id: str, attempt: int, loss_limit: int
+    conn: sa.Connection, run_id: str, attempt: int, loss_limit: int, seen: str = "lease_lapsed"
 ) -> ClaimResult | None:
     """Claim one run whose lease lapsed (see `claim_lost_many`); None if another claim won."""
-    claims = claim_lost_many(conn, [(run_id, attempt)], loss_limit)
+    claims = claim_lost_many(conn, [(run_id, attempt)], loss_limit, seen)
     return claims[0] if claims else None
 
 
 def claim_lost_many(
-    conn: sa.Connection, lapsed: list[tuple[str, int]], loss_limit: int
+    conn: sa.Connection,
+    lapsed: list[tuple[str, int]],
+    loss_limit: int,
+    seen: str = "lease_lapsed",
 ) -> list[ClaimResult]:
     """Claim runs whose leases lapsed, each exactly once per loss (I4), in one statement: each
     row matches only at the lapsed attempt while running or answered, so of two sweeps one wins
@@ -239,7 +242,8 @@ def claim_lost_many(
     reason when lost more than the limit (or not written ahead). An answered run is requeued to
     hand its answer on, and failed too once its hand-on was lost more than the limit. Each
     loss, and a failure's notice on the transcript
-    and entry points, are written by the same statement."""
+    and entry points, are written by the same statement; the loss's audit says how the death
+    was seen (`seen`: lease_lapsed, lease_missing, connection_closed, pool_child_died)."""
     if not lapsed:
         return []
     rows = conn.execute(
@@ -291,7 +295,7 @@ def claim_lost_many(
                        attempt, step,
                        jsonb_build_object('lost_count', lost_count, 'lost_attempt', attempt - 1,
                                           'reason', failure_reason, 'resumable', resumable,
-                                          'lost_holder', claimed_by,
+                                          'lost_holder', claimed_by, 'seen', CAST(:seen AS text),
                                           'lost_claimed_at', claimed_at,
                                           'code', CASE WHEN status <> 'failed' THEN NULL
                                                        WHEN answered THEN 'hand_on_lost'
@@ -310,7 +314,12 @@ def claim_lost_many(
             SELECT id, attempt, status, lost_count, step FROM c
             """
         ),
-        {"ids": [r for r, _ in lapsed], "attempts": [a for _, a in lapsed], "limit": loss_limit},
+        {
+            "ids": [r for r, _ in lapsed],
+            "attempts": [a for _, a in lapsed],
+            "limit": loss_limit,
+            "seen": seen,
+        },
     ).all()
     return [
         ClaimResult(

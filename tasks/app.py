@@ -8,10 +8,13 @@ from typing import Any
 from celery import Celery, signals
 
 from runtime import drain, logs, startup
+from runtime import services as runtime_services
 from store import db
 
 app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps", "tasks.entries"])
 app.config_from_object("celeryconfig")
+
+from tasks import worker  # noqa: E402  (the worker glue needs the app configured first)
 
 
 def _refuse_unless_ready(what: str) -> None:
@@ -29,11 +32,25 @@ def _on_worker_init(**_: Any) -> None:
     logs.configure()
     _refuse_unless_ready("worker")
     drain.install()  # before the pool forks, so children share the flag
+    worker.note_main_process()
+
+
+@signals.worker_ready.connect
+def _on_worker_ready(**_: Any) -> None:
+    # The pool runs: the main process names itself in Redis and watches for dead processes.
+    worker.start_watching()
+
+
+@signals.task_received.connect
+def _on_task_received(request: Any = None, **_: Any) -> None:
+    worker.reserved(request)
 
 
 @signals.worker_process_init.connect
 def _on_child_start(**_: Any) -> None:
     db.dispose_inherited()
+    # The parent's Redis sockets must not live on here: its death would go unseen.
+    runtime_services.forget_inherited()
 
 
 @signals.worker_shutting_down.connect

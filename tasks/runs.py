@@ -10,6 +10,7 @@ from celery.exceptions import Reject
 from runtime.executor import NotHandled, run_message
 from tasks.app import app
 from tasks.services import services
+from tasks.worker import RunTask, main_holder
 
 log = structlog.get_logger(__name__)
 
@@ -18,10 +19,16 @@ log = structlog.get_logger(__name__)
 REQUEUE_PAUSE_S = 1.0
 
 
-@app.task(name="liyagent.run", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@app.task(
+    name="liyagent.run",
+    base=RunTask,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
 def run(run_id: str, attempt: int) -> str:
     try:
-        return run_message(services(), run_id, int(attempt))
+        return run_message(services(), run_id, int(attempt), reserved_by=main_holder())
     except NotHandled as exc:
         log.warning("message.requeued", run_id=run_id, attempt=attempt, why=str(exc))
         time.sleep(REQUEUE_PAUSE_S)  # backoff: a broken dependency must not spin the worker

@@ -130,6 +130,7 @@ def test_webhook_is_one_run_per_event_and_reads_back(stack, front) -> None:
         "answer": None,
         "failure_reason": None,
         "waiting_on": None,
+        "answer_error": None,
     }
     unknown = _webhook(front, "evt-2", agent="ghost")
     assert unknown.status_code == 404 and "no agent named 'ghost'" in unknown.json()["error"]
@@ -151,8 +152,8 @@ def test_ticket_events_and_copilot_turns_start_keyed_runs(stack, front) -> None:
     assert copilot.status_code == 202 and copilot.json()["created"] is True
     assert front.post("/copilot/turns", json=turn).json()["run_id"] == copilot.json()["run_id"]
     rows = stack.rows(
-        "SELECT r.id, r.request_key, r.entry_kind, r.owner, r.channel, t.content FROM runs r "
-        "JOIN transcript_messages t ON t.run_id = r.id AND t.role = 'user' ORDER BY r.created_at"
+        "SELECT r.id, r.request_key, r.entry_kind, r.owner, r.channel, r.input AS content "
+        "FROM runs r ORDER BY r.created_at"
     )
     assert [(r.id, r.request_key, r.entry_kind, r.owner, r.channel) for r in rows] == [
         (ticket.json()["run_id"], "ticket:T-7:ev-9", "ticket_event", "tickets", "tickets"),

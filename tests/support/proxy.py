@@ -44,6 +44,16 @@ class CuttableProxy:
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
 
+    def blip(self) -> None:
+        """Drop every connection open now, and go on accepting new ones (a network blip, a
+        restarted proxy): the worker reconnects at once."""
+        with self._lock:
+            dropped, self._open = self._open, []
+        for sock in dropped:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
     def cut(self) -> None:
         """Drop every connection and refuse new ones: Redis is unreachable through here."""
         self._cut.set()

@@ -1,0 +1,100 @@
+"""How a worker's main process takes part in recovery: it names itself in Redis, reserves the
+messages it receives, watches for dead processes, and claims at once the run of a pool child
+it saw die (Celery's WorkerLostError), without waiting for a lease or a sweep."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import structlog
+from billiard.einfo import ExceptionWithTraceback
+from billiard.exceptions import WorkerLostError
+from celery import Task
+from celery.worker.request import Request
+
+from runtime.deaths import DeathWatchThread, claim_dead_child
+from runtime.leases import Token
+from runtime.services import holder_of
+from tasks.services import services
+
+log = structlog.get_logger(__name__)
+
+# The worker's main process (recorded before the pool forks, so children know it too): the
+# holder that reserves messages.
+_main_pid = os.getpid()
+_watch: DeathWatchThread | None = None
+
+
+def note_main_process() -> None:
+    global _main_pid
+    _main_pid = os.getpid()
+
+
+def main_holder() -> str:
+    return holder_of(_main_pid)
+
+
+def start_watching() -> None:
+    """In the main process once the pool runs: its presence, and the death watch."""
+    global _watch
+    s = services()
+    s.presence.start()
+    if _watch is None:
+        _watch = DeathWatchThread(s)
+        _watch.start()
+
+
+def reserved(request: Any) -> None:
+    """A run message was received (reserved) by this process: make it visible to the death
+    watch, so that if this process dies the run is published again at once."""
+    if getattr(request, "name", None) != "liyagent.run":
+        return
+    run_id, attempt = _run_of(request)
+    s = services()
+    s.presence.start()
+    s.leases.reserve(main_holder(), run_id, attempt)
+
+
+def _run_of(request: Any) -> tuple[str, int]:
+    args = list(request.args or [])
+    return str(args[0]), int(args[1])
+
+
+class RunRequest(Request):  # type: ignore[misc]
+    """The run task's request in the main process: a pool child lost with a run is claimed
+    now; a finished message stops being a reservation."""
+
+    def on_failure(
+        self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
+    ) -> Any:
+        result = super().on_failure(exc_info, send_failed_event, return_ok)
+        exc = exc_info.exception
+        if isinstance(exc, ExceptionWithTraceback):
+            exc = exc.exc
+        self._unreserve()
+        if isinstance(exc, WorkerLostError) and self.worker_pid:
+            run_id, attempt = _run_of(self)
+            token = Token(run_id, attempt, holder_of(self.worker_pid))
+            try:
+                claimed = claim_dead_child(services(), token)
+                log.info("deaths.pool_child", run_id=run_id, pid=self.worker_pid, claimed=claimed)
+            except Exception:  # the death watch and the sweeper still recover it
+                log.exception("deaths.pool_child_failed", run_id=run_id)
+        return result
+
+    def on_success(self, failed__retval__runtime: Any, **kwargs: Any) -> Any:
+        result = super().on_success(failed__retval__runtime, **kwargs)
+        self._unreserve()
+        return result
+
+    def _unreserve(self) -> None:
+        try:
+            run_id, attempt = _run_of(self)
+            services().leases.unreserve(main_holder(), run_id, attempt)
+        except Exception:  # a stale reservation is harmless: its run is checked before use
+            log.warning("reservation.release_failed")
+
+
+class RunTask(Task):  # type: ignore[misc]
+    Request = RunRequest

@@ -1,0 +1,126 @@
+"""Death seen directly: a process that dies is noticed by its closed connections (or by the
+parent of a pool child), its runs claimed once and resumed, without waiting for its lease or a
+sweep; a connection that only blips is left alone. No beat runs in these tests, so no sweeper:
+what recovers the runs is the death watch (in the surviving worker's main process) or the
+parent. Judged from Postgres and the vendors' records."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from tests.support.judge import judge_runs, wait_all
+from tests.support.proxy import CuttableProxy
+from tests.support.scripts import mixed
+
+pytestmark = pytest.mark.kill
+
+
+def _losses(stack, run_id: str) -> list[str]:
+    """How each loss of the run was seen, from the claims' own audit."""
+    rows = stack.rows(
+        "SELECT detail->>'seen' AS seen FROM audit_events WHERE run_id = :r "
+        "AND kind IN ('agent.run.lost', 'agent.run.failed') AND detail ? 'lost_attempt' "
+        "ORDER BY id",
+        r=run_id,
+    )
+    return [r.seen for r in rows]
+
+
+def _until(check, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _holder_pid(stack, run_id: str) -> int:
+    """The pid of the process holding the run's lease (its token names it)."""
+    token = stack.services.leases.holder(run_id)
+    assert token is not None
+    return int(token.rsplit("-", 1)[1])
+
+
+def test_a_pool_child_killed_under_a_living_parent_is_claimed_by_the_parent(stack) -> None:
+    # The death watch would see the child's closed connections too (often first: Celery's
+    # pool notices a dead child within seconds); it is slowed down here to show the parent's
+    # own path, which needs no grace at all.
+    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"})
+    run_id = stack.start(mixed("p", latency_ms=800))
+    _until(lambda: stack.client.get(run_id).step >= 1, "the run never got going")
+    child = _holder_pid(stack, run_id)
+    assert child in worker.children()
+    os.kill(child, signal.SIGKILL)  # the pool child only: the main process lives on
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1
+    assert _losses(stack, run_id) == ["pool_child_died"]
+    judge_runs(stack, [run_id]).assert_clean()
+
+
+def test_a_killed_worker_is_seen_by_its_closed_connections(stack) -> None:
+    victim = stack.worker("victim")
+    runs = [stack.start(mixed(f"d{i}", latency_ms=800)) for i in range(2)]
+    _until(lambda: all(stack.client.get(r).status == "running" for r in runs), "not running")
+    victim.kill()  # the whole process group, as a lost machine
+    stack.worker("survivor")  # its main process runs the death watch
+    wait_all(stack, runs)
+    for run_id in runs:
+        assert stack.client.get(run_id).lost_count == 1
+        assert _losses(stack, run_id) == ["connection_closed"]
+    judge_runs(stack, runs).assert_clean()
+
+
+def test_a_message_reserved_by_a_worker_that_died_is_published_again(stack) -> None:
+    victim = stack.worker("victim", fault="before_lease:kill")
+    run_id = stack.start(mixed("r"))
+    stack.fault_hit("victim")
+    victim.popen.wait(timeout=10)
+    assert stack.client.get(run_id).status == "queued"  # never claimed: nothing was lost
+    survivor = stack.worker("survivor")
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 0 and view.attempt == 1
+    survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"', timeout=10)
+    judge_runs(stack, [run_id]).assert_clean()
+
+
+def test_a_blip_shorter_than_the_grace_claims_nothing(stack) -> None:
+    host, port = _redis_address(stack)
+    proxy = CuttableProxy(host, port)
+    stack.worker("watcher", runs=False)  # a death watch that does not go through the proxy
+    stack.worker("blipped", env={"LIYAGENT_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"})
+    runs = [stack.start(mixed(f"b{i}", latency_ms=1000)) for i in range(2)]
+    _until(lambda: all(stack.client.get(r).step >= 1 for r in runs), "not in flight")
+    proxy.blip()
+    wait_all(stack, runs)
+    for run_id in runs:
+        view = stack.client.get(run_id)
+        assert view.status == "succeeded" and view.lost_count == 0, view
+    judge_runs(stack, runs).assert_clean()
+
+
+def test_twenty_runs_on_workers_that_all_die_at_once(stack) -> None:
+    victims = [stack.worker(f"victim{i}", concurrency=5) for i in range(4)]
+    runs = [stack.start(mixed(f"m{i}", latency_ms=1500)) for i in range(20)]
+    _until(
+        lambda: all(stack.client.get(r).status == "running" for r in runs),
+        "the twenty runs never all ran",
+        timeout=60,
+    )
+    for victim in victims:
+        victim.kill()
+    stack.worker("survivor", concurrency=6)
+    wait_all(stack, runs, timeout=180)
+    for run_id in runs:
+        view = stack.client.get(run_id)
+        assert view.status == "succeeded" and view.lost_count == 1, view
+        assert _losses(stack, run_id) == ["connection_closed"]
+    judge_runs(stack, runs).assert_clean()
+
+
+def _redis_address(stack) -> tuple[str, int]:
+    url = sa.make_url(stack.settings.redis_url.replace("redis://", "postgresql://"))
+    return url.host or "127.0.0.1", url.port or 6379
