@@ -87,6 +87,9 @@ class _Layout:
         holders = [_holder(a) for a in t.attempts if a.began_at is not None]
         self.lanes = [QUEUE_LANE, *dict.fromkeys(holders)]
         self.end = self.x(t.finished_at or t.read_at)
+        # Room below the lanes for the longest list of calls a resume took up.
+        longest = max((len(e.calls) for e in t.resumes), default=0)
+        self.below = 0.6 + 0.2 * max(longest - 1, 0)
 
     def x(self, at: datetime) -> float:
         """Seconds since the run was created."""
@@ -146,7 +149,7 @@ _PAUSES = {"agent.run.handed_back": "handed back", "agent.run.waiting": "waits"}
 def draw(t: Timeline, kills: Sequence[KillMark] = ()) -> Figure:
     """The run's timeline as a matplotlib figure (no pyplot, no global state)."""
     lay = _Layout(t)
-    fig = Figure(figsize=(10, 1.9 + 0.7 * len(lay.lanes)), dpi=110)
+    fig = Figure(figsize=(10, 1.5 + 0.7 * (len(lay.lanes) + lay.below)), dpi=110)
     p = _Painter(fig.add_subplot(), lay)
     p.queue()
     for a in t.attempts:
@@ -324,15 +327,18 @@ class _Painter:
         """A resume: a diamond, and each call it took up as a square coloured by how."""
         x, y = self.lay.x(e.at), self.lay.lane_at(e.at)
         self.mark("resume", x, y, gid=f"resume-{e.attempt}", z=2.5)
+        # Near the right edge the words go left of the squares, so they stay on the picture.
+        left = x > 0.75 * self.lay.end
         for i, call in enumerate(e.calls):
             self.seen.add(f"call:{call.settled}")
             self.note(
                 f"{call.tool}: {call.settled}",
                 (x, y),
-                6,
+                -6 if left else 6,
                 -16 - 10 * i,
                 fontsize=7,
                 va="center",
+                ha="right" if left else "left",
                 bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none"},
             )
             self.note(
@@ -358,7 +364,7 @@ class _Painter:
     def axes(self) -> None:
         t, lay, ax = self.lay.t, self.lay, self.ax
         ax.set_yticks(range(len(lay.lanes)), lay.lanes, fontsize=9)
-        ax.set_ylim(len(lay.lanes) - 0.4, -0.75)
+        ax.set_ylim(len(lay.lanes) - 1 + lay.below, -0.75)
         # Room on the left for the first attempt's label, on the right for the run's end.
         span = max(lay.end, 1.0)
         ax.set_xlim(-0.14 * span, span * 1.1 + 0.3)
