@@ -221,7 +221,7 @@ def _page(verdict: Verdict, png: Path) -> str:
         "liyagent kill trials",
         f"<p>{html.escape(summary_line(verdict))}</p>"
         f"<img alt='recovery histogram' src='data:image/png;base64,{encoded}'>"
-        f"<h2>The {SLOWEST_DRAWN} slowest recoveries</h2>{slowest}",
+        f"<h2>The slowest recoveries (up to {SLOWEST_DRAWN})</h2>{slowest}",
     )
 
 

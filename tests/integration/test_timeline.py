@@ -156,6 +156,15 @@ def test_killed_run_timeline_in_reports(stack, tmp_path: Path) -> None:
     counts = browser.colours(tmp_path / "run.png")
     assert browser.near(counts, timeline.LOSS) > 20
     assert browser.near(counts, timeline.colour("unknown")) > 20
+    human = subprocess.run(
+        [sys.executable, "-m", "liyagent.cli.main", "inspect", killed,
+         "--png", str(tmp_path / "again.png")],
+        env={**stack.env, "COLUMNS": "300"}, cwd=ROOT, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert human.returncode == 0, human.stderr[-3000:]
+    assert f"Timeline (PNG): {tmp_path / 'again.png'}" in human.stdout
+    assert (tmp_path / "again.png").stat().st_size > 10_000
     rendered = browser.render(tmp_path / "run.html", tmp_path)
     svg = _svg_of(rendered, killed)
     assert "attempt 1 lost" in str(svg["text"]) and "SIGKILL" not in str(svg["text"])
