@@ -43,6 +43,7 @@ from liyagent.local.watch import (
 from runtime.client import Client
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Settings, Timings
+from store.timeline import Timeline, select_timelines
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +82,9 @@ class DemoState:
     flower_url: str = ""
     flower_password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     flower_checked: bool = False
+    # Every run's timeline, read from Postgres before the deployment stops (the report draws
+    # the resumed ones).
+    timelines: list[Timeline] = field(default_factory=list)
 
 
 def _log_to(path: Path) -> TextIO:
@@ -219,7 +223,10 @@ def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
         if not state.flower_checked:
             out.print("[bold red]Flower did not refuse a request without its password[/]")
         in_flight = set(state.kill.in_flight)
-        return collect(d.engine, d.engine, state.run_ids, in_flight, state.kill.at, state.via)
+        figures = collect(d.engine, d.engine, state.run_ids, in_flight, state.kill.at, state.via)
+        with d.engine.connect() as conn:
+            state.timelines = select_timelines(conn, state.run_ids)
+        return figures
 
 
 def _context(state: DemoState, opts: DemoOptions) -> list[str]:
@@ -264,7 +271,7 @@ def _finish(state: DemoState, opts: DemoOptions, f: Figures, out: Console) -> di
     """Write the HTML report, print the verdict and return the JSON result."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     path = opts.report_dir / f"demo-{stamp}.html"
-    report = write_html(path, f, state.kill, _context(state, opts))
+    report = write_html(path, f, state.kill, _context(state, opts), state.timelines)
     out.print(summary_table(f, state.kill))
     out.print(runs_table(f))
     out.print(f"Report: {report}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,6 +25,7 @@ from store.checkpoints import select_marks
 from store.records import select_audit, select_transcript
 from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, TranscriptRow
 from store.runs import get_run
+from store.timeline import select_timeline
 from store.views import RunSummary
 
 
@@ -103,6 +105,20 @@ def inspect_run(engine: sa.Engine, sealer: Sealer, run_id: str) -> RunReport:
     answer, answer_error = _answer(sealer, run)
     checkpoints = open_checkpoints(sealer, run)
     return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript)
+
+
+def write_timeline(engine: sa.Engine, run_id: str, html: Path | None, png: Path | None) -> None:
+    """Draw the run's timeline, read from Postgres alone, into the HTML page and/or PNG asked
+    for (see liyagent/timeline.py); raises RunNotFound, or OSError when a file cannot be
+    written."""
+    from liyagent import timeline, timeline_page
+
+    with engine.connect() as conn:
+        t = select_timeline(conn, run_id)
+    if html is not None:
+        timeline_page.write_html(html, t)
+    if png is not None:
+        timeline.write_png(png, t)
 
 
 def _iso(value: datetime | None) -> str | None:

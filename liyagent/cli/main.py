@@ -108,15 +108,45 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from store import db
 
     run_id = parse_run_id(args.run_id)
+    files = {"html": _output_file(args.html, "--html"), "png": _output_file(args.png, "--png")}
     settings = get_settings()
-    report = inspect_run(
-        db.engine_for(settings.database_url), load_sealer(settings.production), run_id
-    )
+    engine = db.engine_for(settings.database_url)
+    report = inspect_run(engine, load_sealer(settings.production), run_id)
+    if files["html"] or files["png"]:
+        _write_timeline(engine, run_id, files)
+    written = {k: str(v) for k, v in files.items() if v is not None}
     if args.json:
-        print_json(report_json(report))
+        print_json({**report_json(report), **({"timeline_files": written} if written else {})})
     else:
         render_report(out(), report)
+        for kind, path in written.items():
+            out().print(f"Timeline ({kind.upper()}): {path}", soft_wrap=True)
     return OK
+
+
+def _output_file(value: str | None, flag: str) -> Path | None:
+    """A file to write: its folder must exist and it must not be a folder (checked before
+    anything is read)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        raise CliError(f"{flag} {value} is a folder; name the file to write", USAGE)
+    if not path.parent.is_dir():
+        raise CliError(f"{flag} {value}: the folder {path.parent} does not exist", USAGE)
+    return path
+
+
+def _write_timeline(engine: sa.Engine, run_id: str, files: dict[str, Path | None]) -> None:
+    """The run's timeline as HTML and/or PNG; a file that cannot be written is bad input."""
+    from liyagent.reporting import write_timeline
+
+    try:
+        write_timeline(engine, run_id, files["html"], files["png"])
+    except OSError as exc:
+        raise CliError(
+            f"cannot write the timeline of run {run_id} to {exc.filename}: {exc.strerror}", USAGE
+        ) from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -156,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_status)
     p = sub.add_parser("inspect", help="everything recorded about one run")
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--html", metavar="FILE", help="also write the run's timeline as HTML")
+    p.add_argument("--png", metavar="FILE", help="also write the run's timeline as a PNG")
     add_json(p)
     p.set_defaults(handler=cmd_inspect)
     cli_ops.add_parsers(sub)

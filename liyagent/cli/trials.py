@@ -308,7 +308,7 @@ def _finish(
     if verdict.caught_in_flight == 0:
         console.print("[yellow]warning:[/] no victim had work in flight when it died")
     console.print("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]")
-    console.print(f"Report: {path}  Histogram: {png}")
+    console.print(f"Report: {path}  Histogram: {png}  Timelines: {path.with_suffix('.html')}")
     result = {
         **json.loads(path.read_text()),
         "report": str(path.resolve()),
@@ -376,7 +376,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--report",
         help="JSON report path (default reports/kill-trials-<timestamp>.json); the PNG "
-        "histogram goes beside it",
+        "histogram and an HTML page with the slowest recoveries' timelines go beside it",
     )
     p.add_argument(
         "--enforce-recovery",

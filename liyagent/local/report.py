@@ -1,15 +1,19 @@
-"""The demo's figures as a terminal table (rich) and as a small self-contained HTML report."""
+"""The demo's figures as a terminal table (rich) and as a small self-contained HTML report,
+with the timeline of every run that was resumed (drawn from Postgres, liyagent/timeline.py)."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from rich.table import Table
 
+from liyagent import timeline, timeline_page
 from liyagent.local.figures import Figures, RunLine
+from store.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -132,20 +136,42 @@ def _cells(line: RunLine) -> list[str]:
     ]
 
 
-_CSS = (
-    "body{font:14px system-ui,sans-serif;margin:2em;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0}"
-    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
-    "th{background:#f3f3f3}.ok{color:#176317}.bad{color:#a11}code{font-size:12px}"
-)
+def _tr(cells: list[str], tag: str = "td", link: str | None = None) -> str:
+    """A table row of escaped cells; `link` makes the first cell a link to that anchor."""
+    escaped = [html.escape(c) for c in cells]
+    if link is not None and escaped:
+        escaped[0] = f"<a href='#{html.escape(link)}'>{escaped[0]}</a>"
+    return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in escaped) + "</tr>"
 
 
-def _tr(cells: list[str], tag: str = "td") -> str:
-    return "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>"
+def resumed(timelines: Sequence[Timeline]) -> list[Timeline]:
+    """The timelines of the runs taken up again: lost at least once, or resumed."""
+    return [t for t in timelines if t.lost_count > 0 or t.resumes]
 
 
-def render_html(f: Figures, kill: KillNote | None, context: list[str]) -> str:
-    """The report as one HTML page with inline CSS and no external resources."""
+def _timelines(shown: list[Timeline], kill: KillNote | None) -> str:
+    """A section per resumed run: its picture (inline SVG), attempts and calls; the kill is
+    marked on the runs it had in flight."""
+    if not shown:
+        return ""
+    sections = []
+    for t in shown:
+        kills = []
+        if kill is not None and t.run_id in kill.in_flight:
+            kills = [timeline.KillMark(kill.at, f"{kill.worker} SIGKILLed")]
+        sections.append(timeline_page.html_section(t, kills))
+    return (
+        "<h2>Timelines of the resumed runs</h2><p>Drawn from Postgres alone: each attempt on "
+        "the lane of the worker process that held it, the loss the sweeper saw, the resume "
+        "and every marked call coloured by how it was settled.</p>" + "".join(sections)
+    )
+
+
+def render_html(
+    f: Figures, kill: KillNote | None, context: list[str], timelines: Sequence[Timeline] = ()
+) -> str:
+    """The report as one HTML page with inline CSS and SVG and no external resources; the
+    timeline of every resumed run among `timelines` follows the runs table."""
     verdict = (
         '<p class="ok">No run lost, no run failed, no write repeated.</p>'
         if f.ok
@@ -158,20 +184,33 @@ def render_html(f: Figures, kill: KillNote | None, context: list[str]) -> str:
             f"{html.escape(kill.at.isoformat(timespec='seconds'))} with "
             f"{runs_word(len(kill.in_flight))} in flight.</p>"
         )
+    shown = resumed(timelines)
+    drawn = {t.run_id for t in shown}
     summary = "".join(_tr([label, value]) for label, value in summary_rows(f))
     head = _tr(list(COLUMNS), "th")
-    runs = "".join(_tr(_cells(line)) for line in f.lines)
+    runs = "".join(
+        _tr(_cells(line), link=f"timeline-{line.id}" if line.id in drawn else None)
+        for line in f.lines
+    )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in [*legend(f), *context])
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>liyagent demo</title>"
-        f"<style>{_CSS}</style></head><body><h1>liyagent crash-resume demo</h1>"
-        f"{verdict}{killed}<table>{summary}</table><h2>Runs</h2><table>{head}{runs}</table>"
+        f"<style>{timeline_page.CSS}.ok{{color:#176317}}.bad{{color:#a11}}</style></head><body>"
+        f"<h1>liyagent crash-resume demo</h1>{verdict}{killed}<table>{summary}</table>"
+        f"<h2>Runs</h2><table>{head}{runs}</table>{_timelines(shown, kill)}"
         f"<h2>Notes</h2><ul>{notes}</ul></body></html>\n"
     )
 
 
-def write_html(path: Path, f: Figures, kill: KillNote | None, context: list[str]) -> Path:
-    """Write the report to `path` (its directory is created) and return the path."""
+def write_html(
+    path: Path,
+    f: Figures,
+    kill: KillNote | None,
+    context: list[str],
+    timelines: Sequence[Timeline] = (),
+) -> Path:
+    """Write the report to `path` (its directory is created) and return the path; the runs
+    among `timelines` that were resumed get their timeline drawn."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(f, kill, context))
+    path.write_text(render_html(f, kill, context, timelines))
     return path

@@ -1,8 +1,11 @@
 """The kill trials' verdict: lost, duplicate and stale writes, recovery times, from Postgres
-and the vendors' records only; written as a JSON report with a PNG histogram beside it."""
+and the vendors' records only; written as a JSON report with a PNG histogram beside it, and an
+HTML page beside both showing the histogram and the timelines of the five slowest recoveries."""
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -13,6 +16,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from store import trials as judge
+from store.timeline import Timeline, select_timelines
+
+# How many of the slowest recoveries the report draws the timeline of.
+SLOWEST_DRAWN = 5
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,17 @@ class Trial:
     ref: str
     round: int
     scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One trial caught in flight: the run, the kill (the harness's clock of it) and the
+    seconds from that kill to the trial's end."""
+
+    trial: str
+    run_id: str
+    killed_at: datetime
+    seconds: float
 
 
 @dataclass
@@ -37,6 +55,9 @@ class Verdict:
     recovery_s: list[float] = field(default_factory=list)
     seed: int = 0
     unfinished: int = 0
+    recoveries: list[Recovery] = field(default_factory=list)
+    # The slowest recoveries with their runs' timelines, read while the database is there.
+    slowest: list[tuple[Recovery, Timeline]] = field(default_factory=list)
 
     def quantile(self, q: float) -> float | None:
         if not self.recovery_s:
@@ -102,7 +123,18 @@ def judge_trials(
         for trial, end in ends.items():
             _judge_one(verdict, conn, vconn, trial, end, losses.get(end.run_id or "", []), victims)
         verdict.duplicate_writes = judge.duplicate_writes(vconn, run_ids)
+        verdict.slowest = slowest_timelines(conn, verdict.recoveries)
     return verdict
+
+
+def slowest_timelines(
+    conn: sa.Connection, recoveries: list[Recovery]
+) -> list[tuple[Recovery, Timeline]]:
+    """The slowest recoveries (up to SLOWEST_DRAWN), slowest first, each with its run's
+    timeline read from Postgres."""
+    top = sorted(recoveries, key=lambda r: r.seconds, reverse=True)[:SLOWEST_DRAWN]
+    timelines = {t.run_id: t for t in select_timelines(conn, [r.run_id for r in top])}
+    return [(r, timelines[r.run_id]) for r in top if r.run_id in timelines]
 
 
 def _judge_one(
@@ -132,7 +164,10 @@ def _judge_one(
         v.caught_in_flight += 1
         killed = _kill_of(losses[-1], victims)
         if killed is not None:
-            v.recovery_s.append((end.ended_at - killed).total_seconds())
+            seconds = (end.ended_at - killed).total_seconds()
+            v.recovery_s.append(seconds)
+            assert end.run_id is not None
+            v.recoveries.append(Recovery(name, end.run_id, killed, seconds))
 
 
 def _kill_of(loss: judge.Loss, victims: list[Victim]) -> datetime | None:
@@ -147,13 +182,47 @@ def _kill_of(loss: judge.Loss, victims: list[Victim]) -> datetime | None:
 
 
 def write_report(verdict: Verdict, path: Path, extra: dict[str, Any]) -> Path:
-    """The JSON report at `path` and a histogram of recovery times beside it (same name, .png)."""
+    """The JSON report at `path`, a histogram of recovery times beside it (same name, .png),
+    and an HTML page (same name, .html) with the histogram and the timelines of the slowest
+    recoveries next to it; returns the histogram's path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {**verdict.to_json(), **extra, "recovery_samples_s": sorted(verdict.recovery_s)}
+    page = path.with_suffix(".html")
+    body = {
+        **verdict.to_json(),
+        **extra,
+        "recovery_samples_s": sorted(verdict.recovery_s),
+        "slowest_recoveries": [
+            {"trial": r.trial, "run_id": r.run_id, "recovery_s": round(r.seconds, 3)}
+            for r, _ in verdict.slowest
+        ],
+        "timelines_page": page.name,
+    }
     path.write_text(json.dumps(body, indent=2, default=str) + "\n")
     png = path.with_suffix(".png")
     _histogram(verdict, png, extra.get("recovery_target_s"))
+    page.write_text(_page(verdict, png))
     return png
+
+
+def _page(verdict: Verdict, png: Path) -> str:
+    """The histogram (embedded, so the page stands alone) and the slowest five timelines."""
+    from liyagent import timeline, timeline_page
+
+    encoded = base64.b64encode(png.read_bytes()).decode()
+    sections = []
+    for r, t in verdict.slowest:
+        kill = timeline.KillMark(r.killed_at, "victim SIGKILLed")
+        sections.append(
+            f"<p><b>{html.escape(r.trial)}</b>: {r.seconds:.3f} s from the kill to its end</p>"
+            + timeline_page.html_section(t, [kill])
+        )
+    slowest = "".join(sections) or "<p>No trial was caught in flight: no timeline to draw.</p>"
+    return timeline_page.html_page(
+        "liyagent kill trials",
+        f"<p>{html.escape(summary_line(verdict))}</p>"
+        f"<img alt='recovery histogram' src='data:image/png;base64,{encoded}'>"
+        f"<h2>The slowest recoveries (up to {SLOWEST_DRAWN})</h2>{slowest}",
+    )
 
 
 def _histogram(verdict: Verdict, png: Path, target: float | None) -> None:
@@ -192,4 +261,13 @@ def summary_line(verdict: Verdict) -> str:
     )
 
 
-__all__ = ["Trial", "Verdict", "asdict", "judge_trials", "summary_line", "write_report"]
+__all__ = [
+    "Recovery",
+    "Trial",
+    "Verdict",
+    "asdict",
+    "judge_trials",
+    "slowest_timelines",
+    "summary_line",
+    "write_report",
+]

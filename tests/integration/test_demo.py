@@ -78,6 +78,9 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
     report = Path(result["report"])
     assert report.is_file() and report.parent == tmp_path / "reports"
     assert "liyagent crash-resume demo" in report.read_text()
+    # Every resumed run's timeline is drawn (rendered in Chromium by test_timeline.py).
+    resumed = [row["id"] for row in result["run_rows"] if row["lost_count"] > 0]
+    assert resumed and all(f"id='timeline-{r}'" in report.read_text() for r in resumed)
 
     # Six runs cycle through triage (API), Teams, comment (API), webhook, page (API), triage.
     assert result["started_via"] == {"api": 4, "teams": 1, "webhook": 1}
