@@ -37,10 +37,10 @@ from liyagent.cli.common import (
 )
 from runtime import logs
 from runtime.adhoc import UnknownTool
-from runtime.client import BadRequest, parse_run_id
+from runtime.client import BadRequest, resolve_run_id
 from runtime.models.scripted import ScriptError
 from runtime.sealing import new_key_entry
-from runtime.settings import ConfigError, get_settings
+from runtime.settings import ConfigError, database_url, get_settings
 from runtime.tools import ToolError
 from runtime.workflow_spec import WorkflowError
 from store.rows import RunNotFound
@@ -67,7 +67,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     """Migrate the database to the latest schema (Alembic head)."""
     from store import migrate
 
-    url = args.url or get_settings().database_url
+    url = database_url(args.url, "--url") if args.url else get_settings().database_url
     try:
         migrate.upgrade(url)
     except sa.exc.OperationalError as exc:
@@ -78,13 +78,13 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """One run's status, or a table of the most recent runs."""
+    from liyagent.cli.common import read_client
     from liyagent.reporting import render_recent, render_view, summary_json, view_json
     from store.views import recent_runs
-    from tasks.services import client
 
-    c = client()
+    c = read_client()
     if args.run_id:
-        view = c.get(parse_run_id(args.run_id))
+        view = c.get(c.resolve_run_id(args.run_id))
         if args.json:
             print_json(view_json(view))
         else:
@@ -104,14 +104,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     """A run's attempts, checkpoints, call marks, audit, transcript and model requests."""
     from liyagent.reporting import inspect_run, render_report, report_json
-    from runtime.sealing import load_sealer
+    from runtime.sealing import NoSealKeys, open_sealer
     from store import db
 
-    run_id = parse_run_id(args.run_id)
     settings = get_settings()
-    report = inspect_run(
-        db.engine_for(settings.database_url), load_sealer(settings.production), run_id
-    )
+    engine = db.engine_for(settings.database_url)
+    run_id = resolve_run_id(engine, args.run_id)
+    sealer = open_sealer(settings.production)  # a read: never makes a key
+    if not sealer.keys:
+        raise NoSealKeys(f"cannot verify run {run_id}'s checkpoints: {sealer.missing}")
+    report = inspect_run(engine, sealer, run_id)
     if args.json:
         print_json(report_json(report))
     else:
