@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from runtime.enqueue import BadRequest, RequestConflict
+from runtime.redact import error_facts, frames
 from store.rows import RunNotFound
 
 log = structlog.get_logger("front")
@@ -80,8 +81,9 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
-    """Anything else: logged with its traceback; the caller may retry (entries are keyed)."""
-    log.error("front.failed", path=request.url.path, error=repr(exc), exc_info=exc)
+    """Anything else: logged with where it was raised but never its message, which may carry
+    the caller's text; the caller may retry (entries are keyed)."""
+    log.error("front.failed", path=request.url.path, **error_facts(exc), frames=frames(exc))
     return error_response(
         500,
         f"internal error ({type(exc).__name__}); retrying with the same ids is safe, "

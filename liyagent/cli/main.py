@@ -63,6 +63,32 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_keys_token(args: argparse.Namespace) -> int:
+    """Print a fresh bearer token for the front (line 1, give it to its holder) and its entry
+    for LIYAGENT_FRONT_TOKENS_FILE (line 2: the principal, the token's SHA-256, the rights)."""
+    import json
+    import secrets
+
+    from front.auth import Right, token_digest
+
+    name = args.principal.strip()
+    if not name or len(name) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise CliError("the principal must be one line of 1-200 characters", USAGE)
+    rights = [r.strip() for r in args.rights.split(",") if r.strip()]
+    known = [r.value for r in Right]
+    unknown = sorted(set(rights) - set(known))
+    if unknown or not rights:
+        raise CliError(
+            f"--rights {args.rights!r}: unknown {', '.join(unknown) or 'empty list'}; "
+            f"choose from {', '.join(known)}",
+            USAGE,
+        )
+    token = secrets.token_urlsafe(32)
+    print(token)
+    print(json.dumps({"principal": name, "sha256": token_digest(token), "rights": rights}))
+    return OK
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     """Migrate the database to the latest schema (Alembic head)."""
     from store import migrate
@@ -146,6 +172,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = keys.add_parser("new", help="print a fresh kid:base64key entry")
     p.add_argument("kid", nargs="?", help="key id (default: k<today>, e.g. k20261130)")
     p.set_defaults(handler=cmd_keys_new)
+    p = keys.add_parser(
+        "token",
+        help="print a new front bearer token and its LIYAGENT_FRONT_TOKENS_FILE entry",
+        description=(
+            "Line 1: a new bearer token (give it to its holder; it is not stored). Line 2: its "
+            'entry for the "tokens" list of LIYAGENT_FRONT_TOKENS_FILE or LIYAGENT_FRONT_TOKENS: '
+            "the principal, the token's SHA-256 and the rights."
+        ),
+    )
+    p.add_argument("principal", help="who the token speaks for (recorded as who decides/stops)")
+    p.add_argument(
+        "--rights",
+        default="start,decide,stop",
+        help="comma list of start, decide, stop (default: all three)",
+    )
+    p.set_defaults(handler=cmd_keys_token)
     dbp = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
     p = dbp.add_parser("upgrade", help="migrate to the latest schema")
     p.add_argument("--url", help="database URL (default: LIYAGENT_DATABASE_URL)")
