@@ -44,9 +44,10 @@ def error_facts(exc: BaseException) -> dict[str, Any]:
             value = getattr(diag, name, None)
             if value:
                 facts[name] = str(value)
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        last = frames[-1]
+    stack = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in stack if "site-packages" not in f.filename] or stack
+    if ours:
+        last = ours[-1]  # the innermost frame outside libraries: the call that failed
         facts["where"] = f"{last.filename}:{last.lineno} in {last.name}"
     facts["message"] = "withheld: it may carry user text"
     return facts
