@@ -156,13 +156,13 @@ def test_front_tokens_map_to_principals() -> None:
     ],
 )
 def test_bad_token_configurations_are_refused(config: str, says: str) -> None:
-    with pytest.raises(ConfigError, match="LIYAGENT_FRONT_TOKENS|twice") as caught:
+    with pytest.raises(ConfigError, match=r"LIYAGENT_FRONT_TOKENS|twice") as caught:
         load_tokens(_settings(front_tokens=config))
     assert says in str(caught.value)
 
 
 def test_a_missing_tokens_file_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="LIYAGENT_FRONT_TOKENS_FILE=.*cannot read"):
+    with pytest.raises(ConfigError, match=r"LIYAGENT_FRONT_TOKENS_FILE=.*cannot read"):
         load_tokens(_settings(front_tokens_file=str(tmp_path / "none.json")))
 
 
