@@ -117,6 +117,9 @@ def run_json(run: RunRow) -> dict[str, Any]:
         "lost_count": run.lost_count,
         "step": run.step,
         "resume_reason": run.resume_reason,
+        # The worker process that took the current attempt: `host-pid`.
+        "claimed_by": run.claimed_by,
+        "claimed_at": _iso(run.claimed_at),
         "failure_reason": run.failure_reason,
         "created_at": _iso(run.created_at),
         "finished_at": _iso(run.finished_at),
@@ -262,6 +265,10 @@ def render_report(out: Console, r: RunReport) -> None:
             "bold",
         )
     )
+    if run.claimed_by:
+        out.print(
+            Text(f"Attempt {run.attempt} claimed by {run.claimed_by} at {_when(run.claimed_at)}")
+        )
     if r.answer is not None:
         out.print(Text(f"Answer: {r.answer}"))
     if run.failure_reason:

@@ -12,7 +12,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.enqueue import BadRequest, NewRun, RequestConflict, enqueue, publish_quietly
+from runtime.enqueue import (
+    AGENT_NAME,
+    BadRequest,
+    NewRun,
+    RequestConflict,
+    enqueue,
+    parse_agent,
+    publish_quietly,
+)
 from runtime.sealing import NoSealKeys, SealError
 from runtime.services import Services
 from store.gates import agent_has_runs, insert_stop, lift_stops
@@ -23,9 +31,6 @@ from store.views import runs_by_id_prefix
 from store.waits import decide_approval, get_approval, list_approvals
 
 TERMINAL = frozenset({"succeeded", "failed"})
-# The one rule for agent (and workflow) names, shared by the CLI and the front: a name is part
-# of request keys that another part follows (`webhook:<agent>:<event>`), so it has no colon.
-AGENT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 # The shortest run id prefix accepted (the demo prints 8 characters).
 MIN_PREFIX = 4
 # How many matches an ambiguous prefix lists.
@@ -61,16 +66,6 @@ def parse_id(raw: str, what: str = "run id") -> str:
 
 def parse_run_id(raw: str) -> str:
     return parse_id(raw, "run id")
-
-
-def parse_agent(raw: str, what: str = "agent name") -> str:
-    """An agent name by the one rule the CLI and the front share (BadRequest otherwise)."""
-    if not AGENT_NAME.fullmatch(raw):
-        raise BadRequest(
-            f"{what} {raw[:80]!r} must be 1-200 letters, digits, '.', '_' or '-' "
-            "(no spaces or colons); nothing was stored"
-        )
-    return raw
 
 
 def resolve_run_id(engine: sa.Engine, raw: str) -> str:

@@ -4,6 +4,7 @@ published (a hint: if publishing fails, the sweeper publishes it from Postgres).
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,22 @@ CATALOG_KINDS = ENTRY_KINDS | {"a2a"}
 
 class BadRequest(ValueError):
     """The caller's input is invalid; nothing was stored."""
+
+
+# The one rule for agent (and workflow) names, shared by the CLI, the client API and the front:
+# a name is part of request keys that another part follows (`webhook:<agent>:<event>`), so it
+# has no colon.
+AGENT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def parse_agent(raw: str, what: str = "agent name") -> str:
+    """An agent name by the one rule the CLI and the front share (BadRequest otherwise)."""
+    if not AGENT_NAME.fullmatch(raw):
+        raise BadRequest(
+            f"{what} {raw[:80]!r} must be 1-200 letters, digits, '.', '_' or '-' "
+            "(no spaces or colons); nothing was stored"
+        )
+    return raw
 
 
 class RequestConflict(BadRequest):

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runtime import faults
 from runtime.attempt import RunAttempt
-from runtime.client import AGENT_NAME
+from runtime.enqueue import AGENT_NAME
 from runtime.heartbeat import RunLease
 from runtime.services import Services
 from runtime.state import RunState, ToolCall

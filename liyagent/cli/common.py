@@ -73,6 +73,19 @@ def json_file(path: str, what: str) -> Any:
         raise CliError(f"{path} is not JSON: {exc}", USAGE) from None
 
 
+def name_list(raw: str, flag: str, known: list[str], nothing: str = "") -> list[str]:
+    """A comma list option whose every name must be one of `known` (bad input otherwise)."""
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(known))
+    if unknown or not names:
+        raise CliError(
+            f"{flag} {raw!r}: unknown {', '.join(unknown) or 'empty list'}; "
+            f"choose from {', '.join(known)}{nothing}",
+            USAGE,
+        )
+    return names
+
+
 def who(raw: str, flag: str = "--by") -> str:
     """A non-blank name of who acts; a blank one is bad input."""
     name = raw.strip()

@@ -31,6 +31,7 @@ from liyagent.cli.common import (
     USAGE,
     CliError,
     add_json,
+    name_list,
     out,
     print_json,
     safe_url,
@@ -74,15 +75,7 @@ def cmd_keys_token(args: argparse.Namespace) -> int:
     name = args.principal.strip()
     if not name or len(name) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise CliError("the principal must be one line of 1-200 characters", USAGE)
-    rights = [r.strip() for r in args.rights.split(",") if r.strip()]
-    known = [r.value for r in Right]
-    unknown = sorted(set(rights) - set(known))
-    if unknown or not rights:
-        raise CliError(
-            f"--rights {args.rights!r}: unknown {', '.join(unknown) or 'empty list'}; "
-            f"choose from {', '.join(known)}",
-            USAGE,
-        )
+    rights = name_list(args.rights, "--rights", [r.value for r in Right])
     token = secrets.token_urlsafe(32)
     print(token)
     print(json.dumps({"principal": name, "sha256": token_digest(token), "rights": rights}))
