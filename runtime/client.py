@@ -79,7 +79,7 @@ def resolve_run_id(engine: sa.Engine, raw: str) -> str:
     digits = text.replace("-", "")
     if len(digits) < MIN_PREFIX or len(digits) > 32 or not _HEX.fullmatch(digits):
         raise BadRequest(
-            f"{raw!r} is not a run id (a UUID) nor a prefix of one (at least {MIN_PREFIX} "
+            f"{raw!r} is not a valid run id (a UUID) nor a prefix of one (at least {MIN_PREFIX} "
             "hex digits)"
         )
     with engine.connect() as conn:

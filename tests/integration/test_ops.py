@@ -214,6 +214,8 @@ def test_bad_urls_exit_2_without_a_traceback() -> None:
     done = cli("status", env=env)
     assert done.returncode == 2 and "LIYAGENT_REDIS_URL='notaurl' is not a Redis URL" in done.stderr
     assert "Traceback" not in done.stderr
+    bad_tokens = cli("serve", "--port", "0", env={**os.environ, "LIYAGENT_FRONT_TOKENS": "{"})
+    assert bad_tokens.returncode == 2 and "LIYAGENT_FRONT_TOKENS is not JSON" in bad_tokens.stderr
     for url in ("mysql://x", "not a url"):
         done = cli("db", "upgrade", "--url", url)
         assert done.returncode == 2 and "--url" in done.stderr, done.stderr
