@@ -14,6 +14,8 @@ schema in ``compose-spec.json`` beside this script, and then against the project
 * ``worker`` can be scaled: no ``container_name``, no ``hostname``, no fixed published port;
 * ``flower`` is published on loopback only and ``FLOWER_BASIC_AUTH`` is required;
 * ``LIYAGENT_SEAL_KEYS`` is required wherever it is set, never written in the file;
+* ``app`` gets ``LIYAGENT_FRONT_TOKEN``, required the same way (without one the front answers
+  503 to every request);
 * no obsolete top-level ``version`` key;
 * every variable the file uses is documented in ``.env.example`` beside it.
 
@@ -43,10 +45,13 @@ PLACEHOLDER = "placeholder"
 
 SCALABLE_SERVICE = "worker"
 FLOWER_SERVICE = "flower"
+APP_SERVICE = "app"
 REQUIRED_VARIABLES = {
     # variable: services that must set it from a required `${VAR:?...}` (None: wherever set)
     "FLOWER_BASIC_AUTH": (FLOWER_SERVICE,),
     "LIYAGENT_SEAL_KEYS": None,
+    # Without a token the front answers 503 to every request.
+    "LIYAGENT_FRONT_TOKEN": (APP_SERVICE,),
 }
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -49,6 +49,9 @@ ROUTES = [
     Route("/approvals/{approval_id}/decision", runs.approval_decision, methods=["POST"]),
     Route("/runs/{run_id}", runs.run_read, methods=["GET"]),
     Route("/runs/{run_id}/stop", runs.run_stop, methods=["POST"]),
+    Route("/runs/{run_id}/stop/lift", runs.run_stop_lift, methods=["POST"]),
+    Route("/agents/{agent}/stop", runs.agent_stop, methods=["POST"]),
+    Route("/agents/{agent}/stop/lift", runs.agent_stop_lift, methods=["POST"]),
 ]
 
 

@@ -14,11 +14,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from front.auth import protected, services
+from front.auth import Right, protected, requires, services
 from front.body import KEY_PART, Fields, path_id, read_json
 from front.errors import FrontError
 from runtime import catalog
-from runtime.client import Client
+from runtime.client import AGENT_NAME, Client
 from runtime.enqueue import NewRun, enqueue
 from runtime.entries import intake_teams, receive_teams, s_catalog, start_entry
 from runtime.services import Services
@@ -57,10 +57,10 @@ def _accepted(run_id: str, created: bool, **extra: Any) -> Response:
     return JSONResponse({"run_id": run_id, "created": created, **extra}, status_code=202)
 
 
-@protected
+@requires(Right.START)
 async def webhook(request: Request) -> Response:
     """POST /webhooks/{agent} {"event_id", "input"}: one run per agent and event id."""
-    agent = path_id(request.path_params["agent"], "agent", KEY_PART)
+    agent = path_id(request.path_params["agent"], "agent", AGENT_NAME)
     f = Fields(await read_json(request), {"event_id", "input"})
     event_id, text = f.ident("event_id"), f.text("input")
     run_id, created = await run_in_threadpool(
@@ -77,12 +77,12 @@ async def webhook(request: Request) -> Response:
     return _accepted(run_id, created)
 
 
-@protected
+@requires(Right.START)
 async def ticket_event(request: Request) -> Response:
     """POST /tickets/{ticket_id}/events {"event_id", "agent", "type", "text"}."""
     ticket = path_id(request.path_params["ticket_id"], "ticket id", KEY_PART)
     f = Fields(await read_json(request), {"event_id", "agent", "type", "text"})
-    event_id, agent = f.ident("event_id"), f.ident("agent", KEY_PART)
+    event_id, agent = f.ident("event_id"), f.ident("agent", AGENT_NAME)
     kind, text = f.name("type"), f.text("text")
     run_id, created = await run_in_threadpool(
         _start,
@@ -98,12 +98,12 @@ async def ticket_event(request: Request) -> Response:
     return _accepted(run_id, created)
 
 
-@protected
+@requires(Right.START)
 async def copilot_turn(request: Request) -> Response:
     """POST /copilot/turns {"conversation", "turn_id", "agent", "text", "user"}."""
     f = Fields(await read_json(request), {"conversation", "turn_id", "agent", "text", "user"})
     conversation, turn = f.ident("conversation", KEY_PART), f.ident("turn_id")
-    agent, text, user = f.ident("agent", KEY_PART), f.text("text"), f.name("user")
+    agent, text, user = f.ident("agent", AGENT_NAME), f.text("text"), f.name("user")
     run_id, created = await run_in_threadpool(
         _start,
         services(request),
@@ -136,12 +136,12 @@ def _submit_a2a(s: Services, task_id: str, agent: str, message: str) -> tuple[Ru
     return enqueue(s, new)
 
 
-@protected
+@requires(Right.START)
 async def a2a_submit(request: Request) -> Response:
     """POST /a2a/tasks {"id"?, "agent", "message"}: the id defaults to a new UUID."""
     f = Fields(await read_json(request), {"id", "agent", "message"})
     task_id = f.optional_ident("id") or str(uuid.uuid4())
-    agent, message = f.ident("agent", KEY_PART), f.text("message")
+    agent, message = f.ident("agent", AGENT_NAME), f.text("message")
     run_id, created = await run_in_threadpool(
         _submit_a2a, services(request), task_id, agent, message
     )
@@ -184,7 +184,7 @@ def _receive_teams(s: Services, **message: str) -> tuple[int, bool]:
     return inbox_id, created
 
 
-@protected
+@requires(Right.START)
 async def teams_message(request: Request) -> Response:
     """POST /teams/messages {"message_id", "conversation", "sender", "agent", "text"}."""
     f = Fields(await read_json(request), {"message_id", "conversation", "sender", "agent", "text"})
@@ -192,7 +192,7 @@ async def teams_message(request: Request) -> Response:
         "message_id": f.ident("message_id"),
         "conversation": f.name("conversation"),
         "sender": f.name("sender"),
-        "agent": f.ident("agent", KEY_PART),
+        "agent": f.ident("agent", AGENT_NAME),
         "text": f.text("text"),
     }
     inbox_id, created = await run_in_threadpool(_receive_teams, services(request), **message)

@@ -11,7 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from runtime.enqueue import BadRequest
+from runtime.enqueue import BadRequest, RequestConflict
+from runtime.redact import error_facts, frames
 from store.rows import RunNotFound
 
 log = structlog.get_logger("front")
@@ -48,6 +49,20 @@ async def on_bad_request(request: Request, exc: Exception) -> Response:
     return error_response(400, str(exc))
 
 
+async def on_request_conflict(request: Request, exc: Exception) -> Response:
+    """The request key already names a run started with another request: 409 with the run
+    and both requests' digests (nothing was stored)."""
+    assert isinstance(exc, RequestConflict)
+    log.info("front.refused", path=request.url.path, status=409, run_id=exc.run_id)
+    return error_response(
+        409,
+        str(exc),
+        run_id=exc.run_id,
+        stored_digest=exc.stored_digest,
+        given_digest=exc.given_digest,
+    )
+
+
 async def on_run_not_found(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RunNotFound)
     return error_response(404, str(exc), run_id=exc.run_id)
@@ -66,8 +81,9 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
-    """Anything else: logged with its traceback; the caller may retry (entries are keyed)."""
-    log.error("front.failed", path=request.url.path, error=repr(exc), exc_info=exc)
+    """Anything else: logged with where it was raised but never its message, which may carry
+    the caller's text; the caller may retry (entries are keyed)."""
+    log.error("front.failed", path=request.url.path, **error_facts(exc), frames=frames(exc))
     return error_response(
         500,
         f"internal error ({type(exc).__name__}); retrying with the same ids is safe, "
@@ -77,6 +93,7 @@ async def on_unexpected(request: Request, exc: Exception) -> Response:
 
 HANDLERS: dict[Any, Any] = {
     FrontError: on_front_error,
+    RequestConflict: on_request_conflict,
     BadRequest: on_bad_request,
     RunNotFound: on_run_not_found,
     HTTPException: on_http_error,

@@ -1,5 +1,6 @@
-"""Run endpoints: read a run, stop it, decide an approval it waits on; and the health check
-a load balancer polls (the one endpoint without a token)."""
+"""Run endpoints: read a run, stop it (or an agent), lift a stop, decide an approval it waits
+on; and the health check a load balancer polls (the one endpoint without a token). Who stops,
+lifts or decides is the principal of the request's bearer token (front/auth.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from front.auth import protected, services
-from front.body import Fields, path_uuid, read_json
+from front.auth import Right, actor, protected, requires, services
+from front.body import Fields, path_id, path_uuid, read_json
 from front.errors import FrontError
-from runtime.client import Client
+from runtime.client import AGENT_NAME, Client
 from runtime.enqueue import BadRequest
 from runtime.services import Services
 from store import db
-from store.rows import ApprovalRow
+from store.rows import ApprovalRow, StopRow
+from store.views import running_runs
 from store.waits import get_approval
 
 log = structlog.get_logger("front")
@@ -40,16 +42,82 @@ def _stop(s: Services, run_id: str, by: str, reason: str) -> bool:
     return run_id in client.stop(run_id=run_id, reason=reason, by=by)
 
 
-@protected
+@requires(Right.STOP)
 async def run_stop(request: Request) -> Response:
-    """POST /runs/{run_id}/stop {"by", "reason"}: queued and waiting runs fail now, running
-    ones at their next step."""
+    """POST /runs/{run_id}/stop {"reason"}: queued and waiting runs fail now, running ones at
+    their next step. Who stops is the token's principal."""
     run_id = path_uuid(request.path_params["run_id"], "run id")
-    f = Fields(await read_json(request), {"by", "reason"})
-    by, reason = f.name("by"), f.text("reason", MAX_REASON_BYTES)
+    body = await read_json(request)
+    by = actor(request, body)
+    reason = Fields(body, {"reason"}).text("reason", MAX_REASON_BYTES)
     now = await run_in_threadpool(_stop, services(request), run_id, by, reason)
     log.info("front.run_stopped", run_id=run_id, by=by, stopped_now=now)
-    return JSONResponse({"run_id": run_id, "stopped_now": now}, status_code=202)
+    return JSONResponse({"run_id": run_id, "stopped_now": now, "by": by}, status_code=202)
+
+
+def _known_agent(s: Services, agent: str) -> None:
+    """404 for an agent neither in the catalog nor with runs (a Stop cannot name it)."""
+    try:
+        Client(s).known_agent(agent)
+    except BadRequest as exc:
+        raise FrontError(404, str(exc)) from None
+
+
+def _stop_agent(s: Services, agent: str, by: str, reason: str) -> tuple[list[str], list[str]]:
+    """Stop an agent's runs: (failed now, running ones that stop at their next step)."""
+    _known_agent(s, agent)
+    now = Client(s).stop(agent=agent, reason=reason, by=by)
+    with s.engine.connect() as conn:
+        return now, running_runs(conn, agent)
+
+
+@requires(Right.STOP)
+async def agent_stop(request: Request) -> Response:
+    """POST /agents/{agent}/stop {"reason"}: every run of the agent, and its later runs until
+    the stop is lifted."""
+    agent = path_id(request.path_params["agent"], "agent", AGENT_NAME)
+    body = await read_json(request)
+    by = actor(request, body)
+    reason = Fields(body, {"reason"}).text("reason", MAX_REASON_BYTES)
+    now, running = await run_in_threadpool(_stop_agent, services(request), agent, by, reason)
+    log.info("front.agent_stopped", agent=agent, by=by, stopped_now=len(now))
+    return JSONResponse(
+        {"agent": agent, "stopped_now": now, "stop_at_next_step": running, "by": by},
+        status_code=202,
+    )
+
+
+def _lift(s: Services, by: str, reason: str | None, **target: str) -> list[StopRow]:
+    """Lift the stops on a run or agent; 404 when none stands."""
+    lifted = Client(s).lift_stop(by=by, reason=reason, **target)
+    if not lifted:
+        what = " ".join(f"{k.replace('_id', '')} {v}" for k, v in target.items())
+        raise FrontError(404, f"no stop stands on {what}; nothing was lifted")
+    return lifted
+
+
+async def _lift_response(request: Request, **target: str) -> Response:
+    body = await read_json(request)
+    by = actor(request, body)
+    reason = Fields(body, {"reason"}).optional_text("reason", MAX_REASON_BYTES)
+    lifted = await run_in_threadpool(_lift, services(request), by, reason, **target)
+    log.info("front.stop_lifted", by=by, stops=[x.id for x in lifted], **target)
+    return JSONResponse({**target, "lifted": [x.id for x in lifted], "by": by})
+
+
+@requires(Right.STOP)
+async def run_stop_lift(request: Request) -> Response:
+    """POST /runs/{run_id}/stop/lift {"reason"?}: lift the stops on one run, audited."""
+    run_id = path_uuid(request.path_params["run_id"], "run id")
+    return await _lift_response(request, run_id=run_id)
+
+
+@requires(Right.STOP)
+async def agent_stop_lift(request: Request) -> Response:
+    """POST /agents/{agent}/stop/lift {"reason"?}: lift the stops on an agent, audited; its
+    runs are no longer refused."""
+    agent = path_id(request.path_params["agent"], "agent", AGENT_NAME)
+    return await _lift_response(request, agent=agent)
 
 
 def _decide(
@@ -66,12 +134,15 @@ def _decide(
         raise FrontError(409, str(exc), run_id=current.run_id, decided=current.status) from None
 
 
-@protected
+@requires(Right.DECIDE)
 async def approval_decision(request: Request) -> Response:
-    """POST /approvals/{approval_id}/decision {"approve", "by", "reason"?}."""
+    """POST /approvals/{approval_id}/decision {"approve", "reason"?}: who decides is the
+    token's principal."""
     approval_id = path_uuid(request.path_params["approval_id"], "approval id")
-    f = Fields(await read_json(request), {"approve", "by", "reason"})
-    approve, by = f.flag("approve"), f.name("by")
+    body = await read_json(request)
+    by = actor(request, body)
+    f = Fields(body, {"approve", "reason"})
+    approve = f.flag("approve")
     reason = f.optional_text("reason", MAX_REASON_BYTES)
     row = await run_in_threadpool(_decide, services(request), approval_id, approve, by, reason)
     log.info("front.approval_decided", run_id=row.run_id, approval_id=row.id, status=row.status)

@@ -7,6 +7,7 @@ import socket
 import structlog
 import uvicorn
 
+from front.auth import load_tokens
 from runtime.logs import configure
 from runtime.settings import ConfigError, get_settings
 
@@ -31,15 +32,15 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     returns 2 at once when the settings are invalid, 1 if the server never started."""
     configure()
     try:
-        settings = get_settings()
+        tokens = load_tokens(get_settings())
     except ConfigError as exc:
         log.error("front.bad_settings", error=str(exc), next="fix that variable and start again")
         return 2
-    if not settings.front_token:
+    if not tokens.entries:
         log.warning(
             "front.no_token",
-            error="LIYAGENT_FRONT_TOKEN is empty: every endpoint but /healthz answers 503",
-            next="set LIYAGENT_FRONT_TOKEN and restart the front",
+            error="no front token is configured: every endpoint but /healthz answers 503",
+            next="set LIYAGENT_FRONT_TOKEN (or LIYAGENT_FRONT_TOKENS_FILE) and restart the front",
         )
     config = uvicorn.Config(
         "front.app:app_factory", factory=True, host=host, port=port, access_log=False

@@ -23,7 +23,7 @@ from runtime.client import RunView
 from runtime.sealing import Sealer, SealError
 from store.checkpoints import select_marks
 from store.records import select_audit, select_transcript
-from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, TranscriptRow
+from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, StopRow, TranscriptRow
 from store.runs import get_run
 from store.timeline import select_timeline
 from store.views import RunSummary
@@ -138,6 +138,9 @@ def run_json(run: RunRow) -> dict[str, Any]:
         "lost_count": run.lost_count,
         "step": run.step,
         "resume_reason": run.resume_reason,
+        # The worker process that took the current attempt: `host-pid`.
+        "claimed_by": run.claimed_by,
+        "claimed_at": _iso(run.claimed_at),
         "failure_reason": run.failure_reason,
         "created_at": _iso(run.created_at),
         "finished_at": _iso(run.finished_at),
@@ -186,10 +189,19 @@ def summary_json(s: RunSummary) -> dict[str, Any]:
     return out
 
 
+# Columns that hold ids: never wrapped, however narrow the terminal (a wrapped id cannot be
+# copied); the table's other columns give way instead.
+ID_COLUMNS = frozenset({"run", "approval"})
+ID_WIDTH = 36
+
+
 def _table(title: str, columns: list[str]) -> Table:
     table = Table(title=title, title_justify="left")
     for col in columns:
-        table.add_column(col, overflow="fold")
+        if col in ID_COLUMNS:
+            table.add_column(col, no_wrap=True, min_width=ID_WIDTH)
+        else:
+            table.add_column(col, overflow="fold")
     return table
 
 
@@ -204,8 +216,8 @@ def _when(value: datetime | None) -> str:
 
 def render_view(out: Console, view: RunView) -> None:
     """One run's status for a person."""
-    table = _table(f"Run {view.id}", ["status", "attempt", "lost", "step"])
-    _row(table, view.status, view.attempt, view.lost_count, view.step)
+    table = _table("Run", ["run", "status", "attempt", "lost", "step"])
+    _row(table, view.id, view.status, view.attempt, view.lost_count, view.step)
     out.print(table)
     if view.answer is not None:
         out.print(Text(f"Answer: {view.answer}"))
@@ -273,6 +285,10 @@ def render_report(out: Console, r: RunReport) -> None:
             "bold",
         )
     )
+    if run.claimed_by:
+        out.print(
+            Text(f"Attempt {run.attempt} claimed by {run.claimed_by} at {_when(run.claimed_at)}")
+        )
     if r.answer is not None:
         out.print(Text(f"Answer: {r.answer}"))
     if run.failure_reason:
@@ -309,7 +325,8 @@ def render_approvals(out: Console, run_id: str, approvals: list[ApprovalRow]) ->
     if not approvals:
         out.print(Text(f"Run {run_id} has asked for no approval."))
         return
-    table = _table(f"Approvals of run {run_id}", ["approval", "tool", "step", "status", "by"])
+    out.print(Text(f"Run {run_id}"), no_wrap=True, overflow="ignore")
+    table = _table("Approvals", ["approval", "tool", "step", "status", "by"])
     for a in approvals:
         _row(table, a.id, a.tool, a.step, a.status, a.decided_by or "-")
     out.print(table)
@@ -332,6 +349,20 @@ def render_stop(out: Console, target: str, stopped_now: list[str], running: list
         out.print(Text(f"Running, stop at their next step: {', '.join(running)}"))
     if not stopped_now and not running:
         out.print(Text("No run was queued, waiting or running."))
+
+
+def render_lift(out: Console, target: str, lifted: list[StopRow]) -> None:
+    """Which Stops were lifted (each with who had stopped and why)."""
+    if not lifted:
+        out.print(Text(f"No stop stands on {target}."))
+        return
+    for stop in lifted:
+        out.print(
+            Text(
+                f"Lifted stop {stop.id} on {target} (stopped by {stop.created_by}: "
+                f"{stop.reason}); its runs are no longer refused."
+            )
+        )
 
 
 def render_call(out: Console, result: dict[str, Any]) -> None:

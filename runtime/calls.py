@@ -23,7 +23,14 @@ from runtime.gates import call_refusal
 from runtime.heartbeat import RunLease
 from runtime.keys import agent_call_key, fresh_key
 from runtime.services import Services
-from runtime.settlement import NOT_FOUND_NOTE, UNKNOWN_NOTE, MarkFacts, Settle, decide
+from runtime.settlement import (
+    NOT_FOUND_NOTE,
+    UNKNOWN_NOTE,
+    MarkFacts,
+    Settle,
+    decide,
+    taken_up_as,
+)
 from runtime.state import Message, RunState, ToolCall
 from runtime.tools import (
     CallContext,
@@ -144,7 +151,8 @@ class CallRouter:
             return self._refuse(state, index, mark, refusal), "refused", kind
         assert tool is not None
         if decision is Settle.MAKE:
-            return self._make(state, index, call, tool), Settle.MAKE.value, kind
+            outcome = self._make(state, index, call, tool)
+            return outcome, taken_up_as(outcome).value, kind
         assert mark is not None
         if decision is Settle.RESEND:
             outcome, how = self._send(state, index, call, tool, mark.idem_key, True, mark.age_s)

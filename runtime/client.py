@@ -4,21 +4,38 @@ stop them, decide approvals."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.enqueue import BadRequest, NewRun, enqueue, publish_quietly
-from runtime.sealing import SealError
+import sqlalchemy as sa
+
+from runtime.enqueue import (
+    AGENT_NAME,
+    BadRequest,
+    NewRun,
+    RequestConflict,
+    enqueue,
+    parse_agent,
+    publish_quietly,
+)
+from runtime.sealing import NoSealKeys, SealError
 from runtime.services import Services
-from store.gates import insert_stop
+from store.gates import agent_has_runs, insert_stop, lift_stops
 from store.records import insert_audit_once, select_transcript
-from store.rows import ApprovalRow, RunId, RunNotFound
+from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
 from store.runs import get_run
+from store.views import runs_by_id_prefix
 from store.waits import decide_approval, get_approval, list_approvals
 
 TERMINAL = frozenset({"succeeded", "failed"})
+# The shortest run id prefix accepted (the demo prints 8 characters).
+MIN_PREFIX = 4
+# How many matches an ambiguous prefix lists.
+PREFIX_MATCHES_SHOWN = 10
+_HEX = re.compile(r"[0-9a-f]+")
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,34 @@ def parse_run_id(raw: str) -> str:
     return parse_id(raw, "run id")
 
 
+def resolve_run_id(engine: sa.Engine, raw: str) -> str:
+    """A full run id, or the one run a unique prefix of at least MIN_PREFIX hex digits names
+    (the demo prints 8). No match: RunNotFound; several: BadRequest listing them."""
+    text = raw.strip().lower()
+    try:
+        return parse_id(text)
+    except BadRequest:
+        pass
+    digits = text.replace("-", "")
+    if len(digits) < MIN_PREFIX or len(digits) > 32 or not _HEX.fullmatch(digits):
+        raise BadRequest(
+            f"{raw!r} is not a valid run id (a UUID) nor a prefix of one (at least {MIN_PREFIX} "
+            "hex digits)"
+        )
+    with engine.connect() as conn:
+        found = runs_by_id_prefix(conn, digits, PREFIX_MATCHES_SHOWN + 1)
+    matches = [r for r in found if r.id.startswith(text)]
+    if not matches:
+        raise RunNotFound(raw)
+    if len(matches) > 1:
+        shown = ", ".join(f"{r.id} ({r.agent}, {r.status})" for r in matches[:PREFIX_MATCHES_SHOWN])
+        more = " and more" if len(matches) > PREFIX_MATCHES_SHOWN else ""
+        raise BadRequest(
+            f"run id prefix {raw!r} is ambiguous: it matches {shown}{more}; give more of the id"
+        )
+    return matches[0].id
+
+
 class Client:
     def __init__(self, services: Services) -> None:
         self.s = services
@@ -59,18 +104,22 @@ class Client:
         self, *, agent: str, model: dict[str, Any], user_input: str, **options: Any
     ) -> RunId:
         """Insert the run with its first checkpoint, then publish its message; a request key
-        makes this idempotent (the same key returns the same run and publishes nothing)."""
-        return enqueue(self.s, NewRun(agent=agent, model=model, user_input=user_input, **options))[
-            0
-        ]
+        makes this idempotent (the same key with the same request returns the same run and
+        publishes nothing; with another request it raises RequestConflict)."""
+        new = NewRun(agent=parse_agent(agent), model=model, user_input=user_input, **options)
+        return enqueue(self.s, new)[0]
 
     def start_workflow(
         self, *, name: str, workflow: dict[str, Any], user_input: str = "start", **options: Any
     ) -> RunId:
         """Start a workflow run (a deterministic step graph) on the same durable machinery."""
-        return enqueue(
-            self.s, NewRun(agent=name, workflow=workflow, user_input=user_input, **options)
-        )[0]
+        new = NewRun(
+            agent=parse_agent(name, "workflow name"),
+            workflow=workflow,
+            user_input=user_input,
+            **options,
+        )
+        return enqueue(self.s, new)[0]
 
     def start_job(
         self,
@@ -80,12 +129,17 @@ class Client:
         request_key: str | None = None,
         owner: str = "jobs",
     ) -> RunId:
-        """Queue a background job for any worker; resumable kinds continue from their cursor."""
-        from runtime.jobs import JOB_KINDS
+        """Queue a background job for any worker; resumable kinds continue from their cursor.
+        Its parameters are checked for its kind first: bad ones store nothing."""
+        from runtime.jobs import JOB_KINDS, JobError
 
         job_kind = JOB_KINDS.get(kind)
         if job_kind is None:
             raise BadRequest(f"unknown job kind {kind!r}; known: {', '.join(sorted(JOB_KINDS))}")
+        try:
+            job_kind.check(params)
+        except JobError as exc:
+            raise BadRequest(f"job {kind}: {exc}; nothing was stored") from None
         return enqueue(
             self.s,
             NewRun(
@@ -100,6 +154,10 @@ class Client:
             ),
         )[0]
 
+    def resolve_run_id(self, raw: str) -> str:
+        """A full run id, or the one run a unique prefix names (see `resolve_run_id`)."""
+        return resolve_run_id(self.s.engine, raw)
+
     def get(self, run_id: str) -> RunView:
         with self.s.engine.connect() as conn:
             row = get_run(conn, parse_id(run_id))
@@ -107,6 +165,8 @@ class Client:
         if row.answer is not None:
             try:
                 answer = str(self.s.sealer.open(row.id, "answer", 0, row.answer)["text"])
+            except NoSealKeys as exc:
+                answer_error = f"the answer is not shown: {exc}"
             except SealError as exc:
                 answer_error = (
                     "the stored answer does not verify against its seal; it is not shown and "
@@ -169,6 +229,8 @@ class Client:
             view = self.get(run_id)
             if view.done:
                 raise BadRequest(f"run {run_id} already {view.status}; there is nothing to stop")
+        if agent is not None:
+            self.known_agent(agent)
         with self.s.engine.connect() as conn:
             return insert_stop(
                 conn,
@@ -176,6 +238,51 @@ class Client:
                 agent=agent,
                 reason=reason,
                 by=by,
+            )
+
+    def known_agent(self, agent: str) -> str:
+        """An agent a Stop may name: a valid name in the catalog (or declared in a tool
+        module), or one that has runs; any other is refused (BadRequest), nothing stored."""
+        from runtime.entries import s_catalog
+
+        parse_agent(agent)
+        try:
+            catalog_names = set(s_catalog(self.s).agents)
+        except (ValueError, OSError):  # an unreadable catalog names no agent
+            catalog_names = set()
+        if agent in catalog_names:
+            return agent
+        with self.s.engine.connect() as conn:
+            if agent_has_runs(conn, agent):
+                return agent
+        raise BadRequest(
+            f"no agent named {agent!r}: it is not in the catalog ({self.s.settings.agents_file}) "
+            "and has no runs; check the name; nothing was stored"
+        )
+
+    def lift_stop(
+        self,
+        *,
+        run_id: str | None = None,
+        agent: str | None = None,
+        by: str,
+        reason: str | None = None,
+    ) -> list[StopRow]:
+        """Lift the Stops standing on one run or one agent, audited; later runs (and a run
+        that has not reached its next step) go on. Returns the stops lifted (none stood: [])."""
+        if (run_id is None) == (agent is None):
+            raise BadRequest("lift the stop of exactly one run (run_id) or one agent (agent)")
+        if not by.strip():
+            raise BadRequest("lifting a stop needs who lifts it")
+        if agent is not None:
+            parse_agent(agent)
+        with self.s.engine.connect() as conn:
+            return lift_stops(
+                conn,
+                run_id=None if run_id is None else parse_id(run_id),
+                agent=agent,
+                by=by,
+                reason=reason,
             )
 
     def approvals(self, run_id: str) -> list[ApprovalRow]:
@@ -204,4 +311,15 @@ class Client:
         return request
 
 
-__all__ = ["BadRequest", "Client", "RunNotFound", "RunView", "parse_id", "parse_run_id"]
+__all__ = [
+    "AGENT_NAME",
+    "BadRequest",
+    "Client",
+    "RequestConflict",
+    "RunNotFound",
+    "RunView",
+    "parse_agent",
+    "parse_id",
+    "parse_run_id",
+    "resolve_run_id",
+]

@@ -3,6 +3,8 @@ published (a hint: if publishing fails, the sweeper publishes it from Postgres).
 
 from __future__ import annotations
 
+import hashlib
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +15,9 @@ from runtime.models.scripted import validate_script
 from runtime.services import Services
 from runtime.state import RunState
 from runtime.workflow_spec import validate_workflow
+from store.db import to_json
 from store.entries import EntryLink
-from store.rows import RunId
+from store.rows import RequestKeyConflict, RunId
 from store.runs import insert_run
 
 log = structlog.get_logger(__name__)
@@ -23,10 +26,38 @@ log = structlog.get_logger(__name__)
 WAITING_KINDS = frozenset({"plain", "managed", "playground", "a2a", "resume", "delegation", "job"})
 # Entry-point runs TICKETIQ_CRASH_RESUME_ENTRIES covers: written ahead only when it is true.
 ENTRY_KINDS = frozenset({"cron", "webhook", "ticket_event", "copilot", "teams"})
+# Runs whose agent definition (model, tools, system) comes from the catalog, not the caller.
+CATALOG_KINDS = ENTRY_KINDS | {"a2a"}
 
 
 class BadRequest(ValueError):
     """The caller's input is invalid; nothing was stored."""
+
+
+# The one rule for agent (and workflow) names, shared by the CLI, the client API and the front:
+# a name is part of request keys that another part follows (`webhook:<agent>:<event>`), so it
+# has no colon.
+AGENT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def parse_agent(raw: str, what: str = "agent name") -> str:
+    """An agent name by the one rule the CLI and the front share (BadRequest otherwise)."""
+    if not AGENT_NAME.fullmatch(raw):
+        raise BadRequest(
+            f"{what} {raw[:80]!r} must be 1-200 letters, digits, '.', '_' or '-' "
+            "(no spaces or colons); nothing was stored"
+        )
+    return raw
+
+
+class RequestConflict(BadRequest):
+    """The request key already names a run started with another request (HTTP 409, CLI 2)."""
+
+    def __init__(self, conflict: RequestKeyConflict) -> None:
+        super().__init__(str(conflict))
+        self.run_id = conflict.run_id
+        self.stored_digest = conflict.stored
+        self.given_digest = conflict.given
 
 
 @dataclass(frozen=True)
@@ -65,8 +96,30 @@ def _validate(new: NewRun) -> None:
         raise BadRequest(str(exc)) from None
 
 
+def request_digest(new: NewRun) -> str:
+    """SHA-256 of what identifies the request a caller made: the agent, the input, who and
+    where from, and the parameters the caller chose. An entry point's run takes its model,
+    tools and system prompt from the catalog, not from the caller, so an edit of the catalog
+    between two deliveries of one event does not make the second a different request."""
+    identity: dict[str, Any] = {
+        "agent": new.agent,
+        "user_input": new.user_input,
+        "owner": new.owner,
+        "entry_kind": new.entry_kind,
+        "channel": new.channel,
+        "run_as": new.run_as,
+        "parent_run_id": new.parent_run_id,
+        "workflow": new.workflow,
+        "job": new.job,
+    }
+    if new.entry_kind not in CATALOG_KINDS:
+        identity.update(model=new.model, tools=new.tools, system=new.system)
+    return hashlib.sha256(to_json(identity).encode("utf-8")).hexdigest()
+
+
 def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
-    """Create the run (or find the one its request key already made) and publish it."""
+    """Create the run (or find the one its request key already made) and publish it. The
+    same key with another request is refused (RequestConflict) and stores nothing."""
     _validate(new)
     run_id = str(uuid.uuid4())
     state = RunState.initial(new.agent, new.system, new.user_input)
@@ -83,25 +136,29 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
         spec["workflow"] = new.workflow
     if new.job is not None:
         spec["job"] = new.job
-    with s.engine.connect() as conn:
-        rid, created = insert_run(
-            conn,
-            run_id=run_id,
-            correlation_id=run_id,
-            request_key=new.request_key,
-            agent=new.agent,
-            owner=new.owner,
-            entry_kind=new.entry_kind,
-            spec=spec,
-            user_input=new.user_input,
-            sealed_checkpoint=sealed,
-            kind=_kind(new),
-            channel=new.channel,
-            run_as=new.run_as,
-            parent_run_id=new.parent_run_id,
-            resumable=_resumable(s, new, may_wait),
-            link=new.link,
-        )
+    try:
+        with s.engine.connect() as conn:
+            rid, created = insert_run(
+                conn,
+                run_id=run_id,
+                correlation_id=run_id,
+                request_key=new.request_key,
+                agent=new.agent,
+                owner=new.owner,
+                entry_kind=new.entry_kind,
+                spec=spec,
+                user_input=new.user_input,
+                sealed_checkpoint=sealed,
+                kind=_kind(new),
+                channel=new.channel,
+                run_as=new.run_as,
+                parent_run_id=new.parent_run_id,
+                resumable=_resumable(s, new, may_wait),
+                link=new.link,
+                request_digest=request_digest(new),
+            )
+    except RequestKeyConflict as exc:
+        raise RequestConflict(exc) from None
     if created:
         publish_quietly(s, rid, 1)
     return rid, created

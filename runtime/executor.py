@@ -19,6 +19,7 @@ from runtime.heartbeat import LeaseLost
 from runtime.http import SendRefused
 from runtime.jobs import JobRun
 from runtime.leases import Token, monotonic_ms
+from runtime.redact import error_facts, frames
 from runtime.services import Services
 from runtime.workflow import WorkflowRun
 from store.records import insert_audit
@@ -99,11 +100,11 @@ def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
     except Exception as exc:
         # Unexpected (a bug, a database outage): behave as a crash. Keep the lease so it
         # lapses and the sweeper resumes the run from its checkpoint elsewhere.
+        # Its message never reaches the log or the audit: it may carry user text (item 16).
         release = False
-        log.exception("run.error")
-        _audit_quietly(
-            s, row, "agent.run.error", {"error": f"{type(exc).__name__}: {exc}", "worker": s.holder}
-        )
+        facts = error_facts(exc)
+        log.error("run.error", **facts, frames=frames(exc))
+        _audit_quietly(s, row, "agent.run.error", {**facts, "worker": s.holder})
         return "error"
     finally:
         s.heartbeat.drop(lease)

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runtime import faults, http
 from runtime.attempt import RunAttempt
+from runtime.enqueue import AGENT_NAME
 from runtime.heartbeat import RunLease
 from runtime.services import Services
 from runtime.state import RunState, ToolCall
@@ -28,15 +30,75 @@ from store.documents import Document, upsert_documents
 from store.rows import RunRow
 
 
+class JobError(ValueError):
+    """The job's parameters or source are unusable; the job fails with this reason (or, for
+    parameters checked at enqueue, is never stored)."""
+
+
+class _Params(BaseModel):
+    """A job kind's parameters: unknown ones are refused, so a typo is caught at enqueue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceSyncParams(_Params):
+    """`source`: `dir:<path>` (files by name) or an http(s) URL serving JSON pages."""
+
+    source: str
+    page_size: int = Field(10, ge=1, le=500)
+
+    @field_validator("source")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        if value == "dir:" or not value.startswith(("dir:", "http://", "https://")):
+            raise ValueError("use dir:<path> or an http(s) URL")
+        return value
+
+
+class FineTuneParams(_Params):
+    model: str = Field(min_length=1)
+    dataset: str = Field(min_length=1)
+    duration_s: float = Field(2, gt=0)
+    poll_s: float = Field(1.0, gt=0)
+
+
+class Example(_Params):
+    text: str
+    label: str = Field(min_length=1)
+
+
+class ClassifierParams(_Params):
+    examples: list[Example] = Field(min_length=1)
+    batch_size: int = Field(10, ge=1)
+
+
+class Probe(_Params):
+    prompt: str
+    forbidden_tool: str = Field(min_length=1)
+
+
+class RedTeamParams(_Params):
+    agent: str = Field(pattern=f"^{AGENT_NAME.pattern}$")
+    probes: list[Probe] = Field(min_length=1)
+
+
 @dataclass(frozen=True)
 class JobKind:
     name: str
     resumable: bool
     run: Callable[[JobRun, RunState, dict[str, Any]], str]
+    params: type[_Params]
 
-
-class JobError(ValueError):
-    """The job's parameters or source are unusable; the job fails with this reason."""
+    def check(self, params: dict[str, Any]) -> None:
+        """Refuse parameters this kind cannot run with (JobError naming each field)."""
+        try:
+            self.params.model_validate(params)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise JobError(f"bad parameters ({problems})") from None
 
 
 class JobRun(RunAttempt):
@@ -225,9 +287,9 @@ def red_team(job: JobRun, state: RunState, params: dict[str, Any]) -> str:
 JOB_KINDS: dict[str, JobKind] = {
     k.name: k
     for k in (
-        JobKind("source_sync", True, source_sync),
-        JobKind("fine_tune", True, fine_tune),
-        JobKind("classifier_training", False, classifier_training),
-        JobKind("red_team", False, red_team),
+        JobKind("source_sync", True, source_sync, SourceSyncParams),
+        JobKind("fine_tune", True, fine_tune, FineTuneParams),
+        JobKind("classifier_training", False, classifier_training, ClassifierParams),
+        JobKind("red_team", False, red_team, RedTeamParams),
     )
 }

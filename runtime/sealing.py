@@ -39,6 +39,11 @@ class SealError(Exception):
         self.run_id = run_id
 
 
+class NoSealKeys(ConfigError):
+    """This process was opened read-only and no seal key exists: nothing sealed can be opened
+    (or sealed) here. Not a seal failure: nothing was found not to verify."""
+
+
 def _aad(run_id: str, purpose: str, step: int) -> bytes:
     return f"liyagent|{run_id}|{purpose}|{step}".encode()
 
@@ -49,8 +54,11 @@ class Sealer:
 
     current: str
     keys: dict[str, bytes]
+    # Why there are no keys (a read-only opening found none); empty when keys exist.
+    missing: str = ""
 
     def seal(self, run_id: str, purpose: str, step: int, payload: Any) -> bytes:
+        self._require_keys()
         data = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
         nonce = secrets.token_bytes(12)
         kid = self.current.encode()
@@ -58,6 +66,7 @@ class Sealer:
         return MAGIC + bytes([len(kid)]) + kid + nonce + body
 
     def open(self, run_id: str, purpose: str, step: int, blob: bytes) -> Any:
+        self._require_keys()
         if len(blob) < 5 or blob[:3] != MAGIC:
             raise SealError(run_id, purpose, "not a sealed blob")
         n = blob[3]
@@ -71,6 +80,10 @@ class Sealer:
         except InvalidTag:
             raise SealError(run_id, purpose, "authentication failed") from None
         return json.loads(data)
+
+    def _require_keys(self) -> None:
+        if not self.keys:
+            raise NoSealKeys(self.missing or f"no seal keys: set {ENV_KEYS}")
 
 
 def parse_keys(spec: str) -> Sealer:
@@ -103,8 +116,8 @@ def _dev_file() -> Path:
     return Path(os.environ.get(ENV_DEV_FILE) or Path.home() / ".liyagent" / "dev-seal-keys")
 
 
-def load_sealer(production: bool) -> Sealer:
-    """Keys from LIYAGENT_SEAL_KEYS; outside production a local dev key is made, loudly."""
+def _configured(production: bool) -> Sealer | None:
+    """The keys LIYAGENT_SEAL_KEYS lists; None when it is unset outside production."""
     spec = os.environ.get(ENV_KEYS, "").strip()
     if spec:
         return parse_keys(spec)
@@ -113,6 +126,37 @@ def load_sealer(production: bool) -> Sealer:
             f"{ENV_KEYS} is not set and LIYAGENT_ENV=production: refusing to start without "
             "seal keys (make one with `liyagent keys new`)"
         )
+    return None
+
+
+def open_sealer(production: bool) -> Sealer:
+    """For reads (`liyagent status`, `inspect`): the keys that exist, never creating one. With
+    none (no LIYAGENT_SEAL_KEYS, no development key file) every open raises NoSealKeys, which
+    says so; nothing is written."""
+    configured = _configured(production)
+    if configured is not None:
+        return configured
+    path = _dev_file()
+    if path.exists():
+        return parse_keys(path.read_text().strip())
+    return Sealer(
+        current="",
+        keys={},
+        missing=(
+            f"no seal keys here: {ENV_KEYS} is not set and there is no development key file at "
+            f"{path}, so sealed answers and checkpoints cannot be opened (a read never makes a "
+            f"key); set {ENV_KEYS} to the deployment's keys"
+        ),
+    )
+
+
+def load_sealer(production: bool) -> Sealer:
+    """Keys from LIYAGENT_SEAL_KEYS; outside production a local dev key is made, loudly (for
+    processes that seal: workers, the front, commands that start runs; reads use
+    `open_sealer`)."""
+    configured = _configured(production)
+    if configured is not None:
+        return configured
     path = _dev_file()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

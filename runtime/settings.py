@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import sqlalchemy as sa
+
 from store.db import DEFAULT_DATABASE_URL
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -38,6 +40,39 @@ def _env_bool(name: str, default: bool) -> bool:
     if value in {"0", "false", "no", "off"}:
         return False
     raise ConfigError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def database_url(raw: str, name: str = "LIYAGENT_DATABASE_URL") -> str:
+    """A Postgres URL for psycopg 3 (`postgresql://` and `postgres://` are read as
+    `postgresql+psycopg://`); anything else is a ConfigError naming the variable or option."""
+    try:
+        url = sa.make_url(raw)
+    except sa.exc.ArgumentError:
+        raise ConfigError(
+            f"{name}={raw[:60]!r} is not a database URL; use "
+            "postgresql+psycopg://user[:password]@host[:port]/database"
+        ) from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    if url.drivername != "postgresql+psycopg":
+        raise ConfigError(
+            f"{name}: {url.drivername!r} is not supported; liyagent runs on PostgreSQL through "
+            "psycopg 3: use postgresql+psycopg://user[:password]@host[:port]/database"
+        )
+    return url.render_as_string(hide_password=False)
+
+
+def redis_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> str:
+    """A Redis URL redis-py can open; anything else is a ConfigError naming the variable."""
+    if not raw.startswith(REDIS_SCHEMES):
+        raise ConfigError(
+            f"{name}={raw[:60]!r} is not a Redis URL; use redis://host:port/db "
+            "(or rediss:// for TLS, unix:///path/to/socket)"
+        )
+    return raw
 
 
 def _env_list(name: str) -> tuple[str, ...]:
@@ -147,8 +182,12 @@ class Settings:
     answer_retention_s: int = 86400
     # Agent definitions and cron triggers (JSON); see agents/agents.json.
     agents_file: str = "agents/agents.json"
-    # Bearer token of the app front; empty refuses every request.
+    # Bearer token of the app front (principal `front-token`, every right); with it, or
+    # instead of it, tokens per principal (front/auth.py): a JSON file and the same JSON
+    # inline. With none, the front refuses every request.
     front_token: str = ""
+    front_tokens_file: str = ""
+    front_tokens: str = ""
     timings: Timings = field(default_factory=Timings)
 
     @classmethod
@@ -157,8 +196,10 @@ class Settings:
         if env not in {"development", "production", "test"}:
             raise ConfigError(f"LIYAGENT_ENV={env!r}: use development, production or test")
         return cls(
-            database_url=os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL,
-            redis_url=os.environ.get("LIYAGENT_REDIS_URL") or DEFAULT_REDIS_URL,
+            database_url=database_url(
+                os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL
+            ),
+            redis_url=redis_url(os.environ.get("LIYAGENT_REDIS_URL") or DEFAULT_REDIS_URL),
             namespace=os.environ.get("LIYAGENT_NAMESPACE", ""),
             queue=os.environ.get("LIYAGENT_QUEUE") or "liyagent",
             production=env == "production",
@@ -170,6 +211,8 @@ class Settings:
             answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
             agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",
             front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),
+            front_tokens_file=os.environ.get("LIYAGENT_FRONT_TOKENS_FILE", ""),
+            front_tokens=os.environ.get("LIYAGENT_FRONT_TOKENS", ""),
             timings=Timings.from_env(),
         )
 

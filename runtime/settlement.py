@@ -22,6 +22,13 @@ class Settle(StrEnum):
     READ_BACK = "read_back"  # a reader looks the outcome up by key (found: its outcome)
     NOT_FOUND = "not_found"  # the reader found nothing: not sent again, the model is told
     UNKNOWN = "unknown"  # not sent again; the model is told the outcome is unknown
+    DENIED = "denied"  # an approval-held call a person denied: not made; the model is told
+
+
+def taken_up_as(outcome: dict[str, object]) -> Settle:
+    """How a call routed as on a first pass (MAKE) was taken up, by what routing it gave: a
+    denied approval was not made, so it is never reported as made."""
+    return Settle.DENIED if outcome.get("denied") is True else Settle.MAKE
 
 
 @dataclass(frozen=True)

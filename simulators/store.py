@@ -124,6 +124,8 @@ def make_engine(database_url: str) -> Engine:
         database_url,
         isolation_level="AUTOCOMMIT",
         pool_pre_ping=True,
+        # Recorded request bodies carry users' text: never in exception messages.
+        hide_parameters=True,
         pool_size=10,
         max_overflow=40,
         connect_args={"connect_timeout": CONNECT_TIMEOUT_S},

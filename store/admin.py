@@ -40,7 +40,7 @@ def recreate_database(admin_url: str, name: str) -> None:
 
 
 def _run(admin_url: str, ddl: str) -> None:
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", hide_parameters=True)
     try:
         with engine.connect() as conn:
             conn.execute(sa.text(ddl))

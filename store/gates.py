@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from store.rows import GateRow
+from store.entries import ends_cte
+from store.rows import GateRow, StopRow
 
 
 def select_gates(conn: sa.Connection, run_id: str) -> GateRow:
@@ -90,31 +91,84 @@ def set_agent_tools(conn: sa.Connection, agent: str, tools: list[str]) -> None:
 def insert_stop(
     conn: sa.Connection, *, run_id: str | None, agent: str | None, reason: str, by: str
 ) -> list[str]:
-    """Record a Stop; queued and waiting runs it covers are failed at once (running ones stop
-    at their next step). Returns the ids of the runs failed here."""
+    """Record a Stop, audited; queued and waiting runs it covers are failed at once (their
+    wait cleared, their entry points told, each failure audited with code `stopped`), in one
+    statement. Running ones stop at their next step. Returns the ids of the runs failed here."""
     rows = conn.execute(
         sa.text(
-            """
+            f"""
             WITH s AS (
                 INSERT INTO stops (run_id, agent, reason, created_by)
                 VALUES (:run_id, :agent, :reason, :by) RETURNING id),
+            sa AS (
+                INSERT INTO audit_events (run_id, kind, detail)
+                SELECT CAST(:run_id AS uuid), 'agent.stop.created',
+                       jsonb_build_object('stop_id', s.id, 'agent', CAST(:agent AS text),
+                                          'by', CAST(:by AS text),
+                                          'reason', CAST(:reason AS text))
+                FROM s),
             f AS (
                 UPDATE runs SET status = 'failed', finished_at = now(), updated_at = now(),
+                       waiting_on = NULL,
                        failure_reason = 'stopped by ' || :by || ': ' || :reason
                 WHERE status IN ('queued', 'waiting')
                   AND (id = CAST(:run_id AS uuid) OR agent = :agent)
-                RETURNING id, attempt, step),
+                RETURNING id, attempt, step, failure_reason),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)
                 SELECT id, 'notice', 'This run was stopped by ' || :by || ': ' || :reason
                 FROM f),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
-                SELECT id, 'agent.run.stopped', attempt, step,
-                       jsonb_build_object('by', :by, 'reason', :reason) FROM f)
+                SELECT f.id, 'agent.run.failed', f.attempt, f.step,
+                       jsonb_build_object('code', 'stopped', 'stop_id', s.id,
+                                          'by', CAST(:by AS text),
+                                          'reason', f.failure_reason)
+                FROM f, s)
+            {ends_cte("f", success=False, outcome_sql="f.failure_reason")}
             SELECT f.id FROM f, s
             """
         ),
         {"run_id": run_id, "agent": agent, "reason": reason, "by": by},
     ).all()
     return [r.id for r in rows]
+
+
+def lift_stops(
+    conn: sa.Connection, *, run_id: str | None, agent: str | None, by: str, reason: str | None
+) -> list[StopRow]:
+    """Lift every Stop standing on this run or agent, audited (`agent.stop.lifted`), in one
+    statement; the gates read stops as they stand, so a lifted one refuses nothing more.
+    Returns the stops lifted (none when none stood)."""
+    rows = conn.execute(
+        sa.text(
+            """
+            WITH l AS (
+                UPDATE stops SET lifted_at = now(), lifted_by = :by
+                WHERE lifted_at IS NULL
+                  AND (run_id = CAST(:run_id AS uuid) OR agent = CAST(:agent AS text))
+                RETURNING id, run_id, agent, reason, created_by, created_at, lifted_at,
+                          lifted_by),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, detail)
+                SELECT run_id, 'agent.stop.lifted',
+                       jsonb_build_object('stop_id', id, 'agent', agent,
+                                          'by', CAST(:by AS text),
+                                          'reason', CAST(:reason AS text),
+                                          'stop_reason', reason, 'stopped_by', created_by)
+                FROM l)
+            SELECT * FROM l ORDER BY id
+            """
+        ),
+        {"run_id": run_id, "agent": agent, "by": by, "reason": reason},
+    ).all()
+    return [StopRow(**r._mapping) for r in rows]
+
+
+def agent_has_runs(conn: sa.Connection, agent: str) -> bool:
+    """Whether any run was ever started for this agent (an agent a Stop may name)."""
+    return bool(
+        conn.execute(
+            sa.text("SELECT EXISTS (SELECT 1 FROM runs WHERE agent = :a)"), {"a": agent}
+        ).scalar_one()
+    )

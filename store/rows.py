@@ -26,6 +26,22 @@ class FencedOut(StoreError):
         self.attempt = attempt
 
 
+class RequestKeyConflict(StoreError):
+    """A request key already names a run started with other parameters: the same key with
+    another request is the caller's mistake, never answered with the first run."""
+
+    def __init__(self, request_key: str, run_id: str, stored: str, given: str) -> None:
+        super().__init__(
+            f"request key {request_key!r} already names run {run_id}, started with other "
+            f"parameters (digest {stored}; this request's is {given}); nothing was stored - "
+            "send the same request to get that run again, or use a new key for a new request"
+        )
+        self.request_key = request_key
+        self.run_id = run_id
+        self.stored = stored
+        self.given = given
+
+
 class RunNotFound(StoreError):
     """No run has this id."""
 
@@ -39,6 +55,8 @@ class RunRow:
     id: RunId
     correlation_id: str
     request_key: str | None
+    # SHA-256 of what identified the request under its key (None for runs without a key).
+    request_digest: str | None
     agent: str
     owner: str
     entry_kind: str
@@ -71,6 +89,20 @@ class RunRow:
     started_at: datetime | None
     answered_at: datetime | None
     finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StopRow:
+    """An operator's Stop of one run or of an agent's runs, and who lifted it, if anyone."""
+
+    id: int
+    run_id: str | None
+    agent: str | None
+    reason: str
+    created_by: str
+    created_at: datetime
+    lifted_at: datetime | None
+    lifted_by: str | None
 
 
 @dataclass(frozen=True)

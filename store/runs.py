@@ -13,7 +13,15 @@ import sqlalchemy as sa
 
 from store.db import to_json
 from store.entries import EntryLink, ends_cte
-from store.rows import Attempt, ClaimResult, FencedOut, RunId, RunNotFound, RunRow
+from store.rows import (
+    Attempt,
+    ClaimResult,
+    FencedOut,
+    RequestKeyConflict,
+    RunId,
+    RunNotFound,
+    RunRow,
+)
 from store.schema import runs
 
 _RUN_COLUMNS = ", ".join(c.name for c in runs.columns)
@@ -41,10 +49,12 @@ def insert_run(
     parent_run_id: str | None = None,
     resumable: bool = True,
     link: EntryLink | None = None,
+    request_digest: str | None = None,
 ) -> tuple[RunId, bool]:
     """Insert a queued run with its input and its sealed step-0 checkpoint, and its entry link,
     in one statement; with a request key already used, return that run instead (False: not
-    new)."""
+    new), or raise RequestKeyConflict when that run was started with another request (its
+    digest differs; a run stored before digests existed matches any)."""
     link_sql, link_params = "", dict[str, Any]()
     if link is not None:
         cte, link_params = link.cte()
@@ -53,12 +63,13 @@ def insert_run(
         sa.text(
             f"""
             WITH r AS (
-                INSERT INTO runs (id, correlation_id, request_key, agent, owner, entry_kind,
-                                  spec, kind, channel, run_as, parent_run_id, resumable,
-                                  input, checkpoint, checkpoint_attempt, checkpointed_at)
-                VALUES (:id, :correlation_id, :request_key, :agent, :owner, :entry_kind,
-                        CAST(:spec AS jsonb), :kind, :channel, :run_as, :parent_run_id,
-                        :resumable, :user_input, :sealed, 1, now())
+                INSERT INTO runs (id, correlation_id, request_key, request_digest, agent, owner,
+                                  entry_kind, spec, kind, channel, run_as, parent_run_id,
+                                  resumable, input, checkpoint, checkpoint_attempt,
+                                  checkpointed_at)
+                VALUES (:id, :correlation_id, :request_key, :request_digest, :agent, :owner,
+                        :entry_kind, CAST(:spec AS jsonb), :kind, :channel, :run_as,
+                        :parent_run_id, :resumable, :user_input, :sealed, 1, now())
                 ON CONFLICT (request_key) WHERE request_key IS NOT NULL DO NOTHING
                 RETURNING id){link_sql}
             SELECT id FROM r
@@ -69,6 +80,7 @@ def insert_run(
             "id": run_id,
             "correlation_id": correlation_id,
             "request_key": request_key,
+            "request_digest": request_digest if request_key is not None else None,
             "agent": agent,
             "owner": owner,
             "entry_kind": entry_kind,
@@ -85,10 +97,14 @@ def insert_run(
     if row is not None:
         return RunId(row.id), True
     existing = conn.execute(
-        sa.text("SELECT id FROM runs WHERE request_key = :k"), {"k": request_key}
+        sa.text("SELECT id, request_digest FROM runs WHERE request_key = :k"), {"k": request_key}
     ).first()
     if existing is None:  # pragma: no cover - the conflict above guarantees a row
         raise RunNotFound(f"request key {request_key}")
+    stored = existing.request_digest
+    if stored is not None and request_digest is not None and stored != request_digest:
+        assert request_key is not None
+        raise RequestKeyConflict(request_key, existing.id, stored, request_digest)
     return RunId(existing.id), False
 
 

@@ -31,6 +31,9 @@ runs = sa.Table(
     sa.Column("correlation_id", sa.Text, nullable=False),
     # Set when the caller starts a run idempotently; one run per key.
     sa.Column("request_key", sa.Text, nullable=True),
+    # SHA-256 of what identifies the request under that key (agent, input, parameters): the
+    # same key with other parameters is refused, never answered with this run.
+    sa.Column("request_digest", sa.Text, nullable=True),
     sa.Column("agent", sa.Text, nullable=False),
     sa.Column("owner", sa.Text, nullable=False),
     sa.Column("entry_kind", sa.Text, nullable=False, server_default="plain"),
@@ -196,6 +199,8 @@ stops = sa.Table(
     sa.Column("created_by", sa.Text, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("lifted_at", sa.DateTime(timezone=True), nullable=True),
+    # Who lifted it (the principal of the front's token, or the CLI's --by).
+    sa.Column("lifted_by", sa.Text, nullable=True),
     sa.CheckConstraint("(run_id IS NULL) <> (agent IS NULL)", name="one_target"),
     sa.Index("ix_stops_run_id", "run_id", postgresql_where=sa.text("lifted_at IS NULL")),
     sa.Index("ix_stops_agent", "agent", postgresql_where=sa.text("lifted_at IS NULL")),

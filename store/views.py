@@ -259,3 +259,23 @@ def oldest_queued_age_s(conn: sa.Connection) -> float:
         )
     ).scalar_one()
     return 0.0 if value is None else float(value)
+
+
+def runs_by_id_prefix(conn: sa.Connection, hex_prefix: str, limit: int) -> list[RunSummary]:
+    """Runs whose id starts with these hex digits (dashes left out), oldest first, at most
+    `limit`: a range scan of the primary key between the prefix padded with 0s and with fs."""
+    low, high = (_as_uuid(hex_prefix.ljust(32, pad)) for pad in "0f")
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {_SUMMARY_COLUMNS} FROM runs "
+            "WHERE id BETWEEN CAST(:low AS uuid) AND CAST(:high AS uuid) "
+            "ORDER BY created_at, id LIMIT :n"
+        ),
+        {"low": low, "high": high, "n": limit},
+    ).all()
+    return [RunSummary(**r._mapping) for r in rows]
+
+
+def _as_uuid(hex32: str) -> str:
+    h = hex32
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

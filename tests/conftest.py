@@ -59,7 +59,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
 
 @pytest.fixture(scope="session")
 def admin_engine(servers: tuple[str, str]) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(servers[0], isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(servers[0], isolation_level="AUTOCOMMIT", hide_parameters=True)
     yield engine
     engine.dispose()
 
@@ -136,7 +136,7 @@ def simulator(
         log,
     )
     found = proc.wait_for(r"simulators listening on (http://\S+)", timeout=30)
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT", hide_parameters=True)
     # Tools and models this test process calls itself (ad hoc calls, in-process attempts) find
     # the simulators as the workers do: through the environment, read at call time.
     os.environ["LIYAGENT_VENDOR_URL"] = found.group(1)

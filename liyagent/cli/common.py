@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from runtime.client import Client
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 
@@ -70,9 +73,41 @@ def json_file(path: str, what: str) -> Any:
         raise CliError(f"{path} is not JSON: {exc}", USAGE) from None
 
 
+def name_list(raw: str, flag: str, known: list[str], nothing: str = "") -> list[str]:
+    """A comma list option whose every name must be one of `known` (bad input otherwise)."""
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(known))
+    if unknown or not names:
+        raise CliError(
+            f"{flag} {raw!r}: unknown {', '.join(unknown) or 'empty list'}; "
+            f"choose from {', '.join(known)}{nothing}",
+            USAGE,
+        )
+    return names
+
+
 def who(raw: str, flag: str = "--by") -> str:
     """A non-blank name of who acts; a blank one is bad input."""
     name = raw.strip()
     if not name:
         raise CliError(f"{flag} must name who acts; nothing was stored", USAGE)
     return name
+
+
+class _NoPublisher:
+    """Read commands publish nothing; a publish from one is a bug, said loudly."""
+
+    def publish(self, run_id: str, attempt: int) -> None:
+        raise RuntimeError(f"a read-only command tried to publish run {run_id}")
+
+
+def read_client() -> Client:
+    """A client for commands that only read (`status`): it opens the seal keys that exist and
+    never makes one (see runtime/sealing.py `open_sealer`)."""
+    from runtime import services
+    from runtime.client import Client
+    from runtime.sealing import open_sealer
+    from runtime.settings import get_settings
+
+    settings = get_settings()
+    return Client(services.build(settings, _NoPublisher(), sealer=open_sealer(settings.production)))

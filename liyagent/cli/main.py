@@ -31,16 +31,17 @@ from liyagent.cli.common import (
     USAGE,
     CliError,
     add_json,
+    name_list,
     out,
     print_json,
     safe_url,
 )
 from runtime import logs
 from runtime.adhoc import UnknownTool
-from runtime.client import BadRequest, parse_run_id
+from runtime.client import BadRequest, resolve_run_id
 from runtime.models.scripted import ScriptError
 from runtime.sealing import new_key_entry
-from runtime.settings import ConfigError, get_settings
+from runtime.settings import ConfigError, database_url, get_settings
 from runtime.tools import ToolError
 from runtime.workflow_spec import WorkflowError
 from store.rows import RunNotFound
@@ -63,11 +64,29 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_keys_token(args: argparse.Namespace) -> int:
+    """Print a fresh bearer token for the front (line 1, give it to its holder) and its entry
+    for LIYAGENT_FRONT_TOKENS_FILE (line 2: the principal, the token's SHA-256, the rights)."""
+    import json
+    import secrets
+
+    from front.auth import Right, token_digest
+
+    name = args.principal.strip()
+    if not name or len(name) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise CliError("the principal must be one line of 1-200 characters", USAGE)
+    rights = name_list(args.rights, "--rights", [r.value for r in Right])
+    token = secrets.token_urlsafe(32)
+    print(token)
+    print(json.dumps({"principal": name, "sha256": token_digest(token), "rights": rights}))
+    return OK
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     """Migrate the database to the latest schema (Alembic head)."""
     from store import migrate
 
-    url = args.url or get_settings().database_url
+    url = database_url(args.url, "--url") if args.url else get_settings().database_url
     try:
         migrate.upgrade(url)
     except sa.exc.OperationalError as exc:
@@ -78,13 +97,13 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """One run's status, or a table of the most recent runs."""
+    from liyagent.cli.common import read_client
     from liyagent.reporting import render_recent, render_view, summary_json, view_json
     from store.views import recent_runs
-    from tasks.services import client
 
-    c = client()
+    c = read_client()
     if args.run_id:
-        view = c.get(parse_run_id(args.run_id))
+        view = c.get(c.resolve_run_id(args.run_id))
         if args.json:
             print_json(view_json(view))
         else:
@@ -104,14 +123,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     """A run's attempts, checkpoints, call marks, audit, transcript and model requests."""
     from liyagent.reporting import inspect_run, render_report, report_json
-    from runtime.sealing import load_sealer
+    from runtime.sealing import NoSealKeys, open_sealer
     from store import db
 
-    run_id = parse_run_id(args.run_id)
     files = {"html": _output_file(args.html, "--html"), "png": _output_file(args.png, "--png")}
     settings = get_settings()
     engine = db.engine_for(settings.database_url)
-    report = inspect_run(engine, load_sealer(settings.production), run_id)
+    run_id = resolve_run_id(engine, args.run_id)
+    sealer = open_sealer(settings.production)  # a read: never makes a key
+    if not sealer.keys:
+        raise NoSealKeys(f"cannot verify run {run_id}'s checkpoints: {sealer.missing}")
+    report = inspect_run(engine, sealer, run_id)
     if files["html"] or files["png"]:
         _write_timeline(engine, run_id, files)
     written = {k: str(v) for k, v in files.items() if v is not None}
@@ -174,6 +196,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = keys.add_parser("new", help="print a fresh kid:base64key entry")
     p.add_argument("kid", nargs="?", help="key id (default: k<today>, e.g. k20261130)")
     p.set_defaults(handler=cmd_keys_new)
+    p = keys.add_parser(
+        "token",
+        help="print a new front bearer token and its LIYAGENT_FRONT_TOKENS_FILE entry",
+        description=(
+            "Line 1: a new bearer token (give it to its holder; it is not stored). Line 2: its "
+            'entry for the "tokens" list of LIYAGENT_FRONT_TOKENS_FILE or LIYAGENT_FRONT_TOKENS: '
+            "the principal, the token's SHA-256 and the rights."
+        ),
+    )
+    p.add_argument("principal", help="who the token speaks for (recorded as who decides/stops)")
+    p.add_argument(
+        "--rights",
+        default="start,decide,stop",
+        help="comma list of start, decide, stop (default: all three)",
+    )
+    p.set_defaults(handler=cmd_keys_token)
     dbp = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
     p = dbp.add_parser("upgrade", help="migrate to the latest schema")
     p.add_argument("--url", help="database URL (default: LIYAGENT_DATABASE_URL)")

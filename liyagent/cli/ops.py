@@ -6,9 +6,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from liyagent.cli.common import FAILED, OK, USAGE, CliError, add_json, json_object, out, print_json
+from liyagent.cli.common import (
+    FAILED,
+    OK,
+    USAGE,
+    CliError,
+    add_json,
+    json_object,
+    out,
+    print_json,
+    read_client,
+)
 from liyagent.cli.common import who as _who
-from runtime.client import BadRequest, Client, parse_id, parse_run_id
+from runtime.client import BadRequest, Client, parse_agent, parse_id
 
 
 def _client() -> Client:
@@ -21,8 +31,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     """A run's approval requests: id, tool, status, who decided."""
     from liyagent.reporting import approval_json, render_approvals
 
-    run_id = parse_run_id(args.run_id)
-    c = _client()
+    c = read_client()  # a read: never makes a seal key
+    run_id = c.resolve_run_id(args.run_id)
     c.get(run_id)  # an unknown run is an error (exit 1), not an empty list
     approvals = c.approvals(run_id)
     if args.json:
@@ -102,23 +112,37 @@ def _stop_agent(c: Client, agent: str, reason: str, by: str) -> tuple[list[str],
         return now, running_runs(conn, agent)
 
 
+def _target(c: Client, args: argparse.Namespace) -> str | None:
+    """The run --run names (a full id or a unique prefix), or None for --agent (whose name is
+    checked by the rule the front applies too)."""
+    if args.agent is not None:
+        parse_agent(args.agent)
+        return None
+    return c.resolve_run_id(args.run)
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
-    """An operator's Stop: queued and waiting runs fail now, running ones at their next step."""
+    """An operator's Stop: queued and waiting runs fail now, running ones at their next step.
+    With --lift, the Stops standing on the run or agent are lifted instead."""
     from liyagent.reporting import render_stop
 
-    reason, by = args.reason.strip(), _who(args.by)
+    by = _who(args.by)
+    if args.lift:
+        return _lift(args, by)
+    reason = (args.reason or "").strip()
     if not reason:
         raise CliError("--reason must say why; nothing was stored", USAGE)
-    if args.agent is not None and not args.agent.strip():
-        raise CliError("--agent must name an agent; nothing was stored", USAGE)
-    run_id = None if args.run is None else parse_run_id(args.run)
     c = _client()
+    run_id = _target(c, args)
     if run_id is not None:
         now, running = _stop_run(c, run_id, reason, by)
         target = f"run {run_id}"
     else:
         now, running = _stop_agent(c, args.agent, reason, by)
-        target = f"agent {args.agent} (its later runs are refused while the stop stands)"
+        target = (
+            f"agent {args.agent} (its later runs are refused until the stop is lifted with "
+            f"`liyagent stop --lift --agent {args.agent}`)"
+        )
     if args.json:
         print_json(
             {"run": run_id, "agent": args.agent, "by": by, "reason": reason,
@@ -126,6 +150,26 @@ def cmd_stop(args: argparse.Namespace) -> int:
         )  # fmt: skip
     else:
         render_stop(out(), target, now, running)
+    return OK
+
+
+def _lift(args: argparse.Namespace, by: str) -> int:
+    """Lift the Stops standing on a run or an agent (audited); exit 1 when none stood."""
+    from liyagent.reporting import render_lift
+
+    c = _client()
+    run_id = _target(c, args)
+    lifted = c.lift_stop(run_id=run_id, agent=args.agent, by=by, reason=args.reason)
+    target = f"run {run_id}" if run_id is not None else f"agent {args.agent}"
+    if args.json:
+        print_json(
+            {"run": run_id, "agent": args.agent, "by": by, "reason": args.reason,
+             "lifted": [s.id for s in lifted]}
+        )  # fmt: skip
+    else:
+        render_lift(out(), target, lifted)
+    if not lifted:
+        raise CliError(f"no stop stands on {target}; nothing was lifted", FAILED)
     return OK
 
 
@@ -185,12 +229,15 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--reason", help="why (the run's model is told)")
         add_json(p)
         p.set_defaults(handler=handler)
-    p = sub.add_parser("stop", help="stop a run, or every run of an agent")
+    p = sub.add_parser("stop", help="stop a run, or every run of an agent; or lift a stop")
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--run", metavar="RUN_ID", help="the run to stop")
+    target.add_argument("--run", metavar="RUN_ID", help="the run (an id or a unique prefix)")
     target.add_argument("--agent", metavar="NAME", help="the agent whose runs to stop")
-    p.add_argument("--reason", required=True, help="why (told on the run's transcript)")
-    p.add_argument("--by", required=True, metavar="WHO", help="who stops")
+    p.add_argument("--reason", help="why (told on the run's transcript; required to stop)")
+    p.add_argument("--by", required=True, metavar="WHO", help="who stops or lifts (audited)")
+    p.add_argument(
+        "--lift", action="store_true", help="lift the stops standing on the run or agent"
+    )
     add_json(p)
     p.set_defaults(handler=cmd_stop)
     p = sub.add_parser("call", help="call a tool now, outside any run, with a fresh key")

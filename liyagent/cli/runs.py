@@ -16,6 +16,7 @@ from liyagent.cli.common import (
     add_wait,
     json_file,
     json_object,
+    name_list,
     out,
     print_json,
 )
@@ -52,16 +53,8 @@ def _tools(raw: str | None) -> list[str] | None:
         return None
     from runtime.services import registry_for
 
-    available = registry_for(get_settings()).names()
-    names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(available))
-    if unknown or not names:
-        raise CliError(
-            f"--tools {raw!r}: unknown {', '.join(unknown) or 'empty list'}; "
-            f"available: {', '.join(available)}; nothing was stored",
-            USAGE,
-        )
-    return names
+    available = list(registry_for(get_settings()).names())
+    return name_list(raw, "--tools", available, "; nothing was stored")
 
 
 def _check_wait(args: argparse.Namespace) -> None:

@@ -86,7 +86,7 @@ def recreate_database(admin_url: str, name: str) -> None:
 
 def _check_postgres(url: str, advice: str) -> None:
     """Connect once to `url`; exit 3 with `advice` if Postgres refuses."""
-    engine = sa.create_engine(url, connect_args={"connect_timeout": 5})
+    engine = sa.create_engine(url, hide_parameters=True, connect_args={"connect_timeout": 5})
     try:
         with engine.connect():
             pass  # connecting is the whole check

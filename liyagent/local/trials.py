@@ -232,7 +232,7 @@ def run_trials(
         if on_round is not None:
             on_round(index + 1, rounds)
     session.drain()
-    vendor = sa.create_engine(deployment.vendor_db_url)
+    vendor = sa.create_engine(deployment.vendor_db_url, hide_parameters=True)
     try:
         return judge_trials(
             deployment.services.engine, vendor, session.trials, session.victims, seed

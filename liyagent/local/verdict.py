@@ -235,6 +235,8 @@ def _histogram(verdict: Verdict, png: Path, target: float | None) -> None:
     # No trial caught in flight: an empty axis, never a made-up sample.
     top = max(16.0, max(verdict.recovery_s, default=0.0) + 1)
     ax.hist(verdict.recovery_s, bins=[x / 2 for x in range(int(top * 2) + 1)], color="#3b6ea8")
+    if not verdict.recovery_s:
+        ax.text(0.5, 0.5, NONE_IN_FLIGHT, transform=ax.transAxes, ha="center", va="center")
     if target is not None:
         ax.axvline(target, color="#b03a2e", linestyle="--", label=f"target {target:g} s")
         ax.legend()
@@ -250,23 +252,35 @@ def _histogram(verdict: Verdict, png: Path, target: float | None) -> None:
     plt.close(fig)
 
 
+NONE_IN_FLIGHT = "no trial was caught in flight, so no recovery time was measured"
+
+
+def recovery_words(verdict: Verdict) -> str:
+    """The recovery figures, or why there are none (never `None s`)."""
+    r = verdict.to_json()["recovery_s"]
+    if not verdict.recovery_s:
+        return f"recovery: {NONE_IN_FLIGHT}"
+    return f"recovery p50 {r['p50']} s p95 {r['p95']} s p99 {r['p99']} s max {r['max']} s"
+
+
 def summary_line(verdict: Verdict) -> str:
     data = verdict.to_json()
-    r = data["recovery_s"]
     return (
         f"trials {data['trials']} (rounds {data['rounds']}), caught in flight "
         f"{data['caught_in_flight']}, lost {data['lost']}, duplicate writes "
-        f"{data['duplicate_writes']}, stale writes {data['stale_writes']}, recovery p50 "
-        f"{r['p50']} s p95 {r['p95']} s p99 {r['p99']} s max {r['max']} s, seed {data['seed']}"
+        f"{data['duplicate_writes']}, stale writes {data['stale_writes']}, "
+        f"{recovery_words(verdict)}, seed {data['seed']}"
     )
 
 
 __all__ = [
+    "NONE_IN_FLIGHT",
     "Recovery",
     "Trial",
     "Verdict",
     "asdict",
     "judge_trials",
+    "recovery_words",
     "slowest_timelines",
     "summary_line",
     "write_report",

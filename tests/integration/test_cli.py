@@ -67,7 +67,7 @@ def test_db_upgrade_migrates_a_fresh_database(admin_engine, servers) -> None:
     try:
         done = cli("db", "upgrade", "--url", url)
         assert done.returncode == 0, done.stderr
-        engine = sa.create_engine(url)
+        engine = sa.create_engine(url, hide_parameters=True)
         with engine.connect() as conn:
             tables = set(sa.inspect(conn).get_table_names())
         engine.dispose()

@@ -25,7 +25,7 @@ from liyagent.local.procs import ROOT, alive_in_groups
 
 def _teams_replies(admin_engine: sa.Engine, database: str) -> dict[str, int]:
     """Teams reply rows per key in the chat vendor's records of the demo's database."""
-    engine = sa.create_engine(admin_engine.url.set(database=database))
+    engine = sa.create_engine(admin_engine.url.set(database=database), hide_parameters=True)
     try:
         with engine.connect() as conn:
             rows = conn.execute(

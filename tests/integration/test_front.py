@@ -226,18 +226,18 @@ def test_approval_decisions_are_made_once(stack, front, agents_file) -> None:
     assert view.waiting_on == f"approval:{approval.id}"
     assert front.get(f"/runs/{run_id}").json()["waiting_on"] == view.waiting_on
     path = f"/approvals/{approval.id}/decision"
-    decided = front.post(path, json={"approve": True, "by": "alice", "reason": None})
+    decided = front.post(path, json={"approve": True, "reason": None})
     assert decided.status_code == 200
     assert decided.json() == {
         "id": approval.id,
         "status": "approved",
-        "decided_by": "alice",
+        "decided_by": "front-token",
         "run_id": run_id,
     }
-    again = front.post(path, json={"approve": False, "by": "bob"})
+    again = front.post(path, json={"approve": False})
     assert again.status_code == 409
     assert again.json()["run_id"] == run_id and "already approved" in again.json()["error"]
-    unknown = front.post(f"/approvals/{uuid.uuid4()}/decision", json={"approve": True, "by": "x"})
+    unknown = front.post(f"/approvals/{uuid.uuid4()}/decision", json={"approve": True})
     assert unknown.status_code == 404 and "does not exist" in unknown.json()["error"]
     assert stack.wait(run_id).status == "succeeded"
     assert front.get("/a2a/tasks/page-1").json()["answer"] == "Paged."
@@ -246,12 +246,12 @@ def test_approval_decisions_are_made_once(stack, front, agents_file) -> None:
 
 def test_stop_fails_a_queued_run_now(stack, front) -> None:
     run_id = _webhook(front, "evt-s").json()["run_id"]
-    stopped = front.post(f"/runs/{run_id}/stop", json={"by": "ops", "reason": "wrong input"})
+    stopped = front.post(f"/runs/{run_id}/stop", json={"reason": "wrong input"})
     assert stopped.status_code == 202
-    assert stopped.json() == {"run_id": run_id, "stopped_now": True}
+    assert stopped.json() == {"run_id": run_id, "stopped_now": True, "by": "front-token"}
     view = front.get(f"/runs/{run_id}").json()
     assert view["status"] == "failed" and "wrong input" in view["failure_reason"]
-    unknown = front.post(f"/runs/{uuid.uuid4()}/stop", json={"by": "ops", "reason": "x"})
+    unknown = front.post(f"/runs/{uuid.uuid4()}/stop", json={"reason": "x"})
     assert unknown.status_code == 404
     assert _counts(stack)["stops"] == 1
 
@@ -276,8 +276,8 @@ GOOD = {
     },
     A2A: {"id": "a", "agent": "reader", "message": "x"},
     TEAMS: {"message_id": "m", "conversation": "c", "sender": "s", "agent": "reader", "text": "x"},
-    DECIDE: {"approve": True, "by": "a", "reason": "ok"},
-    STOP: {"by": "a", "reason": "r"},
+    DECIDE: {"approve": True, "reason": "ok"},
+    STOP: {"reason": "r"},
 }
 OPTIONAL = {A2A: {"id"}, DECIDE: {"reason"}}
 Case = tuple[str, str, dict[str, object], int]

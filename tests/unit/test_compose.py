@@ -115,6 +115,18 @@ def _literal_seal_keys(doc: dict[str, Any]) -> None:
     doc["services"]["worker"]["environment"] = env
 
 
+def _front_token(value: str | None) -> Callable[[dict[str, Any]], None]:
+    def mutate(doc: dict[str, Any]) -> None:
+        env = dict(doc["services"]["app"]["environment"])
+        if value is None:
+            del env["LIYAGENT_FRONT_TOKEN"]
+        else:
+            env["LIYAGENT_FRONT_TOKEN"] = value
+        doc["services"]["app"]["environment"] = env
+
+    return mutate
+
+
 def _other_dockerfile(doc: dict[str, Any]) -> None:
     doc["services"]["beat"]["build"] = {"context": "..", "dockerfile": "Dockerfile"}
 
@@ -169,6 +181,17 @@ def _undocumented_variable(doc: dict[str, Any]) -> None:
         ),
         pytest.param(_obsolete_version, "version", id="obsolete-version-key"),
         pytest.param(_literal_seal_keys, "LIYAGENT_SEAL_KEYS", id="seal-keys-in-file"),
+        pytest.param(
+            _front_token(None),
+            "services.app.environment: LIYAGENT_FRONT_TOKEN must be set",
+            id="front-token-missing",
+        ),
+        pytest.param(_front_token("t0k"), "LIYAGENT_FRONT_TOKEN", id="front-token-literal"),
+        pytest.param(
+            _front_token("${LIYAGENT_FRONT_TOKEN:-}"),
+            "LIYAGENT_FRONT_TOKEN: must be required",
+            id="front-token-may-be-empty",
+        ),
         pytest.param(_other_dockerfile, "compose/Dockerfile", id="other-dockerfile"),
         pytest.param(
             _set("beat", "image", "liyagent:other"), "one image name", id="second-image-name"
@@ -286,5 +309,11 @@ def test_real_file_shape() -> None:
         "LIYAGENT_DATABASE_URL": env["LIYAGENT_DATABASE_URL"]
     }
     assert {"LIYAGENT_SEAL_KEYS", "FLOWER_BASIC_AUTH", "POSTGRES_PASSWORD"} <= names
+    # The front gets a bearer token (without one it answers 503 to every request), and the
+    # rest of the shared environment with it.
+    app_env = services["app"]["environment"]
+    assert app_env["LIYAGENT_FRONT_TOKEN"] == validate_module.PLACEHOLDER
+    assert "LIYAGENT_FRONT_TOKEN" in names
+    assert {k: app_env[k] for k in env} == env
     for name in ("app", "worker", "ops-worker", "flower", "simulators", "postgres", "redis"):
         assert "healthcheck" in services[name], name

@@ -1,0 +1,143 @@
+"""The front's tokens name principals with rights: who decides or stops is the token's
+principal (never a name in the body), a token without a right gets 403 naming it, stops of
+runs and agents are lifted over HTTP, and a request key that names another request is 409."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import warnings
+from dataclasses import replace
+
+import pytest
+from starlette.exceptions import StarletteDeprecationWarning
+
+from front.app import create_app
+from front.auth import token_digest
+from runtime import services as runtime_services
+from tests.support.scripts import call, final, step
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
+
+RIGHTS = {"alice": ["decide"], "ops": ["stop"], "ci": ["start"], "viewer": []}
+PAGE = [
+    step(call("toolu_p1", "incident.page", title="Checkout down", severity="sev1")),
+    final("Paged."),
+]
+
+
+def _bearer(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer token-of-{name}"}
+
+
+@pytest.fixture
+def front(stack, tmp_path):
+    catalog = {"agents": {"reader": {"model": {"provider": "scripted",
+                                               "script": {"steps": [final("ok")]}}}}}  # fmt: skip
+    agents = tmp_path / "agents.json"
+    agents.write_text(json.dumps(catalog))
+    tokens = tmp_path / "tokens.json"
+    entries = [
+        {"principal": name, "sha256": token_digest(f"token-of-{name}"), "rights": rights}
+        for name, rights in RIGHTS.items()
+    ]
+    tokens.write_text(json.dumps({"tokens": entries}))
+    settings = replace(stack.settings, agents_file=str(agents), front_tokens_file=str(tokens))
+    services = runtime_services.build(settings, stack.services.publisher, sealer=stack.sealer)
+    with TestClient(create_app(services)) as client:
+        yield client
+    services.redis.close()
+
+
+def _count(stack, table: str) -> int:
+    return stack.rows(f"SELECT count(*) AS n FROM {table}")[0].n
+
+
+def _hook(front, who: str, event: str = "e1", text: str = "read T-7"):
+    return front.post("/webhooks/reader", json={"event_id": event, "input": text},
+                      headers=_bearer(who))  # fmt: skip
+
+
+def test_rights_are_checked_and_each_missing_one_is_named(stack, front) -> None:
+    refused = _hook(front, "viewer")
+    assert refused.status_code == 403
+    assert refused.json()["right"] == "start" and "principal viewer" in refused.json()["error"]
+    assert (
+        front.post("/webhooks/reader", json={}, headers={"Authorization": "Bearer x"}).status_code
+        == 401
+    )
+    started = _hook(front, "ci")
+    assert started.status_code == 202
+    run_id = started.json()["run_id"]
+    assert front.get(f"/runs/{run_id}", headers=_bearer("viewer")).status_code == 200
+    for who, path, body, right in [
+        ("ci", f"/runs/{run_id}/stop", {"reason": "r"}, "stop"),
+        ("alice", "/agents/reader/stop", {"reason": "r"}, "stop"),
+        ("ops", f"/approvals/{uuid.uuid4()}/decision", {"approve": True}, "decide"),
+        ("viewer", f"/runs/{run_id}/stop/lift", {}, "stop"),
+    ]:
+        answer = front.post(path, json=body, headers=_bearer(who))
+        assert answer.status_code == 403 and answer.json()["right"] == right, (who, path)
+    assert _count(stack, "stops") == 0
+
+
+def test_who_stops_and_lifts_is_the_tokens_principal(stack, front) -> None:
+    run_id = _hook(front, "ci").json()["run_id"]
+    spoofed = front.post(f"/runs/{run_id}/stop", json={"reason": "r", "by": "alice"},
+                         headers=_bearer("ops"))  # fmt: skip
+    assert spoofed.status_code == 400 and "principal of your bearer token (ops)" in spoofed.text
+    assert _count(stack, "stops") == 0
+    stopped = front.post(f"/runs/{run_id}/stop", json={"reason": "wrong input"},
+                         headers=_bearer("ops"))  # fmt: skip
+    assert stopped.status_code == 202 and stopped.json()["by"] == "ops"
+    view = stack.client.get(run_id)
+    assert (view.status, view.failure_reason) == ("failed", "stopped by ops: wrong input")
+    lifted = front.post(f"/runs/{run_id}/stop/lift", json={}, headers=_bearer("ops"))
+    assert lifted.status_code == 200 and lifted.json()["by"] == "ops"
+    again = front.post(f"/runs/{run_id}/stop/lift", json={}, headers=_bearer("ops"))
+    assert again.status_code == 404 and "no stop stands" in again.json()["error"]
+    assert front.post("/agents/ghost/stop", json={"reason": "r"},
+                      headers=_bearer("ops")).status_code == 404  # fmt: skip
+    assert front.post("/agents/a:b/stop", json={"reason": "r"},
+                      headers=_bearer("ops")).status_code == 400  # fmt: skip
+    paused = front.post("/agents/reader/stop", json={"reason": "paused"}, headers=_bearer("ops"))
+    assert paused.status_code == 202, paused.text
+    lift = front.post("/agents/reader/stop/lift", json={"reason": "fixed"}, headers=_bearer("ops"))
+    assert lift.status_code == 200 and len(lift.json()["lifted"]) == 1
+    rows = stack.rows("SELECT created_by, lifted_by FROM stops ORDER BY id")
+    assert [(r.created_by, r.lifted_by) for r in rows] == [("ops", "ops"), ("ops", "ops")]
+    audit = stack.rows(
+        "SELECT detail FROM audit_events WHERE kind IN ('agent.stop.created', "
+        "'agent.stop.lifted') ORDER BY id"
+    )
+    assert [a.detail["by"] for a in audit] == ["ops"] * 4
+
+
+def test_who_decides_is_the_tokens_principal(stack, front) -> None:
+    stack.worker("w1")
+    run_id = stack.start(PAGE)
+    stack.client.wait(run_id, timeout_s=60, until=frozenset({"waiting"}))
+    [approval] = stack.client.approvals(run_id)
+    path = f"/approvals/{approval.id}/decision"
+    spoofed = front.post(path, json={"approve": True, "by": "bob"}, headers=_bearer("alice"))
+    assert spoofed.status_code == 400
+    assert stack.client.approvals(run_id)[0].status == "pending"
+    decided = front.post(path, json={"approve": True}, headers=_bearer("alice"))
+    assert decided.status_code == 200 and decided.json()["decided_by"] == "alice"
+    assert stack.wait(run_id).status == "succeeded"
+    [audit] = stack.rows("SELECT detail FROM audit_events WHERE kind = 'agent.approval.decided'")
+    assert audit.detail["by"] == "alice"
+
+
+def test_a_request_key_with_another_request_is_409(stack, front) -> None:
+    first = _hook(front, "ci", "evt-9")
+    assert _hook(front, "ci", "evt-9").json() == {**first.json(), "created": False}
+    other = _hook(front, "ci", "evt-9", text="something else")
+    assert other.status_code == 409
+    body = other.json()
+    assert body["run_id"] == first.json()["run_id"]
+    assert body["stored_digest"] != body["given_digest"]
+    assert body["stored_digest"] in body["error"] and body["given_digest"] in body["error"]
+    assert _count(stack, "runs") == 1

@@ -1,0 +1,175 @@
+"""Operator-facing pieces that need no services: every engine hides SQL parameters, ids are
+never wrapped in tables, the trials say when nothing was caught in flight, job parameters are
+checked per kind, bad URLs are clear errors, the front's token configuration, and the facts an
+error leaves in logs."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from front.auth import SHARED_PRINCIPAL, Right, load_tokens, token_digest
+from liyagent.local.verdict import Verdict, summary_line, write_report
+from liyagent.reporting import render_recent, render_view
+from runtime.client import RunView
+from runtime.jobs import JOB_KINDS, JobError
+from runtime.redact import error_facts
+from runtime.settings import ConfigError, Settings, database_url, redis_url
+from store.views import RunSummary
+
+ROOT = Path(__file__).resolve().parents[2]
+SKIP = {".venv", ".git", "node_modules"}
+
+
+def _engine_calls() -> list[tuple[str, ast.Call]]:
+    found = []
+    for path in ROOT.rglob("*.py"):
+        if SKIP & set(path.relative_to(ROOT).parts):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+                if name == "create_engine":
+                    found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node))
+    return found
+
+
+def test_every_engine_hides_sql_parameters() -> None:
+    """Parameters carry users' text; an engine without hide_parameters puts them in every
+    exception message, and from there in logs and audit rows."""
+    calls = _engine_calls()
+    assert len(calls) >= 10  # simulators, store, local deployments, tests
+    for where, call in calls:
+        flags = {k.arg: k.value for k in call.keywords}
+        value = flags.get("hide_parameters")
+        assert isinstance(value, ast.Constant) and value.value is True, where
+
+
+def _summary(run_id: str) -> RunSummary:
+    now = datetime.now(UTC)
+    return RunSummary(run_id, "support-bot", "agent", "failed", 3, 2, 7, "x", now, now, now)
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+def test_tables_never_wrap_a_run_id(width: int) -> None:
+    run_id = str(uuid.uuid4())
+    for render in (
+        lambda c: render_recent(c, [_summary(run_id)]),
+        lambda c: render_view(c, RunView(run_id, "failed", 3, 2, 7, None, "lost", None)),
+    ):
+        buffer = io.StringIO()
+        render(Console(file=buffer, width=width, highlight=False, color_system=None))
+        assert run_id in buffer.getvalue(), buffer.getvalue()
+
+
+def test_trials_with_nothing_in_flight_say_so(tmp_path: Path) -> None:
+    empty = Verdict(trials=3, rounds=1)
+    line = summary_line(empty)
+    assert "None" not in line
+    assert "no trial was caught in flight, so no recovery time was measured" in line
+    timed = Verdict(trials=3, rounds=1, caught_in_flight=1, recovery_s=[4.25])
+    assert "recovery p50 4.25 s" in summary_line(timed)
+    png = write_report(empty, tmp_path / "trials.json", {})
+    assert png.stat().st_size > 0
+    assert json.loads((tmp_path / "trials.json").read_text())["recovery_s"]["p50"] is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "says"),
+    [
+        ("source_sync", {}, "source: Field required"),
+        ("source_sync", {"source": "ftp://x"}, "dir:<path> or an http(s) URL"),
+        ("source_sync", {"source": "dir:/x", "page_size": 0}, "page_size"),
+        ("fine_tune", {"model": "m"}, "dataset: Field required"),
+        ("classifier_training", {"examples": []}, "examples"),
+        ("classifier_training", {"examples": [{"text": "a"}]}, "examples.0.label"),
+        ("red_team", {"agent": "a b", "probes": [{"prompt": "p", "forbidden_tool": "t"}]}, "agent"),
+        ("source_sync", {"source": "dir:/x", "pagesize": 3}, "pagesize: Extra inputs"),
+    ],
+)
+def test_job_params_are_checked_per_kind(kind: str, params: dict, says: str) -> None:
+    with pytest.raises(JobError, match="bad parameters") as caught:
+        JOB_KINDS[kind].check(params)
+    assert says in str(caught.value)
+
+
+def test_good_job_params_pass() -> None:
+    JOB_KINDS["source_sync"].check({"source": "dir:/tmp", "page_size": 3})
+    JOB_KINDS["fine_tune"].check({"model": "m", "dataset": "d", "poll_s": 0.5})
+    JOB_KINDS["classifier_training"].check({"examples": [{"text": "a", "label": "b"}]})
+    JOB_KINDS["red_team"].check(
+        {"agent": "support-bot", "probes": [{"prompt": "p", "forbidden_tool": "x"}]}
+    )
+
+
+def test_urls_are_checked_with_clear_errors() -> None:
+    with pytest.raises(ConfigError, match="LIYAGENT_REDIS_URL='notaurl' is not a Redis URL"):
+        redis_url("notaurl")
+    with pytest.raises(ConfigError, match="'mysql' is not supported"):
+        database_url("mysql://x", "--url")
+    assert database_url("postgresql://u@h/db").startswith("postgresql+psycopg://u@h/db")
+    assert redis_url("rediss://h:6380/1") == "rediss://h:6380/1"
+
+
+def _settings(**changes: str) -> Settings:
+    return Settings(**changes)  # type: ignore[arg-type]
+
+
+def test_front_tokens_map_to_principals() -> None:
+    entries = [
+        {"principal": "alice", "sha256": token_digest("a-secret"), "rights": ["decide"]},
+        {"principal": "ci", "sha256": token_digest("c-secret"), "rights": ["start"]},
+    ]
+    tokens = load_tokens(
+        _settings(front_tokens=json.dumps({"tokens": entries}), front_token="shared")
+    )
+    alice, ci, shared = (tokens.find(t) for t in ("a-secret", "c-secret", "shared"))
+    assert alice is not None and (alice.name, alice.rights) == ("alice", {Right.DECIDE})
+    assert ci is not None and ci.rights == {Right.START}
+    assert shared is not None and shared.name == SHARED_PRINCIPAL and shared.rights == set(Right)
+    assert tokens.find("a-secre") is None and tokens.find("") is None
+    assert token_digest("x") == hashlib.sha256(b"x").hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ("{", "is not JSON"),
+        ('{"tokens": {}}', '{"tokens": [...]}'),
+        ('[{"principal": "a", "token": "plain", "rights": []}]', "each token is"),
+        ('[{"principal": "a", "sha256": "abc", "rights": []}]', "64 lowercase hex"),
+        (json.dumps([{"principal": "a", "sha256": "0" * 64, "rights": ["root"]}]), "root"),
+        (json.dumps([{"principal": "", "sha256": "0" * 64, "rights": []}]), "one line"),
+        (
+            json.dumps([{"principal": n, "sha256": "0" * 64, "rights": []} for n in "ab"]),
+            "configured twice",
+        ),
+    ],
+)
+def test_bad_token_configurations_are_refused(config: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=r"LIYAGENT_FRONT_TOKENS|twice") as caught:
+        load_tokens(_settings(front_tokens=config))
+    assert says in str(caught.value)
+
+
+def test_a_missing_tokens_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"LIYAGENT_FRONT_TOKENS_FILE=.*cannot read"):
+        load_tokens(_settings(front_tokens_file=str(tmp_path / "none.json")))
+
+
+def test_error_facts_carry_no_message() -> None:
+    try:
+        raise ValueError("secret user text")
+    except ValueError as exc:
+        facts = error_facts(exc)
+    assert facts["error"] == "ValueError" and "test_ops_units.py" in facts["where"]
+    assert "secret user text" not in json.dumps(facts)
