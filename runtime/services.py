@@ -57,6 +57,10 @@ class Services:
             from runtime.models.openai import OpenAIProvider
 
             return OpenAIProvider(model)
+        if provider == "anthropic":
+            from runtime.models.anthropic import AnthropicProvider
+
+            return AnthropicProvider(model)
         raise ModelError(
             f"run {run.id}: model provider {provider!r} is not available in this worker",
             retryable=False,

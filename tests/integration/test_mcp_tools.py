@@ -9,14 +9,17 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import free_port
-from runtime import mcp_tools
-from runtime.tools import ToolDeclarationError, ToolKind
+from runtime import http, mcp_tools
+from runtime.call_http import CallHTTP
+from runtime.tools import CallContext, ToolDeclarationError, ToolInDoubt, ToolKind
 from tests.support.mcp_server import Served
 from tests.support.scripts import call, final, step
 
@@ -238,9 +241,51 @@ def told_by_call(stack, run_id: str, step: int) -> dict[str, dict]:
     }
 
 
-def wait_for_call(orders: Served, tool: str, timeout: float = 30.0) -> None:
-    import time
+@dataclass
+class Lease:
+    """A stand-in for an attempt's lease: the send guard asks it how long it may still send."""
 
+    until: float
+
+    def send_time_left_s(self) -> float:
+        return self.until - time.monotonic()
+
+    def why_not(self) -> str:
+        return "run r: attempt 1 may not send: its lease may have lapsed"
+
+
+def mcp_tool(orders: Served, name: str):
+    [server] = mcp_tools.load_config(orders.config())
+    return next(t for t in mcp_tools.server_tools(server) if t.name == name)
+
+
+def call_context(key: str = "k-guard", timeout_s: float = 10.0) -> CallContext:
+    http = CallHTTP.for_call(key=key, run_id="r", attempt=1, call="1:c", timeout_s=timeout_s)
+    return CallContext("r", 1, 1, "c", "t", key, True, timeout_s, http)
+
+
+REFUND = {"order_id": "A-g", "amount_cents": 100, "reason": "late"}
+
+
+def test_the_send_guard_stops_an_mcp_call_before_any_byte_leaves(orders) -> None:
+    refund = mcp_tool(orders, "orders.refund_order")
+    with http.guarded(Lease(until=time.monotonic() - 0.01)), pytest.raises(http.SendRefused):
+        refund.invoke(REFUND, call_context())
+    assert orders.calls() == []
+
+
+@pytest.mark.parametrize("orders", [("--slow", "refund_order=3000")], indirect=True)
+def test_an_mcp_call_is_abandoned_when_its_lease_deadline_passes(orders) -> None:
+    refund = mcp_tool(orders, "orders.refund_order")
+    started = time.monotonic()
+    with http.guarded(Lease(until=time.monotonic() + 1.0)), pytest.raises(ToolInDoubt) as info:
+        refund.invoke(REFUND, call_context())
+    assert time.monotonic() - started < 2.5
+    assert "abandoned" in str(info.value)
+    assert len(orders.calls("refund_order")) == 1  # it had left: in doubt, not refused
+
+
+def wait_for_call(orders: Served, tool: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not orders.calls(tool):
         assert time.monotonic() < deadline, f"the MCP server never received {tool}"
