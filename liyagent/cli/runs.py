@@ -21,8 +21,7 @@ from liyagent.cli.common import (
     out,
     print_json,
 )
-from runtime import catalog
-from runtime.client import Client
+from runtime.client import BadRequest, Client
 from runtime.models.scripted import ScriptError, validate_script
 from runtime.settings import get_settings
 from runtime.tools import AgentDef
@@ -106,21 +105,12 @@ def finish(c: Client, run_id: str, args: argparse.Namespace) -> int:
 def _agent(name: str) -> AgentDef:
     """A catalog agent (the catalog file's, or one declared in a tool module); an unknown name
     is bad input (exit 2) listing the agents there are."""
-    from runtime.services import registry_for
+    from liyagent import declared_agent
 
-    settings = get_settings()
     try:
-        return (
-            catalog.load(settings.agents_file)
-            .with_agents(registry_for(settings).agents)
-            .agent(name)
-        )
-    except catalog.CatalogError as exc:
-        raise CliError(
-            f"--agent: {exc} (agents come from {settings.agents_file} and the modules "
-            "LIYAGENT_TOOLS names); nothing was stored",
-            USAGE,
-        ) from None
+        return declared_agent(name)
+    except BadRequest as exc:
+        raise CliError(f"--agent: {exc}; nothing was stored", USAGE) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
+from liyagent.local.procs import ROOT
 from tests.integration.test_cli import cli, run_count
 from tests.support.catalogs import write_catalog
 from tests.support.scripts import call, final, step
@@ -73,3 +76,21 @@ def test_an_unknown_agent_exits_2_listing_the_known_ones(stack, tmp_path: Path) 
     assert "no agent named 'nobody'" in done.stderr and "known: helper" in done.stderr
     assert "nothing was stored" in done.stderr and "Traceback" not in done.stderr
     assert run_count(stack) == 0
+
+
+def test_start_agent_from_python_with_the_public_api(stack, tmp_path: Path) -> None:
+    stack.reconfigure(agents_file=write_catalog(tmp_path / "agents.json", stack.sim_url))
+    stack.worker()
+    code = (
+        "from liyagent import client, start_agent\n"
+        "run = start_agent('helper', 'hello', request_key='py-1')\n"
+        "assert start_agent('helper', 'hello', request_key='py-1') == run\n"
+        "print(client().wait(run, timeout_s=60).answer)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=stack.env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Answer from helper."
+    assert run_count(stack) == 1
