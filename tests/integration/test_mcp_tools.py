@@ -212,14 +212,25 @@ def test_a_keyed_mcp_write_answered_5xx_is_resent_within_its_attempt(stack, orde
     assert stack.told(run_id, 2)[0]["case_id"] == "case_1"
 
 
-@pytest.mark.parametrize("what", ["worker", "beat"])
+COMMANDS = {
+    "worker": ["celery", "-A", "tasks", "worker", "-c", "1"],
+    "beat": ["celery", "-A", "tasks", "beat"],
+    "cli": ["liyagent.cli.main", "run", "--agent", "desk", "--input", "hi"],
+}
+
+
+@pytest.mark.parametrize("what", sorted(COMMANDS))
 def test_an_mcp_server_that_cannot_be_reached_stops_the_process(stack, what) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     config = json.dumps({"servers": [{"name": "billing", "url": url}]})
-    argv = ["celery", "-A", "tasks", what] + (["-c", "1"] if what == "worker" else [])
     env = {**stack.env, "LIYAGENT_MCP_SERVERS": config}
     done = subprocess.run(
-        [sys.executable, "-m", *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", *COMMANDS[what]],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert f"MCP server billing at {url} cannot list its tools" in done.stderr
