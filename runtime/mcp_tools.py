@@ -30,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -192,8 +193,9 @@ def server_tools(server: ServerConfig) -> list[Tool]:
 
 
 def list_tools(server: ServerConfig) -> list[types.Tool]:
+    """The server's tools, or ToolDeclarationError saying why they cannot be listed."""
     try:
-        return asyncio.run(_list(server))
+        return _run(partial(_list, server))
     except ToolDeclarationError:
         raise
     except BaseException as exc:  # any failure to list stops the process
@@ -203,6 +205,17 @@ def list_tools(server: ServerConfig) -> list[types.Tool]:
             f"{SETTING}: MCP server {server.name} at {server.url} cannot list its tools "
             f"({_why(exc)}); start it, fix its url or auth, or remove it from {SETTING}"
         ) from None
+
+
+def _run(make: Callable[[], Coroutine[Any, Any, list[types.Tool]]]) -> list[types.Tool]:
+    """Run a coroutine to its end from sync code, on a thread of its own when this one already
+    runs an event loop (a process that loads its tools inside one, as the front does)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-list") as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 async def _list(server: ServerConfig) -> list[types.Tool]:

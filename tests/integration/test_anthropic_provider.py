@@ -15,22 +15,18 @@ import pytest
 from runtime import http
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelError, StepRequest
-from runtime.state import RunState
-from tests.support.recorded import RecordedServer, Reply, recorded_servers
+from tests.support.recorded import (
+    FINAL,
+    TICKET_TOOL,
+    RecordedServer,
+    Reply,
+    first_step,
+    recorded_servers,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
 KEY_ENV = "LYT_ANTHROPIC_KEY"
-FINAL = "Ticket T-1 is open with priority p2."  # final_text.json
 FIRST_CALL = "toolu_01A09q90qw90lq917835lq9"  # ticket_read_tool_use.json
-TICKET_TOOL = {
-    "name": "ticket.read",
-    "description": "Read a ticket by id.",
-    "parameters": {
-        "type": "object",
-        "properties": {"ticket": {"type": "string"}},
-        "required": ["ticket"],
-    },
-}
 
 
 @pytest.fixture
@@ -55,11 +51,6 @@ def provider_for(server: RecordedServer, **extra: Any) -> AnthropicProvider:
         **extra,
     }
     return AnthropicProvider(spec)
-
-
-def first_step() -> StepRequest:
-    state = RunState.initial("an", "You are a support agent.", "What is T-1's priority?")
-    return StepRequest("run-1", 1, 1, state.messages, [TICKET_TOOL])
 
 
 def later_step() -> StepRequest:

@@ -5,6 +5,7 @@ MCP server's own records of every `tools/call` it received."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -79,6 +80,16 @@ def test_kinds_come_from_annotations_and_the_operators_override(stack, orders) -
     }
     assert "MCP server orders" in tools["orders.refund_order"].origin
     assert orders.calls() == []  # listing calls no tool
+
+
+def test_tools_are_listed_from_inside_a_running_event_loop(orders) -> None:
+    """As the front loads them (its app is built inside uvicorn's loop)."""
+    [server] = mcp_tools.load_config(orders.config())
+
+    async def inside() -> list:
+        return mcp_tools.server_tools(server)
+
+    assert len(asyncio.run(inside())) == 3
 
 
 def test_an_override_of_a_tool_the_server_does_not_serve_is_refused(orders) -> None:

@@ -12,23 +12,19 @@ from typing import Any
 
 import pytest
 
-from runtime.models.base import ModelError, StepRequest
+from runtime.models.base import ModelError
 from runtime.models.openai import OpenAIProvider
-from runtime.state import RunState
-from tests.support.recorded import RecordedServer, Reply, recorded_servers
+from tests.support.recorded import (
+    FINAL,
+    TICKET_TOOL,
+    RecordedServer,
+    Reply,
+    first_step,
+    recorded_servers,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
 TICKET_CALL_ID = "call_Ab3Kp9Lq2Wx7Zt5Rn1Ms8Dv4"  # the id in ticket_read_call.json
-FINAL = "Ticket T-1 is open with priority p2."  # the text in final_text.json
-TICKET_TOOL = {
-    "name": "ticket.read",
-    "description": "Read a ticket by id.",
-    "parameters": {
-        "type": "object",
-        "properties": {"ticket": {"type": "string"}},
-        "required": ["ticket"],
-    },
-}
 
 
 @pytest.fixture
@@ -54,11 +50,6 @@ def provider_for(server: RecordedServer, **extra: Any) -> OpenAIProvider:
         **extra,
     }
     return OpenAIProvider(spec)
-
-
-def first_step() -> StepRequest:
-    state = RunState.initial("oa", "You are a support agent.", "What is T-1's priority?")
-    return StepRequest("run-1", 1, 1, state.messages, [TICKET_TOOL])
 
 
 # --- the provider over loopback ------------------------------------------------------------

@@ -16,6 +16,28 @@ from typing import Any
 
 import httpx
 
+from runtime.models.base import StepRequest
+from runtime.state import RunState
+
+# What both providers' recorded conversations are about: a ticket read, then this answer.
+FINAL = "Ticket T-1 is open with priority p2."
+TICKET_TOOL: dict[str, Any] = {
+    "name": "ticket.read",
+    "description": "Read a ticket by id.",
+    "parameters": {
+        "type": "object",
+        "properties": {"ticket": {"type": "string"}},
+        "required": ["ticket"],
+    },
+}
+
+
+def first_step() -> StepRequest:
+    """Step 1 of a run asking about T-1, with the ticket tool offered."""
+    state = RunState.initial("rec", "You are a support agent.", "What is T-1's priority?")
+    return StepRequest("run-1", 1, 1, state.messages, [TICKET_TOOL])
+
+
 # Answered once the recorded replies run out: a 410 is never retried, so an unexpected extra
 # request fails its run visibly.
 NO_REPLY_LEFT = b'{"type": "error", "error": {"type": "gone", "message": "no recorded reply left"}}'
