@@ -1,21 +1,13 @@
 """Tools served by MCP servers (streamable HTTP, the official `mcp` SDK), made durable.
 
-`LIYAGENT_MCP_SERVERS` names a JSON file (or holds the JSON itself):
-
-    {"servers": [{"name": "orders", "url": "http://127.0.0.1:9000/mcp",
-                  "auth": {"header": "Authorization", "env": "ORDERS_MCP_TOKEN",
-                           "scheme": "Bearer"},
-                  "prefix": "orders.",
-                  "tools": {"create_ticket": {"kind": "keyed_write", "dedupe_window_s": 86400},
-                            "lookup": "read"}}]}
-
-Every process lists each server's tools at start; a server that cannot be reached stops the
-process with a message naming it, as a tool module that does not import does. Each MCP tool
-becomes a `Tool`: a read when its annotations say `readOnlyHint: true`, otherwise a write
-(`idempotentHint` alone is not a key: only the operator, who knows the server dedupes on the
-key, may declare a keyed write), with the operator's override per tool. Its input schema goes
-to the model as is, and the model's arguments are validated against it (jsonschema) before
-anything is marked or sent.
+`LIYAGENT_MCP_SERVERS` lists the servers (`mcp_config.py`: URL, auth header from an environment
+variable, name prefix, per-tool overrides). Every process lists each server's tools at start; a
+server that cannot be reached stops the process with a message naming it, as a tool module that
+does not import does. Each MCP tool becomes a `Tool`: a read when its annotations say
+`readOnlyHint: true`, otherwise a write (`idempotentHint` alone is not a key: only the operator,
+who knows the server dedupes on the key, may declare a keyed write), with the operator's
+override per tool. Its input schema goes to the model as is, and the model's arguments are
+validated against it (jsonschema) before anything is marked or sent.
 
 A call sends the step key as the `Idempotency-Key` header on every HTTP request of the call and
 in the call's `_meta` (`liyagent/idempotency_key`), through the guarded pooled client of
@@ -29,17 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import httpx2
 import jsonschema
-import pydantic
 from jsonschema.validators import validator_for
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -48,6 +37,7 @@ from mcp_types import HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_N
 
 from runtime import http, sdk_http
 from runtime.http import SendRefused
+from runtime.mcp_config import SETTING, ServerConfig, ToolOverride, load_config
 from runtime.models.base import ModelError
 from runtime.models.openai import checked_wire_name
 from runtime.tools import (
@@ -62,7 +52,6 @@ from runtime.tools import (
 )
 from runtime.typed_tools import USER_KINDS, run_coroutine
 
-SETTING = "LIYAGENT_MCP_SERVERS"
 META_KEY = "liyagent/idempotency_key"
 # JSON-RPC errors by which a server says it did not take the call (unknown tool, bad
 # arguments, a stale listing): definite refusals, never in doubt.
@@ -70,107 +59,6 @@ REFUSED_CODES = frozenset({INVALID_PARAMS, METHOD_NOT_FOUND, INVALID_REQUEST, HE
 # A server that pages its listing forever cannot hang a process's start.
 MAX_PAGES = 50
 CLIENT_INFO = types.Implementation(name="liyagent", version="1")
-
-
-class _Strict(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-
-
-class AuthConfig(_Strict):
-    """The auth header of a server: its value is read from the environment variable `env` at
-    each use, never stored in the configuration or with a run."""
-
-    header: str = "Authorization"
-    env: str
-    scheme: str | None = "Bearer"
-
-    def value(self, server: str) -> str:
-        secret = os.environ.get(self.env, "").strip()
-        if not secret:
-            raise ToolDeclarationError(
-                f"{SETTING}: server {server}: the environment variable {self.env} (its auth "
-                "header's value) is not set; set it in this process's environment"
-            )
-        return f"{self.scheme} {secret}" if self.scheme else secret
-
-
-class ToolOverride(_Strict):
-    """The operator's word on one tool: its kind (and a keyed write's dedupe window), and the
-    name the model sees if the server's does not suit."""
-
-    kind: Literal["read", "write", "keyed_write", "approval_write"] | None = None
-    dedupe_window_s: float | None = None
-    name: str | None = None
-
-
-class ServerConfig(_Strict):
-    """One MCP server: where it is, how to authenticate, and what to call its tools."""
-
-    name: str = pydantic.Field(min_length=1)
-    url: str = pydantic.Field(pattern=r"^https?://")
-    auth: AuthConfig | None = None
-    # Put before each tool's name (default: "<name>."), so two servers' tools never collide.
-    prefix: str | None = None
-    tools: dict[str, ToolOverride | Literal["read", "write", "keyed_write", "approval_write"]] = (
-        pydantic.Field(default_factory=dict)
-    )
-    # How long the listing at start may take; a call's timeout is the engine's call timeout.
-    timeout_s: float = pydantic.Field(default=10.0, gt=0)
-
-    def override(self, tool: str) -> ToolOverride:
-        found = self.tools.get(tool)
-        if found is None:
-            return ToolOverride()
-        return ToolOverride(kind=found) if isinstance(found, str) else found
-
-    def our_name(self, tool: str) -> str:
-        renamed = self.override(tool).name
-        if renamed:
-            return renamed
-        return f"{self.name}.{tool}" if self.prefix is None else f"{self.prefix}{tool}"
-
-    def headers(self) -> dict[str, str]:
-        return {} if self.auth is None else {self.auth.header: self.auth.value(self.name)}
-
-
-class McpConfig(_Strict):
-    servers: list[ServerConfig]
-
-
-def load_config(raw: str) -> list[ServerConfig]:
-    """The servers `LIYAGENT_MCP_SERVERS` configures: inline JSON, or the path of a JSON file.
-    A bad configuration raises ToolDeclarationError saying what to fix."""
-    text = raw.strip()
-    if not text:
-        return []
-    if not text.startswith(("{", "[")):
-        path = Path(text).expanduser()
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ToolDeclarationError(
-                f"{SETTING}={raw!r}: cannot read the file ({exc.strerror}); give the path of a "
-                "JSON file or the JSON itself"
-            ) from None
-    try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        raise ToolDeclarationError(f"{SETTING}: not valid JSON ({exc})") from None
-    if isinstance(parsed, list):
-        parsed = {"servers": parsed}
-    try:
-        servers = McpConfig.model_validate(parsed).servers
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ToolDeclarationError(f"{SETTING}: {problems}") from None
-    names = [s.name for s in servers]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ToolDeclarationError(f"{SETTING}: servers named twice: {twice}")
-    return servers
 
 
 def sources(raw: str) -> list[Callable[[], list[Tool]]]:
@@ -223,7 +111,7 @@ async def _list(server: ServerConfig) -> list[types.Tool]:
     try:
         client = sdk_http.async_client(server.timeout_s, server.headers(), lambda: pool)
         tools: list[types.Tool] = []
-        async with _connect(server, client, server.timeout_s) as session:
+        async with client, _connect(server, client, server.timeout_s) as session:
             cursor: str | None = None
             for _ in range(MAX_PAGES):
                 page = await session.list_tools(cursor=cursor, cache_mode="refresh")
@@ -360,7 +248,7 @@ class McpCall:
         )
         try:
             with http.total_timeout(ctx.timeout_s):
-                async with _connect(self.server, client, ctx.timeout_s) as session:
+                async with client, _connect(self.server, client, ctx.timeout_s) as session:
                     # The session's own call_tool would list the tools again after a result to
                     # check its output schema: a request that can fail after the write landed.
                     result = await session.session.send_request(request, types.CallToolResult)

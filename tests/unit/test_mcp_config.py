@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runtime.mcp_tools import load_config
+from runtime.mcp_config import load_config
 from runtime.tools import ToolDeclarationError
 
 SERVER = {"name": "orders", "url": "http://127.0.0.1:9000/mcp"}
