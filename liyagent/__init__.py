@@ -9,7 +9,8 @@ The public surface users build on; everything here is stable, nothing else is:
 
 Tools and agents live in the user's own modules, named by `LIYAGENT_TOOLS` (or the
 `liyagent.tools` entry-point group); workers, beat, the front and the CLI load them at start.
-Runs are started, read and stopped, and approvals decided, through `client()`.
+Runs are started, read and stopped, and approvals decided, through `client()`; a declared
+agent's run starts with `start_agent(name, input)`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,36 @@ def client() -> Client:
     return celery_client()
 
 
+def declared_agent(name: str) -> AgentDef:
+    """The agent named `name`, declared in the catalog file (`LIYAGENT_AGENTS_FILE`) or in
+    Python in a tool module; BadRequest listing the known agents when there is none."""
+    from runtime.catalog import CatalogError, load
+    from runtime.services import registry_for
+    from runtime.settings import get_settings
+
+    settings = get_settings()
+    try:
+        return load(settings.agents_file).with_agents(registry_for(settings).agents).agent(name)
+    except CatalogError as exc:
+        raise BadRequest(
+            f"{exc} (agents come from {settings.agents_file} and the modules LIYAGENT_TOOLS names)"
+        ) from None
+
+
+def start_agent(name: str, user_input: str, *, request_key: str | None = None) -> str:
+    """Start a run of a declared agent with its own model, tools and system prompt; the same
+    request key returns the same run. Returns the run id (wait with `client().wait(id)`)."""
+    definition = declared_agent(name)
+    return client().start_run(
+        agent=name,
+        model=definition.model,
+        user_input=user_input,
+        tools=definition.tools,
+        system=definition.system,
+        request_key=request_key,
+    )
+
+
 def services() -> Services:
     """This process's engine services (settings, database, Redis, tools), for operators' code."""
     from tasks.services import services as celery_services
@@ -66,7 +97,9 @@ __all__ = [
     "ToolKind",
     "agent",
     "client",
+    "declared_agent",
     "services",
+    "start_agent",
     "tool",
     "vendor_json",
 ]

@@ -60,6 +60,10 @@ class Services:
             from runtime.models.openai import OpenAIProvider
 
             return OpenAIProvider(model)
+        if provider == "anthropic":
+            from runtime.models.anthropic import AnthropicProvider
+
+            return AnthropicProvider(model)
         raise ModelError(
             f"run {run.id}: model provider {provider!r} is not available in this worker",
             retryable=False,
@@ -111,16 +115,28 @@ def build(
 
 
 _registry_lock = threading.Lock()
-_registries: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ToolRegistry] = {}
+_registries: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...], str], ToolRegistry] = {}
 
 
 def registry_for(settings: Settings) -> ToolRegistry:
-    """The tools and agents `LIYAGENT_TOOLS` (and entry points) declare, loaded once per
-    process; raises ToolDeclarationError naming the module and tool that are wrong."""
-    key = (tuple(settings.tool_modules), tuple(sorted(settings.tool_kinds.items())))
+    """The tools and agents `LIYAGENT_TOOLS` (and entry points) declare, and the tools of the
+    MCP servers `LIYAGENT_MCP_SERVERS` names, loaded once per process; raises
+    ToolDeclarationError naming the module, server and tool that are wrong."""
+    key = (
+        tuple(settings.tool_modules),
+        tuple(sorted(settings.tool_kinds.items())),
+        settings.mcp_servers,
+    )
     with _registry_lock:
         if key not in _registries:
-            _registries[key] = load_registry(settings.tool_modules, settings.tool_kinds)
+            extra = []
+            if settings.mcp_servers:
+                from runtime import mcp_tools  # the MCP SDK loads only where it is configured
+
+                extra = mcp_tools.sources(settings.mcp_servers)
+            _registries[key] = load_registry(
+                settings.tool_modules, settings.tool_kinds, extra=extra
+            )
         return _registries[key]
 
 

@@ -178,6 +178,9 @@ class Settings:
     # Operators' reclassification of tools, `name=kind` (e.g. chat.reply=read). A call already
     # marked a write stays a write whatever its tool is classified as now (I7).
     tool_kinds: dict[str, str] = field(default_factory=dict)
+    # MCP servers whose tools every process lists at start (LIYAGENT_MCP_SERVERS): the path of
+    # a JSON file, or the JSON itself (see runtime/mcp_tools.py). Empty: none.
+    mcp_servers: str = ""
     # How long a delivered answer is kept, sealed, before the purge job clears it.
     answer_retention_s: int = 86400
     # Agent definitions and cron triggers (JSON); see agents/agents.json.
@@ -208,6 +211,7 @@ class Settings:
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             tool_modules=_env_list("LIYAGENT_TOOLS"),
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
+            mcp_servers=os.environ.get("LIYAGENT_MCP_SERVERS", "").strip(),
             answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
             agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",
             front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),

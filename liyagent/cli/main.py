@@ -42,7 +42,7 @@ from runtime.client import BadRequest, resolve_run_id
 from runtime.models.scripted import ScriptError
 from runtime.sealing import new_key_entry
 from runtime.settings import ConfigError, database_url, get_settings
-from runtime.tools import ToolError
+from runtime.tools import ToolDeclarationError, ToolError
 from runtime.workflow_spec import WorkflowError
 from store.rows import RunNotFound
 
@@ -281,6 +281,8 @@ def _classify(exc: BaseException) -> CliError | None:
         BadRequest | ConfigError | ScriptError | WorkflowError | UnknownTool | sa.exc.ArgumentError,
     ):
         return CliError(str(exc), USAGE)
+    if isinstance(exc, ToolDeclarationError):  # a tool module or MCP server that does not load
+        return CliError(f"{exc}; nothing was stored", USAGE)
     if isinstance(exc, ToolError):  # only raised before a call is sent (a kind made by runs)
         return CliError(f"{exc}; nothing was sent", USAGE)
     if isinstance(exc, RunNotFound):

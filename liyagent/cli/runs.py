@@ -1,5 +1,7 @@
 """`liyagent run`, `workflow` and `job`: start a run of each kind and, with --wait, wait for
-its end. Every input is checked before anything is stored (exit 2)."""
+its end. Every input is checked before anything is stored (exit 2). `run --agent NAME` starts
+a catalog agent (the catalog file's, or one declared in a tool module) with its own model,
+tools and system prompt; `--script FILE` plays scripted model steps for any agent name."""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from liyagent.cli.common import (
     out,
     print_json,
 )
-from runtime.client import Client
+from runtime.client import BadRequest, Client
 from runtime.models.scripted import ScriptError, validate_script
 from runtime.settings import get_settings
+from runtime.tools import AgentDef
 from runtime.workflow_spec import WorkflowError, validate_workflow
 
 
@@ -92,19 +95,37 @@ def finish(c: Client, run_id: str, args: argparse.Namespace) -> int:
     return FAILED
 
 
+def _agent(name: str) -> AgentDef:
+    """A catalog agent (the catalog file's, or one declared in a tool module); an unknown name
+    is bad input (exit 2) listing the agents there are."""
+    from liyagent import declared_agent
+
+    try:
+        return declared_agent(name)
+    except BadRequest as exc:
+        raise CliError(f"--agent: {exc}; nothing was stored", USAGE) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """Enqueue one run with a scripted model; with --wait, wait for its end."""
-    script = _load_script(args.script)
-    tools = _tools(args.tools)
+    """Start a run of a catalog agent, or of any agent name with a scripted model (--script);
+    with --wait, wait for its end."""
     if not args.input.strip():
         raise CliError("--input must not be empty; nothing was stored", USAGE)
+    if args.script is not None:
+        model: dict[str, Any] = {"provider": "scripted", "script": _load_script(args.script)}
+        tools, system = _tools(args.tools), None
+    else:
+        definition = _agent(args.agent)
+        model, system = definition.model, definition.system
+        tools = definition.tools if args.tools is None else _tools(args.tools)
     _check_wait(args)
     c = _client()
     run_id = c.start_run(
         agent=args.agent,
-        model={"provider": "scripted", "script": script},
+        model=model,
         user_input=args.input,
         tools=tools,
+        system=system,
         request_key=args.request_key,
     )
     return finish(c, run_id, args)
@@ -146,12 +167,19 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     """The `run`, `workflow` and `job` sub-commands."""
-    p = sub.add_parser("run", help="start a run with a scripted model")
-    p.add_argument("--agent", required=True, help="agent name")
-    p.add_argument("--script", required=True, metavar="FILE.json", help="scripted model steps")
+    p = sub.add_parser("run", help="start an agent's run (a catalog agent, or a scripted one)")
+    p.add_argument(
+        "--agent",
+        required=True,
+        help="the agent: one in the catalog or declared in Python (its model, tools and system "
+        "prompt), or any name with --script",
+    )
+    p.add_argument("--script", metavar="FILE.json", help="play these scripted model steps instead")
     p.add_argument("--input", required=True, metavar="TEXT", help="the user's message")
     p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
-    p.add_argument("--tools", metavar="a,b", help="the tools the run may use (default: all)")
+    p.add_argument(
+        "--tools", metavar="a,b", help="the tools the run may use (default: the agent's, or all)"
+    )
     add_wait(p)
     add_json(p)
     p.set_defaults(handler=cmd_run)

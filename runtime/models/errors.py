@@ -17,6 +17,7 @@ import httpx
 from runtime.models.base import ModelError
 
 # Statuses that say "not now" rather than "not this request": the same request may succeed.
+# (Every 5xx but PERMANENT_5XX is too, Anthropic's 529 "overloaded" among them.)
 RETRYABLE_STATUSES = frozenset({408, 429})
 # 5xx that describe the request or server, not a transient state: asking again cannot help.
 PERMANENT_5XX = frozenset({501, 505})
@@ -41,9 +42,11 @@ def classify(
     *,
     body: str = "",
     key_env: str = "OPENAI_API_KEY",
+    hints: Mapping[int, str] | None = None,
 ) -> ModelError:
     """The ModelError for a failed call: from its HTTP status (with headers and error body) or,
-    when no response came, from the exception; retryable only when asking again may help."""
+    when no response came, from the exception; retryable only when asking again may help.
+    `hints` replaces the next step said for a status where a provider differs (its base_url)."""
     if status is None:
         return _from_exception(exc)
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
@@ -62,7 +65,9 @@ def classify(
             f"{said}; check that {key_env} holds a valid API key for this base_url",
             retryable=False,
         )
-    hint = _NEXT_STEP.get(status, "see the provider's documentation for this status")
+    hint = {**_NEXT_STEP, **(hints or {})}.get(
+        status, "see the provider's documentation for this status"
+    )
     return ModelError(f"{said}; {hint}", retryable=False)
 
 

@@ -50,12 +50,12 @@ def tool_name(wire: str) -> str:
     return wire.replace("__", ".")
 
 
-def _checked_wire_name(name: str) -> str:
+def checked_wire_name(name: str, provider: str = "an OpenAI-compatible model") -> str:
     """The wire name, refused when the provider would reject it or it would not map back."""
     wire = wire_name(name)
     if not _WIRE_NAME.match(wire) or tool_name(wire) != name:
         raise ModelError(
-            f"tool {name!r} cannot be offered to an OpenAI-compatible model: its name must use "
+            f"tool {name!r} cannot be offered to {provider}: its name must use "
             "only letters, digits, '-', '_' and '.', without '__' or '_' next to '.', "
             "at most 64 characters",
             retryable=False,
@@ -90,7 +90,7 @@ def _chat_tool_call(call: dict[str, Any]) -> dict[str, Any]:
         "id": call["id"],
         "type": "function",
         "function": {
-            "name": _checked_wire_name(str(call["name"])),
+            "name": checked_wire_name(str(call["name"])),
             "arguments": json.dumps(call.get("args") or {}, sort_keys=True),
         },
     }
@@ -102,7 +102,7 @@ def to_chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             "type": "function",
             "function": {
-                "name": _checked_wire_name(str(t["name"])),
+                "name": checked_wire_name(str(t["name"])),
                 "description": t.get("description") or "",
                 "parameters": t.get("parameters") or {"type": "object"},
             },

@@ -4,120 +4,33 @@ the answers it parses, how it classifies failures, and whole runs on a real work
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runtime.models.base import ModelError, StepRequest
+from runtime.models.base import ModelError
 from runtime.models.openai import OpenAIProvider
-from runtime.state import RunState
+from tests.support.recorded import (
+    FINAL,
+    TICKET_TOOL,
+    RecordedServer,
+    Reply,
+    first_step,
+    recorded_servers,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
 TICKET_CALL_ID = "call_Ab3Kp9Lq2Wx7Zt5Rn1Ms8Dv4"  # the id in ticket_read_call.json
-FINAL = "Ticket T-1 is open with priority p2."  # the text in final_text.json
-TICKET_TOOL = {
-    "name": "ticket.read",
-    "description": "Read a ticket by id.",
-    "parameters": {
-        "type": "object",
-        "properties": {"ticket": {"type": "string"}},
-        "required": ["ticket"],
-    },
-}
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One recorded response: its status, headers, fixture body and how long to stall first."""
-
-    fixture: str
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-class RecordedServer:
-    """A real HTTP server on a free loopback port: serves replies in order, keeps each request."""
-
-    def __init__(self, replies: list[Reply]) -> None:
-        self.replies = list(replies)
-        self.received: list[Received] = []
-        self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-    def _next(self, received: Received) -> Reply:
-        with self.lock:
-            self.received.append(received)
-            if not self.replies:
-                # A 410 is not retried, so an unexpected extra request fails the run visibly.
-                return Reply("error_400", status=410)
-            return self.replies.pop(0)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received = Received(self.path, dict(self.headers.items()), json.loads(raw))
-                reply = server._next(received)
-                time.sleep(reply.delay_s)
-                body = (FIXTURES / f"{reply.fixture}.json").read_bytes()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    for name, value in reply.headers.items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test): nobody is left to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep the test output to the assertions
-
-        return Handler
 
 
 @pytest.fixture
 def serve() -> Iterator[Any]:
-    servers: list[RecordedServer] = []
-
-    def start(*replies: Reply) -> RecordedServer:
-        server = RecordedServer(list(replies))
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.close()
+    with recorded_servers(FIXTURES, "/v1") as start:
+        yield start
 
 
 @pytest.fixture
@@ -137,11 +50,6 @@ def provider_for(server: RecordedServer, **extra: Any) -> OpenAIProvider:
         **extra,
     }
     return OpenAIProvider(spec)
-
-
-def first_step() -> StepRequest:
-    state = RunState.initial("oa", "You are a support agent.", "What is T-1's priority?")
-    return StepRequest("run-1", 1, 1, state.messages, [TICKET_TOOL])
 
 
 # --- the provider over loopback ------------------------------------------------------------
@@ -296,16 +204,6 @@ def start_run(stack, server: RecordedServer) -> str:
     )
 
 
-def model_requests(server: RecordedServer, run_id: str) -> list[tuple[int, int, int]]:
-    """(step, attempt, requests) as the model server received them."""
-    counts: dict[tuple[int, int], int] = {}
-    for got in server.received:
-        if got.headers.get("X-Liyagent-Run") == run_id:
-            key = (int(got.headers["X-Liyagent-Step"]), int(got.headers["X-Liyagent-Attempt"]))
-            counts[key] = counts.get(key, 0) + 1
-    return [(step, attempt, n) for (step, attempt), n in sorted(counts.items())]
-
-
 def test_a_run_calls_a_tool_and_answers_on_a_real_worker(stack, serve) -> None:
     server = serve(Reply("ticket_read_call"), Reply("final_text"))
     own_worker(stack)
@@ -332,7 +230,7 @@ def test_a_run_calls_a_tool_and_answers_on_a_real_worker(stack, serve) -> None:
     [result] = [m for m in messages if m["role"] == "tool"]
     assert result["tool_call_id"] == TICKET_CALL_ID
     assert json.loads(result["content"])["id"] == "T-1"
-    assert model_requests(server, run_id) == [(1, 1, 1), (2, 1, 1)]
+    assert server.requests_of(run_id) == [(1, 1, 1), (2, 1, 1)]
 
 
 def test_a_503_is_asked_again_by_the_engine_and_the_run_succeeds(stack, serve) -> None:
@@ -348,7 +246,7 @@ def test_a_503_is_asked_again_by_the_engine_and_the_run_succeeds(stack, serve) -
     # not the HTTP client (which never retries).
     assert len(server.received) == 2
     assert server.received[0].body == server.received[1].body
-    assert model_requests(server, run_id) == [(1, 1, 2)]
+    assert server.requests_of(run_id) == [(1, 1, 2)]
 
 
 def test_a_rejected_key_fails_the_run_with_what_to_do(stack, serve) -> None:

@@ -89,6 +89,7 @@ class Stack:
             "LIYAGENT_SEAL_KEYS": self.seal_keys,
             "LIYAGENT_VENDOR_URL": self.sim_url,
             "LIYAGENT_TOOLS": ",".join(s.tool_modules),
+            "LIYAGENT_MCP_SERVERS": s.mcp_servers,
             SIM_MODEL_KEY_ENV: SIM_MODEL_KEY,
             "LIYAGENT_LOG_FORMAT": "json",
             "LIYAGENT_AGENTS_FILE": s.agents_file,

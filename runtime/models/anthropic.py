@@ -1,0 +1,272 @@
+"""A provider for the Anthropic Messages API: one `messages.create` per step, official SDK.
+
+The SDK's own retries are off (`max_retries=0`): every failure comes back as a ModelError from
+the engine's one classifier (`errors.classify`, which knows 529 overloaded is worth asking
+again) and the engine decides. Its HTTP goes through the process's guarded pooled client
+(`sdk_http.py`), so the send guard applies to model calls too. The spec names the key's
+environment variable (`api_key_env`, default ANTHROPIC_API_KEY), never the key.
+
+Our conversation maps onto the Messages API: system prompts go in `system`; an assistant step
+is its text and `tool_use` blocks (the provider's `toolu_...` ids are kept: they are stable, so
+they give stable step keys); tool results are `tool_result` blocks in the next user turn,
+consecutive ones merged into one turn. Dotted tool names are offered under wire names
+(`ticket.read` as `ticket__read`) and mapped back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import anthropic
+import pydantic
+
+from runtime import http, sdk_http
+from runtime.http import SendRefused
+from runtime.models.base import ModelError, StepAnswer, StepRequest
+from runtime.models.errors import classify
+from runtime.models.openai import checked_wire_name, tool_name
+from runtime.state import Message, ToolCall
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
+PROVIDER = "an Anthropic model"
+# The SDK adds /v1/messages itself, so a base_url ending in /v1 is the usual 404.
+HINTS = {404: "check base_url (the host only, e.g. https://api.anthropic.com) and the model name"}
+
+Block = dict[str, Any]
+
+
+class AnthropicSpec(pydantic.BaseModel):
+    """The provider settings a run's spec carries; never the key itself."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    provider: Literal["anthropic"] = "anthropic"
+    model: str = pydantic.Field(min_length=1)
+    api_key_env: str = pydantic.Field(default=DEFAULT_KEY_ENV, min_length=1)
+    base_url: str = pydantic.Field(default=DEFAULT_BASE_URL, pattern=r"^https?://")
+    # When set, the endpoint is read from this environment variable at call time.
+    base_url_env: str | None = None
+    # Required by the API: the most tokens one step may generate.
+    max_tokens: pydantic.StrictInt = pydantic.Field(default=1024, ge=1)
+    temperature: float | None = pydantic.Field(default=None, ge=0, le=1)
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any]) -> AnthropicSpec:
+        """Read and check the spec's `model` object, so a bad one fails before any request."""
+        try:
+            return cls.model_validate(dict(spec))
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(spec)'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ModelError(
+                f"anthropic model spec: {problems}; known keys: {sorted(cls.model_fields)} (the "
+                "API key is never put in the spec: name its variable in api_key_env)",
+                retryable=False,
+            ) from None
+
+
+def to_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Our conversation as the Messages API takes it: the system text, and turns that
+    alternate user / assistant (consecutive turns of one role merged, tool results first)."""
+    system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "system":
+            continue
+        blocks = _blocks(message)
+        if not blocks:
+            continue
+        wire_role = "assistant" if role == "assistant" else "user"
+        if turns and turns[-1]["role"] == wire_role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": wire_role, "content": blocks})
+    return ("\n\n".join(s for s in system if s) or None), turns
+
+
+def _blocks(message: Message) -> list[Block]:
+    role = message.get("role")
+    if role == "tool":
+        content = str(message.get("content") or "")
+        block: Block = {
+            "type": "tool_result",
+            "tool_use_id": str(message["tool_call_id"]),
+            "content": content,
+        }
+        if _is_error(content):
+            block["is_error"] = True
+        return [block]
+    text = message.get("content")
+    blocks: list[Block] = [{"type": "text", "text": text}] if text else []
+    if role == "assistant":
+        for call in message.get("tool_calls") or []:
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": str(call["id"]),
+                    "name": checked_wire_name(str(call["name"]), PROVIDER),
+                    "input": dict(call.get("args") or {}),
+                }
+            )
+    return blocks
+
+
+def _is_error(content: str) -> bool:
+    """A tool outcome that is an error (a refusal, invalid arguments): flagged for the model."""
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and "error" in parsed
+
+
+def to_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Our tool schemas as Messages API tools, under their wire names."""
+    return [
+        {
+            "name": checked_wire_name(str(t["name"]), PROVIDER),
+            "description": t.get("description") or "",
+            "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
+        }
+        for t in tools
+    ]
+
+
+class AnthropicProvider:
+    """Answers each step with one Messages API request to the configured endpoint."""
+
+    name = "anthropic"
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.config = AnthropicSpec.parse(spec)
+        self._http = sdk_http.sync_client(self.config.timeout_s)
+
+    def next_step(self, request: StepRequest) -> StepAnswer:
+        client = anthropic.Anthropic(
+            api_key=self._env(self.config.api_key_env, "api_key_env", "the provider's API key"),
+            base_url=self._base_url(),
+            max_retries=0,  # the engine decides whether to ask again (errors.classify)
+            timeout=self.config.timeout_s,
+            http_client=self._http,
+        )
+        try:
+            with http.total_timeout(self.config.timeout_s):
+                message = client.messages.create(**self.request_body(request))
+        except anthropic.APIStatusError as exc:
+            raise classify(
+                exc.status_code,
+                exc.response.headers,
+                None,
+                body=exc.response.text,
+                key_env=self.config.api_key_env,
+                hints=HINTS,
+            ) from exc
+        except anthropic.APIConnectionError as exc:
+            raise _no_response(exc) from exc
+        return parse_answer(request.run_id, message.model_dump(mode="json", warnings=False))
+
+    def request_body(self, request: StepRequest) -> dict[str, Any]:
+        """The `messages.create` arguments for one step (the run's headers included)."""
+        system, messages = to_messages(request.messages)
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens,
+            "messages": messages,
+            "extra_headers": request.headers(),
+        }
+        if system:
+            body["system"] = system
+        if request.tools:
+            body["tools"] = to_tools(request.tools)
+        if self.config.temperature is not None:
+            # No longer a named argument of the SDK; older models still take it in the body.
+            body["extra_body"] = {"temperature": self.config.temperature}
+        return body
+
+    def _env(self, name: str, key: str, what: str) -> str:
+        value = os.environ.get(name, "").strip()
+        if not value:
+            raise ModelError(
+                f"the environment variable {name} ({key}) is not set in the worker; set it to "
+                f"{what} and start the worker again",
+                retryable=False,
+            )
+        return value
+
+    def _base_url(self) -> str:
+        env = self.config.base_url_env
+        if env is None:
+            return self.config.base_url.rstrip("/")
+        return self._env(env, "base_url_env", "the Messages API's base URL").rstrip("/")
+
+
+def _no_response(exc: anthropic.APIConnectionError) -> Exception:
+    """No answer came: the send guard's refusal stops the attempt; a timeout or a lost
+    connection is worth asking again; a bad URL is not."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, SendRefused):
+            return cause
+        cause = cause.__cause__
+    inner = exc.__cause__
+    if isinstance(exc, anthropic.APITimeoutError):
+        return classify(None, None, TimeoutError(str(inner or exc)))
+    if inner is not None and type(inner).__name__ in {"UnsupportedProtocol", "InvalidURL"}:
+        return ModelError(
+            f"the model provider cannot be called ({type(inner).__name__}: {inner}); check "
+            "base_url",
+            retryable=False,
+        )
+    what = f"{type(inner).__name__}: {inner}" if inner is not None else str(exc)
+    return classify(None, None, ConnectionError(what))
+
+
+def parse_answer(run_id: str, payload: dict[str, Any]) -> StepAnswer:
+    """The step's answer from a Messages API response: tool_use blocks, else final text."""
+    content = payload.get("content")
+    if not isinstance(content, list):
+        raise ModelError(f"run {run_id}: the model's response has no content list", retryable=False)
+    text = "".join(
+        str(b.get("text") or "") for b in content if isinstance(b, dict) and b.get("type") == "text"
+    )
+    calls = [
+        _tool_call(run_id, b)
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
+    stop = payload.get("stop_reason")
+    if calls and stop == "max_tokens":
+        raise ModelError(
+            f"run {run_id}: the model's answer was cut off at max_tokens while it asked for a "
+            "tool call; raise max_tokens in the run's model spec",
+            retryable=False,
+        )
+    if stop == "tool_use" and not calls:
+        raise ModelError(
+            f"run {run_id}: the model stopped for tool_use without a tool_use block",
+            retryable=False,
+        )
+    return StepAnswer(text=text or None, calls=calls)
+
+
+def _tool_call(run_id: str, block: dict[str, Any]) -> ToolCall:
+    call_id, name, args = block.get("id"), block.get("name"), block.get("input")
+    if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+        raise ModelError(
+            f"run {run_id}: the model asked for a tool_use without an id or name", retryable=False
+        )
+    if not isinstance(args, dict):
+        raise ModelError(
+            f"run {run_id}: tool_use {call_id} has an input that is a JSON "
+            f"{type(args).__name__}, not an object: {json.dumps(args)[:200]}",
+            retryable=False,
+        )
+    return ToolCall(id=call_id, name=tool_name(name), args=args)

@@ -1,0 +1,49 @@
+"""What users are shown imports only the public surface: the README's Python examples and the
+example app import `liyagent` (the top-level package) and nothing else of ours."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INTERNALS = {"runtime", "store", "tasks", "front", "simulators", "celeryconfig", "beat_schedule"}
+
+
+def _ours(source: str) -> set[str]:
+    """Modules of ours a piece of Python imports (liyagent's subpackages included)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            top = name.split(".")[0]
+            if top in INTERNALS or (top == "liyagent" and name != "liyagent"):
+                found.add(name)
+    return found
+
+
+def _readme_python() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    # Python written into files by the README's shell walkthroughs counts too.
+    blocks += re.findall(r"<<'PY'\n(.*?)\nPY\n", text, re.S)
+    return blocks
+
+
+def test_the_readme_examples_import_only_liyagent() -> None:
+    blocks = _readme_python()
+    assert len(blocks) >= 4
+    bad = {name for block in blocks for name in _ours(block)}
+    assert bad == set(), f"README examples import internals: {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.py")), ids=lambda p: p.name)
+def test_the_example_app_imports_only_liyagent(path: Path) -> None:
+    assert _ours(path.read_text()) == set()
