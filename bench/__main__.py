@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import bench
 from bench import counts, kill_trials, sweep_scale, throughput
 from bench.lab import Lab, open_lab, redis_client
 from bench.report import (
@@ -49,6 +48,7 @@ class Options:
     runs_50ms: int
     rounds: int
     latency_runs: int
+    warmup: int
     count_runs: int
     count_steps: int
     sweep_sizes: tuple[int, ...]
@@ -63,10 +63,11 @@ def options(args: argparse.Namespace) -> Options:
     quick = bool(args.quick)
     return Options(
         quick=quick,
-        runs_0ms=args.runs_0ms or (4 if quick else 200),
-        runs_50ms=args.runs_50ms or (4 if quick else 80),
-        rounds=args.rounds or 2,
-        latency_runs=args.latency_runs or (2 if quick else 20),
+        runs_0ms=args.runs_0ms or (3 if quick else 60),
+        runs_50ms=args.runs_50ms or (3 if quick else 40),
+        rounds=args.rounds or (1 if quick else 2),
+        latency_runs=args.latency_runs or (1 if quick else 15),
+        warmup=1 if quick else 4,
         count_runs=args.count_runs or (2 if quick else 20),
         count_steps=4,
         sweep_sizes=tuple(args.sweep_sizes or ((1000,) if quick else (10_000, 100_000))),
@@ -93,17 +94,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="reports/bench",
         help="folder for the JSON and the PNG (default reports/bench)",
     )
+    p.add_argument("--runs-0ms", type=int, help="runs per burst at 0 ms model latency (default 60)")
     p.add_argument(
-        "--runs-0ms", type=int, help="runs per burst at 0 ms model latency (default 200)"
-    )
-    p.add_argument(
-        "--runs-50ms", type=int, help="runs per burst at 50 ms model latency (default 80)"
+        "--runs-50ms", type=int, help="runs per burst at 50 ms model latency (default 40)"
     )
     p.add_argument(
         "--rounds", type=int, help="rounds of bursts per side (default 2; the median is reported)"
     )
     p.add_argument(
-        "--latency-runs", type=int, help="runs one at a time per side for latency (default 20)"
+        "--latency-runs", type=int, help="runs one at a time per side for latency (default 15)"
     )
     p.add_argument(
         "--count-runs", type=int, help="runs per agent in the counting section (default 20)"
@@ -146,11 +145,16 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
         rounds=opts.rounds,
         latency_runs=opts.latency_runs,
         timeout_s=opts.timeout_s,
+        warmup=opts.warmup,
     )
     return {
         "throughput": lambda lab: throughput.measure_throughput(lab, tput),
         "counts": lambda lab: counts.measure_counts(
-            lab, opts.count_runs, opts.count_steps, opts.timeout_s
+            lab,
+            opts.count_runs,
+            opts.count_steps,
+            opts.timeout_s,
+            1.5 if opts.quick else counts.IDLE_FLUSH_S,
         ),
         "scaling": lambda lab: throughput.measure_scaling(lab, tput),
         "sweeps": lambda lab: sweep_scale.measure_sweeps(lab, opts.sweep_sizes, opts.sweep_samples),
@@ -221,7 +225,13 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
         **commit,
         "machine": machine_facts(*versions),
         "settings": {**asdict(opts), "sections": only},
-        "method": bench.METHOD,
+        "method": {
+            "throughput": throughput.__doc__,
+            "counts": counts.__doc__,
+            "scaling": throughput.__doc__,
+            "sweeps": sweep_scale.__doc__,
+            "recovery": kill_trials.__doc__,
+        },
         "sections": {k: s.to_json() for k, s in sections.items()},
         "chart": str(chart),
     }

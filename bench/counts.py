@@ -240,7 +240,7 @@ def _setup(lab: Lab, k: int) -> list[Group]:
         proxied_redis = f"redis://127.0.0.1:{redis_proxy.port}/0"
         settings = lab.settings(proxied_db, proxied_redis)
         groups.append(Group(kind, steps, db, rd, pg_proxy, redis_proxy, settings))
-    procs = lab.workers([(f"count-{g.kind}", g.settings) for g in groups])
+    procs = lab.launch(*[lab.liyagent(f"count-{g.kind}", g.settings) for g in groups])
     for g, proc in zip(groups, procs, strict=True):
         g.worker = proc
         g.side = LiyagentSide(g.settings, lab.seal_keys)
@@ -341,7 +341,7 @@ def _scaled(
     return {m: (rows[m] - (other[m] if other else 0.0)) / divide for m in METRICS}
 
 
-def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float) -> Section:
+def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float, settle_s: float) -> Section:
     """Section 2 (see the module docstring)."""
     section = Section(
         "counts",
@@ -353,12 +353,17 @@ def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float) -> Section:
     notes: list[str] = []
     try:
         _warm(groups, timeout_s)
-        if not _settled(lab, dbs, IDLE_FLUSH_S):
+        if settle_s < IDLE_FLUSH_S:
+            notes.append(
+                f"quick: waited {settle_s:g} s, not {IDLE_FLUSH_S:g} s, before the window: the "
+                "Postgres counters may include the warm-up's unflushed statistics"
+            )
+        if not _settled(lab, dbs, settle_s):
             notes.append("a backend stayed busy: Postgres's counters may lag (see settle)")
         with lab.admin() as conn:
             conn.execute(sa.text("SELECT pg_stat_statements_reset()"))
         tuples_before = {g.database: _tuples(g.database_url) for g in groups}
-        _flushed_or_note(lab, dbs, notes)
+        _flushed_or_note(lab, dbs, notes, settle_s)
         before = _server_counters(lab, groups)
         before.tuples = tuples_before
         window = time.monotonic()
@@ -371,8 +376,7 @@ def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float) -> Section:
         for g in groups:
             if g.side is not None:
                 g.side.close()
-            if g.worker is not None:
-                lab.stop(g.worker)
+        lab.stop(*[g.worker for g in groups if g.worker is not None])
         for g in groups:
             g.pg_proxy.close()
             g.redis_proxy.close()
@@ -431,7 +435,7 @@ def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float) -> Section:
     return section
 
 
-def _flushed_or_note(lab: Lab, dbs: list[str], notes: list[str]) -> None:
+def _flushed_or_note(lab: Lab, dbs: list[str], notes: list[str], settle_s: float) -> None:
     """Wait until the bench's own short connections (which read the table counters) are gone:
     their statistics are flushed when they exit, before the window opens."""
     deadline = time.monotonic() + SETTLE_LIMIT_S
@@ -439,7 +443,7 @@ def _flushed_or_note(lab: Lab, dbs: list[str], notes: list[str]) -> None:
         rows = _backends(lab, dbs)
         # The workers' own idle connections stay; the bench's closed ones disappear. A backend
         # idle for less than the flush interval is one that has just run a statement.
-        if all(r.state == "idle" and float(r.idle_s or 0) >= IDLE_FLUSH_S for r in rows):
+        if all(r.state == "idle" and float(r.idle_s or 0) >= settle_s for r in rows):
             return
         time.sleep(0.1)
     notes.append("the bench's own counter reads were still connected when the window opened")

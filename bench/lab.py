@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import tempfile
 import uuid
@@ -46,6 +47,16 @@ def _pg_settings(durable: bool) -> dict[str, str]:
         "max_connections": "400",
         **(DURABLE if durable else NOT_DURABLE),
     }
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker to start: its name, queue, environment and Celery app module."""
+
+    name: str
+    queue: str
+    env: dict[str, str]
+    app: str = "tasks"
 
 
 @dataclass
@@ -131,37 +142,14 @@ class Lab:
     def _base_env(self) -> dict[str, str]:
         return child_env(Settings(), self.seal_keys)
 
-    def worker(self, name: str, settings: Settings, concurrency: int = 2) -> Proc:
-        """A real liyagent worker (`celery -A tasks worker`, prefork) on the run queue only."""
-        return self.cluster.worker(
-            name, settings.queue, child_env(settings, self.seal_keys), concurrency, ops=False
-        )
+    def liyagent(self, name: str, settings: Settings) -> WorkerSpec:
+        """A liyagent worker (`celery -A tasks worker`) on these settings' run queue."""
+        return WorkerSpec(name, settings.queue, child_env(settings, self.seal_keys))
 
-    def workers(self, specs: list[tuple[str, Settings]], concurrency: int = 2) -> list[Proc]:
-        """Several liyagent workers started at once (each on its own settings), then waited
-        for; faster than one after another."""
-        procs = []
-        for name, settings in specs:
-            argv = worker_argv(name, settings.queue, concurrency)
-            env = child_env(settings, self.seal_keys)
-            proc = Proc(name, argv, env, self.cluster.log_dir / f"{name}.log")
-            self.cluster.procs[name] = proc
-            self.cluster.pids.add(proc.popen.pid)
-            procs.append(proc)
-        for proc in procs:
-            proc.wait_for(r"ready\.", timeout=START_TIMEOUT_S)
-        return procs
-
-    def baseline_worker(
-        self,
-        name: str,
-        database_url: str,
-        redis_url: str,
-        namespace: str,
-        queue: str,
-        concurrency: int = 2,
-    ) -> Proc:
-        """A plain-Celery worker of the baseline app (bench/baseline.py), prefork."""
+    def baseline(
+        self, name: str, database_url: str, redis_url: str, namespace: str, queue: str
+    ) -> WorkerSpec:
+        """A worker of the plain-Celery baseline app (bench/baseline.py)."""
         env = {
             **self._base_env(),
             "BENCH_BASELINE_BROKER": redis_url,
@@ -170,12 +158,30 @@ class Lab:
             "BENCH_BASELINE_DATABASE_URL": database_url,
             "BENCH_VENDOR_URL": self.sim_url,
         }
-        return self.cluster.worker(name, queue, env, concurrency, ops=False, app="bench.baseline")
+        return WorkerSpec(name, queue, env, app="bench.baseline")
 
-    def stop(self, proc: Proc) -> None:
-        """Stop one process cleanly (SIGTERM, then SIGKILL after a grace)."""
-        proc.stop(grace_s=10.0)
-        self.cluster.procs = {k: v for k, v in self.cluster.procs.items() if v is not proc}
+    def launch(self, *specs: WorkerSpec, concurrency: int = 2) -> list[Proc]:
+        """Start these real prefork workers at once, then wait until each is ready."""
+        procs = []
+        for spec in specs:
+            argv = worker_argv(spec.name, spec.queue, concurrency, spec.app)
+            proc = Proc(spec.name, argv, spec.env, self.cluster.log_dir / f"{spec.name}.log")
+            self.cluster.procs[spec.name] = proc
+            self.cluster.pids.add(proc.popen.pid)
+            procs.append(proc)
+        for proc in procs:
+            proc.wait_for(r"ready\.", timeout=START_TIMEOUT_S)
+        return procs
+
+    def stop(self, *procs: Proc) -> None:
+        """Stop these processes cleanly, together (SIGTERM to each group at once, then each is
+        waited for and SIGKILLed if it outlives the grace)."""
+        for proc in procs:
+            if proc.alive():
+                proc.signal_group(signal.SIGTERM)
+        for proc in procs:
+            proc.stop(grace_s=10.0)
+        self.cluster.procs = {k: v for k, v in self.cluster.procs.items() if v not in procs}
 
     def close(self) -> None:
         """Stop every process and server and delete their files."""

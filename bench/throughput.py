@@ -27,7 +27,6 @@ from bench.sides import BaselineSide, LiyagentSide, Side, burst, create_answers_
 
 CONCURRENCY = 2
 LATENCIES_MS = (0, 50)
-WARMUP_RUNS = 4
 THROUGHPUT_RATIO = Target(">=", 0.9)
 ADDED_P50_MS = Target("<=", 3.0)
 SCALING_RATIO = Target(">=", 1.8)
@@ -39,6 +38,7 @@ class ThroughputOptions:
     rounds: int
     latency_runs: int
     timeout_s: float
+    warmup: int = 4
 
 
 def _p50(samples: list[float]) -> float:
@@ -53,7 +53,7 @@ def _one_latency(
     runs = opts.runs[latency_ms]
     out: dict[str, dict[str, Any]] = {s.name: {"bursts": [], "latency_s": []} for s in sides}
     for side in sides:
-        burst(side, steps, WARMUP_RUNS, opts.timeout_s)
+        burst(side, steps, opts.warmup, opts.timeout_s)
     for r in range(opts.rounds):
         for side in sides if r % 2 == 0 else list(reversed(sides)):
             b = burst(side, steps, runs, opts.timeout_s)
@@ -85,12 +85,11 @@ def measure_throughput(lab: Lab, opts: ThroughputOptions) -> Section:
     create_answers_table(base_db)
     settings = lab.settings(engine_db)
     base_ns, base_queue = f"bench:base:{settings.queue}:", f"{settings.queue}-baseline"
-    workers = [
-        lab.worker("tput-liyagent", settings, CONCURRENCY),
-        lab.baseline_worker(
-            "tput-baseline", base_db, lab.redis_url, base_ns, base_queue, CONCURRENCY
-        ),
-    ]
+    workers = lab.launch(
+        lab.liyagent("tput-liyagent", settings),
+        lab.baseline("tput-baseline", base_db, lab.redis_url, base_ns, base_queue),
+        concurrency=CONCURRENCY,
+    )
     ours = LiyagentSide(settings, lab.seal_keys)
     base = BaselineSide(lab.sim_url, base_db, lab.redis_url, base_ns, base_queue)
     try:
@@ -98,8 +97,7 @@ def measure_throughput(lab: Lab, opts: ThroughputOptions) -> Section:
     finally:
         ours.close()
         base.close()
-        for w in workers:
-            lab.stop(w)
+        lab.stop(*workers)
     for ms, got in by_latency.items():
         o, b = got[ours.name], got[base.name]
         ratio = o["runs_per_s"] / b["runs_per_s"]
@@ -161,7 +159,7 @@ def measure_throughput(lab: Lab, opts: ThroughputOptions) -> Section:
         "worker_processes": 1,
         "runs_per_burst": opts.runs,
         "rounds": opts.rounds,
-        "warmup_runs": WARMUP_RUNS,
+        "warmup_runs": opts.warmup,
         "sequential_runs": opts.latency_runs,
         "by_latency_ms": by_latency,
         "baseline": (
@@ -180,18 +178,18 @@ def measure_scaling(lab: Lab, opts: ThroughputOptions) -> Section:
     settings = lab.settings(lab.database("bench_scale"))
     steps = agents.five_step(50)
     runs = opts.runs[50]
-    one = lab.worker("scale-1", settings, CONCURRENCY)
+    (one,) = lab.launch(lab.liyagent("scale-1", settings), concurrency=CONCURRENCY)
     side = LiyagentSide(settings, lab.seal_keys)
     two = None
     samples: dict[str, list[float]] = {"1": [], "2": []}
     try:
-        burst(side, steps, WARMUP_RUNS, opts.timeout_s)
+        burst(side, steps, opts.warmup, opts.timeout_s)
         for r in range(opts.rounds):
             order = ["1", "2"] if r % 2 == 0 else ["2", "1"]
             for n in order:
                 if n == "2" and two is None:
-                    two = lab.worker("scale-2", settings, CONCURRENCY)
-                    burst(side, steps, WARMUP_RUNS, opts.timeout_s)
+                    (two,) = lab.launch(lab.liyagent("scale-2", settings), concurrency=CONCURRENCY)
+                    burst(side, steps, opts.warmup, opts.timeout_s)
                 if n == "1" and two is not None:
                     lab.stop(two)
                     two = None
