@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import counts, kill_trials, sweep_scale, throughput
-from bench.lab import Lab, open_lab, redis_client
+from bench.lab import Lab, open_lab, pg_settings, redis_client
 from bench.report import (
     Section,
     commit_facts,
@@ -34,6 +34,7 @@ from bench.report import (
     write_chart,
     write_json,
 )
+from runtime.settings import Timings
 
 SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery")
 INTERRUPTED = 130
@@ -63,7 +64,7 @@ def options(args: argparse.Namespace) -> Options:
     quick = bool(args.quick)
     return Options(
         quick=quick,
-        runs_0ms=args.runs_0ms or (3 if quick else 60),
+        runs_0ms=args.runs_0ms or (3 if quick else 80),
         runs_50ms=args.runs_50ms or (3 if quick else 40),
         rounds=args.rounds or (1 if quick else 2),
         latency_runs=args.latency_runs or (1 if quick else 15),
@@ -72,7 +73,7 @@ def options(args: argparse.Namespace) -> Options:
         count_steps=4,
         sweep_sizes=tuple(args.sweep_sizes or ((1000,) if quick else (10_000, 100_000))),
         sweep_samples=args.sweep_samples or (3 if quick else 20),
-        trials=args.trials or (3 if quick else 12),
+        trials=args.trials or (3 if quick else 18),
         seed=args.seed,
         durable=not args.not_durable,
         timeout_s=120.0,
@@ -94,7 +95,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="reports/bench",
         help="folder for the JSON and the PNG (default reports/bench)",
     )
-    p.add_argument("--runs-0ms", type=int, help="runs per burst at 0 ms model latency (default 60)")
+    p.add_argument("--runs-0ms", type=int, help="runs per burst at 0 ms model latency (default 80)")
     p.add_argument(
         "--runs-50ms", type=int, help="runs per burst at 50 ms model latency (default 40)"
     )
@@ -114,7 +115,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="running runs for the sweep section (default 10000 100000)",
     )
     p.add_argument("--sweep-samples", type=int, help="sweeps timed per setting (default 20)")
-    p.add_argument("--trials", type=int, help="kill trials for the recovery section (default 12)")
+    p.add_argument("--trials", type=int, help="kill trials for the recovery section (default 18)")
     p.add_argument("--seed", type=int, help="kill-trial seed (repeat a run's kill timings)")
     p.add_argument(
         "--not-durable",
@@ -224,7 +225,12 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
         "seconds": round((finished - started).total_seconds(), 1),
         **commit,
         "machine": machine_facts(*versions),
-        "settings": {**asdict(opts), "sections": only},
+        "settings": {
+            **asdict(opts),
+            "sections": only,
+            "postgres_settings": pg_settings(opts.durable),
+            "timings": asdict(Timings()),
+        },
         "method": {
             "throughput": throughput.__doc__,
             "counts": counts.__doc__,

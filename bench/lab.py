@@ -38,7 +38,8 @@ DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 NOT_DURABLE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
 
-def _pg_settings(durable: bool) -> dict[str, str]:
+def pg_settings(durable: bool) -> dict[str, str]:
+    """The private Postgres's settings: statement statistics, and the durability asked for."""
     return {
         "shared_preload_libraries": "pg_stat_statements",
         "pg_stat_statements.track": "top",
@@ -82,7 +83,7 @@ class Lab:
 
     def start(self) -> Lab:
         """Start Postgres and the main Redis, migrate the template, start the simulators."""
-        self.pg = PrivatePostgres(self.base / "pg", settings=_pg_settings(self.durable))
+        self.pg = PrivatePostgres(self.base / "pg", settings=pg_settings(self.durable))
         self.pg.init().start()
         with self.admin() as conn:
             conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))

@@ -118,7 +118,7 @@ class Section:
 
 
 def console() -> Console:
-    return Console(highlight=False, width=max(110, Console().width))
+    return Console(highlight=False, width=max(130, Console().width))
 
 
 def print_section(out: Console, section: Section) -> None:
@@ -309,26 +309,10 @@ def write_chart(path: Path, sections: dict[str, Section], header: str) -> Path:
     w = sections.get("sweeps")
     if w is not None:
         ax = next(panels)
-        keys = [
-            k
-            for k in (
-                "sweep_p99_10000_0",
-                "sweep_p99_10000_1000",
-                "sweep_p99_100000_0",
-                "sweep_p99_100000_1000",
-            )
-            if w.figure(k)
-        ]
-        labels = [k.replace("sweep_p99_", "").replace("_", " run, ") + " lapsed" for k in keys]
-        f = w.figure("sweep_p99_100000_1000")
-        _bars(
-            ax,
-            labels,
-            [w.value(k) for k in keys],
-            "Sweep p99 (index path)",
-            "ms",
-            f.target if f else None,
-        )
+        sweeps = [f for f in w.figures if f.key.startswith("sweep_p99_")]
+        labels = [f.label.removeprefix("sweep p99, ") for f in sweeps]
+        target = next((f.target for f in sweeps if f.target), None)
+        _bars(ax, labels, [f.value for f in sweeps], "Sweep p99 (index path)", "ms", target)
     r = sections.get("recovery")
     if r is not None:
         ax = next(panels)

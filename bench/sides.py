@@ -89,28 +89,18 @@ class LiyagentSide:
 
     def ended(self, ids: list[str]) -> dict[str, float]:
         """Ended runs (succeeded or failed) and when, in epoch seconds."""
-        with self.services.engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(
-                    "SELECT CAST(id AS text) AS id, EXTRACT(EPOCH FROM finished_at) AS ended "
-                    "FROM runs "
-                    "WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN ('succeeded', 'failed') "
-                    "AND finished_at IS NOT NULL"
-                ),
-                {"ids": ids},
-            ).all()
+        rows = _by_ids(
+            self.services.engine,
+            "SELECT CAST(id AS text) AS id, EXTRACT(EPOCH FROM finished_at) AS ended FROM runs "
+            "WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN ('succeeded', 'failed') "
+            "AND finished_at IS NOT NULL",
+            ids,
+        )
         return {r.id: float(r.ended) for r in rows}
 
     def failed(self, ids: list[str]) -> list[str]:
-        with self.services.engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(
-                    "SELECT CAST(id AS text) AS id FROM runs "
-                    "WHERE id = ANY(CAST(:ids AS uuid[])) AND status <> 'succeeded'"
-                ),
-                {"ids": ids},
-            ).all()
-        return [r.id for r in rows]
+        sql = "SELECT CAST(id AS text) AS id FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+        return [r.id for r in _by_ids(self.services.engine, sql + "AND status <> 'succeeded'", ids)]
 
     def close(self) -> None:
         self.services.redis.close()
@@ -140,14 +130,12 @@ class BaselineSide:
         return job_id
 
     def ended(self, ids: list[str]) -> dict[str, float]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(
-                    "SELECT CAST(job_id AS text) AS id, EXTRACT(EPOCH FROM finished_at) AS ended "
-                    "FROM answers WHERE job_id = ANY(CAST(:ids AS uuid[]))"
-                ),
-                {"ids": ids},
-            ).all()
+        rows = _by_ids(
+            self.engine,
+            "SELECT CAST(job_id AS text) AS id, EXTRACT(EPOCH FROM finished_at) AS ended "
+            "FROM answers WHERE job_id = ANY(CAST(:ids AS uuid[]))",
+            ids,
+        )
         return {r.id: float(r.ended) for r in rows}
 
     def failed(self, ids: list[str]) -> list[str]:
@@ -156,6 +144,12 @@ class BaselineSide:
     def close(self) -> None:
         self.engine.dispose()
         self.app.close()
+
+
+def _by_ids(engine: sa.Engine, sql: str, ids: list[str]) -> list[Any]:
+    """The rows of a query over these run (or job) ids."""
+    with engine.connect() as conn:
+        return list(conn.execute(sa.text(sql), {"ids": ids}).all())
 
 
 def create_answers_table(database_url: str) -> None:

@@ -109,9 +109,15 @@ class Population:
             self.connections.append(client)
 
     def add(self, count: int) -> list[Token]:
+        """Insert `count` running runs spread over the holders (each run claimed by the holder
+        of its lease, as the engine records it) and take their live leases."""
+        tokens: list[Token] = []
         with self.s.engine.connect() as conn:
-            ids = [str(r) for r in insert_running_runs(conn, count)]
-        tokens = [Token(r, 1, self.holders[i % len(self.holders)]) for i, r in enumerate(ids)]
+            for i, holder in enumerate(self.holders):
+                share = count // len(self.holders) + (1 if i < count % len(self.holders) else 0)
+                if share:
+                    ids = insert_running_runs(conn, share, holder=holder)
+                    tokens += [Token(str(r), 1, holder) for r in ids]
         taken = pipelined(self.s, LIVE_TTL_MS, tokens)
         if taken != len(tokens):
             raise RuntimeError(f"took {taken} of {len(tokens)} live leases")
