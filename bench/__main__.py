@@ -3,7 +3,8 @@
 Starts its own Postgres and Redis (private, removed at the end), runs the sections, prints a
 table per section with the targets beside the figures, and writes one JSON file and one PNG
 chart to --out (default reports/bench/). Exit 0 when every section measured (targets missed
-are reported, not an error), 1 when a section could not measure, 130 on Ctrl-C.
+are reported, not an error), 1 when a section could not measure, 3 when the servers cannot
+start (the message says what to install), 130 on Ctrl-C.
 
   python -m bench                      # everything, about 10 minutes on 2 cores
   python -m bench --quick              # a few runs per figure (smoke test, figures are rough)
@@ -23,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import counts, kill_trials, sweep_scale, throughput
-from bench.lab import Lab, open_lab, pg_settings, redis_client
+from bench.lab import Lab, LabError, open_lab, pg_settings, redis_client
 from bench.report import (
     Section,
     commit_facts,
     console,
+    load_average,
     machine_facts,
     print_section,
     print_summary,
@@ -38,6 +40,7 @@ from runtime.settings import Timings
 
 SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery")
 INTERRUPTED = 130
+CANNOT_START = 3
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%d-%H%M%S")
     commit = commit_facts()
+    load_at_start = load_average()
     sections: dict[str, Section] = {}
     versions: tuple[str | None, str | None] = (None, None)
     dirty = " (dirty tree)" if commit["dirty"] else ""
@@ -212,6 +216,9 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
     except KeyboardInterrupt:
         out.print("Interrupted: stopped every process and server the bench started.")
         return INTERRUPTED
+    except LabError as exc:
+        out.print(f"[bold red]error:[/] {exc}")
+        return CANNOT_START
     finished = datetime.now(UTC)
     print_summary(out, list(sections.values()))
     header = f"liyagent bench {stamp} at {(commit['commit'] or '?')[:12]}{dirty}" + (
@@ -224,7 +231,7 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
         "finished_at": finished.isoformat(),
         "seconds": round((finished - started).total_seconds(), 1),
         **commit,
-        "machine": machine_facts(*versions),
+        "machine": machine_facts(*versions, load_at_start),
         "settings": {
             **asdict(opts),
             "sections": only,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -50,6 +51,10 @@ def pg_settings(durable: bool) -> dict[str, str]:
     }
 
 
+class LabError(RuntimeError):
+    """The bench cannot start its servers; the message says what to install or fix."""
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """One worker to start: its name, queue, environment and Celery app module."""
@@ -82,14 +87,32 @@ class Lab:
     # -- servers ---------------------------------------------------------------------------
 
     def start(self) -> Lab:
-        """Start Postgres and the main Redis, migrate the template, start the simulators."""
+        """Start Postgres and the main Redis, migrate the template, start the simulators;
+        LabError says what is missing when a server cannot start."""
         self.pg = PrivatePostgres(self.base / "pg", settings=pg_settings(self.durable))
-        self.pg.init().start()
-        with self.admin() as conn:
-            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+        try:
+            self.pg.init().start()
+        except RuntimeError as exc:  # initdb or pg_ctl not installed
+            raise LabError(str(exc)) from None
+        except subprocess.CalledProcessError as exc:
+            why = (exc.stderr or b"").decode(errors="replace").strip()[-400:]
+            log = self.pg.base / "pg.log"
+            tail = log.read_text(errors="replace")[-400:] if log.exists() else ""
+            raise LabError(f"the private Postgres did not start: {why} {tail}".strip()) from None
+        try:
+            with self.admin() as conn:
+                conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+        except sa.exc.SQLAlchemyError as exc:
+            raise LabError(
+                f"pg_stat_statements is not available ({str(getattr(exc, 'orig', exc)).strip()}): "
+                "install PostgreSQL's contrib modules (Debian: postgresql-contrib)"
+            ) from None
         admin.create_database(self.pg.url, TEMPLATE_DB)
         migrate.upgrade(admin.database_url(self.pg.url, TEMPLATE_DB))
-        self.redis_url = self.new_redis()
+        try:
+            self.redis_url = self.new_redis()
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            raise LabError(f"the private Redis did not start: {exc}") from None
         self.sim_db_url = self.database("bench_sim", migrated=False)
         self.sim_url = self.cluster.simulator(self.sim_db_url, self._base_env())
         return self

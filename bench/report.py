@@ -161,7 +161,8 @@ def print_summary(out: Console, sections: Sequence[Section]) -> None:
                 table.add_row(s.key, f.label, f.shown(), f"{f.target} {f.unit}".strip(), mark)
         if s.error:
             table.add_row(s.key, "[red]section failed[/]", s.error[:60], "-", "n/a")
-    out.print(table)
+    if table.row_count:
+        out.print(table)
 
 
 def commit_facts() -> dict[str, Any]:
@@ -183,15 +184,22 @@ def commit_facts() -> dict[str, Any]:
     }
 
 
-def machine_facts(pg_version: str | None, redis_version: str | None) -> dict[str, Any]:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (a shared machine's noise), if the OS says."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def machine_facts(
+    pg_version: str | None, redis_version: str | None, load_at_start: list[float] | None
+) -> dict[str, Any]:
     return {
         "cores": os.cpu_count(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "postgres": pg_version,
         "redis": redis_version,
-        "load_average_at_end": None if load is None else [round(x, 2) for x in load],
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": load_average(),
     }
 
 
