@@ -26,7 +26,7 @@ before the second. The window's deltas are then read per database:
                  client sends before it reads the answer (pings, pipelines and connection
                  start-ups included; a pipeline of Redis commands is one)
   Redis cmds     INFO commandstats calls, all commands but the bench's own INFO (the broker's
-                 commands included)
+                 included, and those a Lua script runs: a lease script counts each of its calls)
 
 The bench's own queries never touch the engine databases inside the window (completion is read
 from the simulators' records, in their own database). Per run = (group - idle) / R. Per step:
@@ -60,6 +60,7 @@ METRICS = (
     "transactions",
     "write_statements",
     "row_writes",
+    "statement_calls",
     "pg_round_trips",
     "pg_pings",
     "redis_round_trips",
@@ -69,6 +70,7 @@ SHORT = {
     "transactions": "xacts",
     "write_statements": "write stmts",
     "row_writes": "row writes",
+    "statement_calls": "stmt calls",
     "pg_round_trips": "PG trips",
     "pg_pings": "of them pings",
     "redis_round_trips": "Redis trips",
@@ -78,6 +80,7 @@ LABELS = {
     "transactions": "transactions",
     "write_statements": "write statements",
     "row_writes": "row writes",
+    "statement_calls": "statement calls (pg_stat_statements)",
     "pg_round_trips": "Postgres round trips",
     "pg_pings": "of them pings",
     "redis_round_trips": "Redis round trips",
