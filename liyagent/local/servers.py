@@ -64,6 +64,9 @@ class PrivatePostgres:
         self.sock = base / "sock"
         self.port = port or free_port()
         self.settings = dict(settings or {})
+        spaced = [f"{k}={v}" for k, v in self.settings.items() if any(c.isspace() for c in k + v)]
+        if spaced:
+            raise ValueError(f"server settings cannot hold whitespace: {', '.join(spaced)}")
 
     @property
     def url(self) -> str:
