@@ -31,12 +31,13 @@ demo: install
 trials: install
 	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} $(PY) -m pytest tests/unit/test_kill_trials.py -q
 
-# Figures against the design's targets: recovery under kill trials, sweeps at 100k running runs,
-# the per-step cost of the fenced statements. Each uses a throwaway database and Redis namespace.
+# Every figure of issue 12 side by side in one run, against the targets: throughput and added
+# latency vs plain Celery, server-counted Postgres/Redis work per step, scaling, sweeps at 100k
+# running runs, recovery from kill trials. Private Postgres and Redis, removed at the end; a
+# table per section, one JSON and one PNG in reports/bench/. BENCH_ARGS="--quick" or
+# "--only counts" (see `python -m bench --help`).
 bench: install
-	$(PY) bench/kill_trials.py --trials $${LIYAGENT_BENCH_TRIALS:-30}
-	$(PY) bench/sweep_scale.py
-	$(PY) bench/checkpoint_cost.py
+	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache reports

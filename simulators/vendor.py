@@ -70,6 +70,9 @@ class SimulatorHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "liyagent-simulators/1"
     timeout = IDLE_TIMEOUT_S
+    # The status line and headers go out in one write and the body in another: without
+    # TCP_NODELAY, Nagle holds the body until the client's delayed ACK (~40 ms a request).
+    disable_nagle_algorithm = True
 
     def __getattr__(self, name: str) -> Callable[[], None]:
         """Route every ``do_<METHOD>`` here, so even unknown methods are answered and recorded."""

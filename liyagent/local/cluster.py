@@ -55,14 +55,15 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
     }
 
 
-def worker_argv(name: str, queues: str, concurrency: int) -> list[str]:
+def worker_argv(name: str, queues: str, concurrency: int, app: str = "tasks") -> list[str]:
     """The command of one real prefork worker on `queues` (comma-separated), as tests, the
-    demo and the trials start it: no gossip, mingle or heartbeat chatter between workers."""
+    demo and the trials start it: no gossip, mingle or heartbeat chatter between workers.
+    `app` is the Celery app module (the bench also starts a plain-Celery baseline's)."""
     return python(
         "-m",
         "celery",
         "-A",
-        "tasks",
+        app,
         "worker",
         "-Q",
         queues,
@@ -110,10 +111,17 @@ class Cluster:
         return found.group(1)
 
     def worker(
-        self, name: str, queue: str, env: dict[str, str], concurrency: int = 3, ops: bool = True
+        self,
+        name: str,
+        queue: str,
+        env: dict[str, str],
+        concurrency: int = 3,
+        ops: bool = True,
+        app: str = "tasks",
     ) -> Proc:
-        """A real `celery -A tasks worker` (prefork) on the run queue (and its ops queue)."""
-        argv = worker_argv(name, f"{queue},{queue}.ops" if ops else queue, concurrency)
+        """A real `celery -A tasks worker` (prefork) on the run queue (and its ops queue);
+        `app` names another Celery app module (the bench's plain-Celery baseline)."""
+        argv = worker_argv(name, f"{queue},{queue}.ops" if ops else queue, concurrency, app)
         proc, _ = self._start(name, argv, env, r"ready\.")
         self.pids.update(proc.children())
         return proc

@@ -46,9 +46,16 @@ class PrivatePostgres:
     """A throwaway cluster: initdb, start, stop, restart; trust auth, fsync off.
 
     As root the cluster runs as the `postgres` user, which must reach its directory: without a
-    `base`, a fresh directory under the system temp dir is used (and removed by `remove`)."""
+    `base`, a fresh directory under the system temp dir is used (and removed by `remove`).
+    `settings` are extra server settings (`-c name=value`), given after the defaults so they
+    override them (the bench preloads pg_stat_statements and may turn fsync back on)."""
 
-    def __init__(self, base: Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        base: Path | None = None,
+        port: int | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         if base is None:
             base = Path(tempfile.mkdtemp(prefix="liyagent-pg-"))
             base.chmod(0o755)
@@ -56,6 +63,10 @@ class PrivatePostgres:
         self.data = base / "pgdata"
         self.sock = base / "sock"
         self.port = port or free_port()
+        self.settings = dict(settings or {})
+        spaced = [f"{k}={v}" for k, v in self.settings.items() if any(c.isspace() for c in k + v)]
+        if spaced:
+            raise ValueError(f"server settings cannot hold whitespace: {', '.join(spaced)}")
 
     @property
     def url(self) -> str:
@@ -81,6 +92,7 @@ class PrivatePostgres:
             f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
         )
+        opts += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         subprocess.run(
             _as_postgres(
                 [
