@@ -136,6 +136,19 @@ class Settings:
     agents_file: str = "agents/agents.json"
     # Bearer token of the app front; empty refuses every request.
     front_token: str = ""
+    # The front's public base URL as A2A clients reach it (the agent card names its endpoint
+    # there); empty: the URL each request for the card came in on.
+    public_url: str = ""
+    # How long an A2A SendMessage that did not ask to return at once waits for its task to end
+    # or to need a person before answering with the task as it stands (clients then poll).
+    a2a_wait_s: float = 30.0
+    # The Teams bot (Bot Framework): its app id (the audience of the channel's tokens; empty
+    # refuses every activity), the token issuer, the keys endpoint (JWKS) the tokens' signatures
+    # are checked against, and the catalog agent that answers its turns.
+    teams_app_id: str = ""
+    teams_issuer: str = "https://api.botframework.com"
+    teams_jwks_url: str = "https://login.botframework.com/v1/.well-known/keys"
+    teams_agent: str = "teams-helper"
     timings: Timings = field(default_factory=Timings)
 
     @classmethod
@@ -157,6 +170,12 @@ class Settings:
             answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
             agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",
             front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),
+            public_url=os.environ.get("LIYAGENT_PUBLIC_URL", "").rstrip("/"),
+            a2a_wait_s=float(_env_int("LIYAGENT_A2A_WAIT_S", int(cls.a2a_wait_s))),
+            teams_app_id=os.environ.get("LIYAGENT_TEAMS_APP_ID", "").strip(),
+            teams_issuer=os.environ.get("LIYAGENT_TEAMS_ISSUER") or cls.teams_issuer,
+            teams_jwks_url=os.environ.get("LIYAGENT_TEAMS_JWKS_URL") or cls.teams_jwks_url,
+            teams_agent=os.environ.get("LIYAGENT_TEAMS_AGENT") or cls.teams_agent,
             timings=Timings.from_env(),
         )
 
