@@ -74,6 +74,13 @@ DDL: tuple[str, ...] = (
         status text NOT NULL, answer text NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now())""",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_task_id_idx ON sim.a2a_tasks (task_id, id)",
+    "ALTER TABLE sim.a2a_tasks ADD COLUMN IF NOT EXISTS context_id text",
+    # What the Bot Connector received: each post of an activity to a conversation.
+    """CREATE TABLE IF NOT EXISTS sim.connector_activities (
+        id bigserial PRIMARY KEY, conversation text NOT NULL, reply_to_id text,
+        activity jsonb NOT NULL, idem_key text, created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE INDEX IF NOT EXISTS connector_activities_key_idx
+        ON sim.connector_activities (conversation, idem_key)""",
     """CREATE TABLE IF NOT EXISTS sim.fine_tunes (
         id text PRIMARY KEY, model text NOT NULL, dataset text NOT NULL, idem_key text,
         duration_s double precision NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
@@ -86,8 +93,8 @@ _UPDATE = "id, incident_id, body, idem_key, created_at"
 _COMMENT = "id, issue, body, idem_key, created_at"
 _REPLY = "id, conversation, text, cards, idem_key, created_at"
 _NOTIFICATION = "id, channel, text, idem_key, created_at"
-# A task as the remote agent shows it: the client's task id is ``id``, our row id is ``row``.
-_TASK = 'task_id AS id, status, answer, id AS "row"'
+# A task as the remote agent shows it: the task id is ``id``, our row id is ``row``.
+_TASK = 'task_id AS id, status, answer, context_id, id AS "row"'
 _TASK_DETAIL = f"{_TASK}, agent, message, created_at"
 _WINDOW = "created_at > clock_timestamp() - make_interval(secs => :window)"
 # A fine-tune job runs until its duration has passed by the database clock, then has succeeded.
@@ -289,12 +296,23 @@ def notifications(
 
 
 def insert_a2a_task(
-    conn: Connection, task_id: str, agent: str | None, message: str, answer: str
+    conn: Connection,
+    task_id: str,
+    agent: str | None,
+    message: str,
+    answer: str,
+    context_id: str | None = None,
 ) -> Row:
     """Create a completed task row (never deduplicated: a repeated task id adds a row)."""
-    sql = f"""INSERT INTO sim.a2a_tasks (task_id, agent, message, status, answer)
-              VALUES (:task_id, :agent, :message, 'completed', :answer) RETURNING {_TASK}"""
-    params = {"task_id": task_id, "agent": agent, "message": message, "answer": answer}
+    sql = f"""INSERT INTO sim.a2a_tasks (task_id, agent, message, status, answer, context_id)
+              VALUES (:task_id, :agent, :message, 'completed', :answer, :ctx) RETURNING {_TASK}"""
+    params = {
+        "task_id": task_id,
+        "agent": agent,
+        "message": message,
+        "answer": answer,
+        "ctx": context_id,
+    }
     return _inserted(conn, sql, params)
 
 
@@ -302,6 +320,40 @@ def a2a_task(conn: Connection, task_id: str) -> Row | None:
     """The first task row created with ``task_id``, or None."""
     sql = f"SELECT {_TASK_DETAIL} FROM sim.a2a_tasks WHERE task_id = :task_id ORDER BY id LIMIT 1"
     return _one(conn, sql, {"task_id": task_id})
+
+
+_ACTIVITY = (
+    'id::text AS id, conversation, reply_to_id AS "replyToId", activity, '
+    'idem_key AS "idempotencyKey", created_at AS "createdAt"'
+)
+
+
+def insert_connector_activity(
+    conn: Connection,
+    conversation: str,
+    reply_to_id: str | None,
+    activity: dict[str, Any],
+    key: str | None,
+) -> Row:
+    """Keep one post to the Bot Connector (never deduplicated)."""
+    sql = f"""INSERT INTO sim.connector_activities (conversation, reply_to_id, activity, idem_key)
+              VALUES (:conv, :reply_to, CAST(:activity AS jsonb), :key) RETURNING {_ACTIVITY}"""
+    params = {
+        "conv": conversation,
+        "reply_to": reply_to_id,
+        "activity": _json_param(activity),
+        "key": key,
+    }
+    return _inserted(conn, sql, params)
+
+
+def connector_activities(
+    conn: Connection, *, conversation: str | None = None, key: str | None = None
+) -> list[Row]:
+    """Posts to the Bot Connector by conversation and/or idempotency key, oldest first."""
+    where, params = _where({"conversation": conversation, "idem_key": key})
+    sql = f"SELECT {_ACTIVITY} FROM sim.connector_activities {where} ORDER BY id LIMIT {LIST_LIMIT}"
+    return _all(conn, sql, params)
 
 
 def recent_fine_tune(conn: Connection, key: str, window_s: float) -> Row | None:
@@ -393,6 +445,11 @@ def notifications_by_key(conn: Connection) -> dict[str, int]:
 def a2a_tasks_by_id(conn: Connection) -> dict[str, int]:
     """How many task rows the remote agent holds per client task id (more than 1: a duplicate)."""
     return _count_by_key(conn, "a2a_tasks", "task_id")
+
+
+def connector_posts_by_key(conn: Connection) -> dict[str, int]:
+    """How many Bot Connector posts exist per idempotency key (more than 1: posted twice)."""
+    return _count_by_key(conn, "connector_activities")
 
 
 def fine_tunes_by_key(conn: Connection) -> dict[str, int]:

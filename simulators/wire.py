@@ -33,6 +33,7 @@ _VENDORS: Mapping[str, str] = {
     "fine_tunes": "finetune",
     "source": "source",
     "v1": "model",
+    "v3": "connector",
 }
 
 
@@ -91,6 +92,8 @@ class Request:
     call: str | None = None
     # Whether an `Authorization: Bearer ...` header came (its value is never kept).
     bearer: bool = False
+    # The Host header (a card names the URL it was asked on).
+    host: str | None = None
 
     @property
     def vendor(self) -> str:
@@ -177,6 +180,7 @@ def parse_request(
         error=error,
         call=headers.get("x-liyagent-call") or headers.get("x-liyagent-step") or None,
         bearer=headers.get("authorization", "").lower().startswith("bearer "),
+        host=headers.get("host") or None,
     )
 
 
