@@ -26,6 +26,7 @@ from celery import Celery
 
 import celeryconfig
 from liyagent.local import sim_model
+from liyagent.local.botframework import BotChannel
 from liyagent.local.cluster import Cluster, child_env
 from liyagent.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime import services as runtime_services
@@ -37,6 +38,7 @@ from tasks.services import CeleryPublisher
 log = structlog.get_logger(__name__)
 
 CRON_TRIGGER = "trial-cron"
+TEAMS = "trial-teams"
 # An old, fixed base for the trials' cron slots: one slot per round, never a real hour.
 CRON_BASE = datetime(2001, 1, 1, tzinfo=UTC)
 
@@ -74,7 +76,7 @@ def trial_catalog(latency: int) -> dict[str, Any]:
                 ],
                 "Webhook handled.",
             ),
-            "trial-teams": agent(
+            TEAMS: agent(
                 ["ticket.read"],
                 [
                     _step("toolu_tt_read", "ticket.read", latency, ticket="T-2"),
@@ -127,7 +129,10 @@ class TrialDeployment:
             "survivor", self.settings.queue, survivor_env, concurrency=options.survivor_concurrency
         )
         self.cluster.beat(survivor_env)
-        self.front_url = self.cluster.front(self.victim_env())
+        # Teams turns come as Bot Framework activities, signed by a channel of our own whose
+        # keys the front checks; replies go to the connector simulator (the serviceUrl).
+        self.channel = BotChannel().start()
+        self.front_url = self.cluster.front({**self.victim_env(), **self.channel.env(TEAMS)})
         victims = replace(self.settings, queue=self.victim_queue)
         app = Celery("liyagent-trials", set_as_current=False)
         app.conf.update(celeryconfig.config_for(victims))
@@ -142,6 +147,8 @@ class TrialDeployment:
         return child_env(replace(self.settings, queue=self.victim_queue), self.seal_keys)
 
     def stop(self) -> None:
+        if hasattr(self, "channel"):
+            self.channel.stop()
         if hasattr(self, "http"):
             self.http.close()
         if hasattr(self, "services"):
@@ -184,17 +191,13 @@ class TrialSession:
             fire_cron(d.services, CRON_TRIGGER, slot)
             self.trials.append(Trial("cron", CRON_TRIGGER, index, slot))
         if remaining > 1:
-            response = d.http.post(
-                "/teams/messages",
-                json={
-                    "message_id": f"trial-{tag}",
-                    "conversation": f"trial-conv-{tag}",
-                    "sender": "trial-user",
-                    "agent": "trial-teams",
-                    "text": "status?",
-                },
+            activity = d.channel.activity(
+                activity_id=f"trial-{tag}",
+                conversation=f"trial-conv-{tag}",
+                text="status?",
+                service_url=d.settings.vendor_url,
             )
-            response.raise_for_status()
+            d.channel.post(d.http, activity).raise_for_status()
             self.trials.append(Trial("teams", f"trial-{tag}", index))
         if remaining > 2:
             response = d.http.post(
