@@ -43,11 +43,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def keys_client(settings: Settings) -> jwt.PyJWKClient:
-    """The client of the channel's keys endpoint: keys cached for an hour, refreshed when a
-    token names a key it has not seen."""
-    return jwt.PyJWKClient(
-        settings.teams_jwks_url, cache_keys=True, lifespan=3600, timeout=10, cooldown_duration=0
-    )
+    """The client of the channel's keys endpoint: keys cached for an hour, fetched again when a
+    token names a key it has not seen (at most every 30 s, so made-up key ids cannot make the
+    front hammer the endpoint)."""
+    return jwt.PyJWKClient(settings.teams_jwks_url, lifespan=3600, timeout=10)
 
 
 def _refused(why: str) -> FrontError:
