@@ -81,6 +81,17 @@ DDL: tuple[str, ...] = (
         activity jsonb NOT NULL, idem_key text, created_at timestamptz NOT NULL DEFAULT now())""",
     """CREATE INDEX IF NOT EXISTS connector_activities_key_idx
         ON sim.connector_activities (conversation, idem_key)""",
+    # Which bot posted (the app its bearer token was issued to) and with which token.
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS app_id text",
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS token_id bigint",
+    # Bots the token endpoint knows (their password's SHA-256 only) and the tokens it issued.
+    """CREATE TABLE IF NOT EXISTS sim.bots (
+        app_id text PRIMARY KEY, password_sha256 text NOT NULL, token_ttl_s double precision
+        NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE TABLE IF NOT EXISTS sim.bot_tokens (
+        id bigserial PRIMARY KEY, token text NOT NULL UNIQUE, app_id text NOT NULL,
+        issued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        expires_at timestamptz NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS sim.fine_tunes (
         id text PRIMARY KEY, model text NOT NULL, dataset text NOT NULL, idem_key text,
         duration_s double precision NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
@@ -334,17 +345,89 @@ def insert_connector_activity(
     reply_to_id: str | None,
     activity: dict[str, Any],
     key: str | None,
+    bot: BotToken,
 ) -> Row:
-    """Keep one post to the Bot Connector (never deduplicated)."""
-    sql = f"""INSERT INTO sim.connector_activities (conversation, reply_to_id, activity, idem_key)
-              VALUES (:conv, :reply_to, CAST(:activity AS jsonb), :key) RETURNING {_ACTIVITY}"""
+    """Keep one post to the Bot Connector by `bot`'s token (never deduplicated)."""
+    sql = f"""INSERT INTO sim.connector_activities
+                (conversation, reply_to_id, activity, idem_key, app_id, token_id)
+              VALUES (:conv, :reply_to, CAST(:activity AS jsonb), :key, :app_id, :token_id)
+              RETURNING {_ACTIVITY}"""
     params = {
         "conv": conversation,
         "reply_to": reply_to_id,
         "activity": _json_param(activity),
         "key": key,
+        "app_id": bot.app_id,
+        "token_id": bot.token_id,
     }
     return _inserted(conn, sql, params)
+
+
+@dataclass(frozen=True)
+class BotToken:
+    """A token the token endpoint issued and that has not expired: whose it is, and its row."""
+
+    app_id: str
+    token_id: int
+
+
+def upsert_bot(conn: Connection, app_id: str, password_sha256: str, token_ttl_s: float) -> None:
+    """Register a bot with the token endpoint (again: its password and token lifetime change)."""
+    conn.execute(
+        text(
+            """INSERT INTO sim.bots (app_id, password_sha256, token_ttl_s)
+               VALUES (:app_id, :sha, :ttl)
+               ON CONFLICT (app_id) DO UPDATE
+               SET password_sha256 = EXCLUDED.password_sha256, token_ttl_s = EXCLUDED.token_ttl_s"""
+        ),
+        {"app_id": app_id, "sha": password_sha256, "ttl": token_ttl_s},
+    )
+
+
+def bot_password(conn: Connection, app_id: str) -> tuple[str, float] | None:
+    """A registered bot's password hash and token lifetime, or None."""
+    row = conn.execute(
+        text("SELECT password_sha256, token_ttl_s FROM sim.bots WHERE app_id = :a"),
+        {"a": app_id},
+    ).first()
+    return None if row is None else (str(row.password_sha256), float(row.token_ttl_s))
+
+
+def issue_bot_token(conn: Connection, app_id: str, ttl_s: float) -> tuple[str, int]:
+    """A new opaque token for `app_id`, valid for `ttl_s` seconds by the database clock."""
+    token = secrets.token_urlsafe(32)
+    row = conn.execute(
+        text(
+            """INSERT INTO sim.bot_tokens (token, app_id, expires_at)
+               VALUES (:t, :a, clock_timestamp() + make_interval(secs => :ttl)) RETURNING id"""
+        ),
+        {"t": token, "a": app_id, "ttl": ttl_s},
+    ).one()
+    return token, int(row.id)
+
+
+def valid_bot_token(conn: Connection, token: str) -> BotToken | None:
+    """The bot a token was issued to, if the token exists and has not expired."""
+    row = conn.execute(
+        text(
+            """SELECT id, app_id FROM sim.bot_tokens
+               WHERE token = :t AND expires_at > clock_timestamp()"""
+        ),
+        {"t": token},
+    ).first()
+    return None if row is None else BotToken(str(row.app_id), int(row.id))
+
+
+def expire_bot_tokens(conn: Connection, app_id: str) -> int:
+    """Expire every token of `app_id` now (a revocation); how many were still valid."""
+    result = conn.execute(
+        text(
+            """UPDATE sim.bot_tokens SET expires_at = clock_timestamp()
+               WHERE app_id = :a AND expires_at > clock_timestamp()"""
+        ),
+        {"a": app_id},
+    )
+    return int(result.rowcount)
 
 
 def connector_activities(

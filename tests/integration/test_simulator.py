@@ -7,6 +7,7 @@ windows and a 7-document corpus).
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import re
 import secrets
@@ -699,27 +700,133 @@ def reply(text: str = "on it", **fields: Any) -> dict[str, Any]:
     return {"type": "message", "text": text, "attachments": [card], **fields}
 
 
+TOKEN_PATH = "/botframework.com/oauth2/v2.0/token"
+SCOPE = "https://api.botframework.com/.default"
+
+
+def register_bot(sim: Simulator, password: str = "s3cret", ttl_s: float = 3600) -> str:
+    app_id = str(uuid.uuid4())
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    body = {"app_id": app_id, "password_sha256": digest, "token_ttl_s": ttl_s}
+    assert post(sim, "/sim/bots", body).status_code == 201
+    return app_id
+
+
+def ask_token(sim: Simulator, app_id: str, password: str = "s3cret", **form: str):
+    fields = {
+        "grant_type": "client_credentials",
+        "client_id": app_id,
+        "client_secret": password,
+        "scope": SCOPE,
+        **form,
+    }
+    return sim.client.post(TOKEN_PATH, data=fields)
+
+
+def bearer(sim: Simulator, app_id: str) -> dict[str, str]:
+    answer = ask_token(sim, app_id)
+    assert answer.status_code == 200, answer.text
+    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+
+def test_token_endpoint_issues_expiring_tokens_to_registered_bots(
+    sim: Simulator, engine: Engine
+) -> None:
+    app_id = register_bot(sim)
+    answer = ask_token(sim, app_id)
+    assert answer.status_code == 200
+    grant = answer.json()
+    assert grant["token_type"] == "Bearer" and grant["expires_in"] == 3600
+    assert grant["access_token"] != ask_token(sim, app_id).json()["access_token"]
+    refusals = {
+        "wrong password": (ask_token(sim, app_id, "nope"), 401, "invalid_client"),
+        "unknown bot": (ask_token(sim, str(uuid.uuid4())), 401, "invalid_client"),
+        "wrong scope": (ask_token(sim, app_id, scope="https://x/.default"), 400, "invalid_scope"),
+        "wrong grant": (
+            ask_token(sim, app_id, grant_type="password"),
+            400,
+            "unsupported_grant_type",
+        ),
+        "JSON body": (sim.client.post(TOKEN_PATH, json={}), 400, "invalid_request"),
+    }
+    for why, (refused, status, code) in refusals.items():
+        assert (refused.status_code, refused.json()["error"]) == (status, code), why
+    # The records keep the form without its secret.
+    with engine.connect() as conn:
+        bodies = conn.execute(
+            text(
+                "SELECT body FROM sim.requests WHERE vendor = 'login' AND body->>'client_id' = :a"
+            ),
+            {"a": app_id},
+        ).scalars()
+        kept = list(bodies)
+    assert kept and all(b["client_secret"] == "(masked)" for b in kept)
+    assert "s3cret" not in repr(kept)
+    short = register_bot(sim, ttl_s=1)
+    assert ask_token(sim, short).json()["expires_in"] == 1
+
+
+def test_connector_requires_a_valid_bot_token(sim: Simulator, engine: Engine) -> None:
+    path = f"/v3/conversations/{quote('a:1y', safe='')}/activities"
+    app_id = register_bot(sim)
+    auth = bearer(sim, app_id)
+    for headers in ({}, {"Authorization": "Bearer made-up"}, {"Authorization": "Basic x"}):
+        refused = sim.client.post(f"{path}/act-1", json=reply(), headers=headers)
+        assert refused.status_code == 401, headers
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+        assert sim.client.get(path, params={"key": "k"}, headers=headers).status_code == 401
+    assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 201
+    revoked = sim.client.post(f"/sim/bots/{app_id}/revoke")
+    assert revoked.json() == {"expired": 1}
+    assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 401
+    assert (
+        scalar(engine, "SELECT count(*) FROM sim.connector_activities WHERE app_id = :a", a=app_id)
+        == 1
+    )
+    # A token's lifetime ends by the database clock.
+    short = register_bot(sim, ttl_s=1)
+    auth = bearer(sim, short)
+    deadline = time.monotonic() + 10
+    while scalar(
+        engine,
+        "SELECT count(*) FROM sim.bot_tokens WHERE app_id = :a AND expires_at > clock_timestamp()",
+        a=short,
+    ):
+        assert time.monotonic() < deadline, "the 1 s token never expired"
+        time.sleep(0.1)
+    assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 401
+
+
 def test_connector_replies_are_kept_and_listed_by_key(sim: Simulator, engine: Engine) -> None:
     conversation, key = "a:1x;messageid=9", new_key()
     path = f"/v3/conversations/{quote(conversation, safe='')}/activities"
-    first = post(sim, f"{path}/act-1", reply(), key)
-    second = post(sim, f"{path}/act-1", reply("again"), key)
+    app_id = register_bot(sim)
+    auth = bearer(sim, app_id)
+    first = post(sim, f"{path}/act-1", reply(), key, **auth)
+    second = post(sim, f"{path}/act-1", reply("again"), key, **auth)
     assert (first.status_code, second.status_code) == (201, 201)
     assert first.json()["id"] != second.json()["id"]
-    sent = post(sim, path, reply("to all", replyToId="act-2"))
+    sent = post(sim, path, reply("to all", replyToId="act-2"), **auth)
     assert sent.status_code == 201
-    listed = sim.client.get(path, params={"key": key}).json()["activities"]
+    listed = sim.client.get(path, params={"key": key}, headers=auth).json()["activities"]
     assert [(a["replyToId"], a["activity"]["text"]) for a in listed] == [
         ("act-1", "on it"),
         ("act-1", "again"),
     ]
-    assert sim.client.get(path, params={"key": new_key()}).json() == {"activities": []}
-    assert sim.client.get(path).status_code == 400
+    assert sim.client.get(path, params={"key": new_key()}, headers=auth).json() == {
+        "activities": []
+    }
+    assert sim.client.get(path, headers=auth).status_code == 400
     for bad in ({"type": "typing"}, {"type": "message"}, reply(text=5), reply(attachments=[{}])):
-        assert post(sim, f"{path}/act-3", bad).status_code == 400, bad
+        assert post(sim, f"{path}/act-3", bad, **auth).status_code == 400, bad
     with engine.connect() as conn:
         assert connector_posts_by_key(conn)[key] == 2
         assert count_requests(conn, vendor="connector", idem_key=key) == 2
+        kept = conn.execute(
+            text("SELECT DISTINCT app_id FROM sim.connector_activities WHERE idem_key = :k"),
+            {"k": key},
+        ).scalars()
+        assert list(kept) == [app_id]
 
 
 def fine_tune(sim: Simulator, key: str | None = None, **body: Any) -> httpx.Response:
