@@ -144,7 +144,8 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
     catalog = Path(base.agents_file)
     catalog.write_text(json.dumps(sim_model.served(sim_url, batch.catalog()), indent=2) + "\n")
     settings = replace(base, vendor_url=sim_url)
-    env = child_env(settings, state.seal_keys)
+    # The workers reply to Teams turns as the channel's bot, with its token from the simulators.
+    env = {**child_env(settings, state.seal_keys), **state.channel.worker_env(sim_url)}
     t = settings.timings
     out.print(
         f"  Timings (the defaults): lease {t.lease_ttl_ms / 1000:g} s, heartbeat "

@@ -8,9 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-import structlog
-
 from runtime import catalog
+from runtime.bot_connector import BotConnector
 from runtime.call_http import CallHTTP
 from runtime.enqueue import BadRequest, NewRun, enqueue
 from runtime.services import Services
@@ -23,8 +22,6 @@ from store.entries import (
     select_new_teams_messages,
 )
 from store.rows import RunId, RunRow
-
-log = structlog.get_logger(__name__)
 
 
 def start_entry(
@@ -188,13 +185,16 @@ def reply_activity(message: TeamsMessage, text: str) -> dict[str, Any]:
 
 def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
     """Post the turn's reply with its card once, to the activity's Bot Connector (reply to
-    activity: POST {serviceUrl}/v3/conversations/{id}/activities/{activityId}).
+    activity: POST {serviceUrl}/v3/conversations/{id}/activities/{activityId}), as the bot:
+    every connector request carries the bot's token (`bot_connector.py`).
 
-    It is read back by its key first (after this attempt's claim), so an attempt resumed after
-    a crash finds a reply already posted instead of posting it again. A 4xx is a definite
-    refusal (`ToolError`); a 5xx or a timeout leaves it in doubt (`ToolInDoubt`). What remains:
-    a lost attempt's post still being processed by the connector when this read-back runs (the
-    send guard abandoned it before the claim)."""
+    With `LIYAGENT_TEAMS_READ_BACK=on` (the default) it is read back by its key first (after
+    this attempt's claim), so an attempt resumed after a crash finds a reply already posted
+    instead of posting it again; what remains is a lost attempt's post still being processed
+    by the connector when this read-back runs (the send guard abandoned it before the claim).
+    With `off` it is posted without looking: a crash between the post and the delivery record
+    can post it twice. A 4xx is a definite refusal (`ToolError`); a 5xx, a timeout or a token
+    endpoint that cannot be reached leaves it in doubt (`ToolInDoubt`)."""
     with s.engine.connect() as conn:
         message = get_teams_message_of_run(conn, run.id)
     if message is None or not message.service_url:
@@ -207,39 +207,42 @@ def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
         f"{message.service_url.rstrip('/')}/v3/conversations/"
         f"{quote(message.conversation, safe='')}/activities"
     )
-    http = CallHTTP.for_call(
-        key=key,
-        run_id=run.id,
-        attempt=run.attempt,
-        call="teams-reply",
-        timeout_s=s.settings.timings.call_timeout_s,
+    connector = BotConnector(
+        s.settings,
+        CallHTTP.for_call(
+            key=key,
+            run_id=run.id,
+            attempt=run.attempt,
+            call="teams-reply",
+            timeout_s=s.settings.timings.call_timeout_s,
+        ),
     )
-    posted_before = _read_back_reply(http, url, key, run.id)
-    if posted_before is not None:
-        return posted_before
+    if s.settings.teams_read_back:
+        posted_before = _read_back_reply(connector, url, key)
+        if posted_before is not None:
+            return posted_before
     target = f"{url}/{quote(message.message_id, safe='')}"
     body = reply_activity(message, text)
-    posted = vendor_json(f"POST {target}", lambda: http.post(target, json=body))
+    posted = vendor_json(f"POST {target}", lambda: connector.post(target, json=body))
     return {**body, "id": posted.get("id") if isinstance(posted, dict) else None}
 
 
-def _read_back_reply(http: CallHTTP, url: str, key: str, run_id: str) -> dict[str, Any] | None:
-    """The reply already posted with `key`, if the connector lists it. The listing
-    (`GET .../activities?key=K`) is one the connector simulator offers; a connector without it
-    (404 or 405) cannot be asked, so the reply is posted unverified (logged)."""
+def _read_back_reply(connector: BotConnector, url: str, key: str) -> dict[str, Any] | None:
+    """The reply already posted with `key`, if the connector lists it (`GET .../activities?key=K`,
+    which the connector simulator offers). A connector that cannot list (404 or 405) is a
+    refusal naming the setting, never a silent post without read-back."""
     try:
-        found = vendor_json(f"GET {url}", lambda: http.get(url, params={"key": key}))
+        found = vendor_json(f"GET {url}", lambda: connector.get(url, params={"key": key}))
     except ToolError as exc:
         if exc.status not in (404, 405):
             raise
-        log.warning(
-            "teams.reply_unverified",
-            run_id=run_id,
-            error=str(exc),
-            next="this connector cannot list replies by key; a crash after the post and "
-            "before the answer is delivered can post it again",
-        )
-        return None
+        raise ToolError(
+            f"the Bot Connector cannot list replies by key ({exc}), so the reply cannot be read "
+            "back before it is posted; set LIYAGENT_TEAMS_READ_BACK=off on the workers to post "
+            "without read-back (a crash between the post and its delivery record can then post "
+            "it twice)",
+            exc.status,
+        ) from None
     posts = found.get("activities") if isinstance(found, dict) else None
     if not posts:
         return None

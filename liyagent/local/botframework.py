@@ -1,16 +1,21 @@
 """A stand-in for the Bot Framework channel that delivers Teams activities to a bot.
 
 It holds an RSA key of its own, publishes its public half as a JWKS on loopback (the keys
-endpoint the front is told about with `LIYAGENT_TEAMS_JWKS_URL`), signs each delivery's bearer
-JWT as the channel does (issuer, audience = the bot's app id, a `serviceurl` claim, an expiry),
-and posts message activities to the bot's `/api/messages`. The demo, the kill trials and the
-tests deliver their Teams turns with it; a real deployment points the front at Microsoft's keys
-endpoint instead.
+endpoint the front is told about with `LIYAGENT_TEAMS_JWKS_URL`) with the channels the key is
+endorsed for, signs each delivery's bearer JWT as the channel does (issuer, audience = the bot's
+app id, a `serviceurl` claim, an expiry), and posts message activities to the bot's
+`/api/messages`. It also makes up the bot's app password and registers the bot with the
+simulators' token endpoint, so the workers can authenticate their replies to the connector
+simulator (`worker_env`). The demo, the kill trials and the tests deliver their Teams turns with
+it; a real deployment points the front at Microsoft's keys endpoint and the workers at
+Microsoft's token endpoint instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 import threading
 import time
 import uuid
@@ -24,6 +29,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 ISSUER = "https://api.botframework.com"
+# Where the simulators serve the token endpoint (Microsoft's path under its login host).
+TOKEN_PATH = "/botframework.com/oauth2/v2.0/token"
 
 
 def new_key() -> rsa.RSAPrivateKey:
@@ -31,10 +38,13 @@ def new_key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
-def jwk_of(key: rsa.RSAPrivateKey, kid: str) -> dict[str, Any]:
-    """The public half of `key` as a JWK, as the Bot Framework publishes its keys."""
+def jwk_of(
+    key: rsa.RSAPrivateKey, kid: str, endorsements: tuple[str, ...] = ("msteams",)
+) -> dict[str, Any]:
+    """The public half of `key` as a JWK, as the Bot Framework publishes its keys: with the
+    channels it may sign for (`endorsements`)."""
     jwk: dict[str, Any] = RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
-    return {**jwk, "kid": kid, "use": "sig", "alg": "RS256", "endorsements": ["msteams"]}
+    return {**jwk, "kid": kid, "use": "sig", "alg": "RS256", "endorsements": list(endorsements)}
 
 
 class _KeysHandler(BaseHTTPRequestHandler):
@@ -70,11 +80,16 @@ class BotChannel:
     issuer: str = ISSUER
     kid: str = field(default_factory=lambda: f"kid-{uuid.uuid4().hex[:8]}")
     key: rsa.RSAPrivateKey = field(default_factory=new_key, repr=False)
+    # The channels the signing key is endorsed for in the JWKS.
+    endorsements: tuple[str, ...] = ("msteams",)
+    # The bot's app password (client secret) and the lifetime of the tokens it is issued.
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+    token_ttl_s: float = 3600.0
     _server: _KeysServer | None = field(default=None, init=False, repr=False)
 
     def start(self) -> BotChannel:
         """Serve the JWKS on a free loopback port (in a daemon thread)."""
-        self._server = _KeysServer([jwk_of(self.key, self.kid)])
+        self._server = _KeysServer([jwk_of(self.key, self.kid, self.endorsements)])
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -103,6 +118,22 @@ class BotChannel:
             "LIYAGENT_TEAMS_ISSUER": self.issuer,
             "LIYAGENT_TEAMS_JWKS_URL": self.jwks_url,
             "LIYAGENT_TEAMS_AGENT": agent,
+        }
+
+    def register(self, sim_url: str) -> None:
+        """Make the bot known to the simulators' token endpoint (its password's hash only)."""
+        digest = hashlib.sha256(self.password.encode()).hexdigest()
+        body = {"app_id": self.app_id, "password_sha256": digest, "token_ttl_s": self.token_ttl_s}
+        httpx.post(f"{sim_url}/sim/bots", json=body, timeout=10).raise_for_status()
+
+    def worker_env(self, sim_url: str) -> dict[str, str]:
+        """The workers' settings to reply as this bot through the connector simulator at
+        `sim_url` (the bot is registered with its token endpoint first)."""
+        self.register(sim_url)
+        return {
+            "LIYAGENT_TEAMS_APP_ID": self.app_id,
+            "LIYAGENT_TEAMS_APP_PASSWORD": self.password,
+            "LIYAGENT_TEAMS_TOKEN_URL": f"{sim_url.rstrip('/')}{TOKEN_PATH}",
         }
 
     def token(

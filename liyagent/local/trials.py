@@ -110,6 +110,7 @@ class TrialDeployment:
     cluster: Cluster = field(init=False)
     victim_queue: str = field(init=False)
     front_url: str = field(init=False)
+    bot_env: dict[str, str] = field(init=False, default_factory=dict)
 
     def start(self, options: TrialOptions) -> None:
         token = secrets.token_urlsafe(24)
@@ -124,14 +125,16 @@ class TrialDeployment:
         served = sim_model.served(vendor_url, trial_catalog(options.step_latency_ms))
         catalog.write_text(json.dumps(served))
         self.settings = replace(self.settings, vendor_url=vendor_url, agents_file=str(catalog))
-        survivor_env = child_env(self.settings, self.seal_keys)
+        # Teams turns come as Bot Framework activities, signed by a channel of our own whose
+        # keys the front checks; replies go to the connector simulator (the serviceUrl), with
+        # the bot's token from the simulators' token endpoint.
+        self.channel = BotChannel().start()
+        self.bot_env = self.channel.worker_env(vendor_url)
+        survivor_env = {**child_env(self.settings, self.seal_keys), **self.bot_env}
         self.cluster.worker(
             "survivor", self.settings.queue, survivor_env, concurrency=options.survivor_concurrency
         )
         self.cluster.beat(survivor_env)
-        # Teams turns come as Bot Framework activities, signed by a channel of our own whose
-        # keys the front checks; replies go to the connector simulator (the serviceUrl).
-        self.channel = BotChannel().start()
         self.front_url = self.cluster.front({**self.victim_env(), **self.channel.env(TEAMS)})
         victims = replace(self.settings, queue=self.victim_queue)
         app = Celery("liyagent-trials", set_as_current=False)
@@ -144,7 +147,8 @@ class TrialDeployment:
         )
 
     def victim_env(self) -> dict[str, str]:
-        return child_env(replace(self.settings, queue=self.victim_queue), self.seal_keys)
+        env = child_env(replace(self.settings, queue=self.victim_queue), self.seal_keys)
+        return {**env, **self.bot_env}
 
     def stop(self) -> None:
         if hasattr(self, "channel"):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from liyagent.local.botframework import BotChannel
 from runtime.enqueue import NewRun, enqueue
 from runtime.entries import TeamsTurn, fire_cron, intake_teams, receive_teams, start_entry
 from store.entries import EntryLink, purge_answers
@@ -23,6 +24,8 @@ def entries(stack, tmp_path):
     stack.reconfigure(
         agents_file=write_catalog(tmp_path / "agents.json", stack.sim_url, cron_every_s=3600)
     )
+    # The workers reply to Teams turns as a bot the connector simulator knows.
+    stack.extra_env.update(BotChannel().worker_env(stack.sim_url))
     return stack
 
 
