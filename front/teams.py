@@ -5,7 +5,9 @@ keys endpoint (JWKS, `LIYAGENT_TEAMS_JWKS_URL`) publishes, with PyJWT; its issue
 Bot Framework's (`LIYAGENT_TEAMS_ISSUER`), its audience the bot's app id
 (`LIYAGENT_TEAMS_APP_ID`), it must not have expired (five minutes of clock skew allowed), and
 its `serviceurl` claim must name the activity's serviceUrl (the Bot Connector the reply goes
-to). Anything else is refused with 401 and nothing is stored.
+to), and the activity's `channelId` must be among the signing key's `endorsements` in the JWKS
+document (matched by the token's `kid`). Anything else is refused with 401 and nothing is
+stored.
 
 A message activity is stored in the durable inbox before the channel is answered 200, so a
 delivery Teams repeats (at least once) is one row and one turn; its run is started at once, or
@@ -16,6 +18,7 @@ acknowledged and not stored.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,18 +45,52 @@ _MENTION = re.compile(r"<at>.*?</at>", re.IGNORECASE | re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def keys_client(settings: Settings) -> jwt.PyJWKClient:
+class ChannelKeys(jwt.PyJWKClient):
     """The client of the channel's keys endpoint: keys cached for an hour, fetched again when a
     token names a key it has not seen (at most every 30 s, so made-up key ids cannot make the
-    front hammer the endpoint)."""
-    return jwt.PyJWKClient(settings.teams_jwks_url, lifespan=3600, timeout=10)
+    front hammer the endpoint). It also keeps each key's `endorsements` (the channels the key
+    may sign for), which PyJWT's key objects do not carry, from the same JWKS document."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, lifespan=3600, timeout=10)
+        self._endorsements: dict[str, tuple[str, ...]] = {}
+
+    def fetch_data(self) -> Any:
+        """The JWKS document (PyJWT fetches and caches it), with its endorsements kept by kid."""
+        data = super().fetch_data()
+        keys = data.get("keys") if isinstance(data, dict) else None
+        endorsements: dict[str, tuple[str, ...]] = {}
+        for jwk in keys if isinstance(keys, list) else []:
+            if isinstance(jwk, dict) and isinstance(jwk.get("kid"), str):
+                listed = jwk.get("endorsements")
+                names = listed if isinstance(listed, list) else []
+                endorsements[jwk["kid"]] = tuple(n for n in names if isinstance(n, str))
+        self._endorsements = endorsements
+        return data
+
+    def endorsements(self, kid: str | None) -> tuple[str, ...]:
+        """The channels the key `kid` is endorsed for, as the last JWKS document listed them."""
+        return self._endorsements.get(kid or "", ())
+
+
+def keys_client(settings: Settings) -> ChannelKeys:
+    """The front's client of the channel's keys endpoint (`LIYAGENT_TEAMS_JWKS_URL`)."""
+    return ChannelKeys(settings.teams_jwks_url)
 
 
 def _refused(why: str) -> FrontError:
     return FrontError(401, f"the Bot Framework token was refused: {why}", headers=CHALLENGE)
 
 
-def verify(keys: jwt.PyJWKClient, settings: Settings, token: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Verified:
+    """A channel token that checked out: its claims and the channels its key is endorsed for."""
+
+    claims: dict[str, Any]
+    endorsements: tuple[str, ...]
+
+
+def verify(keys: ChannelKeys, settings: Settings, token: str) -> Verified:
     """The token's claims once its signature, issuer, audience and lifetime check out;
     FrontError 401 otherwise (503 when the keys endpoint cannot be reached)."""
     try:
@@ -76,7 +113,17 @@ def verify(keys: jwt.PyJWKClient, settings: Settings, token: str) -> dict[str, A
         ) from None
     except (jwt.PyJWTError, ValueError) as exc:
         raise _refused(str(exc) or type(exc).__name__) from None
-    return claims
+    return Verified(claims, keys.endorsements(key.key_id))
+
+
+def check_endorsed(verified: Verified, activity: dict[str, Any]) -> None:
+    """401 unless the activity's channelId is among its signing key's endorsements (the Bot
+    Framework's rule: a key signs only for the channels that endorse it)."""
+    channel = activity.get("channelId")
+    if not isinstance(channel, str) or not channel:
+        raise _refused("the activity names no channelId for the signing key to endorse")
+    if channel not in verified.endorsements:
+        raise _refused(f"its signing key is not endorsed for channel {channel[:60]!r}")
 
 
 def _bearer(request: Request) -> str:
@@ -164,15 +211,16 @@ async def messages(request: Request) -> Response:
             "LIYAGENT_TEAMS_APP_ID (and LIYAGENT_TEAMS_JWKS_URL) and restart it",
         )
     token = _bearer(request)
-    keys: jwt.PyJWKClient = request.app.state.teams_keys
-    claims = await run_in_threadpool(verify, keys, s.settings, token)
+    keys: ChannelKeys = request.app.state.teams_keys
+    verified = await run_in_threadpool(verify, keys, s.settings, token)
     activity = await read_json(request)
+    check_endorsed(verified, activity)
     kind = activity.get("type")
     if kind != "message":
         log.info("front.teams_activity_ignored", type=str(kind)[:40])
         return JSONResponse({}, status_code=200)
     turn = parse_activity(activity)
-    if claims.get("serviceurl") != turn.service_url:
+    if verified.claims.get("serviceurl") != turn.service_url:
         raise _refused("its serviceurl claim does not name the activity's serviceUrl")
     inbox_id, created = await run_in_threadpool(_receive, s, turn)
     log.info(
