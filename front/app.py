@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from front import entries, runs
+from front import a2a, entries, runs, teams
 from front.errors import HANDLERS
 from runtime.metrics import registry_for
 from runtime.services import Services
@@ -43,9 +43,9 @@ ROUTES = [
     Route("/webhooks/{agent}", entries.webhook, methods=["POST"]),
     Route("/tickets/{ticket_id}/events", entries.ticket_event, methods=["POST"]),
     Route("/copilot/turns", entries.copilot_turn, methods=["POST"]),
-    Route("/a2a/tasks", entries.a2a_submit, methods=["POST"]),
-    Route("/a2a/tasks/{task_id}", entries.a2a_read, methods=["GET"]),
-    Route("/teams/messages", entries.teams_message, methods=["POST"]),
+    Route("/.well-known/agent-card.json", a2a.card, methods=["GET"]),
+    Route(a2a.RPC_PATH, a2a.rpc, methods=["POST"]),
+    Route("/api/messages", teams.messages, methods=["POST"]),
     Route("/approvals/{approval_id}/decision", runs.approval_decision, methods=["POST"]),
     Route("/runs/{run_id}", runs.run_read, methods=["GET"]),
     Route("/runs/{run_id}/stop", runs.run_stop, methods=["POST"]),
@@ -92,6 +92,8 @@ def create_app(services: Services) -> Starlette:
     app = Starlette(routes=ROUTES, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
     app.state.services = services
     app.state.metrics = registry_for(services)
+    app.state.a2a = a2a.dispatcher(services)
+    app.state.teams_keys = teams.keys_client(services.settings)
     return app
 
 

@@ -24,11 +24,8 @@ KEY_PART = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-async def read_json(request: Request) -> dict[str, Any]:
-    """The body as a JSON object: 415 if it is not JSON, 413 past 1 MiB, 400 if malformed."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/json":
-        raise FrontError(415, "send the body as JSON with Content-Type: application/json")
+async def read_limited(request: Request) -> bytes:
+    """The raw body, refused with 413 once it passes 1 MiB (declared or streamed)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise FrontError(413, f"the body is over {MAX_BODY_BYTES} bytes; send less")
@@ -37,6 +34,15 @@ async def read_json(request: Request) -> dict[str, Any]:
         raw.extend(chunk)
         if len(raw) > MAX_BODY_BYTES:
             raise FrontError(413, f"the body is over {MAX_BODY_BYTES} bytes; send less")
+    return bytes(raw)
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    """The body as a JSON object: 415 if it is not JSON, 413 past 1 MiB, 400 if malformed."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise FrontError(415, "send the body as JSON with Content-Type: application/json")
+    raw = await read_limited(request)
     try:
         body = json.loads(bytes(raw), parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -29,6 +29,7 @@ from rich.console import Console
 
 from liyagent.local import batch, sim_model
 from liyagent.local.backends import Backends, DemoError, close_backends, open_backends, safe_url
+from liyagent.local.botframework import BotChannel
 from liyagent.local.cluster import Cluster, child_env
 from liyagent.local.figures import Figures, collect
 from liyagent.local.procs import sigterm_as_interrupt
@@ -85,6 +86,8 @@ class DemoState:
     # Every run's timeline, read from Postgres before the deployment stops (the report draws
     # the resumed ones).
     timelines: list[Timeline] = field(default_factory=list)
+    # The Bot Framework channel the Teams turns come through (its keys served on loopback).
+    channel: BotChannel = field(default_factory=BotChannel)
 
 
 def _log_to(path: Path) -> TextIO:
@@ -123,7 +126,8 @@ def _settings(state: DemoState) -> Settings:
 def _start_front_and_flower(state: DemoState, env: dict[str, str], out: Console) -> None:
     """The app front (Teams inbox, webhooks) and Flower (behind basic auth)."""
     assert state.cluster is not None
-    state.front_url = state.cluster.front(env)
+    state.channel.start()
+    state.front_url = state.cluster.front({**env, **state.channel.env(batch.TEAMS_AGENT)})
     out.print(f"  App front (Teams inbox, webhooks): {state.front_url}")
     out.print(f"    Authorization: Bearer {env['LIYAGENT_FRONT_TOKEN']}")
     state.flower_url = state.cluster.flower(env, FLOWER_USER, state.flower_password)
@@ -144,7 +148,8 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
     catalog = Path(base.agents_file)
     catalog.write_text(json.dumps(sim_model.served(sim_url, batch.catalog()), indent=2) + "\n")
     settings = replace(base, vendor_url=sim_url)
-    env = child_env(settings, state.seal_keys)
+    # The workers reply to Teams turns as the channel's bot, with its token from the simulators.
+    env = {**child_env(settings, state.seal_keys), **state.channel.worker_env(sim_url)}
     t = settings.timings
     out.print(
         f"  Timings (the defaults): lease {t.lease_ttl_ms / 1000:g} s, heartbeat "
@@ -179,7 +184,11 @@ def _enqueue(d: Deployment, state: DemoState, opts: DemoOptions, out: Console) -
         for item in batch.batch(opts.runs, tag):
             if isinstance(item, batch.BatchRun):
                 state.run_ids.append(_start_api_run(d.client, item))
-            elif (run_id := batch.post_entry(http, item)) is not None:
+            elif (
+                run_id := batch.post_entry(
+                    http, item, state.channel, d.services.settings.vendor_url
+                )
+            ) is not None:
                 state.run_ids.append(run_id)
                 state.via[run_id] = item.via
             else:
@@ -343,6 +352,7 @@ def _cleanup(state: DemoState, out: Console) -> None:
     """Stop the processes and any private server and delete the demo's Redis keys."""
     if state.cluster is not None:
         state.cluster.stop()
+    state.channel.stop()
     close_backends(state.backends)
     started = len(state.cluster.procs) if state.cluster else 0
     if started:

@@ -3,15 +3,24 @@ tasks and Teams messages, and the Teams reply that hands a turn's answer on, onc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from runtime import catalog
+from runtime.bot_connector import BotConnector
 from runtime.call_http import CallHTTP
 from runtime.enqueue import BadRequest, NewRun, enqueue
 from runtime.services import Services
-from runtime.tools import vendor_json
-from store.entries import EntryLink, insert_teams_message, select_new_teams_messages
+from runtime.tools import ToolError, vendor_json
+from store.entries import (
+    EntryLink,
+    TeamsMessage,
+    get_teams_message_of_run,
+    insert_teams_message,
+    select_new_teams_messages,
+)
 from store.rows import RunId, RunRow
 
 
@@ -74,25 +83,42 @@ def fire_cron(s: Services, trigger_name: str, now: datetime | None = None) -> tu
     )
 
 
-def receive_teams(
-    s: Services, *, message_id: str, conversation: str, sender: str, agent: str, text: str
-) -> tuple[int, bool]:
-    """Put a Teams message in the durable inbox (once per message id)."""
-    s_catalog(s).agent(agent)
+@dataclass(frozen=True)
+class TeamsTurn:
+    """A Teams message as the Bot Framework delivered it (an activity of type message): where
+    the reply goes (its serviceUrl and conversation), who asked, and what."""
+
+    activity_id: str
+    conversation: str
+    service_url: str
+    sender: str
+    text: str
+    activity: dict[str, Any]
+
+
+def receive_teams(s: Services, turn: TeamsTurn, agent: str) -> tuple[int, bool]:
+    """Put a Teams turn in the durable inbox (once per conversation and activity id), for
+    `agent` to answer."""
+    try:
+        s_catalog(s).agent(agent)
+    except catalog.CatalogError as exc:
+        raise BadRequest(str(exc)) from None
     with s.engine.connect() as conn:
         return insert_teams_message(
             conn,
-            message_id=message_id,
-            conversation=conversation,
-            sender=sender,
+            message_id=turn.activity_id,
+            conversation=turn.conversation,
+            sender=turn.sender,
             agent=agent,
-            text=text,
+            text=turn.text,
+            service_url=turn.service_url,
+            activity=turn.activity,
         )
 
 
 def intake_teams(s: Services, limit: int = 50) -> list[RunId]:
     """Turn new inbox rows into runs; a row read by two intakes still makes one run (by the
-    message's request key), linked to its row in the same statement."""
+    row's request key), linked to its row in the same statement."""
     with s.engine.connect() as conn:
         rows = select_new_teams_messages(conn, limit)
     started: list[RunId] = []
@@ -102,7 +128,7 @@ def intake_teams(s: Services, limit: int = 50) -> list[RunId]:
             entry_kind="teams",
             agent=row.agent,
             user_input=row.text,
-            request_key=f"teams:{row.message_id}",
+            request_key=f"teams:{row.id}",
             owner=row.sender,
             channel="teams",
             entry={"conversation": row.conversation, "message_id": row.message_id},
@@ -113,12 +139,17 @@ def intake_teams(s: Services, limit: int = 50) -> list[RunId]:
     return started
 
 
+ADAPTIVE_CARD = "application/vnd.microsoft.card.adaptive"
+
+
 def teams_cards(text: str) -> list[dict[str, Any]]:
+    """The reply's attachments: the answer as an Adaptive Card."""
     return [
         {
-            "contentType": "application/vnd.microsoft.card.adaptive",
+            "contentType": ADAPTIVE_CARD,
             "content": {
                 "type": "AdaptiveCard",
+                "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
                 "version": "1.5",
                 "body": [{"type": "TextBlock", "text": text, "wrap": True}],
             },
@@ -126,26 +157,95 @@ def teams_cards(text: str) -> list[dict[str, Any]]:
     ]
 
 
+def teams_reply_key(run_id: str) -> str:
+    """The key a turn's reply is posted and found again with (Idempotency-Key)."""
+    return f"lya-teams-reply-{run_id}"
+
+
+def reply_activity(message: TeamsMessage, text: str) -> dict[str, Any]:
+    """The reply to the turn's activity, as the Bot Connector takes it: from the bot to the
+    person, in the same conversation, replying to their activity, with the answer as text and
+    as an Adaptive Card."""
+    incoming = message.activity or {}
+    reply: dict[str, Any] = {
+        "type": "message",
+        "conversation": incoming.get("conversation") or {"id": message.conversation},
+        "replyToId": message.message_id,
+        "text": text,
+        "textFormat": "plain",
+        "attachments": teams_cards(text),
+    }
+    for ours, theirs in (("from", "recipient"), ("recipient", "from")):
+        if isinstance(incoming.get(theirs), dict):
+            reply[ours] = incoming[theirs]
+    if incoming.get("channelId"):
+        reply["channelId"] = incoming["channelId"]
+    return reply
+
+
 def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
-    """Post the turn's reply with its cards once: read it back by its key first (after this
-    attempt's claim), so an attempt resumed after a crash finds a reply already posted instead
-    of posting it again. What remains: a lost attempt's post still being processed by the chat
-    service when this read-back runs (the send guard abandoned it before the claim)."""
-    key = f"lya-teams-reply-{run.id}"
-    base = s.settings.vendor_url.rstrip("/")
-    http = CallHTTP.for_call(
-        key=key,
-        run_id=run.id,
-        attempt=run.attempt,
-        call="teams-reply",
-        timeout_s=s.settings.timings.call_timeout_s,
+    """Post the turn's reply with its card once, to the activity's Bot Connector (reply to
+    activity: POST {serviceUrl}/v3/conversations/{id}/activities/{activityId}), as the bot:
+    every connector request carries the bot's token (`bot_connector.py`).
+
+    With `LIYAGENT_TEAMS_READ_BACK=on` (the default) it is read back by its key first (after
+    this attempt's claim), so an attempt resumed after a crash finds a reply already posted
+    instead of posting it again; what remains is a lost attempt's post still being processed
+    by the connector when this read-back runs (the send guard abandoned it before the claim).
+    With `off` it is posted without looking: a crash between the post and the delivery record
+    can post it twice. A 4xx is a definite refusal (`ToolError`); a 5xx, a timeout or a token
+    endpoint that cannot be reached leaves it in doubt (`ToolInDoubt`)."""
+    with s.engine.connect() as conn:
+        message = get_teams_message_of_run(conn, run.id)
+    if message is None or not message.service_url:
+        raise ToolError(
+            f"run {run.id} has no Teams activity with a serviceUrl to reply to; "
+            "the turn came in before the Bot Framework front, so answer it by hand"
+        )
+    key = teams_reply_key(run.id)
+    url = (
+        f"{message.service_url.rstrip('/')}/v3/conversations/"
+        f"{quote(message.conversation, safe='')}/activities"
     )
-    found = vendor_json(
-        "GET /chat/replies", lambda: http.get(f"{base}/chat/replies", params={"key": key})
+    connector = BotConnector(
+        s.settings,
+        CallHTTP.for_call(
+            key=key,
+            run_id=run.id,
+            attempt=run.attempt,
+            call="teams-reply",
+            timeout_s=s.settings.timings.call_timeout_s,
+        ),
     )
-    if found:
-        return dict(found[0])
-    conversation = str((run.spec.get("entry") or {}).get("conversation") or run.id)
-    body = {"conversation": conversation, "text": text, "cards": teams_cards(text)}
-    posted = vendor_json("POST /chat/replies", lambda: http.post(f"{base}/chat/replies", json=body))
-    return dict(posted)
+    if s.settings.teams_read_back:
+        posted_before = _read_back_reply(connector, url, key)
+        if posted_before is not None:
+            return posted_before
+    target = f"{url}/{quote(message.message_id, safe='')}"
+    body = reply_activity(message, text)
+    posted = vendor_json(f"POST {target}", lambda: connector.post(target, json=body))
+    return {**body, "id": posted.get("id") if isinstance(posted, dict) else None}
+
+
+def _read_back_reply(connector: BotConnector, url: str, key: str) -> dict[str, Any] | None:
+    """The reply already posted with `key`, if the connector lists it (`GET .../activities?key=K`,
+    which the connector simulator offers). A connector that cannot list (404 or 405) is a
+    refusal naming the setting, never a silent post without read-back."""
+    try:
+        found = vendor_json(f"GET {url}", lambda: connector.get(url, params={"key": key}))
+    except ToolError as exc:
+        if exc.status not in (404, 405):
+            raise
+        raise ToolError(
+            f"the Bot Connector cannot list replies by key ({exc}), so the reply cannot be read "
+            "back before it is posted; set LIYAGENT_TEAMS_READ_BACK=off on the workers to post "
+            "without read-back (a crash between the post and its delivery record can then post "
+            "it twice)",
+            exc.status,
+        ) from None
+    posts = found.get("activities") if isinstance(found, dict) else None
+    if not posts:
+        return None
+    first = dict(posts[0])
+    activity = first.get("activity")
+    return {**activity, "id": first.get("id")} if isinstance(activity, dict) else first

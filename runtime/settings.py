@@ -191,6 +191,30 @@ class Settings:
     front_token: str = ""
     front_tokens_file: str = ""
     front_tokens: str = ""
+    # The front's public base URL as A2A clients reach it (the agent card names its endpoint
+    # there); empty: the URL each request for the card came in on.
+    public_url: str = ""
+    # How long an A2A SendMessage that did not ask to return at once waits for its task to end
+    # or to need a person before answering with the task as it stands (clients then poll).
+    a2a_wait_s: float = 30.0
+    # The Teams bot (Bot Framework): its app id (the audience of the channel's tokens; empty
+    # refuses every activity), the token issuer, the keys endpoint (JWKS) the tokens' signatures
+    # are checked against, and the catalog agent that answers its turns.
+    teams_app_id: str = ""
+    teams_issuer: str = "https://api.botframework.com"
+    teams_jwks_url: str = "https://login.botframework.com/v1/.well-known/keys"
+    teams_agent: str = "teams-helper"
+    # The bot's own credentials for replying through the Bot Connector (OAuth 2.0 client
+    # credentials): its app password is read when a token is needed, from the file
+    # `teams_app_password_file` names (Compose secrets) or else from the environment variable
+    # `teams_app_password_env` names, never kept in the settings; the token endpoint and scope.
+    teams_app_password_env: str = "LIYAGENT_TEAMS_APP_PASSWORD"
+    teams_app_password_file: str = ""
+    teams_token_url: str = "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
+    teams_token_scope: str = "https://api.botframework.com/.default"
+    # Read a turn's reply back by its key before posting it (the connector must list posts by
+    # key); off posts without looking (see the README for what each leaves open).
+    teams_read_back: bool = True
     timings: Timings = field(default_factory=Timings)
 
     @classmethod
@@ -217,6 +241,18 @@ class Settings:
             front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),
             front_tokens_file=os.environ.get("LIYAGENT_FRONT_TOKENS_FILE", ""),
             front_tokens=os.environ.get("LIYAGENT_FRONT_TOKENS", ""),
+            public_url=os.environ.get("LIYAGENT_PUBLIC_URL", "").rstrip("/"),
+            a2a_wait_s=float(_env_int("LIYAGENT_A2A_WAIT_S", int(cls.a2a_wait_s))),
+            teams_app_id=os.environ.get("LIYAGENT_TEAMS_APP_ID", "").strip(),
+            teams_issuer=os.environ.get("LIYAGENT_TEAMS_ISSUER") or cls.teams_issuer,
+            teams_jwks_url=os.environ.get("LIYAGENT_TEAMS_JWKS_URL") or cls.teams_jwks_url,
+            teams_agent=os.environ.get("LIYAGENT_TEAMS_AGENT") or cls.teams_agent,
+            teams_app_password_env=os.environ.get("LIYAGENT_TEAMS_APP_PASSWORD_ENV")
+            or cls.teams_app_password_env,
+            teams_app_password_file=os.environ.get("LIYAGENT_TEAMS_APP_PASSWORD_FILE", "").strip(),
+            teams_token_url=os.environ.get("LIYAGENT_TEAMS_TOKEN_URL") or cls.teams_token_url,
+            teams_token_scope=os.environ.get("LIYAGENT_TEAMS_TOKEN_SCOPE") or cls.teams_token_scope,
+            teams_read_back=_env_bool("LIYAGENT_TEAMS_READ_BACK", cls.teams_read_back),
             timings=Timings.from_env(),
         )
 

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 from sqlalchemy import Connection
 
-from simulators import model, store
+from simulators import a2a_agent, connector, model, store
 from simulators.wire import (
     _MAX_BIGINT,
     DEFAULT_FINE_TUNE_DURATION_S,
@@ -223,24 +223,6 @@ def list_notifications(call: Call) -> Response:
     return Response(200, store.notifications(call.conn, channel=channel, key=key))
 
 
-def create_a2a_task(call: Call) -> Response:
-    """Hand a task to the remote agent, which completes it at once; never deduplicated."""
-    body = _json_object(call.request)
-    task_id, message = _text(body, "id"), _text(body, "message")
-    agent = _optional_text(body, "agent")
-    answer = f"{agent or 'remote-agent'} handled: {message}"
-    return Response(201, store.insert_a2a_task(call.conn, task_id, agent, message, answer))
-
-
-def get_a2a_task(call: Call) -> Response:
-    """The first task created with the path's task id, or 404."""
-    task_id = call.params["task"]
-    found = store.a2a_task(call.conn, task_id)
-    if found is None:
-        raise HttpError(404, f"task {task_id} not found")
-    return Response(200, found)
-
-
 def create_fine_tune(call: Call) -> Response:
     """Start a fine-tune job; a key seen within the (long) incident window replays it (200)."""
     body = _json_object(call.request)
@@ -304,8 +286,18 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
         ("GET", "/chat/replies", list_chat_replies),
         ("POST", "/notify", create_notification),
         ("GET", "/notify", list_notifications),
-        ("POST", "/a2a/tasks", create_a2a_task),
-        ("GET", "/a2a/tasks/{task}", get_a2a_task),
+        ("POST", "/a2a", a2a_agent.rpc),
+        ("GET", "/a2a/.well-known/agent-card.json", a2a_agent.agent_card),
+        (
+            "POST",
+            "/v3/conversations/{conversation}/activities/{activity}",
+            connector.reply_to_activity,
+        ),
+        ("POST", "/v3/conversations/{conversation}/activities", connector.send_to_conversation),
+        ("GET", "/v3/conversations/{conversation}/activities", connector.list_by_key),
+        ("POST", "/botframework.com/oauth2/v2.0/token", connector.issue_token),
+        ("POST", "/sim/bots", connector.register_bot),
+        ("POST", "/sim/bots/{app}/revoke", connector.revoke_tokens),
         ("POST", "/fine_tunes", create_fine_tune),
         ("GET", "/fine_tunes/{job}", get_fine_tune),
         ("GET", "/source/docs", list_source_docs),

@@ -74,6 +74,24 @@ DDL: tuple[str, ...] = (
         status text NOT NULL, answer text NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now())""",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_task_id_idx ON sim.a2a_tasks (task_id, id)",
+    "ALTER TABLE sim.a2a_tasks ADD COLUMN IF NOT EXISTS context_id text",
+    # What the Bot Connector received: each post of an activity to a conversation.
+    """CREATE TABLE IF NOT EXISTS sim.connector_activities (
+        id bigserial PRIMARY KEY, conversation text NOT NULL, reply_to_id text,
+        activity jsonb NOT NULL, idem_key text, created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE INDEX IF NOT EXISTS connector_activities_key_idx
+        ON sim.connector_activities (conversation, idem_key)""",
+    # Which bot posted (the app its bearer token was issued to) and with which token.
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS app_id text",
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS token_id bigint",
+    # Bots the token endpoint knows (their password's SHA-256 only) and the tokens it issued.
+    """CREATE TABLE IF NOT EXISTS sim.bots (
+        app_id text PRIMARY KEY, password_sha256 text NOT NULL, token_ttl_s double precision
+        NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE TABLE IF NOT EXISTS sim.bot_tokens (
+        id bigserial PRIMARY KEY, token text NOT NULL UNIQUE, app_id text NOT NULL,
+        issued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        expires_at timestamptz NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS sim.fine_tunes (
         id text PRIMARY KEY, model text NOT NULL, dataset text NOT NULL, idem_key text,
         duration_s double precision NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
@@ -86,8 +104,8 @@ _UPDATE = "id, incident_id, body, idem_key, created_at"
 _COMMENT = "id, issue, body, idem_key, created_at"
 _REPLY = "id, conversation, text, cards, idem_key, created_at"
 _NOTIFICATION = "id, channel, text, idem_key, created_at"
-# A task as the remote agent shows it: the client's task id is ``id``, our row id is ``row``.
-_TASK = 'task_id AS id, status, answer, id AS "row"'
+# A task as the remote agent shows it: the task id is ``id``, our row id is ``row``.
+_TASK = 'task_id AS id, status, answer, context_id, id AS "row"'
 _TASK_DETAIL = f"{_TASK}, agent, message, created_at"
 _WINDOW = "created_at > clock_timestamp() - make_interval(secs => :window)"
 # A fine-tune job runs until its duration has passed by the database clock, then has succeeded.
@@ -291,12 +309,23 @@ def notifications(
 
 
 def insert_a2a_task(
-    conn: Connection, task_id: str, agent: str | None, message: str, answer: str
+    conn: Connection,
+    task_id: str,
+    agent: str | None,
+    message: str,
+    answer: str,
+    context_id: str | None = None,
 ) -> Row:
     """Create a completed task row (never deduplicated: a repeated task id adds a row)."""
-    sql = f"""INSERT INTO sim.a2a_tasks (task_id, agent, message, status, answer)
-              VALUES (:task_id, :agent, :message, 'completed', :answer) RETURNING {_TASK}"""
-    params = {"task_id": task_id, "agent": agent, "message": message, "answer": answer}
+    sql = f"""INSERT INTO sim.a2a_tasks (task_id, agent, message, status, answer, context_id)
+              VALUES (:task_id, :agent, :message, 'completed', :answer, :ctx) RETURNING {_TASK}"""
+    params = {
+        "task_id": task_id,
+        "agent": agent,
+        "message": message,
+        "answer": answer,
+        "ctx": context_id,
+    }
     return _inserted(conn, sql, params)
 
 
@@ -304,6 +333,112 @@ def a2a_task(conn: Connection, task_id: str) -> Row | None:
     """The first task row created with ``task_id``, or None."""
     sql = f"SELECT {_TASK_DETAIL} FROM sim.a2a_tasks WHERE task_id = :task_id ORDER BY id LIMIT 1"
     return _one(conn, sql, {"task_id": task_id})
+
+
+_ACTIVITY = (
+    'id::text AS id, conversation, reply_to_id AS "replyToId", activity, '
+    'idem_key AS "idempotencyKey", created_at AS "createdAt"'
+)
+
+
+def insert_connector_activity(
+    conn: Connection,
+    conversation: str,
+    reply_to_id: str | None,
+    activity: dict[str, Any],
+    key: str | None,
+    bot: BotToken,
+) -> Row:
+    """Keep one post to the Bot Connector by `bot`'s token (never deduplicated)."""
+    sql = f"""INSERT INTO sim.connector_activities
+                (conversation, reply_to_id, activity, idem_key, app_id, token_id)
+              VALUES (:conv, :reply_to, CAST(:activity AS jsonb), :key, :app_id, :token_id)
+              RETURNING {_ACTIVITY}"""
+    params = {
+        "conv": conversation,
+        "reply_to": reply_to_id,
+        "activity": _json_param(activity),
+        "key": key,
+        "app_id": bot.app_id,
+        "token_id": bot.token_id,
+    }
+    return _inserted(conn, sql, params)
+
+
+@dataclass(frozen=True)
+class BotToken:
+    """A token the token endpoint issued and that has not expired: whose it is, and its row."""
+
+    app_id: str
+    token_id: int
+
+
+def upsert_bot(conn: Connection, app_id: str, password_sha256: str, token_ttl_s: float) -> None:
+    """Register a bot with the token endpoint (again: its password and token lifetime change)."""
+    conn.execute(
+        text(
+            """INSERT INTO sim.bots (app_id, password_sha256, token_ttl_s)
+               VALUES (:app_id, :sha, :ttl)
+               ON CONFLICT (app_id) DO UPDATE
+               SET password_sha256 = EXCLUDED.password_sha256, token_ttl_s = EXCLUDED.token_ttl_s"""
+        ),
+        {"app_id": app_id, "sha": password_sha256, "ttl": token_ttl_s},
+    )
+
+
+def bot_password(conn: Connection, app_id: str) -> tuple[str, float] | None:
+    """A registered bot's password hash and token lifetime, or None."""
+    row = conn.execute(
+        text("SELECT password_sha256, token_ttl_s FROM sim.bots WHERE app_id = :a"),
+        {"a": app_id},
+    ).first()
+    return None if row is None else (str(row.password_sha256), float(row.token_ttl_s))
+
+
+def issue_bot_token(conn: Connection, app_id: str, ttl_s: float) -> tuple[str, int]:
+    """A new opaque token for `app_id`, valid for `ttl_s` seconds by the database clock."""
+    token = secrets.token_urlsafe(32)
+    row = conn.execute(
+        text(
+            """INSERT INTO sim.bot_tokens (token, app_id, expires_at)
+               VALUES (:t, :a, clock_timestamp() + make_interval(secs => :ttl)) RETURNING id"""
+        ),
+        {"t": token, "a": app_id, "ttl": ttl_s},
+    ).one()
+    return token, int(row.id)
+
+
+def valid_bot_token(conn: Connection, token: str) -> BotToken | None:
+    """The bot a token was issued to, if the token exists and has not expired."""
+    row = conn.execute(
+        text(
+            """SELECT id, app_id FROM sim.bot_tokens
+               WHERE token = :t AND expires_at > clock_timestamp()"""
+        ),
+        {"t": token},
+    ).first()
+    return None if row is None else BotToken(str(row.app_id), int(row.id))
+
+
+def expire_bot_tokens(conn: Connection, app_id: str) -> int:
+    """Expire every token of `app_id` now (a revocation); how many were still valid."""
+    result = conn.execute(
+        text(
+            """UPDATE sim.bot_tokens SET expires_at = clock_timestamp()
+               WHERE app_id = :a AND expires_at > clock_timestamp()"""
+        ),
+        {"a": app_id},
+    )
+    return int(result.rowcount)
+
+
+def connector_activities(
+    conn: Connection, *, conversation: str | None = None, key: str | None = None
+) -> list[Row]:
+    """Posts to the Bot Connector by conversation and/or idempotency key, oldest first."""
+    where, params = _where({"conversation": conversation, "idem_key": key})
+    sql = f"SELECT {_ACTIVITY} FROM sim.connector_activities {where} ORDER BY id LIMIT {LIST_LIMIT}"
+    return _all(conn, sql, params)
 
 
 def recent_fine_tune(conn: Connection, key: str, window_s: float) -> Row | None:
@@ -395,6 +530,11 @@ def notifications_by_key(conn: Connection) -> dict[str, int]:
 def a2a_tasks_by_id(conn: Connection) -> dict[str, int]:
     """How many task rows the remote agent holds per client task id (more than 1: a duplicate)."""
     return _count_by_key(conn, "a2a_tasks", "task_id")
+
+
+def connector_posts_by_key(conn: Connection) -> dict[str, int]:
+    """How many Bot Connector posts exist per idempotency key (more than 1: posted twice)."""
+    return _count_by_key(conn, "connector_activities")
 
 
 def fine_tunes_by_key(conn: Connection) -> dict[str, int]:

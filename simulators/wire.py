@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 from sqlalchemy import Connection
 
@@ -33,7 +33,11 @@ _VENDORS: Mapping[str, str] = {
     "fine_tunes": "finetune",
     "source": "source",
     "v1": "model",
+    "v3": "connector",
+    "botframework.com": "login",
 }
+# Form fields that are credentials: kept from the request record (the endpoint still sees them).
+_SECRET_FIELDS = frozenset({"client_secret", "password", "client_assertion"})
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,13 @@ class Request:
     call: str | None = None
     # Whether an `Authorization: Bearer ...` header came (its value is never kept).
     bearer: bool = False
+    # The Host header (a card names the URL it was asked on).
+    host: str | None = None
+    # The bearer token itself, for endpoints that check it (never recorded).
+    bearer_token: str | None = None
+    # A form body (application/x-www-form-urlencoded) with its credentials, for the endpoint
+    # (the record keeps `body`, where the credentials are masked).
+    form: Mapping[str, str] | None = None
 
     @property
     def vendor(self) -> str:
@@ -110,6 +121,19 @@ def parse_body(raw: bytes) -> tuple[Any, str | None]:
         return json.loads(decoded, parse_constant=_reject_constant, parse_float=_finite_float), None
     except (ValueError, RecursionError) as exc:
         return decoded, f"request body is not valid JSON: {exc}"
+
+
+def parse_form(raw: bytes) -> tuple[dict[str, str] | None, str | None]:
+    """Decode a form body (its last value per name); None and why when it is not one."""
+    try:
+        pairs = parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(raw))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, f"request body is not a valid form: {exc}"
+    return dict(pairs), None
+
+
+def _masked(form: Mapping[str, str]) -> dict[str, str]:
+    return {k: "(masked)" if k in _SECRET_FIELDS else v for k, v in form.items()}
 
 
 def _reject_constant(name: str) -> Any:
@@ -149,8 +173,16 @@ def parse_request(
     """Build a Request from the wire parts; ``headers`` has lower-case names."""
     split = urlsplit(target)
     query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-    body, body_error = parse_body(raw_body)
+    form: dict[str, str] | None = None
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/x-www-form-urlencoded":
+        form, body_error = parse_form(raw_body)
+        body: Any = None if form is None else _masked(form)
+    else:
+        body, body_error = parse_body(raw_body)
     error: HttpError | None = transport_error
+    scheme, _, credential = headers.get("authorization", "").partition(" ")
+    bearer = (credential.strip() or None) if scheme.lower() == "bearer" else None
     ints: dict[str, int | None] = {}
     for name, low, high in (
         ("X-Liyagent-Attempt", -(2**31), 2**31 - 1),
@@ -176,7 +208,10 @@ def parse_request(
         fail_status=ints["X-Sim-Fail"],
         error=error,
         call=headers.get("x-liyagent-call") or headers.get("x-liyagent-step") or None,
-        bearer=headers.get("authorization", "").lower().startswith("bearer "),
+        bearer=bool(bearer),
+        host=headers.get("host") or None,
+        bearer_token=bearer,
+        form=form,
     )
 
 

@@ -18,18 +18,27 @@ from store.rows import FencedOut
 
 @dataclass(frozen=True)
 class EntryLink:
-    """What a new run is linked to: an A2A task id, a cron trigger and slot, an inbox row."""
+    """What a new run is linked to: an A2A task id (with its context id and the message that
+    created it), a cron trigger and slot, an inbox row."""
 
     kind: str  # a2a | cron | teams
     ref: str
     scheduled_at: datetime | None = None
+    context_id: str | None = None
+    # The A2A message as received (JSON text).
+    message: str | None = None
 
     def cte(self) -> tuple[str, dict[str, Any]]:
         """A CTE inserting the link for the run the `r` CTE inserted."""
         if self.kind == "a2a":
             return (
-                "link AS (INSERT INTO a2a_tasks (id, run_id) SELECT :link_ref, id FROM r)",
-                {"link_ref": self.ref},
+                "link AS (INSERT INTO a2a_tasks (id, run_id, context_id, message) "
+                "SELECT :link_ref, id, :link_context, CAST(:link_message AS jsonb) FROM r)",
+                {
+                    "link_ref": self.ref,
+                    "link_context": self.context_id,
+                    "link_message": self.message,
+                },
             )
         if self.kind == "cron":
             return (
@@ -157,14 +166,102 @@ def purge_answers(conn: sa.Connection) -> int:
     return int(result.rowcount)
 
 
-def get_a2a_task(conn: sa.Connection, task_id: str) -> sa.Row[Any] | None:
-    return conn.execute(
+# The A2A task state a run stands in (protocol names; the front maps them to its enum): the
+# run's end first, then a Stop asked for by CancelTask, then what a live run waits for.
+TASK_STATE_SQL = """CASE
+    WHEN r.status = 'succeeded' THEN 'completed'
+    WHEN r.status = 'failed' AND t.canceled_at IS NOT NULL THEN 'canceled'
+    WHEN r.status = 'failed' THEN 'failed'
+    WHEN r.status = 'waiting' AND r.waiting_on LIKE 'approval:%' THEN 'auth-required'
+    WHEN r.status = 'queued' AND r.started_at IS NULL THEN 'submitted'
+    ELSE 'working' END"""
+
+_TASK_SELECT = f"""
+    SELECT t.id, t.run_id, t.context_id, t.message, t.answer, t.canceled_at, t.created_at,
+           greatest(t.updated_at, r.updated_at) AS updated_at, r.agent, r.status AS run_status,
+           r.waiting_on, r.failure_reason, {TASK_STATE_SQL} AS state
+    FROM a2a_tasks t JOIN runs r ON r.id = t.run_id"""
+
+
+@dataclass(frozen=True)
+class A2ATask:
+    """An A2A task with the state of its run: what GetTask and ListTasks answer from."""
+
+    id: str
+    run_id: str
+    context_id: str | None
+    message: dict[str, Any] | None
+    answer: str | None
+    canceled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    agent: str
+    run_status: str
+    waiting_on: str | None
+    failure_reason: str | None
+    # submitted, working, auth-required, completed, failed or canceled (TASK_STATE_SQL).
+    state: str
+
+
+def get_a2a_task(conn: sa.Connection, task_id: str) -> A2ATask | None:
+    """One A2A task with its run's state, or None."""
+    row = conn.execute(sa.text(f"{_TASK_SELECT} WHERE t.id = :id"), {"id": task_id}).first()
+    return None if row is None else A2ATask(**row._mapping)
+
+
+def list_a2a_tasks(
+    conn: sa.Connection,
+    *,
+    limit: int,
+    context_id: str | None = None,
+    state: str | None = None,
+    updated_after: datetime | None = None,
+    before: tuple[datetime, str] | None = None,
+) -> tuple[list[A2ATask], int]:
+    """A page of A2A tasks, newest first, after the cursor `before` (created_at, id); with the
+    number of tasks the filters match in all."""
+    where = ["(CAST(:ctx AS text) IS NULL OR t.context_id = :ctx)"]
+    where.append(f"(CAST(:state AS text) IS NULL OR {TASK_STATE_SQL} = :state)")
+    where.append(
+        "(CAST(:after AS timestamptz) IS NULL OR greatest(t.updated_at, r.updated_at) > :after)"
+    )
+    params: dict[str, Any] = {"ctx": context_id, "state": state, "after": updated_after}
+    total = conn.execute(
         sa.text(
-            "SELECT id, run_id, status, answer, created_at, updated_at FROM a2a_tasks "
-            "WHERE id = :id"
+            "SELECT count(*) FROM a2a_tasks t JOIN runs r ON r.id = t.run_id WHERE "
+            + " AND ".join(where)
+        ),
+        params,
+    ).scalar_one()
+    if before is not None:
+        where.append("(t.created_at, t.id) < (:b_at, :b_id)")
+        params |= {"b_at": before[0], "b_id": before[1]}
+    rows = conn.execute(
+        sa.text(
+            f"{_TASK_SELECT} WHERE {' AND '.join(where)} "
+            "ORDER BY t.created_at DESC, t.id DESC LIMIT :n"
+        ),
+        {**params, "n": limit},
+    ).all()
+    return [A2ATask(**r._mapping) for r in rows], int(total)
+
+
+def mark_a2a_canceled(conn: sa.Connection, task_id: str) -> bool:
+    """Record that CancelTask stopped this task's run (once; only while the run has not ended),
+    so the run's failure is reported as canceled."""
+    row = conn.execute(
+        sa.text(
+            """
+            UPDATE a2a_tasks SET canceled_at = now(), updated_at = now()
+            FROM runs r
+            WHERE a2a_tasks.id = :id AND r.id = a2a_tasks.run_id AND a2a_tasks.canceled_at IS NULL
+              AND (r.status NOT IN ('succeeded', 'failed') OR r.failure_reason LIKE 'stopped by%')
+            RETURNING a2a_tasks.id
+            """
         ),
         {"id": task_id},
     ).first()
+    return row is not None
 
 
 def insert_teams_message(
@@ -175,32 +272,69 @@ def insert_teams_message(
     sender: str,
     agent: str,
     text: str,
+    service_url: str | None = None,
+    activity: dict[str, Any] | None = None,
 ) -> tuple[int, bool]:
-    """Put a Teams message in the durable inbox once (by its message id); (row id, new)."""
+    """Put a Teams turn (an activity) in the durable inbox once, by its conversation and
+    activity id; returns (row id, new)."""
     row = conn.execute(
         sa.text(
             """
             WITH i AS (
-                INSERT INTO teams_inbox (message_id, conversation, sender, agent, text)
-                VALUES (:m, :c, :s, :a, :t) ON CONFLICT (message_id) DO NOTHING RETURNING id)
+                INSERT INTO teams_inbox
+                    (message_id, conversation, sender, agent, text, service_url, activity)
+                VALUES (:m, :c, :s, :a, :t, :u, CAST(:act AS jsonb))
+                ON CONFLICT (conversation, message_id) DO NOTHING RETURNING id)
             SELECT id, true AS new FROM i
-            UNION ALL SELECT id, false FROM teams_inbox WHERE message_id = :m
-              AND NOT EXISTS (SELECT 1 FROM i)
+            UNION ALL SELECT id, false FROM teams_inbox WHERE conversation = :c
+              AND message_id = :m AND NOT EXISTS (SELECT 1 FROM i)
             """
         ),
-        {"m": message_id, "c": conversation, "s": sender, "a": agent, "t": text},
+        {
+            "m": message_id,
+            "c": conversation,
+            "s": sender,
+            "a": agent,
+            "t": text,
+            "u": service_url,
+            "act": None if activity is None else json.dumps(activity),
+        },
     ).one()
     return int(row.id), bool(row.new)
 
 
-def select_new_teams_messages(conn: sa.Connection, limit: int = 50) -> list[sa.Row[Any]]:
+@dataclass(frozen=True)
+class TeamsMessage:
+    """One inbox row: the activity a turn answers and where its reply goes."""
+
+    id: int
+    message_id: str
+    conversation: str
+    sender: str
+    agent: str
+    text: str
+    service_url: str | None
+    activity: dict[str, Any] | None
+
+
+_TEAMS_COLUMNS = "id, message_id, conversation, sender, agent, text, service_url, activity"
+
+
+def select_new_teams_messages(conn: sa.Connection, limit: int = 50) -> list[TeamsMessage]:
     """Inbox rows no turn has taken yet (two intakes reading one row still make one run)."""
-    return list(
-        conn.execute(
-            sa.text(
-                "SELECT id, message_id, conversation, sender, agent, text FROM teams_inbox "
-                "WHERE status = 'new' ORDER BY id LIMIT :n"
-            ),
-            {"n": limit},
-        ).all()
-    )
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {_TEAMS_COLUMNS} FROM teams_inbox WHERE status = 'new' ORDER BY id LIMIT :n"
+        ),
+        {"n": limit},
+    ).all()
+    return [TeamsMessage(**r._mapping) for r in rows]
+
+
+def get_teams_message_of_run(conn: sa.Connection, run_id: str) -> TeamsMessage | None:
+    """The inbox row whose turn this run is, or None."""
+    row = conn.execute(
+        sa.text(f"SELECT {_TEAMS_COLUMNS} FROM teams_inbox WHERE run_id = CAST(:r AS uuid)"),
+        {"r": run_id},
+    ).first()
+    return None if row is None else TeamsMessage(**row._mapping)

@@ -256,17 +256,26 @@ approvals = sa.Table(
 a2a_tasks = sa.Table(
     "a2a_tasks",
     metadata,
-    # An A2A task another agent created here; its run's answer lands on it.
+    # An A2A task another agent created here; its run's answer lands on it. A new task is named
+    # after the message that created it (its messageId), so a repeated message is the same task.
     sa.Column("id", sa.Text, primary_key=True),
     sa.Column(
         "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
     ),
-    # submitted, working, completed or failed (A2A task states).
+    # submitted, completed or failed, as the run's end left it; GetTask reads the live state
+    # from the run (working, input-required, auth-required) and from canceled_at.
     sa.Column("status", sa.Text, nullable=False, server_default="submitted"),
     sa.Column("answer", sa.Text, nullable=True),
+    # The A2A contextId (the client's, or one made here) and the message as received.
+    sa.Column("context_id", sa.Text, nullable=True),
+    sa.Column("message", JSONB, nullable=True),
+    # Set by CancelTask (an operator Stop of the run): a run that then fails was canceled.
+    sa.Column("canceled_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Index("uq_a2a_tasks_run_id", "run_id", unique=True),
+    sa.Index("ix_a2a_tasks_context_id", "context_id"),
+    sa.Index("ix_a2a_tasks_created_at", "created_at", "id"),
 )
 
 cron_runs = sa.Table(
@@ -290,13 +299,20 @@ cron_runs = sa.Table(
 teams_inbox = sa.Table(
     "teams_inbox",
     metadata,
-    # The durable inbox of Teams messages; each becomes one turn (one run), replied to once.
+    # The durable inbox of Teams turns (Bot Framework activities); each becomes one turn (one
+    # run), replied to once.
     sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    # The activity's id, unique within its conversation (a repeated delivery is one row).
     sa.Column("message_id", sa.Text, nullable=False),
+    # The conversation's id, where the reply goes.
     sa.Column("conversation", sa.Text, nullable=False),
     sa.Column("sender", sa.Text, nullable=False),
     sa.Column("agent", sa.Text, nullable=False),
     sa.Column("text", sa.Text, nullable=False),
+    # The activity's serviceUrl (the Bot Connector the reply is posted to) and the activity
+    # itself, as received.
+    sa.Column("service_url", sa.Text, nullable=True),
+    sa.Column("activity", JSONB, nullable=True),
     # new (waiting for intake), running (its turn is a run), replied or failed.
     sa.Column("status", sa.Text, nullable=False, server_default="new"),
     sa.Column("run_id", UUID(as_uuid=False), nullable=True),
@@ -304,8 +320,9 @@ teams_inbox = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("replied_at", sa.DateTime(timezone=True), nullable=True),
     sa.CheckConstraint("status IN ('new','running','replied','failed')", name="status"),
-    sa.Index("uq_teams_inbox_message_id", "message_id", unique=True),
+    sa.Index("uq_teams_inbox_activity", "conversation", "message_id", unique=True),
     sa.Index("ix_teams_inbox_new", "id", postgresql_where=sa.text("status = 'new'")),
+    sa.Index("ix_teams_inbox_run_id", "run_id"),
 )
 
 documents = sa.Table(

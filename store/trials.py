@@ -145,7 +145,8 @@ def stale_writes(
 
 def duplicate_writes(vendor: sa.Connection, run_ids: list[str]) -> dict[str, int]:
     """Vendor effects made more than once for one key by these runs: incidents from one
-    create, comments sent more than once, Teams replies posted more than once."""
+    create, comments sent more than once, Teams replies posted to the Bot Connector more than
+    once."""
     row = vendor.execute(
         sa.text(
             """
@@ -159,7 +160,7 @@ def duplicate_writes(vendor: sa.Connection, run_ids: list[str]) -> dict[str, int
               (SELECT count(*) FROM (SELECT idem_key FROM sim.comments
                  WHERE idem_key IN (SELECT idem_key FROM keys)
                  GROUP BY idem_key HAVING count(*) > 1) d) AS comments,
-              (SELECT count(*) FROM (SELECT idem_key FROM sim.chat_replies
+              (SELECT count(*) FROM (SELECT idem_key FROM sim.connector_activities
                  WHERE idem_key IN (SELECT idem_key FROM keys)
                  GROUP BY idem_key HAVING count(*) > 1) d) AS replies
             """
@@ -174,9 +175,10 @@ def duplicate_writes(vendor: sa.Connection, run_ids: list[str]) -> dict[str, int
 
 
 def teams_replies(vendor: sa.Connection, run_id: str) -> int:
-    """Replies the chat vendor holds for a Teams turn (its reply key names the run)."""
+    """Replies the Bot Connector received for a Teams turn (posts with the turn's reply key,
+    which names the run)."""
     row = vendor.execute(
-        sa.text("SELECT count(*) AS n FROM sim.chat_replies WHERE idem_key = :k"),
+        sa.text("SELECT count(*) AS n FROM sim.connector_activities WHERE idem_key = :k"),
         {"k": f"lya-teams-reply-{run_id}"},
     ).one()
     return int(row.n)

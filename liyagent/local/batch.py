@@ -3,8 +3,9 @@ through the client API and through the app front (a Teams turn, a webhook call).
 
 Each run exercises a different mix of the call kinds (a read, a keyed write the vendor dedupes,
 a write with a reader, a write with neither), with a model latency of 400-900 ms per step so a
-worker killed mid-batch has runs in flight at every stage. A Teams turn also ends with the
-engine posting its reply (with cards) to the chat vendor, once.
+worker killed mid-batch has runs in flight at every stage. A Teams turn (a Bot Framework
+activity) also ends with the engine posting its reply, with its Adaptive Card, to the Bot
+Connector, once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from liyagent.local.botframework import BotChannel
 
 AGENT = "support-bot"
 TOOLS = ["ticket.read", "incident.create", "issue.comment", "chat.reply"]
@@ -159,18 +162,21 @@ def front_client(url: str, token: str) -> httpx.Client:
     )
 
 
-def post_entry(http: httpx.Client, entry: FrontEntry) -> str | None:
-    """Send the entry to the front: the webhook's run id, or None for a Teams message (its run
-    is started from the durable inbox; find it by the message id)."""
+def post_entry(
+    http: httpx.Client, entry: FrontEntry, channel: BotChannel, service_url: str
+) -> str | None:
+    """Send the entry to the front: the webhook's run id, or None for a Teams message (a Bot
+    Framework activity the channel signs, replied to at `service_url`; its run is started from
+    the durable inbox: find it by the activity id)."""
     if entry.via == "teams":
-        body = {
-            "message_id": entry.ref,
-            "conversation": entry.conversation,
-            "sender": "demo-user",
-            "agent": TEAMS_AGENT,
-            "text": entry.text,
-        }
-        http.post("/teams/messages", json=body).raise_for_status()
+        activity = channel.activity(
+            activity_id=entry.ref,
+            conversation=entry.conversation,
+            text=entry.text,
+            service_url=service_url,
+            sender="Demo User",
+        )
+        channel.post(http, activity).raise_for_status()
         return None
     answer = http.post(
         f"/webhooks/{WEBHOOK_AGENT}", json={"event_id": entry.ref, "input": entry.text}

@@ -2,7 +2,8 @@
 
 Duplicates are judged by the vendor, never by the engine: more than one incident, comment or
 chat reply row for one idempotency key is a write that happened twice. A Teams turn's reply is
-posted by the engine with the key `lya-teams-reply-<run id>`: exactly one row each is right.
+posted to the Bot Connector with the key `lya-teams-reply-<run id>`: exactly one post each is
+right.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from simulators.vendor import chat_replies_by_key, comments_by_key, incidents_by_key
+from runtime.entries import teams_reply_key
+from simulators.vendor import (
+    chat_replies_by_key,
+    comments_by_key,
+    connector_posts_by_key,
+    incidents_by_key,
+)
 from store.records import select_audit
 from store.views import RunSummary, mark_keys, mark_tally, runs_by_ids
 
@@ -28,11 +35,6 @@ VENDOR_TABLES: dict[str, tuple[str, Callable[[sa.Connection], dict[str, int]]]] 
     "chat.reply": ("chat replies", chat_replies_by_key),
 }
 TEAMS_RECORD = "Teams replies"
-
-
-def teams_reply_key(run_id: str) -> str:
-    """The key the engine posts a Teams turn's reply with (see runtime.entries)."""
-    return f"lya-teams-reply-{run_id}"
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ def _vendor(
         counts = {k: n for k, n in by_key(sim).items() if k in ours}
         rows[record] = sum(counts.values())
         extra[record] = sum(n - 1 for n in counts.values() if n > 1)
-    replies = chat_replies_by_key(sim) if teams else {}
+    replies = connector_posts_by_key(sim) if teams else {}
     per_turn = {run_id: replies.get(teams_reply_key(run_id), 0) for run_id in teams}
     if teams:
         rows[TEAMS_RECORD] = sum(per_turn.values())

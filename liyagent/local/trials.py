@@ -26,6 +26,7 @@ from celery import Celery
 
 import celeryconfig
 from liyagent.local import sim_model
+from liyagent.local.botframework import BotChannel
 from liyagent.local.cluster import Cluster, child_env
 from liyagent.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime import services as runtime_services
@@ -37,6 +38,7 @@ from tasks.services import CeleryPublisher
 log = structlog.get_logger(__name__)
 
 CRON_TRIGGER = "trial-cron"
+TEAMS = "trial-teams"
 # An old, fixed base for the trials' cron slots: one slot per round, never a real hour.
 CRON_BASE = datetime(2001, 1, 1, tzinfo=UTC)
 
@@ -74,7 +76,7 @@ def trial_catalog(latency: int) -> dict[str, Any]:
                 ],
                 "Webhook handled.",
             ),
-            "trial-teams": agent(
+            TEAMS: agent(
                 ["ticket.read"],
                 [
                     _step("toolu_tt_read", "ticket.read", latency, ticket="T-2"),
@@ -108,6 +110,7 @@ class TrialDeployment:
     cluster: Cluster = field(init=False)
     victim_queue: str = field(init=False)
     front_url: str = field(init=False)
+    bot_env: dict[str, str] = field(init=False, default_factory=dict)
 
     def start(self, options: TrialOptions) -> None:
         token = secrets.token_urlsafe(24)
@@ -122,12 +125,17 @@ class TrialDeployment:
         served = sim_model.served(vendor_url, trial_catalog(options.step_latency_ms))
         catalog.write_text(json.dumps(served))
         self.settings = replace(self.settings, vendor_url=vendor_url, agents_file=str(catalog))
-        survivor_env = child_env(self.settings, self.seal_keys)
+        # Teams turns come as Bot Framework activities, signed by a channel of our own whose
+        # keys the front checks; replies go to the connector simulator (the serviceUrl), with
+        # the bot's token from the simulators' token endpoint.
+        self.channel = BotChannel().start()
+        self.bot_env = self.channel.worker_env(vendor_url)
+        survivor_env = {**child_env(self.settings, self.seal_keys), **self.bot_env}
         self.cluster.worker(
             "survivor", self.settings.queue, survivor_env, concurrency=options.survivor_concurrency
         )
         self.cluster.beat(survivor_env)
-        self.front_url = self.cluster.front(self.victim_env())
+        self.front_url = self.cluster.front({**self.victim_env(), **self.channel.env(TEAMS)})
         victims = replace(self.settings, queue=self.victim_queue)
         app = Celery("liyagent-trials", set_as_current=False)
         app.conf.update(celeryconfig.config_for(victims))
@@ -139,9 +147,12 @@ class TrialDeployment:
         )
 
     def victim_env(self) -> dict[str, str]:
-        return child_env(replace(self.settings, queue=self.victim_queue), self.seal_keys)
+        env = child_env(replace(self.settings, queue=self.victim_queue), self.seal_keys)
+        return {**env, **self.bot_env}
 
     def stop(self) -> None:
+        if hasattr(self, "channel"):
+            self.channel.stop()
         if hasattr(self, "http"):
             self.http.close()
         if hasattr(self, "services"):
@@ -184,17 +195,13 @@ class TrialSession:
             fire_cron(d.services, CRON_TRIGGER, slot)
             self.trials.append(Trial("cron", CRON_TRIGGER, index, slot))
         if remaining > 1:
-            response = d.http.post(
-                "/teams/messages",
-                json={
-                    "message_id": f"trial-{tag}",
-                    "conversation": f"trial-conv-{tag}",
-                    "sender": "trial-user",
-                    "agent": "trial-teams",
-                    "text": "status?",
-                },
+            activity = d.channel.activity(
+                activity_id=f"trial-{tag}",
+                conversation=f"trial-conv-{tag}",
+                text="status?",
+                service_url=d.settings.vendor_url,
             )
-            response.raise_for_status()
+            d.channel.post(d.http, activity).raise_for_status()
             self.trials.append(Trial("teams", f"trial-{tag}", index))
         if remaining > 2:
             response = d.http.post(

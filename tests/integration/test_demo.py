@@ -2,8 +2,9 @@
 
 The demo runs as a user would start it, with a clean environment (no LIYAGENT_* settings), so
 it finds the machine's Postgres and Redis itself; its database gets a name of this test's own.
-Its Teams turns and webhook call go through the app front it starts; the Teams replies are
-counted here again from the chat vendor's own records, before the database is dropped.
+Its Teams turns (Bot Framework activities) and webhook call go through the app front it starts;
+the Teams replies are counted here again from the Bot Connector simulator's own records, before
+the database is dropped.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from liyagent.local.procs import ROOT, alive_in_groups
 
 
 def _teams_replies(admin_engine: sa.Engine, database: str) -> dict[str, int]:
-    """Teams reply rows per key in the chat vendor's records of the demo's database."""
+    """Teams replies per key in the Bot Connector's records of the demo's database."""
     engine = sa.create_engine(admin_engine.url.set(database=database), hide_parameters=True)
     try:
         with engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT idem_key, count(*) FROM sim.chat_replies "
+                    "SELECT idem_key, count(*) FROM sim.connector_activities "
                     "WHERE idem_key LIKE 'lya-teams-reply-%' GROUP BY idem_key"
                 )
             ).all()

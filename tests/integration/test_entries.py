@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from liyagent.local.botframework import BotChannel
 from runtime.enqueue import NewRun, enqueue
-from runtime.entries import fire_cron, intake_teams, receive_teams, start_entry
+from runtime.entries import TeamsTurn, fire_cron, intake_teams, receive_teams, start_entry
 from store.entries import EntryLink, purge_answers
 from tests.support.catalogs import helper_agent, write_catalog
 
@@ -23,7 +24,31 @@ def entries(stack, tmp_path):
     stack.reconfigure(
         agents_file=write_catalog(tmp_path / "agents.json", stack.sim_url, cron_every_s=3600)
     )
+    # The workers reply to Teams turns as a bot the connector simulator knows.
+    stack.extra_env.update(BotChannel().worker_env(stack.sim_url))
     return stack
+
+
+def _turn(entries, activity_id: str, conversation: str, text: str = "status of T-3?") -> None:
+    """Put a Teams activity in the inbox, replied to at the connector simulator."""
+    activity = {
+        "type": "message",
+        "id": activity_id,
+        "serviceUrl": entries.sim_url,
+        "conversation": {"id": conversation},
+        "from": {"id": "29:ann", "name": "ann"},
+        "recipient": {"id": "28:bot", "name": "bot"},
+        "text": text,
+    }
+    turn = TeamsTurn(activity_id, conversation, entries.sim_url, "ann", text, activity)
+    receive_teams(entries.services, turn, "helper")
+
+
+def _replies(entries, run_id: str):
+    return entries.vendor(
+        "SELECT conversation, activity FROM sim.connector_activities WHERE idem_key = :k",
+        k=f"lya-teams-reply-{run_id}",
+    )
 
 
 def _assistant_lines(stack, run_id: str) -> list[str]:
@@ -96,14 +121,7 @@ def test_two_beats_fire_each_cron_slot_once(entries, tmp_path) -> None:
 @pytest.mark.parametrize("fault", ["after_answer:kill", "after_reply:kill"])
 def test_teams_turn_is_handed_back_and_replied_to_once(entries, fault) -> None:
     def start() -> str:
-        receive_teams(
-            entries.services,
-            message_id="msg-1",
-            conversation="conv-9",
-            sender="ann",
-            agent="helper",
-            text="status of T-3?",
-        )
+        _turn(entries, "msg-1", "conv-9")
         [run_id] = intake_teams(entries.services)
         return run_id
 
@@ -111,27 +129,18 @@ def test_teams_turn_is_handed_back_and_replied_to_once(entries, fault) -> None:
     assert entries.wait(run_id).status == "succeeded"
     inbox = entries.rows("SELECT status, run_id, reply FROM teams_inbox")[0]
     assert (inbox.status, inbox.run_id) == ("replied", run_id)
-    replies = entries.vendor(
-        "SELECT text, cards, idem_key FROM sim.chat_replies WHERE conversation = 'conv-9' "
-        "AND idem_key = :k",
-        k=f"lya-teams-reply-{run_id}",
-    )
-    assert len(replies) == 1 and replies[0].text == ANSWER
-    assert replies[0].cards[0]["content"]["body"][0]["text"] == ANSWER
+    replies = _replies(entries, run_id)
+    assert len(replies) == 1 and replies[0].conversation == "conv-9"
+    assert replies[0].activity["text"] == ANSWER
+    assert replies[0].activity["attachments"][0]["content"]["body"][0]["text"] == ANSWER
+    assert inbox.reply["replyToId"] == "msg-1"
     # The turn was never run again: every model step was asked once.
     assert set(entries.asked(run_id).values()) == {1}
 
 
 def test_repeated_teams_message_is_one_turn(entries) -> None:
     for _ in range(2):
-        receive_teams(
-            entries.services,
-            message_id="msg-2",
-            conversation="c",
-            sender="bo",
-            agent="helper",
-            text="hi",
-        )
+        _turn(entries, "msg-2", "c", "hi")
     started = intake_teams(entries.services) + intake_teams(entries.services)
     assert len(started) == 1
     assert entries.rows("SELECT count(*) AS n FROM teams_inbox")[0].n == 1
@@ -225,21 +234,14 @@ def test_answer_is_kept_sealed_then_purged(entries) -> None:
 
 
 def _teams_turn(entries, message_id: str) -> str:
-    receive_teams(
-        entries.services,
-        message_id=message_id,
-        conversation=f"conv-{message_id}",
-        sender="ann",
-        agent="helper",
-        text="status of T-3?",
-    )
+    _turn(entries, message_id, f"conv-{message_id}")
     [run_id] = intake_teams(entries.services)
     return run_id
 
 
 def test_a_refused_teams_reply_fails_the_hand_on_with_its_reason(entries) -> None:
     run_id = _teams_turn(entries, "msg-refused")
-    entries.fault(run_id, "POST", "/chat/replies", 403)
+    entries.fault(run_id, "POST", "/v3/conversations/", 403)
     entries.worker("w1")
     view = entries.wait(run_id)
     assert view.status == "failed" and view.lost_count == 0
@@ -256,7 +258,7 @@ def test_a_refused_teams_reply_fails_the_hand_on_with_its_reason(entries) -> Non
 
 def test_a_hand_on_that_keeps_failing_is_capped_by_the_loss_limit(entries) -> None:
     run_id = _teams_turn(entries, "msg-down")
-    entries.fault(run_id, "POST", "/chat/replies", 503, times=100)
+    entries.fault(run_id, "POST", "/v3/conversations/", 503, times=100)
     entries.worker("w1")
     entries.beat()
     view = entries.wait(run_id, timeout=90)
@@ -315,7 +317,8 @@ def test_a_run_lost_past_the_limit_tells_its_teams_inbox_row(entries) -> None:
     assert inbox.status == "failed"
     assert (
         entries.vendor(
-            "SELECT count(*) AS n FROM sim.chat_replies WHERE conversation = 'conv-msg-lost'"
+            "SELECT count(*) AS n FROM sim.connector_activities "
+            "WHERE conversation = 'conv-msg-lost'"
         )[0].n
         == 0
     )

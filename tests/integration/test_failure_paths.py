@@ -5,6 +5,8 @@ fails the run with its reason, and repeated losses after the answer are capped."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support.scripts import call, final, step
@@ -88,6 +90,34 @@ def test_a_write_with_a_reader_that_did_not_land_is_not_sent_again(stack) -> Non
     assert _marks(stack, run_id) == [("issue.comment", "settled", "not_found")]
     told = stack.told(run_id, 2)[0]
     assert told["outcome"] == "not_found" and "not sent again" in told["note"]
+
+
+REMOTE = [step(call("toolu_f_a2a", "remote.ask", agent="billing", message="refund?")), final()]
+
+
+def test_a_remote_agent_answered_5xx_after_landing_is_read_back_by_its_task_id(stack) -> None:
+    run_id = _start_unworked(stack, REMOTE)
+    stack.fault(run_id, "POST", "/a2a", 503, after=True)
+    stack.worker("w1")
+    assert stack.wait(run_id).status == "succeeded"
+    calls = stack.vendor(
+        "SELECT status, body->>'method' AS method FROM sim.requests WHERE run_id = :r "
+        "AND vendor = 'a2a' ORDER BY id",
+        r=run_id,
+    )
+    assert [(c.method, c.status) for c in calls] == [("SendMessage", 503), ("GetTask", 200)]
+    assert _marks(stack, run_id) == [("remote.ask", "done", "read_back")]
+    told = stack.told(run_id, 2)[0]
+    assert told["state"] == "completed" and told["answer"] == "billing handled: refund?"
+
+
+def test_a_remote_agent_refusing_the_message_is_told_not_read_back(stack) -> None:
+    run_id = _start_unworked(stack, REMOTE)
+    stack.fault(run_id, "POST", "/a2a", 400)
+    stack.worker("w1")
+    assert stack.wait(run_id).status == "succeeded"
+    assert len(_posts(stack, run_id, "a2a")) == 1
+    assert "400" in json.dumps(stack.told(run_id, 2)[0])
 
 
 @pytest.mark.kill

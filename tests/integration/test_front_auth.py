@@ -141,3 +141,34 @@ def test_a_request_key_with_another_request_is_409(stack, front) -> None:
     assert body["stored_digest"] != body["given_digest"]
     assert body["stored_digest"] in body["error"] and body["given_digest"] in body["error"]
     assert _count(stack, "runs") == 1
+
+
+def _a2a(front, who: str, method: str, params: dict) -> object:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return front.post("/a2a", json=body, headers={**_bearer(who), "A2A-Version": "1.0"})
+
+
+def test_a2a_methods_that_start_or_cancel_need_their_rights(stack, front) -> None:
+    message = {
+        "message": {
+            "messageId": str(uuid.uuid4()),
+            "role": "ROLE_USER",
+            "parts": [{"text": "read T-7"}],
+            "metadata": {"skill": "reader"},
+        },
+        "configuration": {"returnImmediately": True},
+    }
+    refused = _a2a(front, "viewer", "SendMessage", message)
+    assert refused.status_code == 403 and refused.json()["right"] == "start"
+    assert _count(stack, "runs") == 0
+    sent = _a2a(front, "ci", "SendMessage", message)
+    assert sent.status_code == 200, sent.text
+    task_id = sent.json()["result"]["task"]["id"]
+    read = _a2a(front, "viewer", "GetTask", {"id": task_id})  # reading needs no right
+    assert read.status_code == 200 and read.json()["result"]["id"] == task_id
+    not_allowed = _a2a(front, "ci", "CancelTask", {"id": task_id})
+    assert not_allowed.status_code == 403 and not_allowed.json()["right"] == "stop"
+    canceled = _a2a(front, "ops", "CancelTask", {"id": task_id})
+    assert canceled.status_code == 200, canceled.text
+    reason = stack.client.get(stack.rows("SELECT id FROM runs")[0].id).failure_reason
+    assert "stopped by ops" in reason  # the token's principal, not a name in the request

@@ -7,6 +7,7 @@ windows and a 7-document corpus).
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import re
 import secrets
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import psycopg
@@ -31,6 +33,7 @@ from simulators.vendor import (
     a2a_tasks_by_id,
     chat_replies_by_key,
     comments_by_key,
+    connector_posts_by_key,
     count_requests,
     fine_tunes_by_key,
     incidents_by_key,
@@ -362,8 +365,8 @@ def test_every_request_is_recorded_once(sim: Simulator, engine: Engine) -> None:
         ("POST", "/chat/replies", {"conversation": "c", "text": "t"}, 201),
         ("POST", "/notify", {"channel": "ops", "text": "t"}, 201),
         ("GET", "/notify?channel=ops", None, 200),
-        ("POST", "/a2a/tasks", {"id": "task-" + uuid.uuid4().hex, "message": "m"}, 201),
-        ("GET", "/a2a/tasks/none-such-" + uuid.uuid4().hex, None, 404),
+        ("POST", "/a2a", {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}}, 200),
+        ("GET", "/a2a/.well-known/agent-card.json", None, 200),
         ("POST", "/fine_tunes", {"model": "m", "dataset": "d", "duration_s": 0}, 201),
         ("GET", "/fine_tunes/ft-none-such", None, 404),
         ("GET", "/source/docs?page=1&size=5", None, 200),
@@ -605,74 +608,225 @@ def test_concurrent_identical_notifications_make_one(sim: Simulator, engine: Eng
         assert dedupes == workers - 1
 
 
-def test_a2a_task_create_and_read_back(sim: Simulator, engine: Engine) -> None:
-    task_id = "task-" + uuid.uuid4().hex
-    created = post(sim, "/a2a/tasks", {"id": task_id, "message": "restart db", "agent": "dba"})
-    assert created.status_code == 201
-    row = created.json()["row"]
-    assert created.json() == {
-        "id": task_id,
-        "status": "completed",
-        "answer": "dba handled: restart db",
-        "row": row,
+def rpc(sim: Simulator, method: str, params: Any, key: str | None = None) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return post(sim, "/a2a", body, key)
+
+
+def a2a_message(message_id: str, text: str = "restart db", skill: str | None = None) -> Any:
+    message: dict[str, Any] = {
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
     }
-    read = sim.client.get(f"/a2a/tasks/{task_id}")
-    assert read.status_code == 200
-    assert {k: read.json()[k] for k in ("id", "status", "answer", "row")} == created.json()
-    assert read.json()["agent"] == "dba" and read.json()["message"] == "restart db"
-    anonymous = post(sim, "/a2a/tasks", {"id": "task-" + uuid.uuid4().hex, "message": "hi"})
-    assert anonymous.status_code == 201
-    assert anonymous.json()["answer"] == "remote-agent handled: hi"
-    missing = sim.client.get("/a2a/tasks/none-" + uuid.uuid4().hex)
-    assert missing.status_code == 404 and "error" in missing.json()
+    if skill is not None:
+        message["metadata"] = {"skill": skill}
+    return {"message": message}
+
+
+def test_a2a_task_completes_at_once_and_reads_back(sim: Simulator, engine: Engine) -> None:
+    task_id = "task-" + uuid.uuid4().hex
+    sent = rpc(sim, "SendMessage", a2a_message(task_id, skill="dba"))
+    assert sent.status_code == 200
+    task = sent.json()["result"]["task"]
+    assert task["id"] == task_id and task["status"] == {"state": "TASK_STATE_COMPLETED"}
+    assert task["artifacts"][0]["parts"] == [{"text": "dba handled: restart db"}]
+    read = rpc(sim, "GetTask", {"id": task_id}).json()["result"]
+    assert read == task
+    anonymous = rpc(sim, "SendMessage", a2a_message("task-" + uuid.uuid4().hex, "hi"))
+    answer = anonymous.json()["result"]["task"]["artifacts"][0]["parts"][0]["text"]
+    assert answer == "remote-agent handled: hi"
+    missing = rpc(sim, "GetTask", {"id": "none-" + uuid.uuid4().hex}).json()
+    assert missing["error"]["code"] == -32001
+    cancel = rpc(sim, "CancelTask", {"id": task_id}).json()
+    assert cancel["error"]["code"] == -32002
+    card = sim.client.get("/a2a/.well-known/agent-card.json").json()
+    assert card["supportedInterfaces"][0]["url"] == f"{sim.url}/a2a"
     with engine.connect() as conn:
         assert a2a_tasks_by_id(conn)[task_id] == 1
         assert count_requests(conn, vendor="a2a", method="POST") >= 2
 
 
-def test_a2a_duplicate_post_makes_two_rows(sim: Simulator, engine: Engine) -> None:
+def test_a2a_repeated_message_makes_two_rows(sim: Simulator, engine: Engine) -> None:
     task_id, key = "task-" + uuid.uuid4().hex, new_key()
-    body = {"id": task_id, "message": "page oncall"}
-    first, second = post(sim, "/a2a/tasks", body, key), post(sim, "/a2a/tasks", body, key)
-    assert (first.status_code, second.status_code) == (201, 201)
-    assert first.json()["row"] != second.json()["row"]
-    assert first.json()["id"] == second.json()["id"] == task_id
-    read = sim.client.get(f"/a2a/tasks/{task_id}")
-    assert read.status_code == 200 and read.json()["row"] == first.json()["row"]
+    first = rpc(sim, "SendMessage", a2a_message(task_id), key)
+    second = rpc(sim, "SendMessage", a2a_message(task_id), key)
+    assert first.json()["result"]["task"]["id"] == second.json()["result"]["task"]["id"]
     with engine.connect() as conn:
         assert a2a_tasks_by_id(conn)[task_id] == 2
         assert count_requests(conn, vendor="a2a", method="POST", idem_key=key) == 2
-    assert statuses(engine, idem_key=key) == [("POST", 201, False), ("POST", 201, False)]
+    assert statuses(engine, idem_key=key) == [("POST", 200, False), ("POST", 200, False)]
 
 
 A2A_BAD_INPUTS = [
-    (b"{not json", "JSON"),
-    (b'"a string"', "object"),
-    (b'{"message": "m"}', "id"),
-    (b'{"id": "", "message": "m"}', "id"),
-    (b'{"id": 7, "message": "m"}', "id"),
-    (b'{"id": "ID"}', "message"),
-    (b'{"id": "ID", "message": {"m": 1}}', "message"),
-    (b'{"id": "ID", "message": "m", "agent": 3}', "agent"),
+    (b"{not json", -32700),
+    (b'"a string"', -32600),
+    (b'{"jsonrpc": "2.0", "id": 1}', -32600),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "Nope", "params": {}}', -32601),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": []}', -32602),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": 5}}', -32602),
+    (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", '
+        b'"params": {"message": {"messageId": "ID", "parts": []}}}',
+        -32602,
+    ),
+    (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": '
+        b'{"messageId": "ID", "taskId": "t", "parts": [{"text": "x"}]}}}',
+        -32004,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("raw", "field"), A2A_BAD_INPUTS)
-def test_a2a_bad_input_is_400_and_stores_nothing(
-    sim: Simulator, engine: Engine, raw: bytes, field: str
+@pytest.mark.parametrize(("raw", "code"), A2A_BAD_INPUTS)
+def test_a2a_bad_input_is_a_json_rpc_error_and_stores_nothing(
+    sim: Simulator, engine: Engine, raw: bytes, code: int
 ) -> None:
     key, task_id = new_key(), "task-" + uuid.uuid4().hex
     headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
     content = raw.replace(b'"ID"', f'"{task_id}"'.encode())
     before = scalar(engine, "SELECT count(*) FROM sim.a2a_tasks")
-    response = sim.client.post("/a2a/tasks", content=content, headers=headers)
-    assert response.status_code == 400
-    assert field in response.json()["error"]
+    response = sim.client.post("/a2a", content=content, headers=headers)
+    assert response.status_code == 200
+    assert response.json()["error"]["code"] == code
     assert scalar(engine, "SELECT count(*) FROM sim.a2a_tasks") == before
     with engine.connect() as conn:
         assert task_id not in a2a_tasks_by_id(conn)
-    assert sim.client.get(f"/a2a/tasks/{task_id}").status_code == 404
-    assert statuses(engine, idem_key=key) == [("POST", 400, False)]
+    assert statuses(engine, idem_key=key) == [("POST", 200, False)]
+
+
+def reply(text: str = "on it", **fields: Any) -> dict[str, Any]:
+    card = {"contentType": "application/vnd.microsoft.card.adaptive", "content": {}}
+    return {"type": "message", "text": text, "attachments": [card], **fields}
+
+
+TOKEN_PATH = "/botframework.com/oauth2/v2.0/token"
+SCOPE = "https://api.botframework.com/.default"
+
+
+def register_bot(sim: Simulator, password: str = "s3cret", ttl_s: float = 3600) -> str:
+    app_id = str(uuid.uuid4())
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    body = {"app_id": app_id, "password_sha256": digest, "token_ttl_s": ttl_s}
+    assert post(sim, "/sim/bots", body).status_code == 201
+    return app_id
+
+
+def ask_token(sim: Simulator, app_id: str, password: str = "s3cret", **form: str):
+    fields = {
+        "grant_type": "client_credentials",
+        "client_id": app_id,
+        "client_secret": password,
+        "scope": SCOPE,
+        **form,
+    }
+    return sim.client.post(TOKEN_PATH, data=fields)
+
+
+def bearer(sim: Simulator, app_id: str) -> dict[str, str]:
+    answer = ask_token(sim, app_id)
+    assert answer.status_code == 200, answer.text
+    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+
+def test_token_endpoint_issues_expiring_tokens_to_registered_bots(
+    sim: Simulator, engine: Engine
+) -> None:
+    app_id = register_bot(sim)
+    answer = ask_token(sim, app_id)
+    assert answer.status_code == 200
+    grant = answer.json()
+    assert grant["token_type"] == "Bearer" and grant["expires_in"] == 3600
+    assert grant["access_token"] != ask_token(sim, app_id).json()["access_token"]
+    refusals = {
+        "wrong password": (ask_token(sim, app_id, "nope"), 401, "invalid_client"),
+        "unknown bot": (ask_token(sim, str(uuid.uuid4())), 401, "invalid_client"),
+        "wrong scope": (ask_token(sim, app_id, scope="https://x/.default"), 400, "invalid_scope"),
+        "wrong grant": (
+            ask_token(sim, app_id, grant_type="password"),
+            400,
+            "unsupported_grant_type",
+        ),
+        "JSON body": (sim.client.post(TOKEN_PATH, json={}), 400, "invalid_request"),
+    }
+    for why, (refused, status, code) in refusals.items():
+        assert (refused.status_code, refused.json()["error"]) == (status, code), why
+    # The records keep the form without its secret.
+    with engine.connect() as conn:
+        bodies = conn.execute(
+            text(
+                "SELECT body FROM sim.requests WHERE vendor = 'login' AND body->>'client_id' = :a"
+            ),
+            {"a": app_id},
+        ).scalars()
+        kept = list(bodies)
+    assert kept and all(b["client_secret"] == "(masked)" for b in kept)
+    assert "s3cret" not in repr(kept)
+    short = register_bot(sim, ttl_s=1)
+    assert ask_token(sim, short).json()["expires_in"] == 1
+
+
+def test_connector_requires_a_valid_bot_token(sim: Simulator, engine: Engine) -> None:
+    path = f"/v3/conversations/{quote('a:1y', safe='')}/activities"
+    app_id = register_bot(sim)
+    auth = bearer(sim, app_id)
+    for headers in ({}, {"Authorization": "Bearer made-up"}, {"Authorization": "Basic x"}):
+        refused = sim.client.post(f"{path}/act-1", json=reply(), headers=headers)
+        assert refused.status_code == 401, headers
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+        assert sim.client.get(path, params={"key": "k"}, headers=headers).status_code == 401
+    assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 201
+    revoked = sim.client.post(f"/sim/bots/{app_id}/revoke")
+    assert revoked.json() == {"expired": 1}
+    assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 401
+    assert (
+        scalar(engine, "SELECT count(*) FROM sim.connector_activities WHERE app_id = :a", a=app_id)
+        == 1
+    )
+    # A token's lifetime ends by the database clock.
+    short = register_bot(sim, ttl_s=1)
+    auth = bearer(sim, short)
+    deadline = time.monotonic() + 10
+    while scalar(
+        engine,
+        "SELECT count(*) FROM sim.bot_tokens WHERE app_id = :a AND expires_at > clock_timestamp()",
+        a=short,
+    ):
+        assert time.monotonic() < deadline, "the 1 s token never expired"
+        time.sleep(0.1)
+    assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 401
+
+
+def test_connector_replies_are_kept_and_listed_by_key(sim: Simulator, engine: Engine) -> None:
+    conversation, key = "a:1x;messageid=9", new_key()
+    path = f"/v3/conversations/{quote(conversation, safe='')}/activities"
+    app_id = register_bot(sim)
+    auth = bearer(sim, app_id)
+    first = post(sim, f"{path}/act-1", reply(), key, **auth)
+    second = post(sim, f"{path}/act-1", reply("again"), key, **auth)
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["id"] != second.json()["id"]
+    sent = post(sim, path, reply("to all", replyToId="act-2"), **auth)
+    assert sent.status_code == 201
+    listed = sim.client.get(path, params={"key": key}, headers=auth).json()["activities"]
+    assert [(a["replyToId"], a["activity"]["text"]) for a in listed] == [
+        ("act-1", "on it"),
+        ("act-1", "again"),
+    ]
+    assert sim.client.get(path, params={"key": new_key()}, headers=auth).json() == {
+        "activities": []
+    }
+    assert sim.client.get(path, headers=auth).status_code == 400
+    for bad in ({"type": "typing"}, {"type": "message"}, reply(text=5), reply(attachments=[{}])):
+        assert post(sim, f"{path}/act-3", bad, **auth).status_code == 400, bad
+    with engine.connect() as conn:
+        assert connector_posts_by_key(conn)[key] == 2
+        assert count_requests(conn, vendor="connector", idem_key=key) == 2
+        kept = conn.execute(
+            text("SELECT DISTINCT app_id FROM sim.connector_activities WHERE idem_key = :k"),
+            {"k": key},
+        ).scalars()
+        assert list(kept) == [app_id]
 
 
 def fine_tune(sim: Simulator, key: str | None = None, **body: Any) -> httpx.Response:

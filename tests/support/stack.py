@@ -66,6 +66,8 @@ class Stack:
     sim_url: str
     sim_engine: sa.Engine
     procs: list[Proc] = field(default_factory=list)
+    # More environment for every process started after it is set (a Teams bot's credentials).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.app = Celery("liyagent-test", set_as_current=False)
@@ -96,6 +98,7 @@ class Stack:
             "LIYAGENT_ANSWER_RETENTION_S": str(s.answer_retention_s),
             "TICKETIQ_CRASH_RESUME_ENTRIES": "true" if s.crash_resume_entries else "false",
             **timings_env(s.timings),
+            **self.extra_env,
         }
 
     def reconfigure(self, **changes: Any) -> None:

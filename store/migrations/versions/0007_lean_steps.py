@@ -2,7 +2,7 @@
 run keeps its own input, and model requests are judged from the model server's records
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-30 22:30:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,145 @@
+"""A2A 1.0 over JSON-RPC, as `a2a-sdk` serves it: the agent card and the endpoint.
+
+The SDK parses and answers the JSON-RPC (`JsonRpcDispatcher`); its request handler over
+liyagent's runs is `a2a_tasks.TaskHandler`. Each catalog agent is a skill; a task is a managed
+run (it may wait for approvals), named after the message that created it, so a repeated message
+id is the same task and a client that lost the answer finds the task again by that id. A task's
+state is its run's: queued before any start is submitted, running is working, waiting on an
+approval is auth-required (a person must authorize a held write), succeeded is completed with
+the answer as the task's one artifact, failed is failed (canceled when CancelTask stopped it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from front.a2a_tasks import ACTING, TaskHandler
+from front.auth import WHAT, Right, principal, protected, services
+from front.body import read_limited
+from front.errors import FrontError
+from runtime.entries import s_catalog
+from runtime.services import Services
+
+RPC_PATH = "/a2a"
+
+
+def agent_card(s: Services, base_url: str) -> AgentCard:
+    """The front as one A2A agent: each catalog agent a skill, the JSON-RPC endpoint, and the
+    front's bearer token as its security scheme."""
+    catalog = s_catalog(s)
+    skills = [
+        AgentSkill(
+            id=name,
+            name=name,
+            description=definition.system or f"The {name} agent.",
+            tags=list(definition.tools or []),
+            input_modes=["text/plain"],
+            output_modes=["text/plain"],
+        )
+        for name, definition in sorted(catalog.agents.items())
+    ]
+    return AgentCard(
+        name="liyagent",
+        description=(
+            "Durable agent runs: each skill is an agent; a task is a managed run that survives "
+            "the loss of its worker. Name the skill in the message's metadata.skill."
+        ),
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(
+                url=f"{base_url}{RPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"
+            )
+        ],
+        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        security_schemes={
+            "bearer": SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="Bearer", description="the front's token (LIYAGENT_FRONT_TOKEN)"
+                )
+            )
+        },
+        security_requirements=[SecurityRequirement(schemes={"bearer": StringList()})],
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=skills,
+    )
+
+
+async def card(request: Request) -> Response:
+    """GET /.well-known/agent-card.json (no token: the card says how to authenticate)."""
+    s = services(request)
+    base = s.settings.public_url or str(request.base_url).rstrip("/")
+    try:
+        found = await run_in_threadpool(agent_card, s, base)
+    except ValueError as exc:
+        raise FrontError(
+            500, f"the agent catalog cannot be read ({exc}); fix it or LIYAGENT_AGENTS_FILE"
+        ) from None
+    return JSONResponse(agent_card_to_dict(found))
+
+
+# The right each A2A method that changes something needs; reading tasks needs none.
+METHOD_RIGHTS = {
+    "SendMessage": Right.START,
+    "SendStreamingMessage": Right.START,
+    "CancelTask": Right.STOP,
+}
+
+
+def _method(body: bytes) -> str | None:
+    """The JSON-RPC method the body names, if it can be read (else the SDK answers the error)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    method = parsed.get("method") if isinstance(parsed, dict) else None
+    return method if isinstance(method, str) else None
+
+
+@protected
+async def rpc(request: Request) -> Response:
+    """POST /a2a: one A2A JSON-RPC request (the body at most 1 MiB), answered by the SDK. A
+    method that starts or cancels a run needs that right of the token's principal, and the
+    principal is recorded as who acted."""
+    body = await read_limited(request)
+    who = principal(request)
+    needed = METHOD_RIGHTS.get(_method(body) or "")
+    if needed is not None and needed not in who.rights:
+        raise FrontError(
+            403,
+            f"principal {who.name} lacks the right {needed.value!r} (to {WHAT[needed]}); "
+            "use a token that has it",
+            right=needed.value,
+        )
+    acting = ACTING.set(who.name)
+
+    async def replay() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    dispatcher: JsonRpcDispatcher = request.app.state.a2a
+    try:
+        return await dispatcher.handle_requests(Request(request.scope, replay))
+    finally:
+        ACTING.reset(acting)
+
+
+def dispatcher(s: Services) -> JsonRpcDispatcher:
+    """The SDK's JSON-RPC dispatcher over this front's task handler."""
+    return JsonRpcDispatcher(TaskHandler(s))

@@ -1,0 +1,364 @@
+"""The A2A request handler over liyagent's runs (the SDK's `RequestHandler`): SendMessage,
+GetTask, ListTasks and CancelTask, and how a run's state reads as a task's.
+
+A task is named after the message that created it; its state is its run's (see
+`store.entries.TASK_STATE_SQL`), its answer the one artifact, the message it came from its
+history. Streaming, subscriptions and push notifications are not offered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
+
+import structlog
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler, validate_request_params
+from a2a.types import (
+    AgentCard,
+    Artifact,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    ExtendedAgentCardNotConfiguredError,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    InternalError,
+    InvalidParamsError,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    PushNotificationNotSupportedError,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    UnsupportedOperationError,
+)
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
+from a2a.utils.errors import A2AError
+from a2a.utils.task import (
+    ListTasksCursor,
+    apply_history_length,
+    decode_list_tasks_cursor,
+    encode_list_tasks_cursor,
+    validate_history_length,
+    validate_page_size,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+from starlette.concurrency import run_in_threadpool
+
+from front.body import ID, MAX_TEXT_BYTES
+from runtime.client import Client
+from runtime.enqueue import BadRequest, NewRun, enqueue
+from runtime.entries import s_catalog
+from runtime.services import Services
+from runtime.tools import AgentDef
+from store.entries import A2ATask, EntryLink, get_a2a_task, list_a2a_tasks, mark_a2a_canceled
+
+# Who acts through this request: the principal of the front's bearer token (front/a2a.py sets
+# it for each JSON-RPC request), recorded on a CancelTask's Stop.
+ACTING: ContextVar[str] = ContextVar("liyagent_a2a_principal", default="a2a")
+
+log = structlog.get_logger("front")
+T = TypeVar("T")
+
+STATES = {
+    "submitted": TaskState.TASK_STATE_SUBMITTED,
+    "working": TaskState.TASK_STATE_WORKING,
+    "auth-required": TaskState.TASK_STATE_AUTH_REQUIRED,
+    "completed": TaskState.TASK_STATE_COMPLETED,
+    "failed": TaskState.TASK_STATE_FAILED,
+    "canceled": TaskState.TASK_STATE_CANCELED,
+}
+_NAMES = {state: name for name, state in STATES.items()}
+# States a SendMessage that may block answers at: the task ended or needs a person.
+_SETTLED = frozenset({"completed", "failed", "canceled", "auth-required"})
+_POLL_S = 0.25
+
+
+def _text_of(message: Message) -> str:
+    text = "\n".join(p.text for p in message.parts if p.text)
+    if not text.strip():
+        raise InvalidParamsError("send the task as one or more text parts")
+    if len(text.encode("utf-8")) > MAX_TEXT_BYTES or "\x00" in text:
+        raise InvalidParamsError(f"the text must be at most {MAX_TEXT_BYTES} bytes, without NUL")
+    return text
+
+
+def _skill(s: Services, params: SendMessageRequest) -> AgentDef:
+    """The catalog agent the message names (metadata.skill), or the only one there is."""
+    named = [dict(m).get("skill") for m in (params.message.metadata, params.metadata)]
+    skill = next((n for n in named if isinstance(n, str) and n), None)
+    catalog = s_catalog(s)
+    agents = sorted(catalog.agents)
+    if skill is None and len(agents) == 1:
+        skill = agents[0]
+    if skill is None or skill not in catalog.agents:
+        said = "name the skill in metadata.skill" if skill is None else f"no skill {skill!r}"
+        raise InvalidParamsError(f"{said}; the skills: {', '.join(agents)}")
+    return catalog.agent(skill)
+
+
+def _state(name: str) -> TaskState:
+    return STATES[name]
+
+
+def _agent_note(text: str) -> Message:
+    return Message(message_id=str(uuid.uuid4()), role=Role.ROLE_AGENT, parts=[Part(text=text)])
+
+
+def _status_note(row: A2ATask) -> str | None:
+    if row.state == "auth-required" and row.waiting_on:
+        approval = row.waiting_on.removeprefix("approval:")
+        return (
+            f"waiting for a person to approve a held call (approval {approval}); it is decided "
+            f"with POST /approvals/{approval}/decision"
+        )
+    if row.state in ("failed", "canceled"):
+        return row.failure_reason or row.answer
+    return None
+
+
+def task_of(row: A2ATask) -> Task:
+    """The A2A task for a stored task and its run; the answer is its one artifact."""
+    task = Task(id=row.id, context_id=row.context_id or "")
+    task.status.CopyFrom(TaskStatus(state=_state(row.state)))
+    task.status.timestamp.FromDatetime(row.updated_at)
+    note = _status_note(row)
+    if note:
+        task.status.message.CopyFrom(_agent_note(note))
+    if row.state == "completed" and row.answer is not None:
+        task.artifacts.append(
+            Artifact(artifact_id=f"{row.id}-answer", name="answer", parts=[Part(text=row.answer)])
+        )
+    if row.message:
+        task.history.append(ParseDict(row.message, Message(), ignore_unknown_fields=True))
+    task.metadata.update({"run_id": row.run_id, "skill": row.agent})
+    return task
+
+
+class TaskHandler(RequestHandler):
+    """The SDK's request handler over liyagent's runs: SendMessage, GetTask, ListTasks and
+    CancelTask; streaming and push notifications are not offered."""
+
+    def __init__(self, s: Services) -> None:
+        self.s = s
+
+    async def _call(self, work: Callable[[], T]) -> T:
+        """Run store and runtime work in a thread; an unexpected failure is logged and answered
+        as a JSON-RPC internal error that says what to do (never a traceback)."""
+        try:
+            return await run_in_threadpool(work)
+        except A2AError:
+            raise
+        except BadRequest as exc:
+            raise InvalidParamsError(str(exc)) from None
+        except Exception as exc:
+            log.error("front.a2a_failed", error=repr(exc), exc_info=exc)
+            raise InternalError(
+                f"internal error ({type(exc).__name__}); retrying with the same messageId is "
+                "safe, and the front's log has the details"
+            ) from None
+
+    def _task(self, task_id: str) -> A2ATask:
+        with self.s.engine.connect() as conn:
+            row = get_a2a_task(conn, task_id)
+        if row is None:
+            raise TaskNotFoundError(f"no task {task_id!r} here")
+        return row
+
+    def _submit(self, params: SendMessageRequest) -> tuple[str, bool]:
+        """The message's task: a managed run linked to its task in one statement, once per
+        message id."""
+        message = params.message
+        if not ID.fullmatch(message.message_id):
+            raise InvalidParamsError(f"messageId must match {ID.pattern}")
+        if message.role not in (Role.ROLE_USER, Role.ROLE_UNSPECIFIED):
+            raise InvalidParamsError("the message must come from the user (ROLE_USER)")
+        if message.task_id and message.task_id != message.message_id:
+            self._task(message.task_id)
+            raise UnsupportedOperationError(
+                "a task here takes one message; send a new message without taskId"
+            )
+        text, definition = _text_of(message), _skill(self.s, params)
+        context_id = message.context_id or str(uuid.uuid4())
+        run_id, created = enqueue(
+            self.s,
+            NewRun(
+                agent=definition.name,
+                user_input=text,
+                model=definition.model,
+                tools=definition.tools,
+                system=definition.system,
+                owner="a2a",
+                entry_kind="a2a",
+                channel="a2a",
+                request_key=f"a2a:{message.message_id}",
+                link=EntryLink(
+                    "a2a",
+                    message.message_id,
+                    context_id=context_id,
+                    message=json.dumps(MessageToDict(message)),
+                ),
+            ),
+        )
+        log.info("front.a2a_task", task_id=message.message_id, run_id=run_id, created=created)
+        return message.message_id, created
+
+    @validate_request_params
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | Message:
+        """SendMessage: the task this message makes (or made); unless the client asked to
+        return at once, wait (bounded by LIYAGENT_A2A_WAIT_S) until it ends or needs a person."""
+        validate_history_length(params.configuration)
+        task_id, _ = await self._call(lambda: self._submit(params))
+        row = await self._call(lambda: self._task(task_id))
+        if not params.configuration.return_immediately:
+            deadline = asyncio.get_running_loop().time() + self.s.settings.a2a_wait_s
+            while row.state not in _SETTLED and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(_POLL_S)
+                row = await self._call(lambda: self._task(task_id))
+        return apply_history_length(task_of(row), params.configuration)
+
+    @validate_request_params
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        """GetTask: the task as its run stands now."""
+        validate_history_length(params)
+        row = await self._call(lambda: self._task(params.id))
+        return apply_history_length(task_of(row), params)
+
+    @validate_request_params
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        """ListTasks: newest first, filtered by context, state and update time, paged."""
+        validate_history_length(params)
+        size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
+        validate_page_size(size)
+        before = None
+        if params.page_token:
+            cursor = decode_list_tasks_cursor(params.page_token)
+            if cursor is None or cursor.timestamp_ns is None:
+                raise InvalidParamsError("pageToken is not one this server gave")
+            before = (datetime.fromtimestamp(cursor.timestamp_ns / 1e9, tz=UTC), cursor.task_id)
+        after = (
+            params.status_timestamp_after.ToDatetime(tzinfo=UTC)
+            if params.HasField("status_timestamp_after")
+            else None
+        )
+        state = _NAMES.get(params.status) if params.status else None
+        if params.status and state is None:
+            return ListTasksResponse(page_size=size)
+
+        def page() -> tuple[list[A2ATask], int]:
+            with self.s.engine.connect() as conn:
+                return list_a2a_tasks(
+                    conn,
+                    limit=size,
+                    context_id=params.context_id or None,
+                    state=state,
+                    updated_after=after,
+                    before=before,
+                )
+
+        rows, total = await self._call(page)
+        token = ""
+        if len(rows) == size:
+            last = rows[-1]
+            ns = int(last.created_at.timestamp() * 1_000_000) * 1000
+            token = encode_list_tasks_cursor(ListTasksCursor(timestamp_ns=ns, task_id=last.id))
+        return ListTasksResponse(
+            tasks=[apply_history_length(task_of(r), params) for r in rows],
+            next_page_token=token,
+            page_size=size,
+            total_size=total,
+        )
+
+    @validate_request_params
+    async def on_cancel_task(
+        self, params: CancelTaskRequest, context: ServerCallContext
+    ) -> Task | None:
+        """CancelTask: an operator Stop of the task's run (a queued or waiting run ends now, a
+        running one at its next step); an ended task cannot be canceled."""
+
+        def cancel() -> A2ATask:
+            row = self._task(params.id)
+            if row.state in ("completed", "failed", "canceled"):
+                raise TaskNotCancelableError(f"task {row.id} already {row.state}")
+            try:
+                Client(self.s).stop(
+                    run_id=row.run_id,
+                    reason=f"A2A CancelTask of task {row.id}",
+                    by=ACTING.get(),
+                )
+            except BadRequest as exc:
+                raise TaskNotCancelableError(str(exc)) from None
+            with self.s.engine.connect() as conn:
+                mark_a2a_canceled(conn, row.id)
+            log.info("front.a2a_canceled", task_id=row.id, run_id=row.run_id)
+            return self._task(row.id)
+
+        return task_of(await self._call(cancel))
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any]:
+        """Not offered (the card says streaming: false): use SendMessage and GetTask."""
+        _unsupported("streaming is not offered; use SendMessage, then GetTask")
+        yield  # pragma: no cover
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any]:
+        """Not offered: poll GetTask."""
+        _unsupported("subscriptions are not offered; poll GetTask")
+        yield  # pragma: no cover
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        """Push notifications are not offered."""
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        """Push notifications are not offered."""
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        """Push notifications are not offered."""
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        """Push notifications are not offered."""
+        raise PushNotificationNotSupportedError
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        """There is no extended card: the public one lists every skill."""
+        raise ExtendedAgentCardNotConfiguredError
+
+
+def _unsupported(message: str) -> NoReturn:
+    raise UnsupportedOperationError(message)

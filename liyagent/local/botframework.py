@@ -1,0 +1,190 @@
+"""A stand-in for the Bot Framework channel that delivers Teams activities to a bot.
+
+It holds an RSA key of its own, publishes its public half as a JWKS on loopback (the keys
+endpoint the front is told about with `LIYAGENT_TEAMS_JWKS_URL`) with the channels the key is
+endorsed for, signs each delivery's bearer JWT as the channel does (issuer, audience = the bot's
+app id, a `serviceurl` claim, an expiry), and posts message activities to the bot's
+`/api/messages`. It also makes up the bot's app password and registers the bot with the
+simulators' token endpoint, so the workers can authenticate their replies to the connector
+simulator (`worker_env`). The demo, the kill trials and the tests deliver their Teams turns with
+it; a real deployment points the front at Microsoft's keys endpoint and the workers at
+Microsoft's token endpoint instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+ISSUER = "https://api.botframework.com"
+# Where the simulators serve the token endpoint (Microsoft's path under its login host).
+TOKEN_PATH = "/botframework.com/oauth2/v2.0/token"
+
+
+def new_key() -> rsa.RSAPrivateKey:
+    """A fresh 2048-bit RSA signing key."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def jwk_of(
+    key: rsa.RSAPrivateKey, kid: str, endorsements: tuple[str, ...] = ("msteams",)
+) -> dict[str, Any]:
+    """The public half of `key` as a JWK, as the Bot Framework publishes its keys: with the
+    channels it may sign for (`endorsements`)."""
+    jwk: dict[str, Any] = RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    return {**jwk, "kid": kid, "use": "sig", "alg": "RS256", "endorsements": list(endorsements)}
+
+
+class _KeysHandler(BaseHTTPRequestHandler):
+    server: _KeysServer
+
+    def do_GET(self) -> None:
+        body = json.dumps({"keys": self.server.keys}).encode()
+        self.server.fetches += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: no line per key fetch."""
+
+
+class _KeysServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, keys: list[dict[str, Any]]) -> None:
+        self.keys = keys
+        self.fetches = 0
+        super().__init__(("127.0.0.1", 0), _KeysHandler)
+
+
+@dataclass
+class BotChannel:
+    """The channel: its signing key and JWKS endpoint, tokens and activities for one bot."""
+
+    app_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    issuer: str = ISSUER
+    kid: str = field(default_factory=lambda: f"kid-{uuid.uuid4().hex[:8]}")
+    key: rsa.RSAPrivateKey = field(default_factory=new_key, repr=False)
+    # The channels the signing key is endorsed for in the JWKS.
+    endorsements: tuple[str, ...] = ("msteams",)
+    # The bot's app password (client secret) and the lifetime of the tokens it is issued.
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+    token_ttl_s: float = 3600.0
+    _server: _KeysServer | None = field(default=None, init=False, repr=False)
+
+    def start(self) -> BotChannel:
+        """Serve the JWKS on a free loopback port (in a daemon thread)."""
+        self._server = _KeysServer([jwk_of(self.key, self.kid, self.endorsements)])
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> BotChannel:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def jwks_url(self) -> str:
+        assert self._server is not None, "start the channel first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/keys"
+
+    def env(self, agent: str) -> dict[str, str]:
+        """The front's settings for this bot, answered by the catalog agent `agent`."""
+        return {
+            "LIYAGENT_TEAMS_APP_ID": self.app_id,
+            "LIYAGENT_TEAMS_ISSUER": self.issuer,
+            "LIYAGENT_TEAMS_JWKS_URL": self.jwks_url,
+            "LIYAGENT_TEAMS_AGENT": agent,
+        }
+
+    def register(self, sim_url: str) -> None:
+        """Make the bot known to the simulators' token endpoint (its password's hash only)."""
+        digest = hashlib.sha256(self.password.encode()).hexdigest()
+        body = {"app_id": self.app_id, "password_sha256": digest, "token_ttl_s": self.token_ttl_s}
+        httpx.post(f"{sim_url}/sim/bots", json=body, timeout=10).raise_for_status()
+
+    def worker_env(self, sim_url: str) -> dict[str, str]:
+        """The workers' settings to reply as this bot through the connector simulator at
+        `sim_url` (the bot is registered with its token endpoint first)."""
+        self.register(sim_url)
+        return {
+            "LIYAGENT_TEAMS_APP_ID": self.app_id,
+            "LIYAGENT_TEAMS_APP_PASSWORD": self.password,
+            "LIYAGENT_TEAMS_TOKEN_URL": f"{sim_url.rstrip('/')}{TOKEN_PATH}",
+        }
+
+    def token(
+        self,
+        service_url: str,
+        *,
+        audience: str | None = None,
+        issuer: str | None = None,
+        expires_in_s: float = 3600,
+        key: rsa.RSAPrivateKey | None = None,
+    ) -> str:
+        """A channel token for one delivery (each argument can spoil it, for tests)."""
+        now = int(time.time())
+        claims = {
+            "iss": issuer or self.issuer,
+            "aud": audience or self.app_id,
+            "serviceurl": service_url,
+            "nbf": now - 5,
+            "iat": now - 5,
+            "exp": int(now + expires_in_s),
+        }
+        return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": self.kid})
+
+    def activity(
+        self,
+        *,
+        conversation: str,
+        text: str,
+        service_url: str,
+        activity_id: str | None = None,
+        sender: str = "Ann Lee",
+    ) -> dict[str, Any]:
+        """A Teams message activity from a person to this bot."""
+        return {
+            "type": "message",
+            "id": activity_id or str(int(time.time() * 1000)),
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "channelId": "msteams",
+            "serviceUrl": service_url,
+            "from": {"id": f"29:{uuid.uuid5(uuid.NAMESPACE_URL, sender).hex}", "name": sender},
+            "conversation": {"id": conversation, "conversationType": "personal"},
+            "recipient": {"id": f"28:{self.app_id}", "name": "liyagent"},
+            "text": text,
+            "textFormat": "plain",
+        }
+
+    def post(
+        self, http: httpx.Client, activity: dict[str, Any], token: str | None = None
+    ) -> httpx.Response:
+        """Deliver `activity` to the bot (`http` is aimed at the front), signed by default."""
+        bearer = token if token is not None else self.token(str(activity["serviceUrl"]))
+        return http.post(
+            "/api/messages", json=activity, headers={"Authorization": f"Bearer {bearer}"}
+        )
