@@ -79,7 +79,9 @@ def _engine() -> sa.Engine:
         pid = os.getpid()
         if pid not in _engines:
             url = os.environ["BENCH_BASELINE_DATABASE_URL"]
-            _engines[pid] = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+            _engines[pid] = sa.create_engine(
+                url, isolation_level="AUTOCOMMIT", hide_parameters=True
+            )
         return _engines[pid]
 
 

@@ -174,7 +174,7 @@ def _server_counters(lab: Lab, groups: list[Group]) -> Snapshot:
 
 def _tuples(database_url: str) -> dict[str, int]:
     """Row writes per table so far (read on a connection that is closed at once)."""
-    engine = sa.create_engine(database_url, poolclass=NullPool)
+    engine = sa.create_engine(database_url, poolclass=NullPool, hide_parameters=True)
     try:
         with engine.connect() as conn:
             rows = conn.execute(
@@ -264,7 +264,7 @@ def _warm(groups: list[Group], timeout_s: float) -> None:
 def _wait_answered(lab: Lab, groups: list[Group], timeout_s: float) -> None:
     """Wait until the simulators' model has answered every run's last step (its own records,
     in its own database), then until the engine databases are quiet for a second."""
-    engine = sa.create_engine(lab.sim_db_url, poolclass=NullPool)
+    engine = sa.create_engine(lab.sim_db_url, poolclass=NullPool, hide_parameters=True)
     deadline = time.monotonic() + timeout_s
     try:
         for g in groups:
@@ -457,7 +457,7 @@ def _check_succeeded(groups: list[Group]) -> None:
     for g in groups:
         if not g.ids:
             continue
-        engine = sa.create_engine(g.database_url, poolclass=NullPool)
+        engine = sa.create_engine(g.database_url, poolclass=NullPool, hide_parameters=True)
         try:
             with engine.connect() as conn:
                 bad = conn.execute(

@@ -125,7 +125,9 @@ class Lab:
     @contextlib.contextmanager
     def admin(self) -> Iterator[sa.Connection]:
         """An autocommit connection to the `postgres` database (the bench's observer)."""
-        engine = sa.create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
+        engine = sa.create_engine(
+            self.admin_url, isolation_level="AUTOCOMMIT", hide_parameters=True
+        )
         try:
             with engine.connect() as conn:
                 yield conn

@@ -117,7 +117,9 @@ class BaselineSide:
     ) -> None:
         self.app = baseline.make_app(redis_url, namespace, queue)
         self.queue = queue
-        self.engine = sa.create_engine(database_url, isolation_level="AUTOCOMMIT")
+        self.engine = sa.create_engine(
+            database_url, isolation_level="AUTOCOMMIT", hide_parameters=True
+        )
         self.models = _Models(sim_url)
 
     def start(self, steps: agents.Steps) -> str:
@@ -153,7 +155,7 @@ def _by_ids(engine: sa.Engine, sql: str, ids: list[str]) -> list[Any]:
 
 
 def create_answers_table(database_url: str) -> None:
-    engine = sa.create_engine(database_url, isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(database_url, isolation_level="AUTOCOMMIT", hide_parameters=True)
     try:
         with engine.connect() as conn:
             conn.execute(sa.text(baseline.ANSWERS_DDL))

@@ -8,8 +8,9 @@ import structlog
 import uvicorn
 
 from front.auth import load_tokens
+from runtime import startup
 from runtime.logs import configure
-from runtime.settings import ConfigError, get_settings
+from runtime.settings import ConfigError
 
 log = structlog.get_logger("front")
 
@@ -32,9 +33,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     returns 2 at once when the settings are invalid, 1 if the server never started."""
     configure()
     try:
-        tokens = load_tokens(get_settings())
-    except ConfigError as exc:
-        log.error("front.bad_settings", error=str(exc), next="fix that variable and start again")
+        tokens = load_tokens(startup.check())  # seal keys, tools and MCP servers load first
+    except (ConfigError, startup.StartupRefused) as exc:
+        log.error("front.bad_settings", error=str(exc), next="fix that and start again")
         return 2
     if not tokens.entries:
         log.warning(

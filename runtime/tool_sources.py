@@ -54,15 +54,18 @@ def engine_tools() -> list[Tool]:
 
 
 def declared_in(module: ModuleType) -> tuple[list[Tool], list[AgentDef]]:
-    """The tools and agents a module declares at its top level."""
+    """The tools and agents a module declares at its top level: tools defined in it (a tool
+    it imports from another module belongs to that module, so naming both loads it once)."""
     origin = f"module {module.__name__}"
     tools: list[Tool] = []
     agents: list[AgentDef] = []
     for value in vars(module).values():
         if isinstance(value, FunctionTool):
-            tools.append(value.to_tool(origin))
+            if getattr(value.fn, "__module__", module.__name__) == module.__name__:
+                tools.append(value.to_tool(origin))
         elif isinstance(value, Tool):
-            tools.append(replace(value, origin=origin))
+            if getattr(value.invoke, "__module__", module.__name__) == module.__name__:
+                tools.append(replace(value, origin=origin))
         elif isinstance(value, AgentDef):
             agents.append(replace(value, origin=origin))
     return tools, agents

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from runtime import http
 from runtime.call_http import CallHTTP
 
 Outcome = dict[str, Any]
@@ -49,6 +50,12 @@ class CallContext:
     stable_key: bool
     timeout_s: float
     http: CallHTTP = field(repr=False)
+
+    def check_send(self) -> None:
+        """Raise `SendRefused` unless this attempt may still send (its lease's local deadline,
+        no network). `ctx.http` does this as the bytes leave; a tool sending with a client of
+        its own (a vendor SDK) calls it right before its request."""
+        http.check_send()
 
 
 class ToolError(Exception):

@@ -143,35 +143,56 @@ def stale_writes(
     )
 
 
+# Vendors whose POSTs create something: an incident, a comment, a chat reply, a Teams reply
+# (the Bot Connector), a notification. A created object answers 201; a deduplicated replay 200.
+CREATING_VENDORS = ("incidents", "issues", "chat", "connector", "notify")
+
+
 def duplicate_writes(vendor: sa.Connection, run_ids: list[str]) -> dict[str, int]:
-    """Vendor effects made more than once for one key by these runs: incidents from one
-    create, comments sent more than once, Teams replies posted to the Bot Connector more than
-    once."""
-    row = vendor.execute(
+    """Call sites (a run and the call that made the request: its step and tool-call id, or
+    its Teams reply) at which a vendor created more than one object, whatever key each request
+    carried, counted from the vendors' own records, by vendor."""
+    rows = vendor.execute(
         sa.text(
             """
-            WITH keys AS (
-                SELECT DISTINCT idem_key FROM sim.requests
-                WHERE run_id = ANY(:ids) AND idem_key IS NOT NULL)
-            SELECT
-              (SELECT count(*) FROM (SELECT idem_key FROM sim.incidents
-                 WHERE idem_key IN (SELECT idem_key FROM keys)
-                 GROUP BY idem_key HAVING count(*) > 1) d) AS incidents,
-              (SELECT count(*) FROM (SELECT idem_key FROM sim.comments
-                 WHERE idem_key IN (SELECT idem_key FROM keys)
-                 GROUP BY idem_key HAVING count(*) > 1) d) AS comments,
-              (SELECT count(*) FROM (SELECT idem_key FROM sim.connector_activities
-                 WHERE idem_key IN (SELECT idem_key FROM keys)
-                 GROUP BY idem_key HAVING count(*) > 1) d) AS replies
+            SELECT vendor, count(*) AS sites FROM (
+                SELECT vendor, run_id, call FROM sim.requests
+                WHERE run_id = ANY(:ids) AND method = 'POST' AND status = 201
+                  AND vendor = ANY(:vendors)
+                GROUP BY vendor, run_id, call HAVING count(*) > 1) twice
+            GROUP BY vendor
             """
         ),
-        {"ids": run_ids},
-    ).one()
-    return {
-        "incidents": int(row.incidents),
-        "comments": int(row.comments),
-        "teams_replies": int(row.replies),
-    }
+        {"ids": run_ids, "vendors": list(CREATING_VENDORS)},
+    ).all()
+    found = {r.vendor: int(r.sites) for r in rows}
+    return {v: found.get(v, 0) for v in CREATING_VENDORS}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who claimed one attempt of a run, and when (from the run's row or its loss audit)."""
+
+    attempt: int
+    claimed_at: datetime | None
+    holder: str | None
+
+
+def claims(conn: sa.Connection, run_id: str) -> dict[int, Claim]:
+    """Every attempt's claim that the records keep: lost attempts from their loss audit, the
+    current attempt from the run's row."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT (detail->>'lost_attempt')::int AS attempt, "
+            "(detail->>'lost_claimed_at')::timestamptz AS claimed_at, "
+            "detail->>'lost_holder' AS holder FROM audit_events "
+            "WHERE run_id = :r AND kind IN ('agent.run.lost', 'agent.run.failed') "
+            "AND detail ? 'lost_attempt' "
+            "UNION ALL SELECT attempt, claimed_at, claimed_by FROM runs WHERE id = :r"
+        ),
+        {"r": run_id},
+    ).all()
+    return {r.attempt: Claim(r.attempt, r.claimed_at, r.holder) for r in rows}
 
 
 def teams_replies(vendor: sa.Connection, run_id: str) -> int:

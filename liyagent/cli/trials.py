@@ -40,9 +40,11 @@ if TYPE_CHECKING:
 DEFAULT_DATABASE = "liyagent_trials"
 DEFAULT_TRIALS = 90
 MAX_TRIALS = 3000
+# The spec's bound: a trial caught in flight that ends later than this after its kill fails.
 RECOVERY_TARGET_S = 15.0
-# The product's timings, as tests/unit/test_kill_trials.py runs them (lease 8 s, sweep 3 s).
-TRIAL_TIMINGS = Timings(requeue_after_ms=8000)
+# The product's own timings, as tests/unit/test_kill_trials.py runs them: the trials prove
+# what a deployment gets, nothing tuned for them.
+TRIAL_TIMINGS = Timings()
 INTERRUPTED = 130
 
 
@@ -53,7 +55,6 @@ class TrialsRequest:
     trials: int = DEFAULT_TRIALS
     seed: int | None = None
     report: Path | None = None
-    enforce_recovery: bool = False
     database: str = DEFAULT_DATABASE
     # Drop the trials database at the end when it was made on the machine's server (benches).
     drop_database: bool = False
@@ -117,7 +118,6 @@ def _request(args: argparse.Namespace) -> TrialsRequest:
         trials=args.trials,
         seed=args.seed,
         report=None if args.report is None else Path(args.report),
-        enforce_recovery=args.enforce_recovery,
         database=os.environ.get("LIYAGENT_TRIALS_DATABASE") or DEFAULT_DATABASE,
     )
 
@@ -296,14 +296,15 @@ def _finish(
 
     path = state.report
     png = write_report(verdict, path, _report_extra(state.options))
-    slow = [r for r in verdict.recovery_s if r > RECOVERY_TARGET_S]
-    passed = verdict.passed(RECOVERY_TARGET_S if request.enforce_recovery else None)
+    slow = verdict.slow(RECOVERY_TARGET_S)
+    passed = verdict.passed(RECOVERY_TARGET_S)
     console.print(f"kill trials: {summary_line(verdict)}")
     if slow:
         console.print(
-            f"[yellow]recovery over {RECOVERY_TARGET_S:g} s[/] in {len(slow)} of "
-            f"{len(verdict.recovery_s)} trials caught in flight (max {max(slow):.3f} s)"
-            + ("" if request.enforce_recovery else "; exit 1 for this only with --enforce-recovery")
+            f"[red]recovery over {RECOVERY_TARGET_S:g} s[/] (the spec's bound) in {len(slow)} "
+            f"of {len(verdict.recoveries)} trials caught in flight (max "
+            f"{max(r.seconds for r in slow):.3f} s): "
+            + ", ".join(f"{r.trial} {r.seconds:.1f} s" for r in slow[:5])
         )
     if verdict.caught_in_flight == 0:
         console.print("[yellow]warning:[/] no victim had work in flight when it died")
@@ -321,13 +322,10 @@ def _finish(
 
 
 def _report_extra(options: TrialOptions) -> dict[str, Any]:
-    """The set-up the report records beside the verdict."""
-    return {
-        "recovery_target_s": RECOVERY_TARGET_S,
-        "kill_window_s": list(options.kill_window_s),
-        "lease_ttl_ms": TRIAL_TIMINGS.lease_ttl_ms,
-        "sweep_interval_ms": TRIAL_TIMINGS.sweep_interval_ms,
-    }
+    """The set-up the report records beside the verdict (the commit and every timing)."""
+    from liyagent.local.verdict import report_extra
+
+    return report_extra(TRIAL_TIMINGS, options)
 
 
 @contextlib.contextmanager
@@ -377,11 +375,6 @@ def add_parsers(sub: Any) -> None:
         "--report",
         help="JSON report path (default reports/kill-trials-<timestamp>.json); the PNG "
         "histogram and an HTML page with the slowest recoveries' timelines go beside it",
-    )
-    p.add_argument(
-        "--enforce-recovery",
-        action="store_true",
-        help=f"also exit 1 when a recovery took over {RECOVERY_TARGET_S:g} s",
     )
     add_json(p)
     p.set_defaults(handler=cmd_trials)

@@ -32,6 +32,7 @@ from liyagent.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime import services as runtime_services
 from runtime.entries import fire_cron
 from runtime.sealing import Sealer
+from runtime.services import holder_of
 from runtime.settings import Settings
 from tasks.services import CeleryPublisher
 
@@ -182,9 +183,10 @@ class TrialSession:
         delay = rng.uniform(*self.options.kill_window_s)
         self._begin(index)
         time.sleep(max(0.0, up + delay - time.monotonic()))  # the seeded kill moment
+        holders = frozenset(holder_of(pid) for pid in [victim.popen.pid, *victim.children()])
         killed_at = datetime.now(tz=UTC)
         victim.kill()
-        self.victims.append(Victim(up_at, killed_at))
+        self.victims.append(Victim(up_at, killed_at, holders))
         log.info("trials.killed", round=index, delay_s=round(delay, 3))
 
     def _begin(self, index: int) -> None:

@@ -38,7 +38,7 @@ def test_trials_command_reports_no_loss_and_cleans_up(servers, tmp_path: Path) -
 
     assert result["trials"] == 6
     assert result["lost"] == 0, result["lost_trials"]
-    assert result["duplicate_writes"] == 0, result["duplicate_writes_by_kind"]
+    assert result["duplicate_writes"] == 0, result["duplicate_writes_by_vendor"]
     assert result["stale_writes"] == 0, result["stale_write_detail"]
     assert isinstance(result["seed"], int)
     assert Path(result["report"]) == report and report.is_file()

@@ -4,8 +4,10 @@ while they run cron fires, Teams turns and webhook calls; a survivor and beat re
 Judged from Postgres and the vendor simulator's records only. The default count runs in a
 few minutes for CI; `LIYAGENT_KILL_TRIALS=200` is the full proof, `LIYAGENT_KILL_SEED` repeats
 the kill timings, `LIYAGENT_KILL_REPORT=PATH` writes the JSON report and a PNG histogram.
-Recovery times are measured and reported, not asserted (shared machines are noisy); see
-bench/kill_trials.py for the figures against the 15 s target.
+The spec's table is the verdict: no trial lost, no duplicate or stale write, and every trial
+caught in flight (claimed by the killed worker, or only reserved by it) ended within 15 s of its
+kill. The trials run on the product's own timings; the figures are printed in the test
+command's output.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from liyagent.local.trials import TrialDeployment, TrialOptions, run_trials
-from liyagent.local.verdict import summary_line, write_report
+from liyagent.local.verdict import report_extra, summary_line, write_report
 from runtime.sealing import parse_keys
 from runtime.settings import Settings, Timings
 from store.admin import create_database, database_url, drop_database
@@ -25,12 +27,13 @@ from store.admin import create_database, database_url, drop_database
 TRIALS = int(os.environ.get("LIYAGENT_KILL_TRIALS") or 90)
 SEED = os.environ.get("LIYAGENT_KILL_SEED")
 REPORT = os.environ.get("LIYAGENT_KILL_REPORT")
-RECOVERY_TARGET_S = 15.0
+# The spec's table: a trial caught in flight fails when it ends more than 15 s after its kill.
+RECOVERY_BOUND_S = 15.0
 
 
 @pytest.mark.kill
 @pytest.mark.timeout(300 + TRIALS * 4)
-def test_kill_trials(servers, db_url, namespace, seal_keys, tmp_path: Path) -> None:
+def test_kill_trials(servers, db_url, namespace, seal_keys, tmp_path: Path, capsys) -> None:
     admin_url, redis_url = servers
     vendor_db = f"lyt_trials_sim_{uuid.uuid4().hex[:10]}"
     create_database(admin_url, vendor_db)
@@ -38,7 +41,7 @@ def test_kill_trials(servers, db_url, namespace, seal_keys, tmp_path: Path) -> N
         database_url=db_url,
         redis_url=redis_url,
         namespace=namespace,
-        timings=Timings(requeue_after_ms=8000),
+        timings=Timings(),  # the product's own timings, nothing tuned for the trials
     )
     deployment = TrialDeployment(
         settings=settings,
@@ -54,20 +57,15 @@ def test_kill_trials(servers, db_url, namespace, seal_keys, tmp_path: Path) -> N
     finally:
         deployment.stop()
         drop_database(admin_url, vendor_db)
-    print(f"\nkill trials: {summary_line(verdict)}")
+    lines = [f"kill trials: {summary_line(verdict)}"]
     if REPORT:
-        png = write_report(
-            verdict,
-            Path(REPORT),
-            {
-                "recovery_target_s": RECOVERY_TARGET_S,
-                "kill_window_s": list(options.kill_window_s),
-                "lease_ttl_ms": settings.timings.lease_ttl_ms,
-                "sweep_interval_ms": settings.timings.sweep_interval_ms,
-            },
-        )
-        print(f"kill trials: report {REPORT}, histogram {png}")
+        png = write_report(verdict, Path(REPORT), report_extra(settings.timings, options))
+        lines.append(f"kill trials: report {REPORT}, histogram {png}")
+    with capsys.disabled():  # the figures belong in the test command's own output
+        print("\n" + "\n".join(lines))
     assert verdict.lost == [], f"lost trials: {verdict.lost} (seed {verdict.seed})"
     assert verdict.duplicates == 0, f"duplicate writes {verdict.duplicate_writes}"
     assert verdict.stale_writes == 0, f"written after a takeover: {verdict.stale_detail}"
     assert verdict.caught_in_flight > 0, "no victim had work in flight when it died"
+    slow = verdict.slow(RECOVERY_BOUND_S)
+    assert slow == [], f"recovered later than {RECOVERY_BOUND_S:g} s after the kill: {slow}"

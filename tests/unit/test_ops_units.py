@@ -77,7 +77,8 @@ def test_trials_with_nothing_in_flight_say_so(tmp_path: Path) -> None:
     assert "None" not in line
     assert "no trial was caught in flight, so no recovery time was measured" in line
     timed = Verdict(trials=3, rounds=1, caught_in_flight=1, recovery_s=[4.25])
-    assert "recovery p50 4.25 s" in summary_line(timed)
+    assert "time to end p50 4.25 s" in summary_line(timed)
+    assert "None" not in summary_line(timed)
     png = write_report(empty, tmp_path / "trials.json", {})
     assert png.stat().st_size > 0
     assert json.loads((tmp_path / "trials.json").read_text())["recovery_s"]["p50"] is None

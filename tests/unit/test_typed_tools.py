@@ -292,3 +292,31 @@ def test_reclassification_is_checked(user_package) -> None:
 def test_agents_declared_in_python_take_tool_objects_or_names() -> None:
     a = agent("a1", model={"provider": "openai", "model": "m"}, tools=[create_refund, "x.y"])
     assert a.tools == ["refund.create", "x.y"]
+
+
+def test_a_tool_imported_by_another_module_is_loaded_once(user_package) -> None:
+    _module(
+        user_package,
+        "lyt_user_home",
+        """
+        from liyagent import tool
+        @tool.read(name="home.read")
+        def read(x: int) -> dict:
+            return {}
+        """,
+    )
+    _module(
+        user_package,
+        "lyt_user_reuse",
+        """
+        from liyagent import tool
+        from lyt_user_home import read  # reused, not declared again
+
+        @tool.read(name="reuse.read")
+        def other(x: int) -> dict:
+            return {}
+        """,
+    )
+    registry = load_registry(["lyt_user_home", "lyt_user_reuse"], use_entry_points=False)
+    assert registry.get("home.read").origin == "module lyt_user_home"
+    assert registry.get("reuse.read") is not None
