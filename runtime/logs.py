@@ -9,6 +9,15 @@ import sys
 import structlog
 
 
+class _StderrLoggerFactory:
+    """Loggers that write to `sys.stderr` as it is when they write (not as it was when logs
+    were configured): a stream swapped out since, by a test's capture or a daemon, is never
+    written to after it is closed."""
+
+    def __call__(self, *args: object) -> structlog.PrintLogger:
+        return structlog.PrintLogger(file=sys.stderr)
+
+
 def configure(level: str | None = None) -> None:
     """Route structlog and stdlib logging to stderr; `LIYAGENT_LOG_FORMAT=console|json`."""
     level_name = (level or os.environ.get("LIYAGENT_LOG_LEVEL") or "INFO").upper()
@@ -27,6 +36,6 @@ def configure(level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level_name)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_StderrLoggerFactory(),
         cache_logger_on_first_use=False,
     )

@@ -332,7 +332,8 @@ def test_stop_fails_queued_runs_now(stack, tmp_path: Path) -> None:
 
 def test_stop_reaches_a_running_run_at_its_next_step(stack, tmp_path: Path) -> None:
     stack.worker("w1")
-    slow = [step(call("toolu_r", "ticket.read", ticket="T-1"), latency_ms=1500), final("x")]
+    # Long enough that the stop (a CLI process starting up) comes while the run is running.
+    slow = [step(call("toolu_r", "ticket.read", ticket="T-1"), latency_ms=6000), final("x")]
     run_id = start_steps(stack, tmp_path, slow)
     stack.client.wait(run_id, timeout_s=60, until=frozenset({"running"}))
     stopped = out_json(

@@ -277,8 +277,9 @@ def test_a_token_endpoint_down_leaves_the_reply_to_a_later_attempt(stack, front,
         "AND kind = 'agent.run.error'",
         r=run_id,
     )
+    # What ended the attempt, by type only (its message may carry user text, so it is never
+    # recorded): the reply left in doubt by the token endpoint.
     assert [e.error.split(":")[0] for e in errors] == ["ToolInDoubt"]
-    assert "token endpoint" in errors[0].error
     assert set(stack.asked(run_id).values()) == {1}  # the turn itself ran once
 
 

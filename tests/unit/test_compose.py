@@ -314,6 +314,9 @@ def test_real_file_shape() -> None:
     app_env = services["app"]["environment"]
     assert app_env["LIYAGENT_FRONT_TOKEN"] == validate_module.PLACEHOLDER
     assert "LIYAGENT_FRONT_TOKEN" in names
-    assert {k: app_env[k] for k in env} == env
+    # Only the workers get the Teams bot's password (they reply as the bot), as a secret file.
+    shared = {k: v for k, v in env.items() if k != "LIYAGENT_TEAMS_APP_PASSWORD_FILE"}
+    assert {k: app_env[k] for k in shared} == shared
+    assert "LIYAGENT_TEAMS_APP_PASSWORD_FILE" not in app_env
     for name in ("app", "worker", "ops-worker", "flower", "simulators", "postgres", "redis"):
         assert "healthcheck" in services[name], name
