@@ -23,7 +23,7 @@ typecheck: install
 
 test: lint typecheck
 	$(PY) compose/validate.py compose/compose.yaml
-	$(PY) -m pytest
+	$(PY) -m pytest -n 3 --dist loadfile
 
 demo: install
 	$(PY) -m liyagent demo

@@ -174,3 +174,42 @@ def stack(
     )
     yield s
     s.close()
+
+
+# Figures a test publishes for the person running the suite (the kill trials' verdict): shown in
+# the terminal summary, also when the test ran in an xdist worker, whose own output is hidden.
+FIGURES_KEY = "liyagent_figures"
+
+
+@pytest.fixture
+def publish_figures(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """A list the test appends lines to; they are printed at the end of the test run."""
+    lines: list[str] = []
+    yield lines
+    request.config.stash.setdefault(_FIGURES, []).extend(lines)
+
+
+_FIGURES = pytest.StashKey[list[str]]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker: hand the figures to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[FIGURES_KEY] = session.config.stash.get(_FIGURES, [])
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    """In the xdist controller: take a finished worker's figures."""
+    config = getattr(node, "config", None)
+    output = getattr(node, "workeroutput", {}) or {}
+    if config is not None:
+        config.stash.setdefault(_FIGURES, []).extend(output.get(FIGURES_KEY, []))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(_FIGURES, [])
+    if lines:
+        terminalreporter.section("liyagent figures")
+        for line in lines:
+            terminalreporter.write_line(line)

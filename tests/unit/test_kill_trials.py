@@ -33,7 +33,9 @@ RECOVERY_BOUND_S = 15.0
 
 @pytest.mark.kill
 @pytest.mark.timeout(300 + TRIALS * 4)
-def test_kill_trials(servers, db_url, namespace, seal_keys, tmp_path: Path, capsys) -> None:
+def test_kill_trials(
+    servers, db_url, namespace, seal_keys, tmp_path: Path, publish_figures: list[str]
+) -> None:
     admin_url, redis_url = servers
     vendor_db = f"lyt_trials_sim_{uuid.uuid4().hex[:10]}"
     create_database(admin_url, vendor_db)
@@ -61,8 +63,7 @@ def test_kill_trials(servers, db_url, namespace, seal_keys, tmp_path: Path, caps
     if REPORT:
         png = write_report(verdict, Path(REPORT), report_extra(settings.timings, options))
         lines.append(f"kill trials: report {REPORT}, histogram {png}")
-    with capsys.disabled():  # the figures belong in the test command's own output
-        print("\n" + "\n".join(lines))
+    publish_figures.extend(lines)  # printed in the test command's own summary
     assert verdict.lost == [], f"lost trials: {verdict.lost} (seed {verdict.seed})"
     assert verdict.duplicates == 0, f"duplicate writes {verdict.duplicate_writes}"
     assert verdict.stale_writes == 0, f"written after a takeover: {verdict.stale_detail}"
