@@ -92,10 +92,15 @@ return {taken, reserved}
 """
 
 # KEYS[1] = lease key, KEYS[2] = the holder's leases set; ARGV[1] = token.
-# One lease taken back from a pool child its parent saw die: only while it holds this token.
+# One lease taken back from a pool child its parent saw die: deleted while it holds this
+# token, and also ours to claim when it has lapsed already (a parent can see the death after
+# the lease's TTL on a loaded machine), exactly as `_TAKE_DEAD` does; a lease a newer attempt
+# holds is left alone. The claim in Postgres is fenced by the attempt (I4).
 _TAKE_TOKEN = """
 redis.call('SREM', KEYS[2], ARGV[1])
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local held = redis.call('GET', KEYS[1])
+if held == false then return 1 end
+if held ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
 """
@@ -255,7 +260,8 @@ class Leases:
         return tokens, reserved
 
     def take_token(self, token: Token) -> bool:
-        """Take one lease back if it still holds this token (a pool child seen dead)."""
+        """Take one lease back from a pool child seen dead: True if it held this token or has
+        lapsed (the run is then ours to claim), False if a newer attempt holds it."""
         return bool(
             self._take_token(
                 keys=[self.key(token.run_id), self.leases_of(token.holder)], args=[str(token)]

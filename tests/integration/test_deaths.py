@@ -61,6 +61,25 @@ def test_a_pool_child_killed_under_a_living_parent_is_claimed_by_the_parent(stac
     judge_runs(stack, [run_id]).assert_clean()
 
 
+def test_a_pool_child_whose_lease_lapsed_before_its_death_was_seen_is_still_claimed(
+    stack,
+) -> None:
+    # On a loaded machine the parent can see a child's death after the child's lease has
+    # lapsed: the run is still the parent's to claim (the claim is fenced by the attempt).
+    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"})
+    run_id = stack.start(mixed("q", latency_ms=800))
+    _until(lambda: stack.client.get(run_id).step >= 1, "the run never got going")
+    child = _holder_pid(stack, run_id)
+    assert child in worker.children()
+    os.kill(child, signal.SIGSTOP)  # stalled: no renewal reaches Redis any more
+    _until(lambda: stack.services.leases.holder(run_id) is None, "the lease never lapsed")
+    os.kill(child, signal.SIGKILL)
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1
+    assert _losses(stack, run_id) == ["pool_child_died"]
+    judge_runs(stack, [run_id]).assert_clean()
+
+
 def test_a_killed_worker_is_seen_by_its_closed_connections(stack) -> None:
     victim = stack.worker("victim")
     runs = [stack.start(mixed(f"d{i}", latency_ms=800)) for i in range(2)]

@@ -47,6 +47,22 @@ def test_lapsed_lease_is_indexed_until_forgotten(leases) -> None:
     assert leases.lapsed() == []
 
 
+def test_a_dead_childs_token_is_taken_if_held_or_lapsed_but_never_from_a_newer_attempt(
+    leases,
+) -> None:
+    held, lapsed, old = Token("t1", 1, "c"), Token("t2", 1, "c"), Token("t3", 1, "c")
+    newer = Token("t3", 2, "d")
+    for token in (held, lapsed):
+        assert leases.acquire(token)
+    assert leases.acquire(newer)
+    _until(lambda: leases.holder("t2") is None and leases.holder("t3") is None)
+    assert leases.acquire(newer)  # the run moved on: a newer attempt holds it now
+    assert leases.take_token(held) and leases.holder("t1") is None
+    assert leases.take_token(lapsed)  # lapsed before the parent saw the death: still ours
+    assert not leases.take_token(old)
+    assert leases.holder("t3") == str(newer)
+
+
 def test_heartbeat_renews_progressing_runs_and_lets_hung_ones_lapse(leases) -> None:
     beat = Heartbeat(leases, interval_ms=150, stall_ms=400)
     busy, hung = Token("busy", 1, "w"), Token("hung", 1, "w")
