@@ -131,7 +131,7 @@ def claim_and_publish(s: Services, tokens: list[Token], seen: str) -> list[str]:
     for claim in claims:
         if claim.status != "failed":
             s.publisher.publish(claim.run_id, claim.attempt)
-        log.info(
+        log.debug(  # `deaths.taken` and `deaths.pool_child` sum the claims up
             "deaths.claimed",
             run_id=claim.run_id,
             attempt=claim.attempt,

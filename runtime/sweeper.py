@@ -141,7 +141,7 @@ class Sweeper:
                 log.warning("sweep.run_failed", run_id=claim.run_id, lost_count=claim.lost_count)
                 continue
             report.claimed.append(claim.run_id)
-            log.info(
+            log.debug(  # one line per claim only when asked: `sweep.done` sums them up
                 "sweep.claimed",
                 run_id=claim.run_id,
                 attempt=claim.attempt,

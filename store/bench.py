@@ -26,3 +26,15 @@ def insert_running_runs(
         {"count": count, "holder": holder, "agent": agent},
     ).all()
     return [RunId(str(r.id)) for r in rows]
+
+
+def finish_runs(conn: sa.Connection, run_ids: list[str]) -> None:
+    """Mark these runs succeeded: claimed runs the bench has no worker for leave the queue, so
+    later samples do not also time the outbox republishing a growing backlog."""
+    conn.execute(
+        sa.text(
+            "UPDATE runs SET status = 'succeeded', finished_at = now() "
+            "WHERE id = ANY(CAST(:ids AS uuid[]))"
+        ),
+        {"ids": run_ids},
+    )

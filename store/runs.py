@@ -262,12 +262,23 @@ def claim_lost_many(
     was seen (`seen`: lease_lapsed, lease_missing, connection_closed, pool_child_died)."""
     if not lapsed:
         return []
+    # Rows are locked one by one, by primary key, in one order for every claimer (a sweep and
+    # the death watch claiming overlapping batches never deadlock), before the update. Joining
+    # the batch in the UPDATE itself let the planner pick a nested loop over the whole batch
+    # once the table's statistics changed: a sweep of 1,000 lapsed runs at 100k running took
+    # seconds instead of milliseconds.
+    lapsed = sorted(lapsed)
     rows = conn.execute(
         sa.text(
             f"""
-            WITH lapsed AS (
-                SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]))
-                    AS l(lapsed_id, lapsed_attempt)),
+            WITH picked AS MATERIALIZED (
+                SELECT r.id FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]))
+                    AS l(lapsed_id, lapsed_attempt)
+                CROSS JOIN LATERAL (
+                    SELECT id FROM runs
+                    WHERE id = l.lapsed_id AND attempt = l.lapsed_attempt
+                      AND status IN ('running', 'answered')
+                    FOR UPDATE) AS r),
             c AS (
                 UPDATE runs SET
                     attempt = runs.attempt + 1,
@@ -299,8 +310,7 @@ def claim_lost_many(
                         WHEN lost_count + 1 > :limit
                           OR (status <> 'answered' AND NOT resumable)
                         THEN now() ELSE finished_at END
-                FROM lapsed
-                WHERE runs.id = lapsed.lapsed_id AND runs.attempt = lapsed.lapsed_attempt
+                WHERE runs.id = ANY(ARRAY(SELECT id FROM picked))
                   AND status IN ('running', 'answered')
                 RETURNING runs.id, runs.attempt, status, lost_count, step, failure_reason,
                           resumable, claimed_by, claimed_at, answer IS NOT NULL AS answered),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -11,7 +12,8 @@ from runtime.client import Client
 from runtime.leases import Leases, Token
 from runtime.settings import Timings
 from runtime.sweeper import Sweeper
-from store.runs import claim_delivery, claim_lost
+from store.bench import insert_running_runs
+from store.runs import claim_delivery, claim_lost, claim_lost_many
 from tests.support.scripts import final
 from tests.support.stack import RecordingPublisher, services_with
 
@@ -56,6 +58,43 @@ def test_racing_claims_on_one_lapsed_run_admit_one(stack) -> None:
         r=run_id,
     )[0].n
     assert lost == 1
+
+
+def test_racing_batch_claims_in_any_order_claim_each_run_once(stack) -> None:
+    # A sweep and the death watch can claim overlapping batches at once, each in its own
+    # order: every run is claimed once, and no claimer deadlocks on another's row locks.
+    with stack.engine.begin() as conn:
+        run_ids = insert_running_runs(conn, 60, holder="dead")
+    batches = []
+    for seed in range(4):
+        batch = [(r, 1) for r in run_ids]
+        random.Random(seed).shuffle(batch)
+        batches.append(batch)
+    barrier = threading.Barrier(len(batches))
+    claimed: list[str] = []
+    errors: list[BaseException] = []
+
+    def claim(batch: list[tuple[str, int]]) -> None:
+        try:
+            with stack.engine.begin() as conn:
+                barrier.wait()
+                claimed.extend(c.run_id for c in claim_lost_many(conn, batch, loss_limit=2))
+        except BaseException as exc:  # a deadlock surfaces here
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim, args=(b,)) for b in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    assert sorted(claimed) == sorted(run_ids)
+    lost = stack.rows(
+        "SELECT count(*) AS n FROM audit_events WHERE kind = 'agent.run.lost' "
+        "AND run_id = ANY(CAST(:ids AS uuid[]))",
+        ids=list(run_ids),
+    )[0].n
+    assert lost == len(run_ids)
 
 
 def test_two_sweepers_racing_requeue_a_lapsed_run_once(stack) -> None:
