@@ -53,6 +53,11 @@ class RunLease:
     presence: Presence | None = None
     last_progress_ms: int = field(default_factory=monotonic_ms)
     lost_why: str | None = None
+    # A boundary renewal is skipped while Redis confirmed the lease less than this long ago
+    # (half a heartbeat; 0 renews at every boundary): a fast run costs the heartbeat's one
+    # round trip, not one per step. When Redis last confirmed it, by the local clock.
+    fresh_ms: int = 0
+    renewed_ms: int = 0
 
     def progress(self) -> None:
         """The run's thread is alive and moving: the heartbeat may keep renewing."""
@@ -62,6 +67,7 @@ class RunLease:
         if self.presence is not None and not self.presence.trusts(started_ms):
             return  # sent while (or before) this process was absent: proves nothing
         self.valid_until_ms = max(self.valid_until_ms, started_ms + self.leases.ttl_ms)
+        self.renewed_ms = max(self.renewed_ms, started_ms)
 
     def send_time_left_s(self) -> float:
         """Seconds this attempt may still write or send, by the local clock (no network)."""
@@ -87,11 +93,16 @@ class RunLease:
 
     def renew(self) -> None:
         """Renew now (one Redis round trip, at a step boundary) and raise `LeaseLost` unless the
-        lease is still ours. With Redis unreachable, the lease holds until its local deadline."""
+        lease is still ours. With Redis unreachable, the lease holds until its local deadline.
+        Skipped while Redis confirmed the lease within `fresh_ms`: nobody can have claimed it
+        since (a claim needs it lapsed, or this process's connections gone, which caps
+        `send_time_left_s`), and every write is still fenced by the attempt in Postgres (I3)."""
         self.progress()
         if self.lost_why is not None:
             raise LeaseLost(self.token, self.lost_why)
         started = monotonic_ms()
+        if started - self.renewed_ms < self.fresh_ms and self.send_time_left_s() > 0:
+            return
         try:
             ok = self.leases.renew(self.token)
         except redis.RedisError as exc:
@@ -131,6 +142,8 @@ class Heartbeat:
             self.leases,
             valid_until_ms=acquired_ms + self.leases.ttl_ms,
             presence=self.presence,
+            fresh_ms=self.interval_ms // 2,
+            renewed_ms=acquired_ms,
         )
         with self._lock:
             self._held[str(token)] = lease

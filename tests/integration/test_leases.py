@@ -95,6 +95,38 @@ def test_renew_raises_once_another_attempt_holds_the_run(leases) -> None:
     assert leases.holder("r3") == "r3:2:other"  # never renewed someone else's lease
 
 
+class _CountingLeases(Leases):
+    """Real leases that count the boundary renewals that reach Redis."""
+
+    renewals = 0
+
+    def renew(self, token: Token) -> bool:
+        self.renewals += 1
+        return super().renew(token)
+
+
+def test_boundary_renews_reach_redis_at_most_once_per_fresh_window(stack) -> None:
+    leases = _CountingLeases(stack.services.redis, stack.settings.namespace, ttl_ms=3000)
+    beat = Heartbeat(leases, interval_ms=400, stall_ms=60_000)  # fresh for 200 ms
+    token = Token("fast", 1, "w")
+    assert leases.acquire(token)
+    lease = beat.hold(token, monotonic_ms())
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 1.0:
+            lease.renew()  # a run taking steps as fast as it can
+            time.sleep(0.005)
+        assert 1 <= leases.renewals <= 1.0 / 0.2 + 1
+        # Taken over: the next boundary past the window sees it, and renews nothing.
+        leases.client.set(leases.key("fast"), "fast:2:other")
+        time.sleep(0.25)
+        with pytest.raises(LeaseLost):
+            lease.renew()
+        assert leases.holder("fast") == "fast:2:other"
+    finally:
+        beat.stop()
+
+
 def test_unreachable_redis_keeps_the_lease_only_until_it_would_lapse() -> None:
     dead = redis_client(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
     leases = Leases(dead, "x:", ttl_ms=2500)
