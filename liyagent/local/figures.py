@@ -25,6 +25,7 @@ from simulators.vendor import (
     incidents_by_key,
 )
 from store.records import select_audit
+from store.trials import claims, losses
 from store.views import RunSummary, mark_keys, mark_tally, runs_by_ids
 
 TERMINAL = ("succeeded", "failed")
@@ -49,6 +50,8 @@ class RunLine:
     in_flight_at_kill: bool
     recovery_s: float | None
     failure_reason: str | None
+    # Kill -> the claim of the attempt that took the run up again (a run lost at the kill).
+    resume_s: float | None = None
     # How each call its resume found was taken up (made, reused, resent, read_back, ...).
     resume: tuple[str, ...] = ()
     # How the run was started: api (the client), teams or webhook (the app front).
@@ -93,6 +96,12 @@ class Figures:
         return round(statistics.median(self.recovery), 2) if self.recovery else None
 
     @property
+    def resume_p50(self) -> float | None:
+        """Median seconds from the kill to the resumed attempt's claim (its first write)."""
+        times = [line.resume_s for line in self.lines if line.resume_s is not None]
+        return round(statistics.median(times), 2) if times else None
+
+    @property
     def recovery_max(self) -> float | None:
         """Slowest recovery of a run that was in flight at the kill, in seconds."""
         return round(max(self.recovery), 2) if self.recovery else None
@@ -127,6 +136,7 @@ class Figures:
             "resumed": self.resumed,
             "duplicate_writes": self.duplicate_writes,
             "recovery_s": {"p50": self.recovery_p50, "max": self.recovery_max},
+            "time_to_resume_s": {"p50": self.resume_p50},
             "started_via": {e: self.via(e) for e in ("api", "teams", "webhook")},
             "teams_turns": len(self.teams_replies),
             "teams_replied_once": self.teams_replied_once,
@@ -183,6 +193,20 @@ def _vendor(
     return rows, extra, per_turn
 
 
+def _resumed_after(conn: sa.Connection, run_id: str, kill_at: datetime) -> float | None:
+    """Seconds from the kill to the claim of the attempt that took the run up after it (the
+    attempt after the first loss seen since the kill), from the claims' own records."""
+    since = [
+        loss for loss in losses(conn, [run_id]).get(run_id, []) if loss.taken_over_at >= kill_at
+    ]
+    if not since:
+        return None
+    resumed = claims(conn, run_id).get(since[0].attempt + 1)
+    if resumed is None or resumed.claimed_at is None:
+        return None
+    return round(max((resumed.claimed_at - kill_at).total_seconds(), 0.0), 2)
+
+
 def _line(
     conn: sa.Connection,
     run: RunSummary,
@@ -191,9 +215,11 @@ def _line(
     via: dict[str, str],
 ) -> RunLine:
     """One run's report row, with its recovery time if it was in flight at the kill."""
-    recovery = None
+    recovery = resume = None
     if run.id in in_flight and kill_at is not None and run.finished_at is not None:
         recovery = round(max((run.finished_at - kill_at).total_seconds(), 0.0), 2)
+    if run.id in in_flight and kill_at is not None and run.lost_count:
+        resume = _resumed_after(conn, run.id, kill_at)
     return RunLine(
         id=run.id,
         status=run.status,
@@ -203,6 +229,7 @@ def _line(
         in_flight_at_kill=run.id in in_flight,
         recovery_s=recovery,
         failure_reason=run.failure_reason,
+        resume_s=resume,
         resume=_resume_calls(conn, run.id) if run.lost_count else (),
         via=via.get(run.id, "api"),
     )

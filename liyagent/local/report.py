@@ -77,8 +77,9 @@ def summary_rows(f: Figures) -> list[tuple[str, str]]:
         once = f"{f.teams_replied_once} of {len(f.teams_replies)}"
         rows.append(("Teams replies posted exactly once", once))
     rows.append(("Duplicate writes (vendor)", str(f.duplicate_writes)))
-    rows.append(("Recovery after kill, p50", _secs(f.recovery_p50)))
-    rows.append(("Recovery after kill, max", _secs(f.recovery_max)))
+    rows.append(("Kill to resumed attempt, p50", _secs(f.resume_p50)))
+    rows.append(("Kill to run end (recovery), p50", _secs(f.recovery_p50)))
+    rows.append(("Kill to run end (recovery), max", _secs(f.recovery_max)))
     return rows
 
 

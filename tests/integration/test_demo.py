@@ -76,6 +76,7 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
     assert result["killed_worker"] == "w1" and result["in_flight_at_kill"]
     assert 0 < result["recovery_s"]["max"] < 30
     assert result["recovery_s"]["p50"] <= result["recovery_s"]["max"]
+    assert 0 < result["time_to_resume_s"]["p50"] <= result["recovery_s"]["max"]
     report = Path(result["report"])
     assert report.is_file() and report.parent == tmp_path / "reports"
     assert "liyagent crash-resume demo" in report.read_text()
