@@ -13,13 +13,16 @@ from tests.support.scripts import mixed
 @pytest.mark.kill
 def test_sigterm_hands_runs_back_without_a_loss(stack) -> None:
     victim = stack.worker("victim")
-    run_id = stack.start(mixed("h", latency_ms=1500))  # long enough for the survivor to start
+    run_id = stack.start(mixed("h", latency_ms=1500))  # steps long enough to signal within one
     deadline = time.monotonic() + 30
     while stack.client.get(run_id).step < 1:
         assert time.monotonic() < deadline, "the run never reached its first checkpoint"
         time.sleep(0.05)
+    # To the main process only, as `docker stop` does, at once (a survivor started first could
+    # take seconds on a loaded machine, time enough for the run to end where it is); the run
+    # handed back waits in the queue for the survivor.
+    victim.popen.send_signal(signal.SIGTERM)
     stack.worker("survivor")
-    victim.popen.send_signal(signal.SIGTERM)  # to the main process only, as `docker stop` does
 
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded"
