@@ -31,7 +31,8 @@ log = structlog.get_logger(__name__)
 
 class NotHandled(Exception):
     """The message could not be handled at all (Postgres or Redis unreachable before the run
-    was claimed): it must go back to its queue, never be acked and dropped."""
+    was claimed, or a stale delivery holding the lease for a moment): it must go back to its
+    queue, never be acked and dropped."""
 
 
 def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
@@ -48,6 +49,15 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
         started = monotonic_ms()
         try:
             if not s.leases.acquire(token, reserved_by):
+                if _held_by_older_attempt(s, token):
+                    # A stale delivery of an earlier attempt holds the lease for the few
+                    # milliseconds its fence takes (it is never claimed by a running attempt:
+                    # a claim needs the old lease gone). This message may be the run's current
+                    # one: back to the queue, never dropped (I1).
+                    raise NotHandled(
+                        f"run {run_id}: a stale delivery of an earlier attempt holds the lease "
+                        "for a moment; this message is delivered again"
+                    )
                 log.info("message.lease_taken")
                 return "lease_taken"
         except redis.RedisError as exc:
@@ -65,6 +75,18 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
         if row.deliveries > s.settings.timings.delivery_limit:
             return _poison(s, row, token)
         return _execute(s, row, token, started)
+
+
+def _held_by_older_attempt(s: Services, token: Token) -> bool:
+    """Whether the run's lease is held by an earlier attempt than this message's, or was let go
+    between the failed acquire and this look (only the failure path pays this round trip)."""
+    held = s.leases.holder(token.run_id)
+    if held is None:
+        return True
+    try:
+        return Token.parse(held).attempt < token.attempt
+    except ValueError:
+        return False
 
 
 def _poison(s: Services, row: RunRow, token: Token) -> str:

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from store.runs import claim_delivery, claim_lost
 from tests.support.scripts import mixed
 
 
@@ -40,3 +41,22 @@ def test_message_for_an_old_attempt_is_dropped(stack) -> None:
     after = stack.vendor("SELECT count(*) AS n FROM sim.requests WHERE run_id = :r", r=run_id)
     assert after == before
     assert stack.client.get(run_id).attempt == 1
+
+
+@pytest.mark.kill
+def test_the_current_message_is_not_dropped_while_a_stale_delivery_holds_the_lease(stack) -> None:
+    # A pool child dies: its parent claims the run (attempt 2) and publishes it, while Celery
+    # requeues the dead child's attempt-1 message. If that stale copy takes the free lease for
+    # the moment its fence takes, the attempt-2 message that arrives then must not be dropped.
+    run_id = stack.start(mixed("s"))  # its attempt-1 message waits in the queue
+    with stack.db() as conn:
+        assert claim_delivery(conn, run_id, 1, "dead-child") is not None
+        assert claim_lost(conn, run_id, 1, loss_limit=2) is not None  # now attempt 2, queued
+    leases = stack.services.leases
+    leases.client.set(leases.key(run_id), f"{run_id}:1:stale-copy", px=2500)
+    stack.services.publisher.publish(run_id, 2)
+    w1 = stack.worker("w1", concurrency=1)
+    view = stack.wait(run_id, timeout=30)
+    assert view.status == "succeeded" and view.attempt == 2
+    assert '"message.requeued"' in w1.output()
+    assert stack.posts_by_vendor(run_id) == {"incidents": 1, "issues": 1, "chat": 1}
