@@ -55,9 +55,8 @@ class RunLease:
     lost_why: str | None = None
     # A boundary renewal is skipped while Redis confirmed the lease less than this long ago
     # (half a heartbeat; 0 renews at every boundary): a fast run costs the heartbeat's one
-    # round trip, not one per step. When Redis last confirmed it, by the local clock.
+    # round trip, not one per step.
     fresh_ms: int = 0
-    renewed_ms: int = 0
 
     def progress(self) -> None:
         """The run's thread is alive and moving: the heartbeat may keep renewing."""
@@ -67,7 +66,6 @@ class RunLease:
         if self.presence is not None and not self.presence.trusts(started_ms):
             return  # sent while (or before) this process was absent: proves nothing
         self.valid_until_ms = max(self.valid_until_ms, started_ms + self.leases.ttl_ms)
-        self.renewed_ms = max(self.renewed_ms, started_ms)
 
     def send_time_left_s(self) -> float:
         """Seconds this attempt may still write or send, by the local clock (no network)."""
@@ -101,7 +99,9 @@ class RunLease:
         if self.lost_why is not None:
             raise LeaseLost(self.token, self.lost_why)
         started = monotonic_ms()
-        if started - self.renewed_ms < self.fresh_ms and self.send_time_left_s() > 0:
+        # When Redis last confirmed the lease: the deadline is always that moment plus the TTL.
+        confirmed_ms = self.valid_until_ms - self.leases.ttl_ms
+        if started - confirmed_ms < self.fresh_ms and self.send_time_left_s() > 0:
             return
         try:
             ok = self.leases.renew(self.token)
@@ -143,7 +143,6 @@ class Heartbeat:
             valid_until_ms=acquired_ms + self.leases.ttl_ms,
             presence=self.presence,
             fresh_ms=self.interval_ms // 2,
-            renewed_ms=acquired_ms,
         )
         with self._lock:
             self._held[str(token)] = lease

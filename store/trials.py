@@ -195,6 +195,14 @@ def claims(conn: sa.Connection, run_id: str) -> dict[int, Claim]:
     return {r.attempt: Claim(r.attempt, r.claimed_at, r.holder) for r in rows}
 
 
+def resumed_at(loss: Loss, claims: dict[int, Claim]) -> datetime | None:
+    """When the attempt after `loss` was claimed (the resume's first write), or None while it
+    has not been: a claim time older than the loss is a stale one left on the run's row."""
+    resumed = claims.get(loss.attempt + 1)
+    at = None if resumed is None else resumed.claimed_at
+    return at if at is not None and at >= loss.taken_over_at else None
+
+
 def teams_replies(vendor: sa.Connection, run_id: str) -> int:
     """Replies the Bot Connector received for a Teams turn (posts with the turn's reply key,
     which names the run)."""

@@ -25,7 +25,7 @@ from simulators.vendor import (
     incidents_by_key,
 )
 from store.records import select_audit
-from store.trials import claims, losses
+from store.trials import claims, losses, resumed_at
 from store.views import RunSummary, mark_keys, mark_tally, runs_by_ids
 
 TERMINAL = ("succeeded", "failed")
@@ -199,12 +199,8 @@ def _resumed_after(conn: sa.Connection, run_id: str, kill_at: datetime) -> float
     since = [
         loss for loss in losses(conn, [run_id]).get(run_id, []) if loss.taken_over_at >= kill_at
     ]
-    if not since:
-        return None
-    resumed = claims(conn, run_id).get(since[0].attempt + 1)
-    if resumed is None or resumed.claimed_at is None:
-        return None
-    return round(max((resumed.claimed_at - kill_at).total_seconds(), 0.0), 2)
+    at = resumed_at(since[0], claims(conn, run_id)) if since else None
+    return None if at is None else round(max((at - kill_at).total_seconds(), 0.0), 2)
 
 
 def _line(

@@ -213,11 +213,9 @@ def _claimed_in_flight(
     killed = _kill_of(loss, victims)
     if killed is None:
         return
-    resumed = claims.get(loss.attempt + 1)
     resume = None
-    # A claim of the new attempt (a stale claim time left on the row is older than the loss).
-    at = None if resumed is None else resumed.claimed_at
-    if at is not None and at >= loss.taken_over_at:
+    at = judge.resumed_at(loss, claims)
+    if at is not None:
         resume = (at - killed).total_seconds()
         v.resume_s.append(resume)
     seconds = (ended_at - killed).total_seconds()
