@@ -103,7 +103,7 @@ class RunAttempt:
         return gates
 
     def _stepped(self) -> None:
-        """A step was taken: the next boundary reads the gates again."""
+        """A step was taken, a call made or a boundary passed: the next read is fresh."""
         self._fresh = None
 
     def _resume_calls(self, state: RunState) -> tuple[GateRow, bool]:
@@ -164,7 +164,9 @@ class RunAttempt:
             publish_quietly(self.s, self.run.id, new_attempt)
             self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
             raise HandedBack
-        return self._gates()
+        gates = self._gates()
+        self._stepped()  # used up: the boundary after this one reads the gates again (I7)
+        return gates
 
     def _finish(self, text: str) -> None:
         """Seal the final answer. Handed on to entry points in Postgres, it is stored and

@@ -141,6 +141,7 @@ class JobRun(RunAttempt):
         self._checkpoint(state)
         faults.point("after_checkpoint")
         results, _ = self.router.route(state, resuming=False, gates=self._gates())
+        self._stepped()  # the call was made: the next boundary reads the gates again (I7)
         state.add_results(results)
         state.count("executed")
         outcome: dict[str, Any] = json.loads(results[0]["content"])

@@ -4,6 +4,8 @@ training and red-team runs that lose their worker fail `interrupted`."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -154,3 +156,21 @@ def test_unknown_job_kind_is_refused(stack) -> None:
 
     with pytest.raises(BadRequest, match="unknown job kind"):
         stack.client.start_job(kind="mine_bitcoin", params={})
+
+
+def test_a_stop_reaches_a_job_at_its_next_batch(stack) -> None:
+    # Every batch boundary reads the gates as they stand, not as they stood at the start.
+    worker = stack.worker("w1", fault="in_job_batch:stop:2")
+    run_id = stack.client.start_job(
+        kind="red_team",
+        params={
+            "agent": "support-bot",
+            "probes": [{"prompt": f"p{i}", "forbidden_tool": "incident.page"} for i in range(5)],
+        },
+    )
+    stopped_pid = int(stack.fault_hit("w1").split()[1])  # the child, at its second batch
+    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == []
+    os.kill(stopped_pid, signal.SIGCONT)
+    view = stack.wait(run_id)
+    assert view.status == "failed" and "stopped by oncall: runaway" in view.failure_reason
+    assert worker.popen.poll() is None
