@@ -27,6 +27,7 @@ from rich.console import Console
 
 from liyagent.cli.common import OK, USAGE, CliError, add_json, print_json
 from liyagent.local.procs import sigterm_as_interrupt
+from liyagent.local.verdict import RECOVERY_BOUND_S
 from runtime import logs
 from runtime.settings import Timings
 
@@ -41,7 +42,7 @@ DEFAULT_DATABASE = "liyagent_trials"
 DEFAULT_TRIALS = 90
 MAX_TRIALS = 3000
 # The spec's bound: a trial caught in flight that ends later than this after its kill fails.
-RECOVERY_TARGET_S = 15.0
+RECOVERY_TARGET_S = RECOVERY_BOUND_S
 # The product's own timings, as tests/unit/test_kill_trials.py runs them: the trials prove
 # what a deployment gets, nothing tuned for them.
 TRIAL_TIMINGS = Timings()

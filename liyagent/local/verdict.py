@@ -256,12 +256,16 @@ def _kill_of(loss: judge.Loss, victims: list[Victim]) -> datetime | None:
     return None
 
 
+# The spec's bound on a trial's recovery: over it, a trial fails.
+RECOVERY_BOUND_S = 15.0
+
+
 def report_extra(timings: Any, options: Any) -> dict[str, Any]:
     """What a report records besides the verdict: the commit measured, the bound, the kill
     window and every timing the trials ran with."""
     return {
         "commit": _commit(),
-        "recovery_bound_s": 15.0,
+        "recovery_bound_s": RECOVERY_BOUND_S,
         "kill_window_s": list(options.kill_window_s),
         "timings": asdict(timings),
         "victim_concurrency": options.victim_concurrency,
@@ -303,7 +307,7 @@ def write_report(verdict: Verdict, path: Path, extra: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(body, indent=2, default=str) + "\n")
     png = path.with_suffix(".png")
-    _histogram(verdict, png, extra.get("recovery_target_s"))
+    _histogram(verdict, png, extra.get("recovery_bound_s"))
     page.write_text(_page(verdict, png))
     return png
 

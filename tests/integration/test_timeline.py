@@ -134,7 +134,7 @@ def test_killed_run_timeline_in_reports(stack, tmp_path: Path) -> None:
     verdict = Verdict(trials=1, rounds=1, caught_in_flight=1, recovery_s=[recovery.seconds])
     with stack.db() as conn:
         verdict.slowest = slowest_timelines(conn, [recovery])
-    png = write_report(verdict, tmp_path / "trials.json", {"recovery_target_s": 15.0})
+    png = write_report(verdict, tmp_path / "trials.json", {"recovery_bound_s": 15.0})
     report = json.loads((tmp_path / "trials.json").read_text())
     assert report["timelines_page"] == "trials.html" and png == tmp_path / "trials.png"
     assert report["slowest_recoveries"][0]["run_id"] == killed
