@@ -53,10 +53,11 @@ def test_the_current_message_is_not_dropped_while_a_stale_delivery_holds_the_lea
         assert claim_delivery(conn, run_id, 1, "dead-child") is not None
         assert claim_lost(conn, run_id, 1, loss_limit=2) is not None  # now attempt 2, queued
     leases = stack.services.leases
-    leases.client.set(leases.key(run_id), f"{run_id}:1:stale-copy", px=2500)
+    # Held far longer than a worker takes to start on a loaded machine, so the race is met.
+    leases.client.set(leases.key(run_id), f"{run_id}:1:stale-copy", px=15_000)
     stack.services.publisher.publish(run_id, 2)
     w1 = stack.worker("w1", concurrency=1)
-    view = stack.wait(run_id, timeout=30)
+    view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded" and view.attempt == 2
     assert '"message.requeued"' in w1.output()
     assert stack.posts_by_vendor(run_id) == {"incidents": 1, "issues": 1, "chat": 1}

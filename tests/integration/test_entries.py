@@ -341,9 +341,12 @@ def test_a_tampered_answer_is_never_handed_on(entries) -> None:
     view = entries.wait(run_id)
     assert view.status == "failed" and "answer does not verify" in view.failure_reason
     assert [role for role, _ in entries.client.transcript(run_id)] == ["user", "notice"]
+    # Replies go to the Bot Connector: nothing reached it for this turn, by key or conversation.
+    assert _replies(entries, run_id) == []
     assert (
         entries.vendor(
-            "SELECT count(*) AS n FROM sim.chat_replies WHERE conversation = 'conv-msg-tampered'"
+            "SELECT count(*) AS n FROM sim.connector_activities "
+            "WHERE conversation = 'conv-msg-tampered'"
         )[0].n
         == 0
     )

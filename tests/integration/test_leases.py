@@ -52,11 +52,12 @@ def test_a_dead_childs_token_is_taken_if_held_or_lapsed_but_never_from_a_newer_a
 ) -> None:
     held, lapsed, old = Token("t1", 1, "c"), Token("t2", 1, "c"), Token("t3", 1, "c")
     newer = Token("t3", 2, "d")
-    for token in (held, lapsed):
-        assert leases.acquire(token)
+    assert leases.acquire(lapsed)
     assert leases.acquire(newer)
     _until(lambda: leases.holder("t2") is None and leases.holder("t3") is None)
     assert leases.acquire(newer)  # the run moved on: a newer attempt holds it now
+    assert leases.acquire(held)
+    assert leases.holder("t1") == str(held)  # still held when the parent takes it
     assert leases.take_token(held) and leases.holder("t1") is None
     assert leases.take_token(lapsed)  # lapsed before the parent saw the death: still ours
     assert not leases.take_token(old)
