@@ -64,10 +64,6 @@ def parse_id(raw: str, what: str = "run id") -> str:
         raise BadRequest(f"{raw!r} is not a valid {what} (a UUID)") from None
 
 
-def parse_run_id(raw: str) -> str:
-    return parse_id(raw, "run id")
-
-
 def resolve_run_id(engine: sa.Engine, raw: str) -> str:
     """A full run id, or the one run a unique prefix of at least MIN_PREFIX hex digits names
     (the demo prints 8). No match: RunNotFound; several: BadRequest listing them."""
@@ -320,6 +316,5 @@ __all__ = [
     "RunView",
     "parse_agent",
     "parse_id",
-    "parse_run_id",
     "resolve_run_id",
 ]

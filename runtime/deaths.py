@@ -23,7 +23,6 @@ import redis
 import structlog
 
 from runtime.leases import Token
-from runtime.presence import epoch_key
 from runtime.services import Services
 from store.runs import attempt_statuses, claim_lost_many
 
@@ -196,6 +195,5 @@ __all__ = [
     "DeathWatchThread",
     "claim_and_publish",
     "claim_dead_child",
-    "epoch_key",
     "republish_reserved",
 ]

@@ -82,9 +82,6 @@ class Verdict:
     # The slowest recoveries with their runs' timelines, read while the database is there.
     slowest: list[tuple[Recovery, Timeline]] = field(default_factory=list)
 
-    def quantile(self, q: float) -> float | None:
-        return _quantiles(self.recovery_s)[{0.5: "p50", 0.95: "p95", 0.99: "p99"}[q]]
-
     @property
     def duplicates(self) -> int:
         return sum(self.duplicate_writes.values())
