@@ -21,7 +21,7 @@ class AgentRun(RunAttempt):
         self._resume_calls(state)
         model = self._model()
         while True:
-            gates = self._boundary(state)
+            self._boundary(state)
             if state.step >= self.s.settings.step_limit:
                 self._fail(
                     f"step limit {self.s.settings.step_limit} reached without a final "
@@ -34,7 +34,7 @@ class AgentRun(RunAttempt):
                 self._finish(answer.text or "")
                 return "succeeded"
             state.take_step(answer.text, answer.calls, self.run.attempt)
-            self._checkpoint(state)
+            gates = self._checkpoint(state)
             faults.point("after_checkpoint")
             results, _ = self.router.route(state, resuming=False, gates=gates)
             state.add_results(results)

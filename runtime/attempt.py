@@ -13,6 +13,7 @@ from runtime.enqueue import publish_quietly
 from runtime.entries import post_teams_reply
 from runtime.gates import run_refusal
 from runtime.heartbeat import RunLease
+from runtime.leases import monotonic_ms
 from runtime.sealing import SealError
 from runtime.services import Services
 from runtime.state import RunState
@@ -41,16 +42,26 @@ class RunAttempt:
     """Executes one attempt of one run that this process has claimed and leased."""
 
     def __init__(
-        self, services: Services, run: RunRow, lease: RunLease, key_for: KeyFn | None = None
+        self,
+        services: Services,
+        run: RunRow,
+        lease: RunLease,
+        key_for: KeyFn | None = None,
+        gates: GateRow | None = None,
     ) -> None:
         self.s = services
         self.run = run
         self.lease = lease
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         self.router = CallRouter(services, run, lease, key_for)
-        # Gates read since the last step was taken: good for this step's boundary (a step
-        # reads them once, fence included, in one round trip).
+        # The gates the claim read, checked when the attempt starts.
+        self._claimed = gates
+        # The gates last read and when: they stand for `gates_fresh_ms`. Read with the claim,
+        # a checkpoint or for calls, they may also serve the next step boundary (`_lasting`);
+        # read by a boundary, only that boundary.
         self._fresh: GateRow | None = None
+        self._fresh_ms = 0
+        self._lasting = False
 
     def execute(self) -> str:
         """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended.
@@ -80,44 +91,52 @@ class RunAttempt:
         if self.run.status == "answered":
             self._hand_on(self._open_answer())
             return "answer_handed_on"
-        self._gates()
+        if self._claimed is not None:
+            self._take(self._claimed, lasting=True)
+        else:
+            self._gates()
         return self._loop(self._load_state())
 
     def _loop(self, state: RunState) -> str:
         raise NotImplementedError
 
     def _gates(self) -> GateRow:
-        """The gates as they stand now, read with the run's own attempt and status in one
-        statement: a run that another attempt owns stops here (I3); a run-level refusal fails
-        the run with its reason (I7)."""
-        if self._fresh is not None:
+        """The gates as they stand now: the ones read less than `gates_fresh_ms` ago, or read
+        again, fence included, in one statement (I3, I7)."""
+        if self._fresh is not None and self._young():
             return self._fresh
+        return self._read_gates(lasting=True)
+
+    def _young(self) -> bool:
+        return monotonic_ms() - self._fresh_ms < self.s.settings.timings.gates_fresh_ms
+
+    def _read_gates(self, lasting: bool) -> GateRow:
         with self.s.engine.connect() as conn:
-            gates = select_gates(conn, self.run.id)
+            return self._take(select_gates(conn, self.run.id), lasting)
+
+    def _take(self, gates: GateRow, lasting: bool) -> GateRow:
+        """Gates just read with the run's attempt and status: a run that another attempt owns
+        stops here (I3); a run-level refusal fails the run with its reason (I7)."""
         if gates.run_attempt != self.run.attempt or gates.run_status != self.run.status:
             raise FencedOut(self.run.id, self.run.attempt, "go on with the next step")
         refusal = run_refusal(gates, self.run)
         if refusal is not None:
             self._fail(refusal, "gate_refused")
-        self._fresh = gates
+        self._fresh, self._fresh_ms, self._lasting = gates, monotonic_ms(), lasting
         return gates
 
-    def _stepped(self) -> None:
-        """A step was taken, a call made or a boundary passed: the next read is fresh."""
-        self._fresh = None
-
-    def _resume_calls(self, state: RunState) -> tuple[GateRow, bool]:
-        """Take up the calls the checkpoint left (through the gates as they stand now)."""
-        gates = self._gates()
+    def _resume_calls(self, state: RunState) -> bool:
+        """Take up the calls the checkpoint left (through the gates as they stand now); whether
+        there were any."""
         if state.calls:
+            gates = self._gates()
             results, settled = self.router.route(state, resuming=True, gates=gates)
             state.add_results(results)
             self._audit_resume(state, settled)
-            self._stepped()
-            return gates, True
+            return True
         if self.run.attempt > 1:
             self._audit_resume(state, [])
-        return gates, False
+        return False
 
     def _load_state(self) -> RunState:
         """The run's latest checkpoint, from the row the claim returned (no extra read),
@@ -135,17 +154,19 @@ class RunAttempt:
                 step=step,
             )
 
-    def _checkpoint(self, state: RunState) -> None:
-        """Write the step's sealed checkpoint before any of its calls is made (fenced). A run
-        not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false) writes none: lost, it fails."""
-        self._stepped()
-        if not self.run.resumable:
-            return
+    def _checkpoint(self, state: RunState) -> GateRow:
+        """Write the step's sealed checkpoint before any of its calls is made (fenced), reading
+        the gates the calls go through in the same statement; returns them. A run not written
+        ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false) writes none (lost, it fails): its calls go
+        through the gates as `_gates` has them."""
         self.lease.check()  # writes stop within one lease of losing it, even if Redis is gone
+        if not self.run.resumable:
+            return self._gates()
         sealed = self.s.sealer.seal(self.run.id, "checkpoint", state.step, state.to_payload())
         with self.s.engine.connect() as conn:
-            write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
+            gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
         self.log.info("run.checkpoint", step=state.step, calls=len(state.calls))
+        return self._take(gates, lasting=True)
 
     def _open_answer(self) -> str:
         """The stored answer, opened against its seal (a failure fails the run, I6)."""
@@ -153,7 +174,7 @@ class RunAttempt:
         payload: dict[str, Any] = self.s.sealer.open(self.run.id, "answer", 0, self.run.answer)
         return str(payload["text"])
 
-    def _boundary(self, state: RunState) -> GateRow:
+    def _boundary(self, state: RunState) -> None:
         """Between steps: still ours? shutting down? still allowed? (I3, I7)"""
         structlog.contextvars.bind_contextvars(step=state.step)
         self.lease.renew()
@@ -164,9 +185,13 @@ class RunAttempt:
             publish_quietly(self.s, self.run.id, new_attempt)
             self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
             raise HandedBack
-        gates = self._gates()
-        self._stepped()  # used up: the boundary after this one reads the gates again (I7)
-        return gates
+        # Gates the claim, the last checkpoint or the last calls read within `gates_fresh_ms`
+        # serve this boundary; otherwise (a slow step, or no statement since the last
+        # boundary) they are read again. Either way the next boundary needs newer ones.
+        if self._fresh is not None and self._lasting and self._young():
+            self._lasting = False
+        else:
+            self._read_gates(lasting=False)
 
     def _finish(self, text: str) -> None:
         """Seal the final answer. Handed on to entry points in Postgres, it is stored and

@@ -23,7 +23,7 @@ from runtime.redact import error_facts, frames
 from runtime.services import Services
 from runtime.workflow import WorkflowRun
 from store.records import insert_audit
-from store.rows import FencedOut, RunRow
+from store.rows import Claimed, FencedOut, RunRow
 from store.runs import claim_delivery, fail_run
 
 log = structlog.get_logger(__name__)
@@ -64,17 +64,17 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
             raise NotHandled(f"run {run_id}: {type(exc).__name__}: {exc}") from exc
         try:
             with s.engine.connect() as conn:
-                row = claim_delivery(conn, run_id, attempt, s.holder)
+                claimed = claim_delivery(conn, run_id, attempt, s.holder)
         except sa.exc.SQLAlchemyError as exc:
             _release_quietly(s, token)
             raise NotHandled(f"run {run_id}: {type(exc).__name__}") from exc
-        if row is None:
+        if claimed is None:
             log.info("message.stale")
             _release_quietly(s, token)
             return "stale"
-        if row.deliveries > s.settings.timings.delivery_limit:
-            return _poison(s, row, token)
-        return _execute(s, row, token, started)
+        if claimed.run.deliveries > s.settings.timings.delivery_limit:
+            return _poison(s, claimed.run, token)
+        return _execute(s, claimed, token, started)
 
 
 def _held_by_older_attempt(s: Services, token: Token) -> bool:
@@ -104,13 +104,14 @@ def _poison(s: Services, row: RunRow, token: Token) -> str:
     return "poison"
 
 
-def _execute(s: Services, row: RunRow, token: Token, started: int) -> str:
+def _execute(s: Services, claimed: Claimed, token: Token, started: int) -> str:
+    row = claimed.run
     lease = s.heartbeat.hold(token, started)
     release = True
     try:
         faults.point("after_claim")
         attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
-        return attempt_class(s, row, lease).execute()
+        return attempt_class(s, row, lease, gates=claimed.gates).execute()
     except (FencedOut, LeaseLost, SendRefused) as exc:
         # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
         # this attempt may still hold (its local deadline passed) is left to lapse, so the

@@ -27,7 +27,7 @@ from runtime.state import RunState, ToolCall
 from runtime.waiting import Suspend
 from runtime.workflow import workflow_key
 from store.documents import Document, upsert_documents
-from store.rows import RunRow
+from store.rows import GateRow, RunRow
 
 
 class JobError(ValueError):
@@ -102,8 +102,10 @@ class JobKind:
 
 
 class JobRun(RunAttempt):
-    def __init__(self, services: Services, run: RunRow, lease: RunLease) -> None:
-        super().__init__(services, run, lease, key_for=workflow_key(run))
+    def __init__(
+        self, services: Services, run: RunRow, lease: RunLease, gates: GateRow | None = None
+    ) -> None:
+        super().__init__(services, run, lease, key_for=workflow_key(run), gates=gates)
         # Outcomes of the call the checkpoint left, taken up on resume: the job reuses them.
         self._taken_up: dict[str, dict[str, Any]] = {}
 
@@ -113,8 +115,7 @@ class JobRun(RunAttempt):
         if kind is None:
             self._fail(f"unknown job kind {job.get('kind')!r}", "bad_job")
         left = list(state.calls)
-        _, resumed = self._resume_calls(state)
-        if resumed:
+        if self._resume_calls(state):
             for call, message in zip(left, state.messages[-len(left) :], strict=True):
                 self._taken_up[call.id] = json.loads(message["content"])
             state.count("executed")
@@ -138,10 +139,9 @@ class JobRun(RunAttempt):
             return self._taken_up.pop(call.id)
         state.step += 1
         state.calls = [call]
-        self._checkpoint(state)
+        gates = self._checkpoint(state)
         faults.point("after_checkpoint")
-        results, _ = self.router.route(state, resuming=False, gates=self._gates())
-        self._stepped()  # the call was made: the next boundary reads the gates again (I7)
+        results, _ = self.router.route(state, resuming=False, gates=gates)
         state.add_results(results)
         state.count("executed")
         outcome: dict[str, Any] = json.loads(results[0]["content"])

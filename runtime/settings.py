@@ -124,6 +124,10 @@ class Timings:
     death_grace_ms: int = 1000
     # How often the death watch looks (it costs one CLIENT LIST when nobody died).
     death_poll_ms: int = 250
+    # Gates a statement read (the claim, a checkpoint) stand for this long at a step boundary:
+    # a fast step reads them once, with its checkpoint, not again before the next model step.
+    # Calls always go through the gates their step's checkpoint read; 0 reads at every boundary.
+    gates_fresh_ms: int = 250
 
     def __post_init__(self) -> None:
         if self.heartbeat_ms * 2 >= self.lease_ttl_ms:
@@ -137,6 +141,11 @@ class Timings:
             raise ConfigError(
                 "LIYAGENT_DEATH_GRACE_MS must be above 0 and under LIYAGENT_LEASE_TTL_MS (a dead "
                 f"process is seen by its connections before its lease; got {self.death_grace_ms})"
+            )
+
+        if self.gates_fresh_ms < 0:
+            raise ConfigError(
+                f"LIYAGENT_GATES_FRESH_MS must be 0 or more (got {self.gates_fresh_ms})"
             )
 
     @classmethod
@@ -155,6 +164,7 @@ class Timings:
             resume_bound_s=_env_int("LIYAGENT_RESUME_BOUND_S", cls.resume_bound_s),
             death_grace_ms=_env_int("LIYAGENT_DEATH_GRACE_MS", cls.death_grace_ms),
             death_poll_ms=_env_int("LIYAGENT_DEATH_POLL_MS", cls.death_poll_ms),
+            gates_fresh_ms=_env_int("LIYAGENT_GATES_FRESH_MS", cls.gates_fresh_ms),
         )
 
 

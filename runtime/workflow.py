@@ -17,7 +17,7 @@ from runtime.keys import workflow_step_key
 from runtime.services import Services
 from runtime.state import RunState, ToolCall
 from runtime.workflow_spec import WorkflowError, WorkflowStep, validate_workflow
-from store.rows import RunRow
+from store.rows import GateRow, RunRow
 
 MAX_EXECUTED = 1000
 
@@ -30,8 +30,10 @@ def workflow_key(run: RunRow) -> KeyFn:
 
 
 class WorkflowRun(RunAttempt):
-    def __init__(self, services: Services, run: RunRow, lease: RunLease) -> None:
-        super().__init__(services, run, lease, key_for=workflow_key(run))
+    def __init__(
+        self, services: Services, run: RunRow, lease: RunLease, gates: GateRow | None = None
+    ) -> None:
+        super().__init__(services, run, lease, key_for=workflow_key(run), gates=gates)
 
     def _loop(self, state: RunState) -> str:
         try:
@@ -40,11 +42,10 @@ class WorkflowRun(RunAttempt):
             self._fail(f"its workflow is malformed: {exc}", "bad_workflow")
         if not state.cursor:
             state.cursor = {"current": self.run.spec["workflow"]["start"], "loops": {}}
-        _, resumed = self._resume_calls(state)
-        if resumed:
+        if self._resume_calls(state):
             self._advance(state, steps)
         while True:
-            gates = self._boundary(state)
+            self._boundary(state)
             current = state.cursor.get("current")
             if current is None:
                 self._finish(self._summary(state))
@@ -55,7 +56,7 @@ class WorkflowRun(RunAttempt):
             step = steps[current]
             state.step = executed + 1
             state.calls = [ToolCall(id=step.id, name=step.tool, args=step.args)]
-            self._checkpoint(state)
+            gates = self._checkpoint(state)
             faults.point("after_checkpoint")
             results, _ = self.router.route(state, resuming=False, gates=gates)
             state.add_results(results)

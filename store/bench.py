@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from store.db import sql
 from store.rows import RunId
 
 
@@ -13,7 +14,7 @@ def insert_running_runs(
 ) -> list[RunId]:
     """Insert `count` runs already running at attempt 1, claimed by `holder`; their ids."""
     rows = conn.execute(
-        sa.text(
+        sql(
             """
             INSERT INTO runs (id, correlation_id, agent, owner, entry_kind, spec, status,
                               attempt, started_at, claimed_by, claimed_at)
@@ -32,7 +33,7 @@ def finish_runs(conn: sa.Connection, run_ids: list[str]) -> None:
     """Mark these runs succeeded: claimed runs the bench has no worker for leave the queue, so
     later samples do not also time the outbox republishing a growing backlog."""
     conn.execute(
-        sa.text(
+        sql(
             "UPDATE runs SET status = 'succeeded', finished_at = now() "
             "WHERE id = ANY(CAST(:ids AS uuid[]))"
         ),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from store.rows import FencedOut, MarkRow
+from store.db import sql
+from store.gates import gate_row, gates_of
+from store.rows import FencedOut, GateRow, MarkRow
 from store.runs import OWNER_CTE
 
 _MARK_COLUMNS = (
@@ -15,24 +17,29 @@ _MARK_COLUMNS = (
 
 def write_checkpoint(
     conn: sa.Connection, run_id: str, attempt: int, step: int, sealed: bytes
-) -> None:
+) -> GateRow:
     """Write step `step`'s sealed checkpoint and advance the run's step counter, in one
     statement on the run's row (one row write a step) that matches only while this attempt owns
-    the run (I3) and only for the step after the one written last: a step is written once (I5)."""
+    the run (I3) and only for the step after the one written last: a step is written once (I5).
+    The same statement reads the run's gates as they stand now, for the step's calls (I7)."""
     row = conn.execute(
-        sa.text(
-            """
-            UPDATE runs SET checkpoint = :sealed, step = :step, checkpoint_attempt = :attempt,
-                   checkpointed_at = now(), updated_at = now()
-            WHERE id = :run_id AND attempt = :attempt AND status = 'running'
-              AND step = :step - 1
-            RETURNING id
+        sql(
+            f"""
+            WITH w AS (
+                UPDATE runs SET checkpoint = :sealed, step = :step,
+                       checkpoint_attempt = :attempt, checkpointed_at = now(),
+                       updated_at = now()
+                WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+                  AND step = :step - 1
+                RETURNING id, agent, owner, run_as, channel, attempt, status)
+            {gates_of("w")}
             """
         ),
         {"run_id": run_id, "attempt": attempt, "step": step, "sealed": sealed},
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, f"write the checkpoint of step {step}")
+    return gate_row(row)
 
 
 def mark_in_doubt(
@@ -51,7 +58,7 @@ def mark_in_doubt(
     """Mark a changing call in doubt just before it is made (fenced, I3). Marking it again (a
     resume sending a keyed write again) keeps its first kind and key (I7)."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH {OWNER_CTE}
             INSERT INTO call_marks (run_id, step, call_index, call_id, tool, kind, idem_key,
@@ -123,7 +130,7 @@ def _finish_mark(
     audit: bool = False,
 ) -> None:
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH {OWNER_CTE},
             u AS (
@@ -164,7 +171,7 @@ def select_marks(conn: sa.Connection, run_id: str, step: int | None = None) -> l
     """The marks of one step (or all), with each mark's age by the database clock."""
     where = "run_id = :id" + ("" if step is None else " AND step = :step")
     rows = conn.execute(
-        sa.text(
+        sql(
             f"SELECT {_MARK_COLUMNS}, "
             "extract(epoch FROM now() - marked_at)::float8 AS age_s "
             f"FROM call_marks WHERE {where} ORDER BY step, call_index"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -22,6 +23,13 @@ _engines: dict[tuple[int, str], sa.Engine] = {}
 _SESSION_OPTIONS = (
     "-c idle_in_transaction_session_timeout=10000 -c lock_timeout=5000 -c statement_timeout=30000"
 )
+
+
+@functools.lru_cache(maxsize=1024)
+def sql(text: str) -> sa.TextClause:
+    """The statement for this SQL text, built once per process: a hot statement's text is not
+    parsed for its bind parameters again at every execution (clauses are immutable: shared)."""
+    return sa.text(text)
 
 
 def _uuid_as_text(dbapi_conn: Any, _record: Any) -> None:
@@ -90,4 +98,4 @@ def to_json(value: Any) -> str:
 def ping(engine: sa.Engine) -> None:
     """One round trip to Postgres; raises if it does not answer."""
     with engine.connect() as conn:
-        conn.execute(sa.text("SELECT 1"))
+        conn.execute(sql("SELECT 1"))

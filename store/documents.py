@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from store.db import sql
 from store.rows import FencedOut
 from store.runs import OWNER_CTE
 
@@ -35,7 +36,7 @@ def upsert_documents(
         ]
     )
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH {OWNER_CTE},
             page AS (

@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from store.db import sql
 from store.rows import FencedOut
 
 
@@ -86,7 +87,7 @@ def deliver(
     """Hand the stored answer on, once: the run is succeeded, the answer is on its transcript
     and entry points, and it is kept sealed for `retention_s` more."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH d AS (
                 UPDATE runs SET status = 'succeeded', finished_at = now(), updated_at = now(),
@@ -125,7 +126,7 @@ def answer_and_deliver(
     (transcript, A2A task, cron record) in one statement, for the owning attempt only (I3):
     with nothing outside Postgres to tell, there is no moment between the two to crash in."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH d AS (
                 UPDATE runs SET status = 'succeeded', answer = :answer, answered_at = now(),
@@ -156,7 +157,7 @@ def answer_and_deliver(
 def purge_answers(conn: sa.Connection) -> int:
     """Clear the sealed answers of delivered runs whose retention is over."""
     result = conn.execute(
-        sa.text(
+        sql(
             """
             UPDATE runs SET answer = NULL, answer_purged_at = now()
             WHERE status = 'succeeded' AND answer IS NOT NULL AND answer_expires_at < now()
@@ -205,7 +206,7 @@ class A2ATask:
 
 def get_a2a_task(conn: sa.Connection, task_id: str) -> A2ATask | None:
     """One A2A task with its run's state, or None."""
-    row = conn.execute(sa.text(f"{_TASK_SELECT} WHERE t.id = :id"), {"id": task_id}).first()
+    row = conn.execute(sql(f"{_TASK_SELECT} WHERE t.id = :id"), {"id": task_id}).first()
     return None if row is None else A2ATask(**row._mapping)
 
 
@@ -227,7 +228,7 @@ def list_a2a_tasks(
     )
     params: dict[str, Any] = {"ctx": context_id, "state": state, "after": updated_after}
     total = conn.execute(
-        sa.text(
+        sql(
             "SELECT count(*) FROM a2a_tasks t JOIN runs r ON r.id = t.run_id WHERE "
             + " AND ".join(where)
         ),
@@ -237,7 +238,7 @@ def list_a2a_tasks(
         where.append("(t.created_at, t.id) < (:b_at, :b_id)")
         params |= {"b_at": before[0], "b_id": before[1]}
     rows = conn.execute(
-        sa.text(
+        sql(
             f"{_TASK_SELECT} WHERE {' AND '.join(where)} "
             "ORDER BY t.created_at DESC, t.id DESC LIMIT :n"
         ),
@@ -250,7 +251,7 @@ def mark_a2a_canceled(conn: sa.Connection, task_id: str) -> bool:
     """Record that CancelTask stopped this task's run (once; only while the run has not ended),
     so the run's failure is reported as canceled."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             UPDATE a2a_tasks SET canceled_at = now(), updated_at = now()
             FROM runs r
@@ -278,7 +279,7 @@ def insert_teams_message(
     """Put a Teams turn (an activity) in the durable inbox once, by its conversation and
     activity id; returns (row id, new)."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             WITH i AS (
                 INSERT INTO teams_inbox
@@ -323,9 +324,7 @@ _TEAMS_COLUMNS = "id, message_id, conversation, sender, agent, text, service_url
 def select_new_teams_messages(conn: sa.Connection, limit: int = 50) -> list[TeamsMessage]:
     """Inbox rows no turn has taken yet (two intakes reading one row still make one run)."""
     rows = conn.execute(
-        sa.text(
-            f"SELECT {_TEAMS_COLUMNS} FROM teams_inbox WHERE status = 'new' ORDER BY id LIMIT :n"
-        ),
+        sql(f"SELECT {_TEAMS_COLUMNS} FROM teams_inbox WHERE status = 'new' ORDER BY id LIMIT :n"),
         {"n": limit},
     ).all()
     return [TeamsMessage(**r._mapping) for r in rows]
@@ -334,7 +333,7 @@ def select_new_teams_messages(conn: sa.Connection, limit: int = 50) -> list[Team
 def get_teams_message_of_run(conn: sa.Connection, run_id: str) -> TeamsMessage | None:
     """The inbox row whose turn this run is, or None."""
     row = conn.execute(
-        sa.text(f"SELECT {_TEAMS_COLUMNS} FROM teams_inbox WHERE run_id = CAST(:r AS uuid)"),
+        sql(f"SELECT {_TEAMS_COLUMNS} FROM teams_inbox WHERE run_id = CAST(:r AS uuid)"),
         {"r": run_id},
     ).first()
     return None if row is None else TeamsMessage(**row._mapping)

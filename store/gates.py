@@ -2,57 +2,61 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import sqlalchemy as sa
 
+from store.db import sql
 from store.entries import ends_cte
 from store.rows import GateRow, StopRow
 
+# The gates of each run row `r` of a statement's source, and that row's attempt and status
+# (the fence): a statement that claims or checkpoints a run reads them in its own round trip.
+_GATE_COLUMNS = """
+    s.reason AS stop_reason, s.created_by AS stop_by,
+    coalesce(o.may_run, true) AS owner_may_run, o.reason AS owner_reason,
+    coalesce(a.may_act, true) AS run_as_may_act, a.reason AS run_as_reason,
+    coalesce(c.enabled, true) AS channel_enabled, c.reason AS channel_reason,
+    (SELECT array_agg(t.tool) FROM agent_tools t WHERE t.agent = r.agent) AS agent_tools,
+    r.attempt AS run_attempt, r.status AS run_status"""
+_GATE_JOINS = """
+    LEFT JOIN principals o ON o.name = r.owner
+    LEFT JOIN principals a ON a.name = coalesce(r.run_as, r.owner)
+    LEFT JOIN channels c ON c.name = r.channel
+    LEFT JOIN LATERAL (
+        SELECT reason, created_by FROM stops
+        WHERE lifted_at IS NULL AND (stops.run_id = r.id OR stops.agent = r.agent)
+        ORDER BY id LIMIT 1) s ON true"""
+GATE_FIELDS = frozenset(f.name for f in fields(GateRow))
+
+
+def gates_of(source: str, also: str = "") -> str:
+    """A SELECT of the gates of each row of `source` (run rows, aliased `r`), after the columns
+    `also` of that row (e.g. `r.*, `)."""
+    return f"SELECT {also}{_GATE_COLUMNS} FROM {source} r {_GATE_JOINS}"
+
+
+def gate_row(row: sa.Row[Any]) -> GateRow:
+    """The gates in a row a `gates_of` SELECT returned."""
+    m = row._mapping
+    tools = m["agent_tools"]
+    return GateRow(
+        **{k: m[k] for k in GATE_FIELDS if k != "agent_tools"},
+        agent_tools=None if tools is None else frozenset(tools),
+    )
+
 
 def select_gates(conn: sa.Connection, run_id: str) -> GateRow:
-    """Every gate of the run as it stands now, in one statement."""
-    row = conn.execute(
-        sa.text(
-            """
-            SELECT
-              s.reason AS stop_reason, s.created_by AS stop_by,
-              coalesce(o.may_run, true) AS owner_may_run, o.reason AS owner_reason,
-              coalesce(a.may_act, true) AS run_as_may_act, a.reason AS run_as_reason,
-              coalesce(c.enabled, true) AS channel_enabled, c.reason AS channel_reason,
-              (SELECT array_agg(t.tool) FROM agent_tools t WHERE t.agent = r.agent) AS tools,
-              r.attempt AS run_attempt, r.status AS run_status
-            FROM runs r
-            LEFT JOIN principals o ON o.name = r.owner
-            LEFT JOIN principals a ON a.name = coalesce(r.run_as, r.owner)
-            LEFT JOIN channels c ON c.name = r.channel
-            LEFT JOIN LATERAL (
-                SELECT reason, created_by FROM stops
-                WHERE lifted_at IS NULL AND (stops.run_id = r.id OR stops.agent = r.agent)
-                ORDER BY id LIMIT 1) s ON true
-            WHERE r.id = :id
-            """
-        ),
-        {"id": run_id},
-    ).one()
-    return GateRow(
-        stop_reason=row.stop_reason,
-        stop_by=row.stop_by,
-        owner_may_run=row.owner_may_run,
-        owner_reason=row.owner_reason,
-        run_as_may_act=row.run_as_may_act,
-        run_as_reason=row.run_as_reason,
-        channel_enabled=row.channel_enabled,
-        channel_reason=row.channel_reason,
-        agent_tools=None if row.tools is None else frozenset(row.tools),
-        run_attempt=row.run_attempt,
-        run_status=row.run_status,
-    )
+    """Every gate of the run as it stands now, with its fence, in one statement."""
+    return gate_row(conn.execute(sql(gates_of("runs") + " WHERE r.id = :id"), {"id": run_id}).one())
 
 
 def set_principal(
     conn: sa.Connection, name: str, *, may_run: bool, may_act: bool, reason: str | None
 ) -> None:
     conn.execute(
-        sa.text(
+        sql(
             """
             INSERT INTO principals (name, may_run, may_act, reason) VALUES (:n, :r, :a, :why)
             ON CONFLICT (name) DO UPDATE SET may_run = :r, may_act = :a, reason = :why,
@@ -65,7 +69,7 @@ def set_principal(
 
 def set_channel(conn: sa.Connection, name: str, *, enabled: bool, reason: str | None) -> None:
     conn.execute(
-        sa.text(
+        sql(
             """
             INSERT INTO channels (name, enabled, reason) VALUES (:n, :e, :why)
             ON CONFLICT (name) DO UPDATE SET enabled = :e, reason = :why, updated_at = now()
@@ -78,7 +82,7 @@ def set_channel(conn: sa.Connection, name: str, *, enabled: bool, reason: str | 
 def set_agent_tools(conn: sa.Connection, agent: str, tools: list[str]) -> None:
     """Replace the agent's containment list (an empty list leaves it unrestricted)."""
     conn.execute(
-        sa.text(
+        sql(
             """
             WITH d AS (DELETE FROM agent_tools WHERE agent = :agent)
             INSERT INTO agent_tools (agent, tool) SELECT :agent, unnest(CAST(:tools AS text[]))
@@ -95,7 +99,7 @@ def insert_stop(
     wait cleared, their entry points told, each failure audited with code `stopped`), in one
     statement. Running ones stop at their next step. Returns the ids of the runs failed here."""
     rows = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH s AS (
                 INSERT INTO stops (run_id, agent, reason, created_by)
@@ -141,7 +145,7 @@ def lift_stops(
     statement; the gates read stops as they stand, so a lifted one refuses nothing more.
     Returns the stops lifted (none when none stood)."""
     rows = conn.execute(
-        sa.text(
+        sql(
             """
             WITH l AS (
                 UPDATE stops SET lifted_at = now(), lifted_by = :by
@@ -169,6 +173,6 @@ def agent_has_runs(conn: sa.Connection, agent: str) -> bool:
     """Whether any run was ever started for this agent (an agent a Stop may name)."""
     return bool(
         conn.execute(
-            sa.text("SELECT EXISTS (SELECT 1 FROM runs WHERE agent = :a)"), {"a": agent}
+            sql("SELECT EXISTS (SELECT 1 FROM runs WHERE agent = :a)"), {"a": agent}
         ).scalar_one()
     )

@@ -6,7 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from store.db import to_json
+from store.db import sql, to_json
 from store.rows import AuditRow, TranscriptRow
 from store.runs import OWNER_CTE
 
@@ -21,7 +21,7 @@ def insert_audit(
     detail: dict[str, Any] | None = None,
 ) -> None:
     conn.execute(
-        sa.text(
+        sql(
             "INSERT INTO audit_events (run_id, kind, attempt, step, detail) "
             "VALUES (:run_id, :kind, :attempt, :step, CAST(:detail AS jsonb))"
         ),
@@ -41,7 +41,7 @@ def insert_audit_once(
     """An audit event of this kind for this run, unless one is already there (a finding that
     every read would repeat, such as an answer that does not verify)."""
     conn.execute(
-        sa.text(
+        sql(
             "INSERT INTO audit_events (run_id, kind, detail) "
             "SELECT :run_id, :kind, CAST(:detail AS jsonb) WHERE NOT EXISTS "
             "(SELECT 1 FROM audit_events WHERE run_id = :run_id AND kind = :kind)"
@@ -61,7 +61,7 @@ def insert_owned_audit(
 ) -> bool:
     """An audit event written only while this attempt owns the run (I3); False if fenced."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH {OWNER_CTE}
             INSERT INTO audit_events (run_id, kind, attempt, step, detail)
@@ -83,7 +83,7 @@ def insert_owned_audit(
 def select_audit(conn: sa.Connection, run_id: str, kind: str | None = None) -> list[AuditRow]:
     where = "run_id = :id" + ("" if kind is None else " AND kind = :kind")
     rows = conn.execute(
-        sa.text(
+        sql(
             "SELECT id, run_id, kind, attempt, step, detail, created_at FROM audit_events "
             f"WHERE {where} ORDER BY id"
         ),
@@ -96,7 +96,7 @@ def select_transcript(conn: sa.Connection, run_id: str) -> list[TranscriptRow]:
     """The run's transcript: its input (kept on the run, so starting a run writes one row),
     then every line written since, in order."""
     rows = conn.execute(
-        sa.text(
+        sql(
             "SELECT 0 AS id, id AS run_id, 'user' AS role, input AS content, created_at "
             "FROM runs WHERE id = :id AND input <> '' "
             "UNION ALL SELECT id, run_id, role, content, created_at FROM transcript_messages "

@@ -176,6 +176,14 @@ class GateRow:
 
 
 @dataclass(frozen=True)
+class Claimed:
+    """A delivery's claim: the run's row, and its gates read in the claiming statement."""
+
+    run: RunRow
+    gates: GateRow
+
+
+@dataclass(frozen=True)
 class ApprovalRow:
     id: str
     run_id: str

@@ -11,10 +11,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from store.db import to_json
+from store.db import sql, to_json
 from store.entries import EntryLink, ends_cte
+from store.gates import gate_row, gates_of
 from store.rows import (
     Attempt,
+    Claimed,
     ClaimResult,
     FencedOut,
     RequestKeyConflict,
@@ -24,7 +26,8 @@ from store.rows import (
 )
 from store.schema import runs
 
-_RUN_COLUMNS = ", ".join(c.name for c in runs.columns)
+_RUN_COLUMN_NAMES = tuple(c.name for c in runs.columns)
+_RUN_COLUMNS = ", ".join(_RUN_COLUMN_NAMES)
 
 
 def _run(row: sa.Row[Any]) -> RunRow:
@@ -60,7 +63,7 @@ def insert_run(
         cte, link_params = link.cte()
         link_sql = f",\n            {cte}"
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH r AS (
                 INSERT INTO runs (id, correlation_id, request_key, request_digest, agent, owner,
@@ -97,7 +100,7 @@ def insert_run(
     if row is not None:
         return RunId(row.id), True
     existing = conn.execute(
-        sa.text("SELECT id, request_digest FROM runs WHERE request_key = :k"), {"k": request_key}
+        sql("SELECT id, request_digest FROM runs WHERE request_key = :k"), {"k": request_key}
     ).first()
     if existing is None:  # pragma: no cover - the conflict above guarantees a row
         raise RunNotFound(f"request key {request_key}")
@@ -110,7 +113,7 @@ def insert_run(
 
 def get_run(conn: sa.Connection, run_id: str) -> RunRow:
     row = conn.execute(
-        sa.text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = CAST(:id AS uuid)"), {"id": run_id}
+        sql(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = CAST(:id AS uuid)"), {"id": run_id}
     ).first()
     if row is None:
         raise RunNotFound(run_id)
@@ -119,30 +122,36 @@ def get_run(conn: sa.Connection, run_id: str) -> RunRow:
 
 def get_run_by_request_key(conn: sa.Connection, request_key: str) -> RunRow | None:
     row = conn.execute(
-        sa.text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE request_key = :k"), {"k": request_key}
+        sql(f"SELECT {_RUN_COLUMNS} FROM runs WHERE request_key = :k"), {"k": request_key}
     ).first()
     return None if row is None else _run(row)
 
 
-def claim_delivery(conn: sa.Connection, run_id: str, attempt: int, holder: str) -> RunRow | None:
+def claim_delivery(conn: sa.Connection, run_id: str, attempt: int, holder: str) -> Claimed | None:
     """Take a queued run for this delivery's attempt and count the delivery, in one statement
     (of two deliveries one wins, I4), or record who hands on an answered run's answer (there,
-    the lease taken just before is the guard). None: the message is stale."""
+    the lease taken just before is the guard); the run's gates come back with it, read in the
+    same statement (I7). None: the message is stale."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
-            UPDATE runs SET status = CASE WHEN status = 'answered' THEN 'answered'
-                                          ELSE 'running' END,
-                   deliveries = deliveries + 1,
-                   updated_at = now(), started_at = coalesce(started_at, now()),
-                   claimed_by = :holder, claimed_at = now()
-            WHERE id = :id AND attempt = :attempt AND status IN ('queued', 'answered')
-            RETURNING {_RUN_COLUMNS}
+            WITH c AS (
+                UPDATE runs SET status = CASE WHEN status = 'answered' THEN 'answered'
+                                              ELSE 'running' END,
+                       deliveries = deliveries + 1,
+                       updated_at = now(), started_at = coalesce(started_at, now()),
+                       claimed_by = :holder, claimed_at = now()
+                WHERE id = :id AND attempt = :attempt AND status IN ('queued', 'answered')
+                RETURNING {_RUN_COLUMNS})
+            {gates_of("c", also="r.*, ")}
             """
         ),
         {"id": run_id, "attempt": attempt, "holder": holder},
     ).first()
-    return None if row is None else _run(row)
+    if row is None:
+        return None
+    run = RunRow(**{c: row._mapping[c] for c in _RUN_COLUMN_NAMES})
+    return Claimed(run, gate_row(row))
 
 
 # The fence every write of a running attempt goes through: it share-locks the run's row only
@@ -158,7 +167,7 @@ OWNER_CTE = """owner AS (
 def store_answer(conn: sa.Connection, run_id: str, attempt: int, sealed_answer: bytes) -> None:
     """Seal the final answer onto the run (status answered), only for the owning attempt (I3)."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             UPDATE runs SET status = 'answered', answer = :answer, answered_at = now(),
                    updated_at = now()
@@ -185,7 +194,7 @@ def fail_run(
     """Fail the run for this attempt with the reason told on its transcript and audited, in one
     statement; False if the attempt no longer owns the run."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH f AS (
                 UPDATE runs SET status = 'failed', failure_reason = :reason,
@@ -218,7 +227,7 @@ def fail_run(
 def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> Attempt:
     """Give a running run back to the queue as a new attempt (warm shutdown), audited."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             WITH h AS (
                 UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
@@ -269,7 +278,7 @@ def claim_lost_many(
     # seconds instead of milliseconds.
     lapsed = sorted(lapsed)
     rows = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH picked AS MATERIALIZED (
                 SELECT r.id FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]))
@@ -362,7 +371,7 @@ def claim_lost_many(
 def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
     """Every run that should hold a lease now, for the sweeper's full reconcile."""
     rows = conn.execute(
-        sa.text("SELECT id, attempt FROM runs WHERE status IN ('running', 'answered')")
+        sql("SELECT id, attempt FROM runs WHERE status IN ('running', 'answered')")
     ).all()
     return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
 
@@ -370,7 +379,7 @@ def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
 def attempt_statuses(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[Attempt, str]]:
     """Where each of these runs stands now: its attempt and status."""
     rows = conn.execute(
-        sa.text("SELECT id, attempt, status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))"),
+        sql("SELECT id, attempt, status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))"),
         {"ids": run_ids},
     ).all()
     return {r.id: (Attempt(r.attempt), r.status) for r in rows}
@@ -381,7 +390,7 @@ def touch_stale_queued(
 ) -> list[tuple[RunId, Attempt]]:
     """Runs queued longer than the bound, stamped so that only one sweep republishes them."""
     rows = conn.execute(
-        sa.text(
+        sql(
             """
             UPDATE runs SET queued_at = now()
             WHERE id IN (

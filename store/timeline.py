@@ -16,6 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from store.db import sql
 from store.rows import RunNotFound
 
 LOST = "agent.run.lost"
@@ -182,12 +183,12 @@ def select_timelines(conn: sa.Connection, run_ids: Iterable[str]) -> list[Timeli
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         return []
-    runs = conn.execute(sa.text(_RUN_SQL), {"ids": ids}).all()
+    runs = conn.execute(sql(_RUN_SQL), {"ids": ids}).all()
     events: dict[str, list[TimelineEvent]] = {}
-    for row in conn.execute(sa.text(_AUDIT_SQL), {"ids": ids}):
+    for row in conn.execute(sql(_AUDIT_SQL), {"ids": ids}):
         events.setdefault(row.run_id, []).append(_event(row))
     calls: dict[str, list[TimelineCall]] = {}
-    for row in conn.execute(sa.text(_MARKS_SQL), {"ids": ids}):
+    for row in conn.execute(sql(_MARKS_SQL), {"ids": ids}):
         fields = {k: v for k, v in row._mapping.items() if k != "run_id"}
         calls.setdefault(row.run_id, []).append(TimelineCall(**fields))
     out = []

@@ -8,6 +8,8 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from store.db import sql
+
 
 @dataclass(frozen=True)
 class TrialEnd:
@@ -22,7 +24,7 @@ class TrialEnd:
 
 def webhook_end(conn: sa.Connection, request_key: str) -> TrialEnd:
     row = conn.execute(
-        sa.text("SELECT id, status, finished_at, lost_count FROM runs WHERE request_key = :k"),
+        sql("SELECT id, status, finished_at, lost_count FROM runs WHERE request_key = :k"),
         {"k": request_key},
     ).first()
     if row is None:
@@ -38,7 +40,7 @@ def webhook_end(conn: sa.Connection, request_key: str) -> TrialEnd:
 
 def cron_end(conn: sa.Connection, trigger: str, scheduled_at: datetime) -> TrialEnd:
     row = conn.execute(
-        sa.text(
+        sql(
             "SELECT c.run_id, c.status, c.recorded_at, r.lost_count FROM cron_runs c "
             "JOIN runs r ON r.id = c.run_id WHERE c.trigger = :t AND c.scheduled_at = :at"
         ),
@@ -57,7 +59,7 @@ def cron_end(conn: sa.Connection, trigger: str, scheduled_at: datetime) -> Trial
 
 def teams_end(conn: sa.Connection, message_id: str) -> TrialEnd:
     row = conn.execute(
-        sa.text(
+        sql(
             "SELECT i.run_id, i.status, i.replied_at, coalesce(r.lost_count, 0) AS lost_count "
             "FROM teams_inbox i LEFT JOIN runs r ON r.id = i.run_id WHERE i.message_id = :m"
         ),
@@ -87,7 +89,7 @@ class Loss:
 def losses(conn: sa.Connection, run_ids: list[str]) -> dict[str, list[Loss]]:
     """Each run's losses, oldest first, from the claims' own audit records."""
     rows = conn.execute(
-        sa.text(
+        sql(
             "SELECT run_id, (detail->>'lost_attempt')::int AS lost_attempt, "
             "(detail->>'lost_claimed_at')::timestamptz AS lost_claimed_at, created_at "
             "FROM audit_events WHERE kind IN ('agent.run.lost', 'agent.run.failed') "
@@ -104,7 +106,7 @@ def losses(conn: sa.Connection, run_ids: list[str]) -> dict[str, list[Loss]]:
 def stale_engine_writes(conn: sa.Connection, run_id: str, attempt: int, after: datetime) -> int:
     """Rows an attempt wrote in Postgres after it was taken over (must be none, I3)."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             SELECT
               (SELECT count(*) FROM runs
@@ -124,7 +126,7 @@ def stale_engine_writes(conn: sa.Connection, run_id: str, attempt: int, after: d
 def stale_vendor_writes(vendor: sa.Connection, run_id: str, attempt: int, after: datetime) -> int:
     """Writes a vendor received from an attempt after it was taken over (must be none)."""
     row = vendor.execute(
-        sa.text(
+        sql(
             "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND attempt = :a "
             "AND method = 'POST' AND created_at > :t"
         ),
@@ -153,7 +155,7 @@ def duplicate_writes(vendor: sa.Connection, run_ids: list[str]) -> dict[str, int
     its Teams reply) at which a vendor created more than one object, whatever key each request
     carried, counted from the vendors' own records, by vendor."""
     rows = vendor.execute(
-        sa.text(
+        sql(
             """
             SELECT vendor, count(*) AS sites FROM (
                 SELECT vendor, run_id, call FROM sim.requests
@@ -182,7 +184,7 @@ def claims(conn: sa.Connection, run_id: str) -> dict[int, Claim]:
     """Every attempt's claim that the records keep: lost attempts from their loss audit, the
     current attempt from the run's row."""
     rows = conn.execute(
-        sa.text(
+        sql(
             "SELECT (detail->>'lost_attempt')::int AS attempt, "
             "(detail->>'lost_claimed_at')::timestamptz AS claimed_at, "
             "detail->>'lost_holder' AS holder FROM audit_events "
@@ -207,7 +209,7 @@ def teams_replies(vendor: sa.Connection, run_id: str) -> int:
     """Replies the Bot Connector received for a Teams turn (posts with the turn's reply key,
     which names the run)."""
     row = vendor.execute(
-        sa.text("SELECT count(*) AS n FROM sim.connector_activities WHERE idem_key = :k"),
+        sql("SELECT count(*) AS n FROM sim.connector_activities WHERE idem_key = :k"),
         {"k": f"lya-teams-reply-{run_id}"},
     ).one()
     return int(row.n)

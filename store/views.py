@@ -13,6 +13,8 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from store.db import sql
+
 _SUMMARY_COLUMNS = (
     "id, agent, kind, status, attempt, lost_count, step, failure_reason, created_at, "
     "started_at, finished_at"
@@ -60,7 +62,7 @@ class MarkKey:
 def recent_runs(conn: sa.Connection, limit: int) -> list[RunSummary]:
     """The `limit` most recently created runs, newest first."""
     rows = conn.execute(
-        sa.text(f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY created_at DESC, id LIMIT :n"),
+        sql(f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY created_at DESC, id LIMIT :n"),
         {"n": limit},
     ).all()
     return [RunSummary(**r._mapping) for r in rows]
@@ -69,7 +71,7 @@ def recent_runs(conn: sa.Connection, limit: int) -> list[RunSummary]:
 def runs_by_ids(conn: sa.Connection, run_ids: list[str]) -> list[RunSummary]:
     """The summaries of these runs, oldest first (unknown ids are skipped)."""
     rows = conn.execute(
-        sa.text(
+        sql(
             f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) "
             "ORDER BY created_at, id"
         ),
@@ -81,7 +83,7 @@ def runs_by_ids(conn: sa.Connection, run_ids: list[str]) -> list[RunSummary]:
 def mark_tally(conn: sa.Connection, run_ids: list[str]) -> list[MarkTally]:
     """Call marks of these runs counted by kind, status and settlement."""
     rows = conn.execute(
-        sa.text(
+        sql(
             "SELECT kind, status, settlement, count(*) AS n FROM call_marks "
             "WHERE run_id = ANY(CAST(:ids AS uuid[])) "
             "GROUP BY kind, status, settlement ORDER BY kind, status, settlement"
@@ -94,7 +96,7 @@ def mark_tally(conn: sa.Connection, run_ids: list[str]) -> list[MarkTally]:
 def mark_keys(conn: sa.Connection, run_ids: list[str]) -> list[MarkKey]:
     """The idempotency keys of every marked call of these runs."""
     rows = conn.execute(
-        sa.text(
+        sql(
             "SELECT run_id, tool, kind, idem_key FROM call_marks "
             "WHERE run_id = ANY(CAST(:ids AS uuid[])) ORDER BY run_id, step, call_index"
         ),
@@ -105,7 +107,7 @@ def mark_keys(conn: sa.Connection, run_ids: list[str]) -> list[MarkKey]:
 
 def database_now(conn: sa.Connection) -> datetime:
     """The database's wall clock, so durations compare with its own timestamps (no skew)."""
-    value: datetime = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+    value: datetime = conn.execute(sql("SELECT clock_timestamp()")).scalar_one()
     return value
 
 
@@ -141,7 +143,7 @@ class DurationHistogram:
 def running_runs(conn: sa.Connection, agent: str) -> list[str]:
     """Ids of the agent's running runs (a Stop reaches them at their next step)."""
     rows = conn.execute(
-        sa.text("SELECT id FROM runs WHERE agent = :a AND status = 'running' ORDER BY created_at"),
+        sql("SELECT id FROM runs WHERE agent = :a AND status = 'running' ORDER BY created_at"),
         {"a": agent},
     ).all()
     return [r.id for r in rows]
@@ -150,7 +152,7 @@ def running_runs(conn: sa.Connection, agent: str) -> list[str]:
 def run_counts(conn: sa.Connection) -> list[RunCount]:
     """Runs counted by kind and status (only the pairs that have runs)."""
     rows = conn.execute(
-        sa.text(
+        sql(
             "SELECT kind, status, count(*) AS n FROM runs GROUP BY kind, status "
             "ORDER BY kind, status"
         )
@@ -161,7 +163,7 @@ def run_counts(conn: sa.Connection) -> list[RunCount]:
 def loss_tally(conn: sa.Connection) -> LossTally:
     """Crash resumes, hand-backs, losses and loss failures, counted from the audit."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             SELECT count(*) FILTER (WHERE kind = 'agent.run.crash_resumed') AS crash_resumed,
                    count(*) FILTER (WHERE kind = 'agent.run.handed_back') AS handed_back,
@@ -181,7 +183,7 @@ def failures_by_code(conn: sa.Connection) -> dict[str, int]:
     """Audited run failures by their code (a failing claim writes `interrupted` or
     `loss_limit`)."""
     rows = conn.execute(
-        sa.text(
+        sql(
             """
             SELECT coalesce(detail ->> 'code', 'unknown') AS code,
                    count(*) AS n
@@ -197,7 +199,7 @@ def settlement_counts(conn: sa.Connection) -> dict[str, int]:
     """Marked calls with an outcome by how they ended: their settlement, or `sent` for a call
     whose outcome was recorded on its first pass (calls still in doubt are not counted)."""
     rows = conn.execute(
-        sa.text(
+        sql(
             """
             SELECT coalesce(settlement, 'sent') AS settlement, count(*) AS n FROM call_marks
             WHERE settlement IS NOT NULL OR status = 'done'
@@ -212,7 +214,7 @@ def recovery_histogram(conn: sa.Connection, bounds: list[float]) -> DurationHist
     """Seconds from each `agent.run.lost` event to the run's next `agent.run.crash_resumed`
     (losses not yet resumed are left out), counted under each bound."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             WITH d AS (
                 SELECT EXTRACT(EPOCH FROM r.created_at - l.created_at) AS s
@@ -238,7 +240,7 @@ def recovery_histogram(conn: sa.Connection, bounds: list[float]) -> DurationHist
 def waiting_counts(conn: sa.Connection) -> dict[str, int]:
     """Waiting runs by what they wait on: approval, child or timer (`unknown` if unset)."""
     rows = conn.execute(
-        sa.text(
+        sql(
             """
             SELECT coalesce(nullif(split_part(waiting_on, ':', 1), ''), 'unknown') AS on_what,
                    count(*) AS n
@@ -253,7 +255,7 @@ def oldest_queued_age_s(conn: sa.Connection) -> float:
     """Seconds the longest-queued run has been queued (0 when none is): since it entered the
     status (`updated_at`), as `queued_at` is restamped each time a sweep republishes it."""
     value = conn.execute(
-        sa.text(
+        sql(
             "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp() - min(updated_at)) AS float8) "
             "FROM runs WHERE status = 'queued'"
         )
@@ -266,7 +268,7 @@ def runs_by_id_prefix(conn: sa.Connection, hex_prefix: str, limit: int) -> list[
     `limit`: a range scan of the primary key between the prefix padded with 0s and with fs."""
     low, high = (_as_uuid(hex_prefix.ljust(32, pad)) for pad in "0f")
     rows = conn.execute(
-        sa.text(
+        sql(
             f"SELECT {_SUMMARY_COLUMNS} FROM runs "
             "WHERE id BETWEEN CAST(:low AS uuid) AND CAST(:high AS uuid) "
             "ORDER BY created_at, id LIMIT :n"

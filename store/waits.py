@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from store.db import sql
 from store.rows import ApprovalRow, Attempt, FencedOut, RunId
 from store.runs import OWNER_CTE
 
@@ -36,7 +37,7 @@ def ensure_approval(
     """File the approval request for this step key, or return the one already filed (a
     resume routing the call again coalesces with it); fenced on the attempt (I3)."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH {OWNER_CTE},
             ins AS (
@@ -70,14 +71,14 @@ def ensure_approval(
 
 def get_approval(conn: sa.Connection, approval_id: str) -> ApprovalRow | None:
     row = conn.execute(
-        sa.text(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = :id"), {"id": approval_id}
+        sql(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = :id"), {"id": approval_id}
     ).first()
     return None if row is None else ApprovalRow(**row._mapping)
 
 
 def list_approvals(conn: sa.Connection, run_id: str) -> list[ApprovalRow]:
     rows = conn.execute(
-        sa.text(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = :r ORDER BY created_at"),
+        sql(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = :r ORDER BY created_at"),
         {"r": run_id},
     ).all()
     return [ApprovalRow(**r._mapping) for r in rows]
@@ -89,7 +90,7 @@ def decide_approval(
     """Decide a pending request once, and wake its run if it is waiting on it, in one
     statement. None if it was already decided (or does not exist)."""
     row = conn.execute(
-        sa.text(
+        sql(
             f"""
             WITH d AS (
                 UPDATE approvals SET status = :status, decided_by = :by, reason = :reason,
@@ -129,7 +130,7 @@ def decide_approval(
 def suspend(conn: sa.Connection, run_id: str, attempt: int, waiting_on: str, step: int) -> None:
     """The running attempt ends its task and waits (no worker, no lease), audited."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             WITH s AS (
                 UPDATE runs SET status = 'waiting', waiting_on = :on, updated_at = now()
@@ -151,7 +152,7 @@ def suspend(conn: sa.Connection, run_id: str, attempt: int, waiting_on: str, ste
 def wake_parent(conn: sa.Connection, child_id: str) -> tuple[RunId, Attempt] | None:
     """Wake the run waiting on this child, once."""
     row = conn.execute(
-        sa.text(
+        sql(
             """
             UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
                    resume_reason = 'child_done', waiting_on = NULL, queued_at = now(),
@@ -169,7 +170,7 @@ def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
     """Wake every waiting run whose approval was decided, whose child ended or whose timer is
     due (the sweeper's backstop for a wake that was missed, and the clock of timers)."""
     rows = conn.execute(
-        sa.text(
+        sql(
             """
             UPDATE runs r SET status = 'queued', attempt = attempt + 1, deliveries = 0,
                    resume_reason = 'wait_over', waiting_on = NULL, queued_at = now(),

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from store.gates import set_agent_tools, set_channel, set_principal
-from tests.support.scripts import mixed
+from tests.support.scripts import call, final, mixed, step
 
 pytestmark = pytest.mark.kill
 
@@ -88,6 +88,28 @@ def test_stop_takes_a_running_run_down_at_its_next_step(stack) -> None:
     view = stack.wait(run_id)
     assert view.status == "failed" and "stopped by oncall: runaway" in view.failure_reason
     assert view.step < 4
+
+
+def test_a_stop_issued_while_the_model_answers_stops_the_run_before_its_calls(stack) -> None:
+    # The calls of a step go through the gates read with its checkpoint, after the model
+    # answered, not the ones read before it was asked: a Stop that lands during a slow model
+    # step makes none of that step's calls.
+    stack.worker("w1")
+    run_id = stack.start(
+        [
+            step(call("toolu_s_i", "incident.create", title="Slow model"), latency_ms=1500),
+            final("Never reached."),
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while stack.client.get(run_id).status != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == []
+    view = stack.wait(run_id)
+    assert view.status == "failed" and "stopped by oncall: runaway" in view.failure_reason
+    assert stack.asked(run_id) == {1: 1}  # the step the model was answering, and no other
+    assert stack.vendor_writes(run_id) == []
 
 
 def test_stop_of_an_agent_fails_its_queued_runs_at_once(stack) -> None:

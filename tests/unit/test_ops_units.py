@@ -22,7 +22,7 @@ from liyagent.reporting import render_recent, render_view
 from runtime.client import RunView
 from runtime.jobs import JOB_KINDS, JobError
 from runtime.redact import error_facts
-from runtime.settings import ConfigError, Settings, database_url, redis_url
+from runtime.settings import ConfigError, Settings, Timings, database_url, redis_url
 from store.views import RunSummary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +119,14 @@ def test_urls_are_checked_with_clear_errors() -> None:
         database_url("mysql://x", "--url")
     assert database_url("postgresql://u@h/db").startswith("postgresql+psycopg://u@h/db")
     assert redis_url("rediss://h:6380/1") == "rediss://h:6380/1"
+
+
+def test_gate_freshness_is_read_from_the_environment_and_checked(monkeypatch) -> None:
+    monkeypatch.setenv("LIYAGENT_GATES_FRESH_MS", "0")
+    assert Timings.from_env().gates_fresh_ms == 0  # every boundary reads the gates
+    monkeypatch.setenv("LIYAGENT_GATES_FRESH_MS", "-1")
+    with pytest.raises(ConfigError, match="LIYAGENT_GATES_FRESH_MS must be 0 or more"):
+        Timings.from_env()
 
 
 def _settings(**changes: str) -> Settings:
