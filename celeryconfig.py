@@ -48,6 +48,9 @@ def config_for(settings: Settings) -> dict[str, Any]:
         "result_backend": None,
         "task_serializer": "json",
         "accept_content": ["json"],
+        # Logs are structlog's JSON lines on stderr, as they are: Celery would otherwise wrap
+        # each in its own WARNING line (and pay for a second formatting pass per line).
+        "worker_redirect_stdouts": False,
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         "timezone": "UTC",
