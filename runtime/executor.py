@@ -35,12 +35,6 @@ class NotHandled(Exception):
     queue, never be acked and dropped."""
 
 
-# How a delivery ends when it did not take the lease: the message's reservation is still in
-# Redis for the worker's main process to let go. Every other ending took the lease, which
-# dropped the reservation in the same script.
-RESERVATION_KEPT = frozenset({"lease_taken"})
-
-
 def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
     """Handle one delivery of the message for (run, attempt); returns how it ended.
 

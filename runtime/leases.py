@@ -19,9 +19,11 @@ import redis
 # KEYS[1] = lease key, KEYS[2] = deadlines zset, KEYS[3] = the holder's leases set,
 # KEYS[4] = holders set, KEYS[5] = the reserving process's reserved set;
 # ARGV[1] = token, ARGV[2] = ttl ms, ARGV[3] = holder, ARGV[4] = reserved member ("" if none).
-# Sets the lease only if nobody holds it, indexes its deadline (by Redis's own clock) and its
-# holder, and drops the message's reservation (it is now a lease).
+# Drops the message's reservation (the delivery has started: it becomes the lease, or it is
+# acked or requeued as its result says), then sets the lease only if nobody holds it and
+# indexes its deadline (by Redis's own clock) and its holder.
 _ACQUIRE = """
+if ARGV[4] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
 local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not ok then return 0 end
 local t = redis.call('TIME')
@@ -29,7 +31,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[3])
-if ARGV[4] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
 return 1
 """
 
@@ -157,8 +158,8 @@ class Leases:
         return f"{self.namespace}holder:{holder}:reserved"
 
     def acquire(self, token: Token, reserved_by: str | None = None) -> bool:
-        """Take the run's lease for this attempt if free; the message's reservation by
-        `reserved_by` (the worker process that received it) becomes this lease."""
+        """Take the run's lease for this attempt if free. Either way the message's reservation
+        by `reserved_by` (the worker process that received it) is let go: the delivery started."""
         reserver = reserved_by or token.holder
         return bool(
             self._acquire(

@@ -14,7 +14,6 @@ from celery import Task
 from celery.worker.request import Request
 
 from runtime.deaths import DeathWatchThread, claim_dead_child
-from runtime.executor import RESERVATION_KEPT
 from runtime.leases import Token
 from runtime.services import holder_of
 from tasks.services import services
@@ -64,7 +63,9 @@ def _run_of(request: Any) -> tuple[str, int]:
 
 class RunRequest(Request):  # type: ignore[misc]
     """The run task's request in the main process: a pool child lost with a run is claimed
-    now; a finished message stops being a reservation."""
+    now, and a failed delivery stops being a reservation. (A delivery that ran let its
+    reservation go in its lease's acquire: Celery's prefork pool replaces `on_success` with
+    its own, so no hook runs here on success.)"""
 
     def on_failure(
         self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
@@ -82,15 +83,6 @@ class RunRequest(Request):  # type: ignore[misc]
                 log.info("deaths.pool_child", run_id=run_id, pid=self.worker_pid, claimed=claimed)
             except Exception:  # the death watch and the sweeper still recover it
                 log.exception("deaths.pool_child_failed", run_id=run_id)
-        return result
-
-    def on_success(self, failed__retval__runtime: Any, **kwargs: Any) -> Any:
-        result = super().on_success(failed__retval__runtime, **kwargs)
-        failed, retval, _ = failed__retval__runtime
-        # A failure went through on_failure, which let the reservation go; a delivery that took
-        # the lease turned the reservation into it (one Redis round trip saved per run).
-        if not failed and retval in RESERVATION_KEPT:
-            self._unreserve()
         return result
 
     def _unreserve(self) -> None:

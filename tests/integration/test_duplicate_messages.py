@@ -22,6 +22,17 @@ def test_duplicated_message_executes_once(stack) -> None:
     assert stack.posts_by_vendor(run_id) == {"incidents": 1, "issues": 1, "chat": 1}
     assert stack.asked(run_id) == {1: 1, 2: 1, 3: 1, 4: 1}
     assert sum(1 for role, _ in stack.client.transcript(run_id) if role == "assistant") == 1
+    _no_reservation_left(stack)
+
+
+def _no_reservation_left(stack) -> None:
+    """Every message the workers received was let go: taken as a lease, or dropped by the main
+    process (a delivery that found the lease taken); none would be republished if they died."""
+    client, ns = stack.services.leases.client, stack.settings.namespace
+    deadline = time.monotonic() + 30
+    while left := {k: client.smembers(k) for k in client.scan_iter(f"{ns}holder:*:reserved")}:
+        assert time.monotonic() < deadline, left
+        time.sleep(0.05)
 
 
 @pytest.mark.kill
@@ -41,6 +52,7 @@ def test_message_for_an_old_attempt_is_dropped(stack) -> None:
     after = stack.vendor("SELECT count(*) AS n FROM sim.requests WHERE run_id = :r", r=run_id)
     assert after == before
     assert stack.client.get(run_id).attempt == 1
+    _no_reservation_left(stack)
 
 
 @pytest.mark.kill
