@@ -61,7 +61,7 @@ from a2a.utils.task import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.concurrency import run_in_threadpool
 
-from front.body import ID, MAX_TEXT_BYTES
+from front.body import ID, text_problem
 from runtime.client import Client
 from runtime.enqueue import BadRequest, NewRun, enqueue
 from runtime.entries import s_catalog
@@ -94,8 +94,9 @@ def _text_of(message: Message) -> str:
     text = "\n".join(p.text for p in message.parts if p.text)
     if not text.strip():
         raise InvalidParamsError("send the task as one or more text parts")
-    if len(text.encode("utf-8")) > MAX_TEXT_BYTES or "\x00" in text:
-        raise InvalidParamsError(f"the text must be at most {MAX_TEXT_BYTES} bytes, without NUL")
+    problem = text_problem(text)
+    if problem is not None:
+        raise InvalidParamsError(f"the message's text {problem}")
     return text
 
 

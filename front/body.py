@@ -71,6 +71,22 @@ def path_uuid(value: str, what: str) -> str:
         raise FrontError(400, str(exc)) from None
 
 
+def text_problem(value: str, max_bytes: int = MAX_TEXT_BYTES) -> str | None:
+    """What is wrong with a user's text, as the end of a sentence naming it, or None: every
+    entry point (the JSON endpoints, Teams, A2A) refuses the same texts the same way."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid Unicode text"
+    if not value.strip():
+        return "must not be empty"
+    if size > max_bytes:
+        return f"is {size} bytes; at most {max_bytes}"
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    return None
+
+
 class Fields:
     """One JSON object's fields, each read by kind; unknown fields are refused up front."""
 
@@ -93,16 +109,9 @@ class Fields:
     def text(self, name: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
         """Non-empty text of at most `max_bytes` UTF-8 bytes (newlines and tabs allowed)."""
         value: str = self._get(name, str, "a non-empty string")
-        try:
-            size = len(value.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise FrontError(400, f'field "{name}" is not valid Unicode text') from None
-        if not value.strip():
-            raise FrontError(400, f'field "{name}" must not be empty')
-        if size > max_bytes:
-            raise FrontError(400, f'field "{name}" is {size} bytes; at most {max_bytes}')
-        if "\x00" in value:
-            raise FrontError(400, f'field "{name}" must not contain NUL characters')
+        problem = text_problem(value, max_bytes)
+        if problem is not None:
+            raise FrontError(400, f'field "{name}" {problem}')
         return value
 
     def name(self, name: str) -> str:

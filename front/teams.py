@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from front.auth import services
-from front.body import MAX_TEXT_BYTES, read_json
+from front.body import read_json, text_problem
 from front.errors import FrontError
 from runtime import catalog
 from runtime.entries import TeamsTurn, intake_teams, receive_teams, s_catalog
@@ -161,8 +161,9 @@ def parse_activity(activity: dict[str, Any]) -> TeamsTurn:
     text = _MENTION.sub("", raw).strip() if isinstance(raw, str) else ""
     if not text:
         raise FrontError(400, "the activity has no text to answer")
-    if len(text.encode("utf-8")) > MAX_TEXT_BYTES or "\x00" in text:
-        raise FrontError(400, f"the activity's text must be at most {MAX_TEXT_BYTES} bytes")
+    problem = text_problem(text)
+    if problem is not None:
+        raise FrontError(400, f"the activity's text {problem}")
     name = sender.get("name")
     return TeamsTurn(
         activity_id=_line(activity.get("id"), "id", 200),

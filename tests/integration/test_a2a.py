@@ -251,6 +251,13 @@ BAD_RPC: list[tuple[Any, int]] = [
     (_call("CancelTask", {"id": "no-such-task"}), -32001),
     (_call("SendMessage", _msg(parts=[])), -32602),
     (_call("SendMessage", _msg(parts=[{"text": "   "}])), -32602),
+    # A lone surrogate, escaped as JSON allows: not Unicode text, refused like any bad text.
+    (
+        json.dumps(
+            _call("SendMessage", _msg(parts=[{"text": "\ud800"}], metadata={"skill": "helper"}))
+        ).encode(),
+        -32602,
+    ),
     (_call("SendMessage", _msg(metadata={"skill": "ghost"})), -32602),
     (_call("SendMessage", _msg()), -32602),  # two skills: the message must name one
     (_call("SendMessage", _msg(messageId="bad id", metadata={"skill": "helper"})), -32602),

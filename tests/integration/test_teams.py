@@ -189,6 +189,7 @@ def test_other_activities_are_acknowledged_and_bad_ones_refused(stack, front, ch
     assert channel.post(front, update).status_code == 200
     for broken in (
         _activity(stack, channel, text="   "),
+        _activity(stack, channel, text="hi \ud800"),  # a lone surrogate: not Unicode text
         _activity(stack, channel, serviceUrl="ftp://x"),
         _activity(stack, channel, conversation="c"),
         _activity(stack, channel, id=""),
