@@ -51,8 +51,12 @@ def config_for(settings: Settings) -> dict[str, Any]:
         # Logs are structlog's JSON lines on stderr, as they are: Celery would otherwise wrap
         # each in its own WARNING line (and pay for a second formatting pass per line).
         "worker_redirect_stdouts": False,
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # Task events cost the worker's main process a publish per received, started and
+        # finished task. Off until someone watches: Flower turns them on for every worker
+        # (the enable_events control command, every 5 s) while it runs. Queued runs are
+        # Postgres's to show (`liyagent status`), so clients send no task-sent events.
+        "worker_send_task_events": False,
+        "task_send_sent_event": False,
         "timezone": "UTC",
         # Sweeps need no persisted schedule; the in-memory scheduler leaves no file behind.
         "beat_scheduler": "celery.beat:Scheduler",

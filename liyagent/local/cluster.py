@@ -57,7 +57,8 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
 
 def worker_argv(name: str, queues: str, concurrency: int, app: str = "tasks") -> list[str]:
     """The command of one real prefork worker on `queues` (comma-separated), as tests, the
-    demo and the trials start it: no gossip, mingle or heartbeat chatter between workers.
+    demo and the trials start it: no gossip or mingle chatter between workers. Its event
+    heartbeats stay on: they keep it listed in Flower, which turns task events on through them.
     `app` is the Celery app module (the bench also starts a plain-Celery baseline's)."""
     return python(
         "-m",
@@ -75,7 +76,6 @@ def worker_argv(name: str, queues: str, concurrency: int, app: str = "tasks") ->
         "prefork",
         "--without-gossip",
         "--without-mingle",
-        "--without-heartbeat",
         "-l",
         "INFO",
     )
