@@ -67,9 +67,9 @@ def options(args: argparse.Namespace) -> Options:
     quick = bool(args.quick)
     return Options(
         quick=quick,
-        runs_0ms=args.runs_0ms or (3 if quick else 80),
+        runs_0ms=args.runs_0ms or (3 if quick else 120),
         runs_50ms=args.runs_50ms or (3 if quick else 40),
-        rounds=args.rounds or (1 if quick else 2),
+        rounds=args.rounds or (1 if quick else 5),
         latency_runs=args.latency_runs or (1 if quick else 15),
         warmup=1 if quick else 4,
         count_runs=args.count_runs or (2 if quick else 20),
@@ -98,12 +98,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="reports/bench",
         help="folder for the JSON and the PNG (default reports/bench)",
     )
-    p.add_argument("--runs-0ms", type=int, help="runs per burst at 0 ms model latency (default 80)")
+    p.add_argument(
+        "--runs-0ms", type=int, help="runs per burst at 0 ms model latency (default 120)"
+    )
     p.add_argument(
         "--runs-50ms", type=int, help="runs per burst at 50 ms model latency (default 40)"
     )
     p.add_argument(
-        "--rounds", type=int, help="rounds of bursts per side (default 2; the median is reported)"
+        "--rounds", type=int, help="rounds of bursts per side (default 5; the median is reported)"
     )
     p.add_argument(
         "--latency-runs", type=int, help="runs one at a time per side for latency (default 15)"
