@@ -5,7 +5,8 @@ the connections of a process that dies, so a holder with leases or reserved mess
 connection left is dead. After a short grace (a blip reconnects well within it) its leases are
 taken back in Redis, atomically and only if it has not come back meanwhile (its presence epoch
 is unchanged), and its runs are claimed the usual way, database first, exactly once (I4). Its
-reserved messages whose runs are still queued are published again at once.
+reserved messages whose runs are still queued are published again at once, as are the
+messages of runs it had leased but not yet claimed.
 
 One watch runs at a time (a leader key in Redis); every worker's main process offers to run it.
 A pool child that dies while its main process lives is seen sooner still, by that parent
@@ -115,7 +116,11 @@ class DeathWatch:
         tokens, reserved = taken
         report.dead.append(holder)
         report.claimed += claim_and_publish(self.s, tokens, "connection_closed")
-        report.republished += republish_reserved(self.s, reserved)
+        # A lease taken between its acquire and its claim leaves the run queued at that
+        # attempt, and the acquire let the message's reservation go: it is published again
+        # like a reserved one (claimed runs moved to the next attempt and are left alone).
+        leased = [(t.run_id, t.attempt) for t in tokens]
+        report.republished += republish_reserved(self.s, list(dict.fromkeys(reserved + leased)))
 
 
 def claim_and_publish(s: Services, tokens: list[Token], seen: str) -> list[str]:
@@ -142,9 +147,9 @@ def claim_and_publish(s: Services, tokens: list[Token], seen: str) -> list[str]:
 
 
 def republish_reserved(s: Services, reserved: list[tuple[str, int]]) -> list[str]:
-    """Messages a dead process had reserved: publish again those whose runs are still queued at
-    that attempt (a duplicate of a message that does arrive is dropped by the lease and the
-    claim, I4)."""
+    """Messages a dead process had reserved (or leased without claiming their runs): publish
+    again those whose runs are still queued at that attempt (a duplicate of a message that does
+    arrive is dropped by the lease and the claim, I4)."""
     if not reserved:
         return []
     with s.engine.connect() as conn:

@@ -62,6 +62,7 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
                 return "lease_taken"
         except redis.RedisError as exc:
             raise NotHandled(f"run {run_id}: {type(exc).__name__}: {exc}") from exc
+        faults.point("after_lease")
         try:
             with s.engine.connect() as conn:
                 claimed = claim_delivery(conn, run_id, attempt, s.holder)

@@ -17,6 +17,7 @@ import threading
 POINTS = frozenset(
     {
         "before_lease",  # a worker took a run's message, before it took the run's lease
+        "after_lease",  # a worker took the run's lease, before it claimed the run in Postgres
         "after_claim",  # the run is ours, before the model is asked anything
         "after_model_step",  # the model answered a step, before its checkpoint is written
         "after_checkpoint",  # the checkpoint is written, before any call is made

@@ -106,6 +106,22 @@ def test_a_message_reserved_by_a_worker_that_died_is_published_again(stack) -> N
     judge_runs(stack, [run_id]).assert_clean()
 
 
+def test_a_run_leased_but_not_claimed_by_a_worker_that_died_is_published_again(stack) -> None:
+    # Killed between the lease and the claim: the run is still queued at its attempt and its
+    # reservation was let go by the acquire; the death watch publishes it again at once (not
+    # after the outbox's 30 s).
+    victim = stack.worker("victim", fault="after_lease:kill")
+    run_id = stack.start(mixed("l"))
+    stack.fault_hit("victim")
+    victim.popen.wait(timeout=10)
+    assert stack.client.get(run_id).status == "queued"  # never claimed: nothing was lost
+    survivor = stack.worker("survivor")
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 0 and view.attempt == 1
+    survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"', timeout=10)
+    judge_runs(stack, [run_id]).assert_clean()
+
+
 def test_a_blip_shorter_than_the_grace_claims_nothing(stack) -> None:
     host, port = _redis_address(stack)
     proxy = CuttableProxy(host, port)
