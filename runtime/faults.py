@@ -16,6 +16,7 @@ import threading
 
 POINTS = frozenset(
     {
+        "before_reserve",  # a worker's main process took a run's message, before reserving it
         "before_lease",  # a worker took a run's message, before it took the run's lease
         "after_lease",  # a worker took the run's lease, before it claimed the run in Postgres
         "after_claim",  # the run is ours, before the model is asked anything

@@ -224,6 +224,16 @@ class Leases:
         """Every holder with a lease or a reserved message (one round trip)."""
         return {_text(h) for h in self.client.smembers(self.holders_key)}
 
+    def all_reserved(self) -> set[str]:
+        """Every message reserved by any holder now (`<run id>:<attempt>`), in two round trips."""
+        holders = self.holders_with_work()
+        if not holders:
+            return set()
+        pipe = self.client.pipeline(transaction=False)
+        for holder in holders:
+            pipe.smembers(self.reserved_of(holder))
+        return {_text(m) for members in pipe.execute() for m in members}
+
     def connected_holders(self) -> set[str]:
         """Holders with at least one open connection, by their connections' names (one round
         trip: CLIENT LIST, whose cost grows with connections, not with runs)."""

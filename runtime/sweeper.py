@@ -9,6 +9,7 @@ Redis loses its data) also finds running runs that hold no lease at all.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -20,6 +21,10 @@ from store.runs import attempt_statuses, claim_lost_many, select_live, touch_sta
 from store.waits import wake_ready
 
 log = structlog.get_logger(__name__)
+
+# Run messages delivered between the first and the second number of seconds ago and not yet
+# acknowledged, as (run id, attempt): what the broker holds for workers (tasks/deliveries.py).
+Deliveries = Callable[[float, float], list[tuple[str, int]]]
 
 
 @dataclass
@@ -43,8 +48,9 @@ class SweepReport:
 
 
 class Sweeper:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, deliveries: Deliveries | None = None) -> None:
         self.s = services
+        self.deliveries = deliveries
         ns = services.settings.namespace
         self.lock_key = f"{ns}sweeper:lock"
         self.count_key = f"{ns}sweeper:count"
@@ -101,10 +107,37 @@ class Sweeper:
         with self.s.engine.connect() as conn:
             woken = wake_ready(conn)
             stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
-        for run_id, attempt in [*woken, *stale]:
-            self.s.publisher.publish(run_id, attempt)
-            report.republished.append(run_id)
+        again: list[tuple[str, int]] = [*woken, *stale]
+        again += self._orphaned({run_id for run_id, _ in stale})
+        for run, attempt_no in again:
+            self.s.publisher.publish(run, attempt_no)
+            report.republished.append(run)
         return report
+
+    def _orphaned(self, stale: set[str]) -> list[tuple[str, int]]:
+        """Runs whose message a worker took off the queue more than the death grace ago and
+        then died with before reserving it (its main process is killed in that moment): no
+        lease, no reservation, still queued at that attempt. Older deliveries are the outbox's
+        (`stale`). A live worker reserves a message within milliseconds of taking it, so one
+        republished here by mistake is a duplicate, dropped by the lease and the claim (I4)."""
+        if self.deliveries is None:
+            return []
+        t = self.s.settings.timings
+        taken = self.deliveries(t.death_grace_ms / 1000, t.requeue_after_ms / 1000)
+        if not taken:
+            return []
+        held = self.s.leases.alive([run_id for run_id, _ in taken])
+        reserved = self.s.leases.all_reserved()
+        left = [
+            (r, a)
+            for r, a in dict.fromkeys(taken)
+            if r not in held and r not in stale and f"{r}:{a}" not in reserved
+        ]
+        if not left:
+            return []
+        with self.s.engine.connect() as conn:
+            now = attempt_statuses(conn, [run_id for run_id, _ in left])
+        return [(r, a) for r, a in left if now.get(r) == (a, "queued")]
 
     def _take(self, tokens: list[Token], report: SweepReport) -> None:
         """Claim, in one statement, every candidate whose lease is really gone (I4)."""

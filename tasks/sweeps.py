@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from runtime.sweeper import Sweeper
 from tasks.app import app
+from tasks.deliveries import unacked_runs
 from tasks.services import services
 
 
 @app.task(name="liyagent.sweep", ignore_result=True)
 def sweep() -> dict[str, object]:
-    return Sweeper(services()).sweep().to_json()
+    s = services()
+    return Sweeper(s, unacked_runs(s.redis, s.settings.namespace)).sweep().to_json()

@@ -13,6 +13,7 @@ from billiard.exceptions import WorkerLostError
 from celery import Task
 from celery.worker.request import Request
 
+from runtime import faults
 from runtime.deaths import DeathWatchThread, claim_dead_child
 from runtime.leases import Token
 from runtime.services import holder_of
@@ -53,6 +54,7 @@ def reserved(request: Any) -> None:
     run_id, attempt = _run_of(request)
     s = services()
     s.presence.start()
+    faults.point("before_reserve")
     s.leases.reserve(main_holder(), run_id, attempt)
 
 

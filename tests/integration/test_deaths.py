@@ -122,6 +122,25 @@ def test_a_run_leased_but_not_claimed_by_a_worker_that_died_is_published_again(s
     judge_runs(stack, [run_id]).assert_clean()
 
 
+def test_a_message_taken_by_a_worker_that_died_before_reserving_it_is_published_again(
+    stack,
+) -> None:
+    # Killed after its main process took the message off the queue, before it reserved it:
+    # only the broker's unacknowledged copy knows. The sweeper republishes it after the death
+    # grace; the outbox (republishing runs queued too long) is set far out of the way.
+    victim = stack.worker("victim", fault="before_reserve:kill")
+    run_id = stack.start(mixed("u"))
+    stack.fault_hit("victim")
+    victim.popen.wait(timeout=10)
+    assert stack.client.get(run_id).status == "queued"
+    survivor = stack.worker("survivor", env={"LIYAGENT_REQUEUE_AFTER_MS": "600000"})
+    stack.beat()
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded" and view.lost_count == 0 and view.attempt == 1
+    survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"[^\n]*"sweep.done"', timeout=10)
+    judge_runs(stack, [run_id]).assert_clean()
+
+
 def test_a_blip_shorter_than_the_grace_claims_nothing(stack) -> None:
     host, port = _redis_address(stack)
     proxy = CuttableProxy(host, port)
