@@ -68,7 +68,7 @@ def options(args: argparse.Namespace) -> Options:
     return Options(
         quick=quick,
         runs_0ms=args.runs_0ms or (3 if quick else 120),
-        runs_50ms=args.runs_50ms or (3 if quick else 40),
+        runs_50ms=args.runs_50ms or (3 if quick else 80),
         rounds=args.rounds or (1 if quick else 5),
         latency_runs=args.latency_runs or (1 if quick else 15),
         warmup=1 if quick else 4,
@@ -102,7 +102,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--runs-0ms", type=int, help="runs per burst at 0 ms model latency (default 120)"
     )
     p.add_argument(
-        "--runs-50ms", type=int, help="runs per burst at 50 ms model latency (default 40)"
+        "--runs-50ms", type=int, help="runs per burst at 50 ms model latency (default 80)"
     )
     p.add_argument(
         "--rounds", type=int, help="rounds of bursts per side (default 5; the median is reported)"
