@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from front.a2a_tasks import ACTING, TaskHandler
-from front.auth import WHAT, Right, principal, protected, services
+from front.auth import Right, lacks_right, principal, protected, services
 from front.body import read_limited
 from front.errors import FrontError
 from runtime.entries import s_catalog
@@ -122,12 +122,7 @@ async def rpc(request: Request) -> Response:
     who = principal(request)
     needed = METHOD_RIGHTS.get(_method(body) or "")
     if needed is not None and needed not in who.rights:
-        raise FrontError(
-            403,
-            f"principal {who.name} lacks the right {needed.value!r} (to {WHAT[needed]}); "
-            "use a token that has it",
-            right=needed.value,
-        )
+        raise lacks_right(who.name, needed)
     acting = ACTING.set(who.name)
 
     async def replay() -> dict[str, Any]:

@@ -204,16 +204,21 @@ def actor(request: Request, body: dict[str, Any]) -> str:
     return principal(request).name
 
 
+def lacks_right(name: str, right: Right) -> FrontError:
+    """The 403 for a principal whose token does not carry the right an endpoint needs."""
+    return FrontError(
+        403,
+        f"principal {name} lacks the right {right.value!r} (to {WHAT[right]}); "
+        "use a token that has it",
+        right=right.value,
+    )
+
+
 def _guard(endpoint: Endpoint, right: Right | None) -> Endpoint:
     async def guarded(request: Request) -> Response:
         found = authenticate(request)
         if right is not None and right not in found.rights:
-            raise FrontError(
-                403,
-                f"principal {found.name} lacks the right {right.value!r} (to {WHAT[right]}); "
-                "use a token that has it",
-                right=right.value,
-            )
+            raise lacks_right(found.name, right)
         request.state.principal = found
         return await endpoint(request)
 

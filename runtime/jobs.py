@@ -24,6 +24,7 @@ from runtime.enqueue import AGENT_NAME
 from runtime.heartbeat import RunLease
 from runtime.services import Services
 from runtime.state import RunState, ToolCall
+from runtime.validation import described
 from runtime.waiting import Suspend
 from runtime.workflow import workflow_key
 from store.documents import Document, upsert_documents
@@ -94,11 +95,7 @@ class JobKind:
         try:
             self.params.model_validate(params)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise JobError(f"bad parameters ({problems})") from None
+            raise JobError(f"bad parameters ({described(exc, 'params')})") from None
 
 
 class JobRun(RunAttempt):

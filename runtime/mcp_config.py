@@ -20,6 +20,7 @@ from typing import Literal
 import pydantic
 
 from runtime.tools import ToolDeclarationError
+from runtime.validation import described
 
 SETTING = "LIYAGENT_MCP_SERVERS"
 
@@ -113,11 +114,7 @@ def load_config(raw: str) -> list[ServerConfig]:
     try:
         servers = McpConfig.model_validate(parsed).servers
     except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ToolDeclarationError(f"{SETTING}: {problems}") from None
+        raise ToolDeclarationError(f"{SETTING}: {described(exc, '(top)')}") from None
     names = [s.name for s in servers]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

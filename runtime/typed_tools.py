@@ -41,6 +41,7 @@ from runtime.tools import (
     ToolInDoubt,
     ToolKind,
 )
+from runtime.validation import problems
 
 Fn = Callable[..., Any]
 R = TypeVar("R", bound=Callable[..., Any])
@@ -110,11 +111,10 @@ def validate_args(model: type[pydantic.BaseModel], tool: str, args: Any) -> dict
     try:
         parsed = model.model_validate(args)
     except pydantic.ValidationError as exc:
-        problems = [
-            {"field": ".".join(str(p) for p in e["loc"]) or "(arguments)", "message": e["msg"]}
-            for e in exc.errors(include_url=False)
+        found = [
+            {"field": field, "message": message} for field, message in problems(exc, "(arguments)")
         ]
-        raise InvalidArguments(tool, problems) from None
+        raise InvalidArguments(tool, found) from None
     return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
 

@@ -29,6 +29,7 @@ from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
 from runtime.models.openai import checked_wire_name, tool_name
 from runtime.state import Message, ToolCall
+from runtime.validation import described
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
@@ -61,12 +62,9 @@ class AnthropicSpec(pydantic.BaseModel):
         try:
             return cls.model_validate(dict(spec))
         except pydantic.ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(spec)'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
             raise ModelError(
-                f"anthropic model spec: {problems}; known keys: {sorted(cls.model_fields)} (the "
+                f"anthropic model spec: {described(exc, '(spec)')}; "
+                f"known keys: {sorted(cls.model_fields)} (the "
                 "API key is never put in the spec: name its variable in api_key_env)",
                 retryable=False,
             ) from None
