@@ -93,51 +93,33 @@ def test_a_killed_worker_is_seen_by_its_closed_connections(stack) -> None:
     judge_runs(stack, runs).assert_clean()
 
 
-def test_a_message_reserved_by_a_worker_that_died_is_published_again(stack) -> None:
-    victim = stack.worker("victim", fault="before_lease:kill")
-    run_id = stack.start(mixed("r"))
-    stack.fault_hit("victim")
-    victim.popen.wait(timeout=10)
-    assert stack.client.get(run_id).status == "queued"  # never claimed: nothing was lost
-    survivor = stack.worker("survivor")
-    view = stack.wait(run_id)
-    assert view.status == "succeeded" and view.lost_count == 0 and view.attempt == 1
-    survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"', timeout=10)
-    judge_runs(stack, [run_id]).assert_clean()
-
-
-def test_a_run_leased_but_not_claimed_by_a_worker_that_died_is_published_again(stack) -> None:
-    # Killed between the lease and the claim: the run is still queued at its attempt and its
-    # reservation was let go by the acquire; the death watch publishes it again at once (not
-    # after the outbox's 30 s).
-    victim = stack.worker("victim", fault="after_lease:kill")
-    run_id = stack.start(mixed("l"))
-    stack.fault_hit("victim")
-    victim.popen.wait(timeout=10)
-    assert stack.client.get(run_id).status == "queued"  # never claimed: nothing was lost
-    survivor = stack.worker("survivor")
-    view = stack.wait(run_id)
-    assert view.status == "succeeded" and view.lost_count == 0 and view.attempt == 1
-    survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"', timeout=10)
-    judge_runs(stack, [run_id]).assert_clean()
-
-
-def test_a_message_taken_by_a_worker_that_died_before_reserving_it_is_published_again(
-    stack,
+@pytest.mark.parametrize(
+    ("point", "found_by"),
+    [
+        # Reserved, not leased: the death watch publishes its reservation again.
+        ("before_lease", "deaths.taken"),
+        # Leased, not claimed: the acquire let the reservation go; the death watch publishes
+        # again the run of the lease it takes back, still queued at that attempt.
+        ("after_lease", "deaths.taken"),
+        # Taken off the queue, not yet reserved: only the broker's unacknowledged copy knows;
+        # the sweep publishes it again once the death grace has passed.
+        ("before_reserve", "sweep.done"),
+    ],
+)
+def test_a_run_whose_worker_died_before_claiming_it_is_published_again(
+    stack, point: str, found_by: str
 ) -> None:
-    # Killed after its main process took the message off the queue, before it reserved it:
-    # only the broker's unacknowledged copy knows. The sweeper republishes it after the death
-    # grace; the outbox (republishing runs queued too long) is set far out of the way.
-    victim = stack.worker("victim", fault="before_reserve:kill")
-    run_id = stack.start(mixed("u"))
+    victim = stack.worker("victim", fault=f"{point}:kill")
+    run_id = stack.start(mixed(point))
     stack.fault_hit("victim")
     victim.popen.wait(timeout=10)
-    assert stack.client.get(run_id).status == "queued"
+    assert stack.client.get(run_id).status == "queued"  # never claimed: nothing was lost
+    # The outbox (republishing runs queued too long) is out of the way: each path is its own.
     survivor = stack.worker("survivor", env={"LIYAGENT_REQUEUE_AFTER_MS": "600000"})
     stack.beat()
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded" and view.lost_count == 0 and view.attempt == 1
-    survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"[^\n]*"sweep.done"', timeout=10)
+    survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"[^\n]*"{found_by}"', timeout=10)
     judge_runs(stack, [run_id]).assert_clean()
 
 
