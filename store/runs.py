@@ -31,7 +31,8 @@ _RUN_COLUMNS = ", ".join(_RUN_COLUMN_NAMES)
 
 
 def _run(row: sa.Row[Any]) -> RunRow:
-    return RunRow(**row._mapping)
+    """The run in a row holding its columns (and perhaps others, as the claim's gates)."""
+    return RunRow(**{c: row._mapping[c] for c in _RUN_COLUMN_NAMES})
 
 
 def insert_run(
@@ -150,8 +151,7 @@ def claim_delivery(conn: sa.Connection, run_id: str, attempt: int, holder: str) 
     ).first()
     if row is None:
         return None
-    run = RunRow(**{c: row._mapping[c] for c in _RUN_COLUMN_NAMES})
-    return Claimed(run, gate_row(row))
+    return Claimed(_run(row), gate_row(row))
 
 
 # The fence every write of a running attempt goes through: it share-locks the run's row only

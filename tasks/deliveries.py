@@ -12,13 +12,11 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable
 
 import redis
 
-RUN_TASK = "liyagent.run"
-
-Deliveries = Callable[[float, float], list[tuple[str, int]]]
+from runtime.sweeper import Deliveries
+from tasks.services import RUN_TASK
 
 
 def unacked_runs(client: redis.Redis[bytes], namespace: str) -> Deliveries:

@@ -9,7 +9,7 @@ from celery.exceptions import Reject
 
 from runtime.executor import NotHandled, run_message
 from tasks.app import app
-from tasks.services import services
+from tasks.services import RUN_TASK, services
 from tasks.worker import RunTask, main_holder
 
 log = structlog.get_logger(__name__)
@@ -20,7 +20,7 @@ REQUEUE_PAUSE_S = 1.0
 
 
 @app.task(
-    name="liyagent.run",
+    name=RUN_TASK,
     base=RunTask,
     acks_late=True,
     reject_on_worker_lost=True,

@@ -10,6 +10,9 @@ from runtime.client import Client
 from runtime.services import Services
 from runtime.settings import get_settings
 
+# The run task's name: its message carries (run id, attempt).
+RUN_TASK = "liyagent.run"
+
 
 class CeleryPublisher:
     """Publishes the message of one attempt of a run (a hint; Postgres decides)."""
@@ -20,7 +23,7 @@ class CeleryPublisher:
 
     def publish(self, run_id: str, attempt: int) -> None:
         for _ in range(faults.publish_times()):
-            self.app.send_task("liyagent.run", args=[run_id, attempt], queue=self.queue)
+            self.app.send_task(RUN_TASK, args=[run_id, attempt], queue=self.queue)
 
 
 def services() -> Services:

@@ -17,7 +17,7 @@ from runtime import faults
 from runtime.deaths import DeathWatchThread, claim_dead_child
 from runtime.leases import Token
 from runtime.services import holder_of
-from tasks.services import services
+from tasks.services import RUN_TASK, services
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +49,7 @@ def start_watching() -> None:
 def reserved(request: Any) -> None:
     """A run message was received (reserved) by this process: make it visible to the death
     watch, so that if this process dies the run is published again at once."""
-    if getattr(request, "name", None) != "liyagent.run":
+    if getattr(request, "name", None) != RUN_TASK:
         return
     run_id, attempt = _run_of(request)
     s = services()

@@ -55,6 +55,21 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
     }
 
 
+# Flower's line once it listens; group 1 is its base URL.
+FLOWER_READY = r"Visit me at (http://\S+)"
+
+
+def flower_command(
+    env: dict[str, str], user: str, password: str
+) -> tuple[list[str], dict[str, str]]:
+    """Flower's command and environment: a free loopback port, HTTP basic auth whose
+    credentials go in its environment (FLOWER_BASIC_AUTH), not on its command line."""
+    argv = python("-m", "celery", "-A", "tasks", "flower", "--port=0", "--address=127.0.0.1")
+    env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
+    env["FLOWER_BASIC_AUTH"] = f"{user}:{password}"
+    return argv, env
+
+
 def worker_argv(name: str, queues: str, concurrency: int, app: str = "tasks") -> list[str]:
     """The command of one real prefork worker on `queues` (comma-separated), as tests, the
     demo and the trials start it: no gossip or mingle chatter between workers. Its event
@@ -133,12 +148,9 @@ class Cluster:
         return found.group(1)
 
     def flower(self, env: dict[str, str], user: str, password: str) -> str:
-        """Flower on a free loopback port, behind HTTP basic auth; returns its base URL. The
-        credentials go in its environment (FLOWER_BASIC_AUTH), not on its command line."""
-        argv = python("-m", "celery", "-A", "tasks", "flower", "--port=0", "--address=127.0.0.1")
-        env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
-        env["FLOWER_BASIC_AUTH"] = f"{user}:{password}"
-        _, found = self._start("flower", argv, env, r"Visit me at (http://\S+)")
+        """Flower on a free loopback port, behind HTTP basic auth; returns its base URL."""
+        argv, env = flower_command(env, user, password)
+        _, found = self._start("flower", argv, env, FLOWER_READY)
         return found.group(1).rstrip("/")
 
     def beat(self, env: dict[str, str]) -> Proc:

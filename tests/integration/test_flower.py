@@ -7,19 +7,19 @@ import time
 
 import httpx
 
-from liyagent.local.cluster import python
+from liyagent.local.cluster import FLOWER_READY, flower_command
 from liyagent.local.procs import Proc
+from tasks.services import RUN_TASK
 from tests.support.scripts import mixed
 
 USER, PASSWORD = "ops", "flower-test-password"
 
 
 def _flower(stack) -> str:
-    argv = python("-m", "celery", "-A", "tasks", "flower", "--port=0", "--address=127.0.0.1")
-    env = {**stack.env, "FLOWER_BASIC_AUTH": f"{USER}:{PASSWORD}"}
+    argv, env = flower_command(stack.env, USER, PASSWORD)
     proc = Proc("flower", argv, env, stack.tmp / "flower.log")
     stack.procs.append(proc)
-    return proc.wait_for(r"Visit me at (http://\S+)", timeout=60).group(1).rstrip("/")
+    return proc.wait_for(FLOWER_READY, timeout=60).group(1).rstrip("/")
 
 
 def _runs_seen(url: str) -> dict[str, str]:
@@ -29,7 +29,7 @@ def _runs_seen(url: str) -> dict[str, str]:
     return {
         str(t["args"]).split("'")[1]: t["state"]
         for t in answer.json().values()
-        if t.get("name") == "liyagent.run" and "'" in str(t.get("args"))
+        if t.get("name") == RUN_TASK and "'" in str(t.get("args"))
     }
 
 
