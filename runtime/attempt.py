@@ -88,13 +88,18 @@ class RunAttempt:
             return "waiting"
 
     def _execute(self) -> str:
-        if self.run.status == "answered":
-            self._hand_on(self._open_answer())
-            return "answer_handed_on"
+        # Every start and every resume, a hand-on of a stored answer included, passes the gates
+        # as they stand now before it does anything: a refusal fails the run with its reason,
+        # told to its entry points, and nothing is sent (I7).
         if self._claimed is not None:
             self._take(self._claimed, lasting=True)
         else:
             self._gates()
+        if self.run.status == "answered":
+            text = self._open_answer()
+            self._audit_resume(self.run.step, [], from_answer=True)
+            self._hand_on(text)
+            return "answer_handed_on"
         return self._loop(self._load_state())
 
     def _loop(self, state: RunState) -> str:
@@ -132,10 +137,10 @@ class RunAttempt:
             gates = self._gates()
             results, settled = self.router.route(state, resuming=True, gates=gates)
             state.add_results(results)
-            self._audit_resume(state, settled)
+            self._audit_resume(state.step, settled)
             return True
         if self.run.attempt > 1:
-            self._audit_resume(state, [])
+            self._audit_resume(state.step, [])
         return False
 
     def _load_state(self) -> RunState:
@@ -250,7 +255,10 @@ class RunAttempt:
         if woke is not None:
             publish_quietly(self.s, *woke)
 
-    def _audit_resume(self, state: RunState, settled: list[Settled]) -> None:
+    def _audit_resume(self, step: int, settled: list[Settled], from_answer: bool = False) -> None:
+        """Audit a resume that passed its gates: the step it started from, the loss count and
+        how each call it left was settled; a hand-on says it resumed from the stored answer,
+        with no calls (fenced: a taken-over attempt audits nothing, I3)."""
         kind = (
             "agent.run.crash_resumed" if self.run.resume_reason == "lost" else "agent.run.resumed"
         )
@@ -258,6 +266,7 @@ class RunAttempt:
             "lost_count": self.run.lost_count,
             "reason": self.run.resume_reason,
             "worker": self.s.holder,
+            "resumed_from": "stored_answer" if from_answer else "checkpoint",
             "calls": [s.to_json() for s in settled],
         }
         with self.s.engine.connect() as conn:
@@ -266,14 +275,15 @@ class RunAttempt:
                 run_id=self.run.id,
                 attempt=self.run.attempt,
                 kind=kind,
-                step=state.step,
+                step=step,
                 detail=detail,
             ):
                 raise FencedOut(self.run.id, self.run.attempt, "audit the resume")
         self.log.info(
             "run.resumed",
-            step=state.step,
+            step=step,
             lost_count=self.run.lost_count,
+            resumed_from=detail["resumed_from"],
             calls=[s.settled for s in settled],
         )
 

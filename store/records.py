@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from store.db import sql, to_json
 from store.rows import AuditRow, TranscriptRow
-from store.runs import OWNER_CTE
+from store.runs import RESUMING_OWNER_CTE
 
 
 def insert_audit(
@@ -59,11 +59,12 @@ def insert_owned_audit(
     step: int,
     detail: dict[str, Any],
 ) -> bool:
-    """An audit event written only while this attempt owns the run (I3); False if fenced."""
+    """An audit event written only while this attempt owns the run, running or handing on
+    its stored answer (I3); False if fenced."""
     row = conn.execute(
         sql(
             f"""
-            WITH {OWNER_CTE}
+            WITH {RESUMING_OWNER_CTE}
             INSERT INTO audit_events (run_id, kind, attempt, step, detail)
             SELECT id, :kind, :attempt, :step, CAST(:detail AS jsonb) FROM owner
             RETURNING id

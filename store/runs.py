@@ -162,6 +162,12 @@ OWNER_CTE = """owner AS (
     SELECT id FROM runs
     WHERE id = :run_id AND attempt = :attempt AND status = 'running'
     FOR SHARE)"""
+# The same fence for an attempt that owns its run while running or handing on a stored answer
+# (status answered): what any resume, a hand-on included, writes before it goes on (I3).
+RESUMING_OWNER_CTE = """owner AS (
+    SELECT id FROM runs
+    WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
+    FOR SHARE)"""
 
 
 def store_answer(conn: sa.Connection, run_id: str, attempt: int, sealed_answer: bytes) -> None:
