@@ -17,6 +17,7 @@ from liyagent.local.botframework import BotChannel
 from runtime.entries import TeamsTurn, intake_teams, receive_teams
 from store.gates import set_channel, set_principal
 from tests.support.catalogs import write_catalog
+from tests.support.scripts import mixed
 
 pytestmark = pytest.mark.kill
 ANSWER = "Answer from helper."
@@ -167,3 +168,53 @@ def test_a_hand_on_is_audited_as_a_resume_of_its_stored_answer(entries) -> None:
     )
     assert [p.activity["text"] for p in posted] == [ANSWER]
     assert set(entries.asked(run_id).values()) == {1}
+
+
+def test_a_stop_between_the_kill_and_the_resume_refuses_the_calls_left(stack) -> None:
+    """Killed with a keyed write marked in doubt (a resume would send it again), stopped while
+    no worker runs it: the resume makes none of the calls its checkpoint left and fails the run
+    with the Stop's reason."""
+    run_id = stack.kill_at("after_mark:kill", lambda: stack.start(mixed("s")))
+    [lost] = stack.rows("SELECT status, step FROM runs WHERE id = :r", r=run_id)
+    assert (lost.status, lost.step) == ("running", 1)
+    marked = stack.rows(
+        "SELECT tool, status FROM call_marks WHERE run_id = :r ORDER BY tool", r=run_id
+    )
+    assert [(m.tool, m.status) for m in marked] == [("incident.create", "in_doubt")]
+    before = _requests(stack, run_id)
+    _stop_run(stack, run_id)
+    stack.worker("survivor")
+    stack.beat()
+
+    view = stack.wait(run_id)
+    assert view.status == "failed" and view.lost_count == 1, view
+    assert "stopped by oncall: runaway" in view.failure_reason
+    assert _requests(stack, run_id) == before  # no call left, and no model step, was made
+    incidents = stack.vendor(
+        "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor = 'incidents'",
+        r=run_id,
+    )[0].n
+    assert incidents == 0
+    assert _failure_codes(stack, run_id) == ["gate_refused"]
+    assert _resumed(stack, run_id) == []
+    assert stack.asked(run_id) == {1: 1}
+
+
+def test_crash_resumed_records_the_step_its_resume_started_from(stack) -> None:
+    """Killed after its second checkpoint: the resume's audit names that checkpoint's step, not
+    the first one or the step the run ended at."""
+    run_id = stack.kill_at("after_checkpoint:kill:2", lambda: stack.start(mixed("t")))
+    [lost] = stack.rows("SELECT status, step FROM runs WHERE id = :r", r=run_id)
+    assert (lost.status, lost.step) == ("running", 2)
+    stack.worker("survivor")
+    stack.beat()
+
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.step > lost.step, view
+    [resumed] = _resumed(stack, run_id)
+    assert resumed.step == lost.step
+    assert resumed.detail["lost_count"] == 1
+    assert resumed.detail["resumed_from"] == "checkpoint"
+    assert [(c["tool"], c["settled"]) for c in resumed.detail["calls"]] == [
+        ("issue.comment", "made")
+    ]
