@@ -89,6 +89,8 @@ class DeathWatch:
         self.leader_key = leader_key(ns)
         self._lead = services.redis.register_script(_LEAD)
         self._absent: dict[str, _Absent] = {}
+        # A watcher leads only while present: its followers judge it by that connection.
+        services.presence.start()
 
     def poll(self) -> DeathReport:
         """One look; claims the runs of every holder absent past the grace."""
