@@ -9,6 +9,17 @@ reserved messages whose runs are still queued are published again at once, as ar
 messages of runs it had leased but not yet claimed.
 
 One watch runs at a time (a leader key in Redis); every worker's main process offers to run it.
+The leader key names the leader's presence connection, and each follower asks Redis about that
+one connection on every look (`CLIENT LIST ID`, constant cost): a leader that dies is replaced
+within a look, not when its key's TTL runs out, so a death is claimed as fast whichever worker
+died. The key's TTL stays as the backstop for a leader that lives but stops looking.
+
+Why one leader rather than every worker watching and claiming (fenced in Postgres, so only one
+claim would win, I4): the full look is a CLIENT LIST, whose cost grows with the deployment's
+connections, and every death would be claimed and republished by every watcher. N watchers
+all looking would cost Redis N times that per look (N squared as a fleet grows) and Postgres N
+claim statements per lost run; a follower costs two constant round trips per look, and Postgres
+nothing.
 A pool child that dies while its main process lives is seen sooner still, by that parent
 (`claim_dead_child`). The lease remains the only judge of a process that is alive but stalled:
 its connections stay open, so the watch leaves it alone.
@@ -24,6 +35,7 @@ import redis
 import structlog
 
 from runtime.leases import Token
+from runtime.presence import connection_name
 from runtime.services import Services
 from store.runs import attempt_statuses, claim_lost_many
 
@@ -31,19 +43,20 @@ log = structlog.get_logger(__name__)
 
 LEADER_TTL_MS = 2000
 
-# KEYS[1] = leader key; ARGV[1] = this watcher, ARGV[2] = ttl ms.
-# Take the lead if free, or keep it if ours; returns 1 while this watcher leads.
+# KEYS[1] = leader key; ARGV[1] = this watcher's holder, ARGV[2] = the id of its presence
+# connection, ARGV[3] = ttl ms, ARGV[4] = a leader value this watcher saw dead ("" if none).
+# The value is "<holder> <connection id>". Take the lead if it is free, or still held by the
+# leader seen dead (compare-and-set: one follower wins, and a leader that came back with a new
+# connection keeps it), or keep it if ours (the id follows our reconnects). Returns the
+# value now: ours while this watcher leads, the leader's otherwise.
 _LEAD = """
 local cur = redis.call('GET', KEYS[1])
-if cur == false then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+local mine = ARGV[1] .. ' ' .. ARGV[2]
+if cur == false or cur == ARGV[4] or string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+  redis.call('SET', KEYS[1], mine, 'PX', ARGV[3])
+  return mine
 end
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
+return cur
 """
 
 
@@ -73,14 +86,16 @@ class DeathWatch:
         self.s = services
         self.grace_ms = services.settings.timings.death_grace_ms
         ns = services.settings.namespace
-        self.leader_key = f"{ns}deaths:leader"
+        self.leader_key = leader_key(ns)
         self._lead = services.redis.register_script(_LEAD)
         self._absent: dict[str, _Absent] = {}
+        # A watcher leads only while present: its followers judge it by that connection.
+        services.presence.start()
 
     def poll(self) -> DeathReport:
         """One look; claims the runs of every holder absent past the grace."""
         started = time.perf_counter()
-        if not self._lead(keys=[self.leader_key], args=[self.s.holder, LEADER_TTL_MS]):
+        if not self._leads():
             self._absent.clear()  # another watcher leads; its view is the one that counts
             return DeathReport(ran=False)
         report = DeathReport()
@@ -98,6 +113,31 @@ class DeathWatch:
         if report.dead:
             log.info("deaths.taken", **report.__dict__)
         return report
+
+    def _leads(self) -> bool:
+        """Whether this watcher leads now: it takes the lead when free, or at once when the
+        leader's presence connection is gone (it died), rather than when its key lapses."""
+        conn_id = self.s.presence.connection_id
+        if conn_id is None:
+            return False  # no presence: followers could not tell whether this leader lives
+        mine = f"{self.s.holder} {conn_id}"
+        args: list[str | int] = [self.s.holder, conn_id, LEADER_TTL_MS, ""]
+        leader = _text(self._lead(keys=[self.leader_key], args=args))
+        if leader != mine and self._leader_gone(leader):
+            args[3] = leader
+            leader = _text(self._lead(keys=[self.leader_key], args=args))
+            if leader == mine:
+                log.info("deaths.lead_taken", dead_leader=leader_holder(args[3]))
+        return leader == mine
+
+    def _leader_gone(self, value: str) -> bool:
+        """The leader's presence connection is no longer in Redis (one CLIENT LIST ID, whose
+        cost does not grow with the deployment). A value without an id is kept to its TTL."""
+        holder, _, conn_id = value.rpartition(" ")
+        if not holder or not conn_id.isdigit():
+            return False
+        clients = self.s.redis.client_list(client_id=[conn_id])
+        return not any(c.get("name") == connection_name(holder) for c in clients)
 
     def _due(self, holder: str, now: int) -> bool:
         """Absent since at least the grace, with no reconnect in between (epoch unchanged)."""
@@ -121,6 +161,38 @@ class DeathWatch:
         # like a reserved one (claimed runs moved to the next attempt and are left alone).
         leased = [(t.run_id, t.attempt) for t in tokens]
         report.republished += republish_reserved(self.s, list(dict.fromkeys(reserved + leased)))
+
+
+def leader_key(namespace: str) -> str:
+    """The key naming the death watch's leader."""
+    return f"{namespace}deaths:leader"
+
+
+def leader_holder(value: str | int) -> str:
+    """The holder a leader key's value names ("<holder> <connection id>")."""
+    return str(value).rpartition(" ")[0]
+
+
+def death_watch_leader(s: Services) -> str | None:
+    """The holder whose death watch leads now, or None while none does."""
+    raw = s.redis.get(leader_key(s.settings.namespace))
+    return None if raw is None else leader_holder(_text(raw))
+
+
+def hand_lead(s: Services, holder: str) -> bool:
+    """Make `holder`'s death watch the leader now, naming one of its open connections (its
+    watch renames it to its presence connection at its next look); False when it has none.
+    The kill trials use it to kill a leading worker as often as a following one."""
+    name = connection_name(holder)
+    ids = [c["id"] for c in s.redis.client_list() if c.get("name") == name]
+    if not ids:
+        return False
+    s.redis.set(leader_key(s.settings.namespace), f"{holder} {ids[0]}", px=LEADER_TTL_MS)
+    return True
+
+
+def _text(raw: bytes | str | int) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def claim_and_publish(s: Services, tokens: list[Token], seen: str) -> list[str]:
@@ -200,5 +272,9 @@ __all__ = [
     "DeathWatchThread",
     "claim_and_publish",
     "claim_dead_child",
+    "death_watch_leader",
+    "hand_lead",
+    "leader_holder",
+    "leader_key",
     "republish_reserved",
 ]

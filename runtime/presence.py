@@ -58,6 +58,9 @@ class Presence:
         self.holder = holder
         self.grace_ms = grace_ms
         self.up = False
+        # Redis's id of the presence connection while it is up (CLIENT ID): the death watch's
+        # leader names it, so the other watchers see the leader's death as soon as Redis does.
+        self.connection_id: int | None = None
         # When the presence was last lost (not yet established counts from now), and since
         # when it is up again (monotonic ms).
         self.lost_at_ms = _ms()
@@ -109,12 +112,14 @@ class Presence:
                 client = self._client = redis.Redis.from_url(
                     self.url,
                     client_name=connection_name(self.holder),
+                    single_connection_client=True,  # one connection: the id below is its own
                     socket_timeout=BLOCK_S + 5,
                     socket_connect_timeout=2,
                     retry_on_timeout=False,
                 )
                 # The epoch first: a renewal is trusted only if sent after this.
                 client.incr(epoch_key(self.namespace, self.holder))
+                self.connection_id = int(client.client_id())
                 self.up_since_ms = _ms()
                 self.up = True
                 self._started.set()
@@ -123,6 +128,7 @@ class Presence:
                 while not self._stop.is_set():
                     client.blpop([wake], timeout=BLOCK_S)
             except redis.RedisError as exc:
+                self.connection_id = None
                 if self.up:
                     self.lost_at_ms = _ms()
                     self.up = False

@@ -122,7 +122,8 @@ class Timings:
     # (a blip reconnects well within it). While a process has lost its connection, it writes
     # and sends for at most this long, so it has stopped before any such claim.
     death_grace_ms: int = 1000
-    # How often the death watch looks (it costs one CLIENT LIST when nobody died).
+    # How often the death watch looks (the leader: one CLIENT LIST when nobody died; each other
+    # watcher: two round trips of constant cost, its bid for the lead and CLIENT LIST ID).
     death_poll_ms: int = 250
     # Gates a statement read (the claim, a checkpoint) stand for this long at a step boundary:
     # a fast step reads them once, with its checkpoint, not again before the next model step.

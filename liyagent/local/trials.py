@@ -5,6 +5,10 @@ random moment 0.2-4 s after it is up, while a survivor worker and beat recover t
 The victim and the app front publish to a queue only victims consume, so the work a round
 starts is really on the victim when it dies; the survivor consumes the recovery queue the
 sweeper publishes to. The timings are the product's (lease 8 s, sweep 3 s).
+
+Every other round hands the death watch's lead to the victim once it is up (as if it had
+started first), so the report times the death of a leading worker as often as a following one;
+whether the victim led is read from Redis at the kill, not assumed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from liyagent.local.botframework import BotChannel
 from liyagent.local.cluster import Cluster, child_env
 from liyagent.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime import services as runtime_services
+from runtime.deaths import death_watch_leader, hand_lead
 from runtime.entries import fire_cron
 from runtime.sealing import Sealer
 from runtime.services import holder_of
@@ -181,13 +186,27 @@ class TrialSession:
         )
         up, up_at = time.monotonic(), datetime.now(tz=UTC)
         delay = rng.uniform(*self.options.kill_window_s)
+        if index % 2:
+            self._lead(holder_of(victim.popen.pid))
         self._begin(index)
         time.sleep(max(0.0, up + delay - time.monotonic()))  # the seeded kill moment
         holders = frozenset(holder_of(pid) for pid in [victim.popen.pid, *victim.children()])
+        led = death_watch_leader(d.services) in holders
         killed_at = datetime.now(tz=UTC)
         victim.kill()
-        self.victims.append(Victim(up_at, killed_at, holders))
-        log.info("trials.killed", round=index, delay_s=round(delay, 3))
+        self.victims.append(Victim(up_at, killed_at, holders, led))
+        log.info("trials.killed", round=index, delay_s=round(delay, 3), victim_led=led)
+
+    def _lead(self, holder: str, timeout_s: float = 2.0) -> None:
+        """Hand the death watch's lead to the victim's main process, once it has named its
+        connections in Redis (just after its readiness line); a round where it never does
+        just keeps its leader, and the kill records whoever led."""
+        deadline = time.monotonic() + timeout_s
+        while not hand_lead(self.deployment.services, holder):
+            if time.monotonic() > deadline:
+                log.warning("trials.lead_not_handed", holder=holder)
+                return
+            time.sleep(0.02)
 
     def _begin(self, index: int) -> None:
         d, tag = self.deployment, f"{self.seed}-{index}"

@@ -44,6 +44,8 @@ class Recovery:
     resume_seconds: float | None = None
     # True when the killed worker had only reserved the run's message (never claimed it).
     reserved: bool = False
+    # True when the killed worker's main process led the death watch at the kill.
+    leader: bool = False
 
 
 def _quantiles(samples: list[float]) -> dict[str, float | None]:
@@ -72,6 +74,8 @@ class Verdict:
     stale_detail: list[str] = field(default_factory=list)
     seed: int = 0
     unfinished: int = 0
+    # Rounds whose victim led the death watch when it was killed.
+    rounds_led: int = 0
     # Claimed by a killed worker: kill -> the resumed attempt's claim, and kill -> the end.
     recovery_s: list[float] = field(default_factory=list)
     resume_s: list[float] = field(default_factory=list)
@@ -81,6 +85,21 @@ class Verdict:
     recoveries: list[Recovery] = field(default_factory=list)
     # The slowest recoveries with their runs' timelines, read while the database is there.
     slowest: list[tuple[Recovery, Timeline]] = field(default_factory=list)
+
+    def by_victim(self) -> dict[str, dict[str, Any]]:
+        """Trials the killed worker had claimed, split by whether it led the death watch at
+        the kill: how many, time to resume and time to end (the leader's death must not be
+        slower to recover)."""
+        split: dict[str, dict[str, Any]] = {}
+        for name, led in (("leader", True), ("follower", False)):
+            mine = [r for r in self.recoveries if not r.reserved and r.leader == led]
+            resumes = [r.resume_seconds for r in mine if r.resume_seconds is not None]
+            split[name] = {
+                "trials": len(mine),
+                "time_to_resume_s": _quantiles(resumes),
+                "time_to_end_s": _quantiles([r.seconds for r in mine]),
+            }
+        return split
 
     @property
     def duplicates(self) -> int:
@@ -115,6 +134,9 @@ class Verdict:
             # Trials whose message the killed worker had reserved but not claimed.
             "reserved_time_to_end_s": _quantiles(self.reserved_s),
             "reserved_time_to_resume_s": _quantiles(self.reserved_resume_s),
+            # The same, split by whether the killed worker led the death watch at the kill.
+            "rounds_victim_led": self.rounds_led,
+            "by_victim": self.by_victim(),
             "seed": self.seed,
         }
 
@@ -130,19 +152,22 @@ def trial_end(conn: sa.Connection, trial: Trial) -> judge.TrialEnd:
 
 @dataclass(frozen=True)
 class Victim:
-    """One victim worker's life: from ready to SIGKILL, and the holders (main process and
-    pool children) it killed."""
+    """One victim worker's life: from ready to SIGKILL, the holders (main process and pool
+    children) it killed, and whether it led the death watch when it was killed."""
 
     up_at: datetime
     killed_at: datetime
     holders: frozenset[str] = frozenset()
+    led: bool = False
 
 
 def judge_trials(
     engine: sa.Engine, vendor: sa.Engine, trials: list[Trial], victims: list[Victim], seed: int
 ) -> Verdict:
     """Judge every trial from the database: how it ended, what it wrote, how fast it came back."""
-    verdict = Verdict(trials=len(trials), rounds=len(victims), seed=seed)
+    verdict = Verdict(
+        trials=len(trials), rounds=len(victims), seed=seed, rounds_led=sum(v.led for v in victims)
+    )
     with engine.connect() as conn, vendor.connect() as vconn:
         ends = {t: trial_end(conn, t) for t in trials}
         run_ids = [e.run_id for e in ends.values() if e.run_id]
@@ -207,9 +232,10 @@ def _claimed_in_flight(
 ) -> None:
     """A trial a killed worker had claimed: timed from the kill of the victim that held it."""
     v.caught_in_flight += 1
-    killed = _kill_of(loss, victims)
-    if killed is None:
+    victim = _victim_of(loss, victims)
+    if victim is None:
         return
+    killed = victim.killed_at
     resume = None
     at = judge.resumed_at(loss, claims)
     if at is not None:
@@ -217,7 +243,7 @@ def _claimed_in_flight(
         v.resume_s.append(resume)
     seconds = (ended_at - killed).total_seconds()
     v.recovery_s.append(seconds)
-    v.recoveries.append(Recovery(name, run_id, killed, seconds, resume))
+    v.recoveries.append(Recovery(name, run_id, killed, seconds, resume, leader=victim.led))
 
 
 def _reserved_in_flight(
@@ -239,17 +265,19 @@ def _reserved_in_flight(
     resume = (first.claimed_at - victim.killed_at).total_seconds()
     v.reserved_s.append(seconds)
     v.reserved_resume_s.append(resume)
-    v.recoveries.append(Recovery(name, run_id, victim.killed_at, seconds, resume, reserved=True))
+    v.recoveries.append(
+        Recovery(name, run_id, victim.killed_at, seconds, resume, reserved=True, leader=victim.led)
+    )
 
 
-def _kill_of(loss: judge.Loss, victims: list[Victim]) -> datetime | None:
-    """The SIGKILL that lost this attempt: the one of the victim alive when it was claimed."""
+def _victim_of(loss: judge.Loss, victims: list[Victim]) -> Victim | None:
+    """The victim whose SIGKILL lost this attempt: the one alive when it was claimed."""
     claimed = loss.attempt_claimed_at
     if claimed is None:
         return None
     for victim in victims:
         if victim.up_at - timedelta(seconds=1) <= claimed <= victim.killed_at:
-            return victim.killed_at
+            return victim
     return None
 
 
@@ -297,7 +325,12 @@ def write_report(verdict: Verdict, path: Path, extra: dict[str, Any]) -> Path:
         **extra,
         "recovery_samples_s": sorted(verdict.recovery_s),
         "slowest_recoveries": [
-            {"trial": r.trial, "run_id": r.run_id, "recovery_s": round(r.seconds, 3)}
+            {
+                "trial": r.trial,
+                "run_id": r.run_id,
+                "recovery_s": round(r.seconds, 3),
+                "victim_led": r.leader,
+            }
             for r, _ in verdict.slowest
         ],
         "timelines_page": page.name,
@@ -325,9 +358,42 @@ def _page(verdict: Verdict, png: Path) -> str:
     return timeline_page.html_page(
         "liyagent kill trials",
         f"<p>{html.escape(summary_line(verdict))}</p>"
+        f"{_by_victim_table(verdict)}"
         f"<img alt='recovery histogram' src='data:image/png;base64,{encoded}'>"
         f"<h2>The slowest recoveries (up to {SLOWEST_DRAWN})</h2>{slowest}",
     )
+
+
+VICTIM_NAMES = {
+    "leader": "Led the death watch",
+    "follower": "Followed it",
+}
+
+
+def _by_victim_table(verdict: Verdict) -> str:
+    """Time to resume and to end of the trials the killed worker had claimed, one row for
+    victims that led the death watch at the kill and one for the others."""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "Killed worker",
+            "Trials it had claimed",
+            "Time to resume p50 / p95 / max",
+            "Time to end p50 / p95 / max",
+        )
+    )
+    rows = []
+    for name, split in verdict.by_victim().items():
+        resume, end = split["time_to_resume_s"], split["time_to_end_s"]
+        cells = [VICTIM_NAMES[name], str(split["trials"]), _spread(resume), _spread(end)]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return f"<h2>Time to resume by victim</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _spread(q: dict[str, float | None]) -> str:
+    if q["p50"] is None:
+        return "none measured"
+    return f"{q['p50']} s / {q['p95']} s / {q['max']} s"
 
 
 def _histogram(verdict: Verdict, png: Path, target: float | None) -> None:
@@ -374,12 +440,25 @@ def recovery_words(verdict: Verdict) -> str:
     if verdict.recovery_s:
         resume = _figures(data["time_to_resume_s"]) if verdict.resume_s else "not measured"
         words.append(f"time to end {_figures(data['time_to_end_s'])}; time to resume {resume}")
+    if verdict.recovery_s:
+        words.append(_by_victim_words(verdict))
     if verdict.reserved_s:
         words.append(
             f"reserved, not claimed ({len(verdict.reserved_s)}): time to end "
             f"{_figures(data['reserved_time_to_end_s'])}"
         )
     return "; ".join(words)
+
+
+def _by_victim_words(verdict: Verdict) -> str:
+    """Time to resume p50 for claimed trials whose victim led the death watch and the others."""
+    parts = []
+    for name, split in verdict.by_victim().items():
+        p50 = split["time_to_resume_s"]["p50"]
+        said = "not measured" if p50 is None else f"p50 {p50} s"
+        who = "victim leading the death watch" if name == "leader" else "other victims"
+        parts.append(f"{who} ({split['trials']}): time to resume {said}")
+    return ", ".join(parts)
 
 
 def summary_line(verdict: Verdict) -> str:

@@ -9,10 +9,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
 
+from runtime.deaths import death_watch_leader
+from runtime.services import holder_of
+from store.trials import losses
 from tests.support.judge import judge_runs, wait_all
 from tests.support.proxy import CuttableProxy
 from tests.support.scripts import mixed
@@ -160,3 +164,35 @@ def test_twenty_runs_on_workers_that_all_die_at_once(stack) -> None:
 def _redis_address(stack) -> tuple[str, int]:
     url = sa.make_url(stack.settings.redis_url.replace("redis://", "postgresql://"))
     return url.host or "127.0.0.1", url.port or 6379
+
+
+# Killed while leading the death watch, the survivor's watch claims the victim's run within
+# this many seconds of the kill. The leader key's TTL (2 s) alone put the old takeover at
+# 2.8-3.3 s (the TTL left, then the 1 s grace); seen at once, it is the grace and a poll or
+# two (about 1.3 s), with the rest as margin for a loaded machine.
+LEADER_DEATH_CLAIM_S = 2.2
+
+
+def test_a_killed_death_watch_leader_is_claimed_by_the_survivors_watch_within_the_grace(
+    stack,
+) -> None:
+    leader = stack.worker("leader")
+    holder = holder_of(leader.popen.pid)
+    _until(lambda: death_watch_leader(stack.services) == holder, "the first worker never led")
+    run_id = stack.start(mixed("lead", latency_ms=2500))
+    _until(lambda: stack.client.get(run_id).status == "running", "the run never got going")
+    assert _holder_pid(stack, run_id) in leader.children()
+    survivor = stack.worker("survivor")  # its watch follows the leader's
+    assert stack.client.get(run_id).status == "running", "the run ended before the kill"
+    assert death_watch_leader(stack.services) == holder
+    killed_at = datetime.now(tz=UTC)
+    leader.kill()
+    survivor.wait_for(rf'"claimed": \[[^\]]*"{run_id}"[^\n]*"deaths.taken"', timeout=20)
+    with stack.engine.connect() as conn:
+        (loss,) = losses(conn, [run_id])[run_id]
+    taken_s = (loss.taken_over_at - killed_at).total_seconds()
+    assert _losses(stack, run_id) == ["connection_closed"]
+    assert taken_s < LEADER_DEATH_CLAIM_S, f"claimed {taken_s:.2f} s after the leader's kill"
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1
+    judge_runs(stack, [run_id]).assert_clean()

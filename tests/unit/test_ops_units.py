@@ -1,7 +1,7 @@
 """Operator-facing pieces that need no services: every engine hides SQL parameters, ids are
-never wrapped in tables, the trials say when nothing was caught in flight, job parameters are
-checked per kind, bad URLs are clear errors, the front's token configuration, and the facts an
-error leaves in logs."""
+never wrapped in tables, the trials say when nothing was caught in flight and time a leading
+victim's trials apart from the others', job parameters are checked per kind, bad URLs are clear
+errors, the front's token configuration, and the facts an error leaves in logs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from front.auth import SHARED_PRINCIPAL, Right, load_tokens, token_digest
-from liyagent.local.verdict import Verdict, summary_line, write_report
+from liyagent.local.verdict import Recovery, Verdict, summary_line, write_report
 from liyagent.reporting import render_recent, render_view
 from runtime.client import RunView
 from runtime.jobs import JOB_KINDS, JobError
@@ -82,6 +82,25 @@ def test_trials_with_nothing_in_flight_say_so(tmp_path: Path) -> None:
     png = write_report(empty, tmp_path / "trials.json", {})
     assert png.stat().st_size > 0
     assert json.loads((tmp_path / "trials.json").read_text())["recovery_s"]["p50"] is None
+
+
+def test_trials_report_time_to_resume_by_whether_the_victim_led(tmp_path: Path) -> None:
+    at = datetime.now(UTC)
+    led = [Recovery(f"l{i}", f"r{i}", at, 2.0 + i, 1.1 + i / 10, leader=True) for i in range(3)]
+    other = [Recovery("f", "rf", at, 2.5, 1.2), Recovery("q", "rq", at, 9.0, 8.0, reserved=True)]
+    verdict = Verdict(trials=6, rounds=2, caught_in_flight=4, recoveries=[*led, *other])
+    verdict.recovery_s, verdict.resume_s = [2.0, 3.0, 4.0, 2.5], [1.1, 1.2, 1.3, 1.2]
+    split = verdict.to_json()["by_victim"]
+    assert split["leader"]["trials"] == 3 and split["leader"]["time_to_resume_s"]["p50"] == 1.2
+    assert split["follower"]["trials"] == 1  # the reserved trial is not a claimed one
+    assert split["follower"]["time_to_resume_s"]["max"] == 1.2
+    assert "victim leading the death watch (3): time to resume p50 1.2 s" in summary_line(verdict)
+    write_report(verdict, tmp_path / "trials.json", {})
+    page = (tmp_path / "trials.html").read_text()
+    assert "<td>Led the death watch</td><td>3</td><td>1.2 s / 1.3 s / 1.3 s</td>" in page
+    assert "<td>Followed it</td><td>1</td><td>1.2 s / 1.2 s / 1.2 s</td>" in page
+    saved = json.loads((tmp_path / "trials.json").read_text())["by_victim"]
+    assert saved["leader"]["time_to_end_s"]["max"] == 4.0
 
 
 @pytest.mark.parametrize(
