@@ -113,9 +113,15 @@ class WaitRouter:
         if child.status == "failed":
             return {"child_run": child.id, "error": child.failure_reason}
         if child.status in ("running", "answered") and self.s.leases.holder(child.id) is None:
+            # The same claim as the sweeper's, so of the two one wins (I4); its audit names this
+            # path, so an operator (and a test) can tell who took the child over.
             with self.s.engine.connect() as conn:
                 claim = claim_lost(
-                    conn, child.id, child.attempt, self.s.settings.timings.loss_limit
+                    conn,
+                    child.id,
+                    child.attempt,
+                    self.s.settings.timings.loss_limit,
+                    seen="parent_asked_again",
                 )
             if claim is not None and claim.status != "failed":
                 publish_quietly(self.s, claim.run_id, claim.attempt)

@@ -274,7 +274,8 @@ def claim_lost_many(
     hand its answer on, and failed too once its hand-on was lost more than the limit. Each
     loss, and a failure's notice on the transcript
     and entry points, are written by the same statement; the loss's audit says how the death
-    was seen (`seen`: lease_lapsed, lease_missing, connection_closed, pool_child_died)."""
+    was seen (`seen`: lease_lapsed, lease_missing, connection_closed, pool_child_died, or
+    parent_asked_again: a resumed parent asking its child again by key found its lease gone)."""
     if not lapsed:
         return []
     # Rows are locked one by one, by primary key, in one order for every claimer (a sweep and

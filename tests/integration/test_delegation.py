@@ -4,6 +4,8 @@ taking over its lapsed lease once)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -93,3 +95,32 @@ def test_parent_and_child_lost_together_child_is_claimed_once(stack) -> None:
     assert _told(stack, parent)["answer"] == "Ticket T-5 is a duplicate."
     reads = stack.vendor("SELECT count(*) AS n FROM sim.requests WHERE run_id = :c", c=child.id)
     assert reads[0].n >= 1
+
+
+def test_resumed_parent_takes_over_its_childs_lapsed_lease_itself(stack) -> None:
+    """The child's worker stalls past its lease while the parent's process dies; with no beat
+    (no sweeper) and the child's connections still open (the death watch leaves a stalled
+    process alone), only the resumed parent, asking again by its delegation key, can claim the
+    child: it does, once, and the child's loss audit names that path."""
+    parent_worker = stack.worker("parent", fault="after_request:stop", concurrency=1, ops=False)
+    parent = stack.start(_parent())
+    stopped = int(stack.fault_hit("parent").split()[1])  # the pool process that filed the child
+    stack.worker("child", fault="after_checkpoint:stop", concurrency=1, ops=False)
+    stack.fault_hit("child")  # the child is checkpointed, then its process stalls
+    [child] = _children(stack, parent)
+    deadline = time.monotonic() + 30
+    while stack.services.leases.holder(child.id) is not None:  # its lease lapses, unrenewed
+        assert time.monotonic() < deadline, "the stalled child's lease never lapsed"
+        time.sleep(0.05)
+    os.kill(stopped, signal.SIGKILL)  # the parent's pool process dies; its main process sees it
+    assert stack.wait(parent, timeout=60).status == "succeeded"
+    [child] = _children(stack, parent)
+    assert child.status == "succeeded" and child.lost_count == 1 and child.attempt == 2
+    seen = stack.rows(
+        "SELECT detail->>'seen' AS seen FROM audit_events WHERE run_id = :c "
+        "AND kind = 'agent.run.lost'",
+        c=child.id,
+    )
+    assert [s.seen for s in seen] == ["parent_asked_again"]  # claimed by the parent, once
+    assert _told(stack, parent)["answer"] == "Ticket T-5 is a duplicate."
+    assert parent_worker.popen.poll() is None  # the parent's worker lived on throughout

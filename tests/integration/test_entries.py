@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 
 from liyagent.local.botframework import BotChannel
@@ -13,6 +14,7 @@ from runtime.enqueue import NewRun, enqueue
 from runtime.entries import TeamsTurn, fire_cron, intake_teams, receive_teams, start_entry
 from store.entries import EntryLink, purge_answers
 from tests.support.catalogs import helper_agent, write_catalog
+from tests.support.front import AUTH, serve_front
 
 pytestmark = pytest.mark.kill
 ANSWER = "Answer from helper."
@@ -350,3 +352,81 @@ def test_a_tampered_answer_is_never_handed_on(entries) -> None:
         )[0].n
         == 0
     )
+
+
+def _vendor_reads(entries, run_ids: list[str]) -> dict[str, int]:
+    rows = entries.vendor(
+        "SELECT run_id, count(*) AS n FROM sim.requests WHERE vendor = 'tickets' "
+        "AND run_id = ANY(:ids) GROUP BY run_id",
+        ids=run_ids,
+    )
+    return {str(r.run_id): r.n for r in rows}
+
+
+def test_entry_runs_are_written_ahead_when_the_flag_is_unset(entries, tmp_path) -> None:
+    """TICKETIQ_CRASH_RESUME_ENTRIES removed from every process's environment: its default
+    (true) writes cron, trigger, co-pilot and Teams runs ahead, each started where it is in a
+    deployment (cron and the Teams intake by the ops worker, the rest by the front), and each
+    is resumed after the worker running it is SIGKILLed."""
+    flag = "TICKETIQ_CRASH_RESUME_ENTRIES"
+    entries.unset_env.add(flag)
+    assert flag not in entries.env
+    agents = write_catalog(
+        tmp_path / "slow.json", entries.sim_url, latency_ms=1500, cron_every_s=3600
+    )
+    entries.reconfigure(agents_file=agents)
+    victim = entries.worker("victim", concurrency=5, ops=False)
+    entries.worker("ops", runs=False)  # fires the cron trigger and takes the Teams inbox in
+    entries.beat()
+    front = serve_front(entries, agents)
+    started = {
+        "webhook": ("/webhooks/helper", {"event_id": "e1", "input": "go"}),
+        "ticket_event": (
+            "/tickets/T-3/events",
+            {"event_id": "e1", "agent": "helper", "type": "updated", "text": "go"},
+        ),
+        "copilot": (
+            "/copilot/turns",
+            {"conversation": "c1", "turn_id": "t1", "agent": "helper", "text": "go", "user": "ann"},
+        ),
+    }
+    runs: dict[str, str] = {}
+    for kind, (path, body) in started.items():
+        answer = httpx.post(f"{front}{path}", json=body, headers=AUTH, timeout=30)
+        assert answer.status_code == 202, answer.text
+        runs[kind] = answer.json()["run_id"]
+    entries.app.send_task(
+        "liyagent.cron_fire", args=["tick"], queue=f"{entries.settings.queue}.ops"
+    )
+    _turn(entries, "msg-unset", "conv-unset")
+    deadline = time.monotonic() + 60
+    while len(runs) < 5:
+        assert time.monotonic() < deadline, f"entry runs never all started: {runs}"
+        for r in entries.rows(
+            "SELECT id, entry_kind FROM runs WHERE entry_kind IN ('cron', 'teams')"
+        ):
+            runs[r.entry_kind] = r.id
+        time.sleep(0.1)
+    ids = list(runs.values())
+    # Every run made its first call on the victim (its second model step takes 1.5 s): kill it.
+    while len(_vendor_reads(entries, ids)) < 5:
+        assert time.monotonic() < deadline, "the victim never had every run in flight"
+        time.sleep(0.05)
+    victim.kill()
+    entries.worker("survivor", concurrency=3, ops=False)
+    for kind, run_id in runs.items():
+        view = entries.wait(run_id, timeout=90)
+        assert (view.status, view.lost_count) == ("succeeded", 1), (kind, view)
+    rows = entries.rows(
+        "SELECT id, resumable FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))", ids=ids
+    )
+    assert all(r.resumable for r in rows)
+    resumed = entries.rows(
+        "SELECT run_id, count(*) AS n FROM audit_events WHERE kind = 'agent.run.crash_resumed' "
+        "AND run_id = ANY(CAST(:ids AS uuid[])) GROUP BY run_id",
+        ids=ids,
+    )
+    assert {str(r.run_id): r.n for r in resumed} == dict.fromkeys(ids, 1)
+    assert len(_replies(entries, runs["teams"])) == 1
+    cron = entries.rows("SELECT status, outcome FROM cron_runs WHERE run_id = :r", r=runs["cron"])
+    assert [(c.status, c.outcome) for c in cron] == [("succeeded", ANSWER)]

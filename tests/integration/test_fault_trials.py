@@ -10,6 +10,7 @@ import pytest
 
 from liyagent.local.servers import PrivatePostgres, PrivateRedis
 from runtime.sealing import new_key_entry, parse_keys
+from runtime.settings import Timings
 from store import migrate
 from store.admin import create_database, database_url
 from tests.support.judge import judge_runs, wait_all
@@ -21,6 +22,45 @@ pytestmark = pytest.mark.kill
 
 def _start_runs(stack, n: int, latency_ms: int = 500) -> list[str]:
     return [stack.start(mixed(f"f{i}", latency_ms=latency_ms)) for i in range(n)]
+
+
+def _restart_bound_s(t: Timings, latency_ms: int) -> float:
+    """The longest today's design lets a run take to end after a store restarts under it: the
+    slower of the ways back (a run in flight is claimed once its lease lapses, or, when Redis
+    came back empty, by the next sweep's full scan; a run whose message Redis dropped is
+    published again by the outbox) plus the sweep that acts on it, then the whole run again;
+    doubled, for a loaded 2-core machine. Measured here: 3.5-4.2 s (Redis), 5.2-5.5 s
+    (Postgres) with the test timings, against a bound of 18 s."""
+    seen_ms = max(t.lease_ttl_ms, t.requeue_after_ms) + t.sweep_interval_ms
+    run_ms = len(mixed("x")) * latency_ms
+    return 2 * (seen_ms + run_ms) / 1000
+
+
+def _assert_restart_survived(stack, runs: list[str], fault_at: datetime, latency_ms: int) -> None:
+    """Today's accounting of a store restart, judged from Postgres and the simulator's records:
+    every run ends succeeded, with no vendor effect twice and nothing written after a takeover;
+    each run is charged at most one loss (today a run in flight when Redis or Postgres went
+    away is charged one, a Redis blip included; a run that finished meanwhile none), and each
+    loss is claimed once and resumed once; the last run ends within the design's bound."""
+    verdict = judge_runs(stack, runs)
+    verdict.assert_clean()
+    assert sum(verdict.duplicate_writes.values()) == 0, verdict.duplicate_writes
+    rows = stack.rows(
+        "SELECT r.id, r.status, r.lost_count, r.attempt, r.finished_at, "
+        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
+        " AND a.kind = 'agent.run.lost') AS claimed, "
+        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
+        " AND a.kind = 'agent.run.crash_resumed') AS resumed "
+        "FROM runs r WHERE r.id = ANY(CAST(:ids AS uuid[]))",
+        ids=runs,
+    )
+    assert len(rows) == len(runs)
+    for r in rows:
+        assert r.status == "succeeded" and r.lost_count <= 1, r
+        assert r.attempt == 1 + r.lost_count and r.claimed == r.resumed == r.lost_count, r
+    took = (max(r.finished_at for r in rows) - fault_at).total_seconds()
+    bound = _restart_bound_s(stack.settings.timings, latency_ms)
+    assert took <= bound, f"the last run ended {took:.1f} s after the fault (bound {bound:.1f} s)"
 
 
 def _until_in_flight(stack, run_ids: list[str], timeout: float = 30) -> None:
@@ -39,10 +79,11 @@ def test_redis_restarted_empty_mid_run(stack, tmp_path) -> None:
         stack.beat()
         runs = _start_runs(stack, 4)
         _until_in_flight(stack, runs)
+        fault_at = datetime.now(tz=UTC)
         redis.stop()  # every lease, message and lock is gone
         redis.start()
         wait_all(stack, runs)
-        judge_runs(stack, runs).assert_clean()
+        _assert_restart_survived(stack, runs, fault_at, latency_ms=500)
     finally:
         redis.stop()
 
@@ -59,11 +100,11 @@ def test_postgres_restarted_mid_run(stack, tmp_path) -> None:
         stack.beat()
         runs = _start_runs(stack, 4)
         _until_in_flight(stack, runs)
+        fault_at = datetime.now(tz=UTC)
         pg.stop("fast")  # every connection of every process drops
         pg.start()
         wait_all(stack, runs)
-        verdict = judge_runs(stack, runs)
-        verdict.assert_clean()
+        _assert_restart_survived(stack, runs, fault_at, latency_ms=500)
     finally:
         stack.close()
         pg.remove()

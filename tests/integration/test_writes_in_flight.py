@@ -189,3 +189,31 @@ def test_write_reclassified_as_read_is_still_settled_as_a_write(stack) -> None:
     assert _settled(stack, run_id) == [("chat.reply", "unknown")]
     kinds = stack.rows("SELECT kind, status FROM call_marks WHERE run_id = :r", r=run_id)
     assert [(k.kind, k.status) for k in kinds] == [("write", "settled")]
+
+
+@pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])
+def test_positional_id_write_in_doubt_is_settled_and_never_sent_again(stack, fault, sent) -> None:
+    """A provider whose tool-call ids only number their position (`call_0`) asks a plain write
+    (no reader); the worker dies with it in doubt. No stable key was derived from the id (I8),
+    and the resume tells the model the outcome is unknown without sending it again (I2)."""
+    steps = [step(call("call_0", "chat.reply", conversation="c0", text="hello")), final()]
+    run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1
+    posts = stack.vendor(
+        "SELECT attempt, idem_key FROM sim.requests WHERE run_id = :r AND vendor = 'chat'",
+        r=run_id,
+    )
+    assert [p.attempt for p in posts] == [1] * sent  # 0 or 1 request, from the lost attempt
+    [mark] = stack.rows(
+        "SELECT call_id, stable_key, idem_key, status, settlement FROM call_marks "
+        "WHERE run_id = :r",
+        r=run_id,
+    )
+    assert (mark.call_id, mark.status, mark.settlement) == ("call_0", "settled", "unknown")
+    # The key the write carried is fresh for that call, never one derived from `call_0`.
+    assert mark.stable_key is False and mark.idem_key.startswith("lya-adhoc-")
+    assert [p.idem_key for p in posts] == [mark.idem_key] * sent
+    told = _told(stack, run_id, 2)[0]
+    assert told["outcome"] == "unknown" and "not sent again" in told["note"]
+    assert _settled(stack, run_id) == [("chat.reply", "unknown")]

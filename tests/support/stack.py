@@ -68,6 +68,9 @@ class Stack:
     procs: list[Proc] = field(default_factory=list)
     # More environment for every process started after it is set (a Teams bot's credentials).
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Variables removed from the environment of every process started after it is set (to
+    # prove a setting's default with the variable unset).
+    unset_env: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.app = Celery("liyagent-test", set_as_current=False)
@@ -81,7 +84,7 @@ class Stack:
     @property
     def env(self) -> dict[str, str]:
         s = self.settings
-        return {
+        env = {
             **os.environ,
             "LIYAGENT_ENV": "test",
             "LIYAGENT_DATABASE_URL": s.database_url,
@@ -100,6 +103,7 @@ class Stack:
             **timings_env(s.timings),
             **self.extra_env,
         }
+        return {k: v for k, v in env.items() if k not in self.unset_env}
 
     def reconfigure(self, **changes: Any) -> None:
         """Change settings for this process's services and every process started after."""
