@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
 
 from liyagent import timeline
 from liyagent.cli.main import main
@@ -235,3 +237,70 @@ def test_timeline_of_a_run_lost_handed_back_and_failed_at_the_limit(db_url: str)
     assert "attempt 1 lost" in svg and "attempt 3 lost" in svg and "failed the run" in svg
     assert "worker host-b" in svg and "handed back" in svg
     assert timeline.png_bytes(t)[:4] == b"\x89PNG"
+
+
+def _title_in_frame(t: Timeline) -> str:
+    """The picture's title, checked against the figure's frame with the renderer that draws
+    the PNG: inside the figure, above the axes, and whole words (none cut)."""
+    fig = timeline.draw(t)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (title,) = [a for a in fig.findobj(Text) if f"run {t.run_id}" in a.get_text()]
+    box, frame = title.get_window_extent(renderer), fig.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)
+    assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+    (ax,) = fig.axes
+    assert box.y0 >= ax.get_window_extent(renderer).y1, "the title runs into the axes"
+    return str(title.get_text())
+
+
+def test_a_long_title_fits_its_frame_and_a_sweeper_claim_is_credited_to_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A run lost once, claimed by the statement the sweeper runs (its `seen`: the lease
+    lapsed), with an agent name as long as a team's: the title wraps inside the picture and
+    the loss names the sweeper."""
+    engine = db.create(db_url)
+    run_id = str(uuid.uuid4())
+    agent = "acme-support-escalations-bot-for-the-emea-region"
+    try:
+        with engine.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO runs (id, correlation_id, agent, owner, spec) "
+                    "VALUES (:id, :corr, :agent, 'tester', '{}'::jsonb)"
+                ),
+                {"id": run_id, "corr": run_id, "agent": agent},
+            )
+            assert claim_delivery(conn, run_id, 1, "host-a") is not None
+            assert claim_lost_many(conn, [(run_id, 1)], loss_limit=2)[0].status == "queued"
+            assert claim_delivery(conn, run_id, 2, "host-b") is not None
+            t = select_timeline(conn, run_id)
+    finally:
+        engine.dispose()
+    (loss,) = t.losses
+    assert loss.seen == "lease_lapsed" and loss.claimer == "the sweeper"
+    text = _title_in_frame(t)
+    for words in (f"run {run_id}", agent, "running", "2 attempts, lost once"):
+        assert words in text, words
+    assert "attempt 1 lost (lease lapsed): the sweeper requeued the run" in timeline.svg(t)
+    png = timeline.write_png(tmp_path / "long.png", t)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.kill
+@pytest.mark.timeout(120)
+def test_a_death_watch_claim_is_credited_to_the_death_watch(stack) -> None:
+    """No beat runs, so no sweeper: the survivor's death watch sees the victim's connections
+    close and claims the run. The picture and its timeline say so, never "the sweeper"."""
+    run_id = stack.kill_at("after_checkpoint:kill", lambda: stack.start(mixed("dw")))
+    stack.worker("survivor")
+    assert stack.wait(run_id).status == "succeeded"
+    with stack.db() as conn:
+        t = select_timeline(conn, run_id)
+    (loss,) = t.losses
+    assert loss.seen == "connection_closed" and loss.claimer == "the death watch"
+    svg = timeline.svg(t)
+    assert "attempt 1 lost (connection closed): the death watch requeued the run" in svg
+    assert "sweeper" not in svg
+    _title_in_frame(t)
