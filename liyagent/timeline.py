@@ -98,6 +98,12 @@ class _Layout:
         """Seconds since the run was created."""
         return (at - self.origin).total_seconds()
 
+    def xlim(self) -> tuple[float, float]:
+        """The axes' span: room on the left for the first attempt's label, on the right for
+        the run's end."""
+        span = max(self.end, 1.0)
+        return -0.14 * span, span * 1.1 + 0.3
+
     def lane(self, a: TimelineAttempt) -> int:
         return self.lanes.index(_holder(a))
 
@@ -362,9 +368,9 @@ class _Painter:
         self.mark("loss", x, y)
         how = f" ({e.seen.replace('_', ' ')})" if e.seen else ""
         then = "failed the run" if e.kind == "agent.run.failed" else "requeued the run"
-        # The words go to whichever side of the line has more room (the axes span
-        # -0.14 * end to 1.1 * end, see `axes`).
-        right = x > 0.48 * lay.end
+        # The words go to whichever side of the line has more room on the axes.
+        low, high = lay.xlim()
+        right = x - low > high - x
         # Losses close in time take turns above the queue lane, so their words stay apart.
         row = -0.62 + 0.22 * (lay.t.losses.index(e) % 2)
         self.note(
@@ -419,9 +425,7 @@ class _Painter:
         lay, ax = self.lay, self.ax
         ax.set_yticks(range(len(lay.lanes)), lay.lanes, fontsize=9)
         ax.set_ylim(len(lay.lanes) - 1 + lay.below, -0.75)
-        # Room on the left for the first attempt's label, on the right for the run's end.
-        span = max(lay.end, 1.0)
-        ax.set_xlim(-0.14 * span, span * 1.1 + 0.3)
+        ax.set_xlim(*lay.xlim())
         ax.set_xlabel("seconds since the run was created (database clock)")
         ax.grid(axis="x", color="#EEEEEE")
         ax.set_axisbelow(True)

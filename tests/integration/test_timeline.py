@@ -12,6 +12,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -26,13 +27,17 @@ from liyagent.local.figures import collect
 from liyagent.local.procs import ROOT
 from liyagent.local.report import KillNote, write_html
 from liyagent.local.verdict import Recovery, Verdict, slowest_timelines, write_report
+from runtime.client import Client
+from runtime.leases import Leases, Token
+from runtime.sweeper import Sweeper
 from store import db
 from store.rows import RunNotFound
 from store.runs import claim_delivery, claim_lost_many, hand_back
 from store.timeline import Timeline, select_timeline, select_timelines
 from store.views import database_now
 from tests.support import browser
-from tests.support.scripts import mixed
+from tests.support.scripts import final, mixed
+from tests.support.stack import RecordingPublisher, services_with
 
 # Killed after marking its third write (chat.reply, no reader) and before sending it: the
 # resume cannot know whether it landed, so it is settled `unknown` and never sent again.
@@ -255,33 +260,31 @@ def _title_in_frame(t: Timeline) -> str:
 
 
 def test_a_long_title_fits_its_frame_and_a_sweeper_claim_is_credited_to_it(
-    db_url: str, tmp_path: Path
+    stack, tmp_path: Path
 ) -> None:
-    """A run lost once, claimed by the statement the sweeper runs (its `seen`: the lease
-    lapsed), with an agent name as long as a team's: the title wraps inside the picture and
-    the loss names the sweeper."""
-    engine = db.create(db_url)
-    run_id = str(uuid.uuid4())
+    """A run whose worker took its lease and died, claimed by a real sweep once the lease
+    lapsed, with an agent name as long as a team's: the loss names the sweeper, and the title
+    wraps inside the picture."""
+    services = services_with(stack, RecordingPublisher())
     agent = "acme-support-escalations-bot-for-the-emea-region"
-    try:
-        with engine.connect() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO runs (id, correlation_id, agent, owner, spec) "
-                    "VALUES (:id, :corr, :agent, 'tester', '{}'::jsonb)"
-                ),
-                {"id": run_id, "corr": run_id, "agent": agent},
-            )
-            assert claim_delivery(conn, run_id, 1, "host-a") is not None
-            assert claim_lost_many(conn, [(run_id, 1)], loss_limit=2)[0].status == "queued"
-            assert claim_delivery(conn, run_id, 2, "host-b") is not None
-            t = select_timeline(conn, run_id)
-    finally:
-        engine.dispose()
+    run_id = Client(services).start_run(
+        agent=agent, model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    short = Leases(services.redis, services.settings.namespace, ttl_ms=150)
+    assert short.acquire(Token(run_id, 1, "host-a-1"))
+    with stack.db() as conn:
+        assert claim_delivery(conn, run_id, 1, "host-a-1") is not None
+    deadline = time.monotonic() + 5
+    while short.holder(run_id) is not None:
+        assert time.monotonic() < deadline, "the lease never lapsed"
+        time.sleep(0.02)
+    assert Sweeper(services).sweep().ran
+    with stack.db() as conn:
+        t = select_timeline(conn, run_id)
     (loss,) = t.losses
     assert loss.seen == "lease_lapsed" and loss.claimer == "the sweeper"
     text = _title_in_frame(t)
-    for words in (f"run {run_id}", agent, "running", "2 attempts, lost once"):
+    for words in (f"run {run_id}", agent, "queued", "2 attempts, lost once"):
         assert words in text, words
     assert "attempt 1 lost (lease lapsed): the sweeper requeued the run" in timeline.svg(t)
     png = timeline.write_png(tmp_path / "long.png", t)
