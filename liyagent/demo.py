@@ -224,8 +224,8 @@ def _execute(state: DemoState, opts: DemoOptions, out: Console) -> Figures:
         )
         ttl = settings.timings.lease_ttl_ms / 1000
         out.print(
-            f"Its leases lapse within {ttl:g} s; the sweeper claims each run once and w2 "
-            "resumes it."
+            "The death watch sees its connections close and claims each run once (the "
+            f"sweeper would, once its leases lapse within {ttl:g} s); w2 resumes it."
         )
         wait_until_done(d, state.run_ids, opts.timeout_s, out)
         state.flower_checked = flower_guarded(state.flower_url, FLOWER_USER, state.flower_password)

@@ -1,5 +1,7 @@
 """What `liyagent status`, `inspect`, `approvals`, `stop` and `call` show, for people and as
-JSON: a run's story read from Postgres, and what an operator's action did.
+JSON: a run's story read from Postgres, and what an operator's action did. Every audit row
+carries its time; the transcript shows each tool call (liyagent/transcript.py) between the
+run's input and its answer.
 
 The run's latest checkpoint is opened with the sealer to show what each step asked for (its
 history lists every step written); one that fails its seal is reported as such (never used,
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from liyagent.transcript import CallEntry, tool_calls
 from runtime.client import RunView
 from runtime.sealing import Sealer, SealError
 from store.checkpoints import select_marks
@@ -54,6 +57,8 @@ class RunReport:
     marks: list[MarkRow]
     audit: list[AuditRow]
     transcript: list[TranscriptRow]
+    # Every tool call the run's steps asked for, with its settlement and result (redacted).
+    calls: list[CallEntry]
 
 
 def open_checkpoints(sealer: Sealer, run: RunRow) -> list[CheckpointView]:
@@ -104,7 +109,8 @@ def inspect_run(engine: sa.Engine, sealer: Sealer, run_id: str) -> RunReport:
         transcript = select_transcript(conn, run_id)
     answer, answer_error = _answer(sealer, run)
     checkpoints = open_checkpoints(sealer, run)
-    return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript)
+    calls = tool_calls(sealer, run, marks, audit)
+    return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript, calls)
 
 
 def write_timeline(engine: sa.Engine, run_id: str, html: Path | None, png: Path | None) -> None:
@@ -169,10 +175,17 @@ def report_json(r: RunReport) -> dict[str, Any]:
             for m in r.marks
         ],
         "audit": [
-            {"kind": a.kind, "attempt": a.attempt, "step": a.step, "detail": a.detail}
+            {
+                "kind": a.kind,
+                "attempt": a.attempt,
+                "step": a.step,
+                "detail": a.detail,
+                "created_at": _iso(a.created_at),
+            }
             for a in r.audit
         ],
         "transcript": [{"role": t.role, "content": t.content} for t in r.transcript],
+        "tool_calls": [{**asdict(c), "at": _iso(c.at)} for c in r.calls],
     }
 
 
@@ -212,6 +225,13 @@ def _row(table: Table, *cells: object) -> None:
 
 def _when(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _stamp(value: datetime | None) -> str:
+    """A record's time to the millisecond, in UTC (records a few ms apart stay apart)."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def render_view(out: Console, view: RunView) -> None:
@@ -264,11 +284,29 @@ def _render_marks(out: Console, r: RunReport) -> None:
 
 
 def _render_audit(out: Console, r: RunReport) -> None:
-    table = _table("Audit", ["kind", "attempt", "step", "detail"])
+    table = _table("Audit", ["at", "kind", "attempt", "step", "detail"])
     for a in r.audit:
         detail = json.dumps(a.detail, sort_keys=True)
-        _row(table, a.kind, a.attempt, a.step, detail)
+        _row(table, _stamp(a.created_at), a.kind, a.attempt, a.step, detail)
     out.print(table if r.audit else "Audit: no events.")
+
+
+def _render_transcript(out: Console, r: RunReport) -> None:
+    """The run's input, each tool call (tool, kind, arguments, how it was settled, result),
+    then its answer and notices."""
+    table = _table("Transcript", ["at", "role", "content"])
+    lines = list(r.transcript)
+    if lines and lines[0].id == 0:  # the run's input, kept on the run
+        first = lines.pop(0)
+        _row(table, _stamp(first.created_at), first.role, first.content)
+    for c in r.calls:
+        content = (
+            f"step {c.step} {c.call_id}: {c.tool} ({c.kind}) {c.args}\n-> {c.settled}: {c.result}"
+        )
+        _row(table, _stamp(c.at), "tool call", content)
+    for t in lines:
+        _row(table, _stamp(t.created_at), t.role, t.content)
+    out.print(table)
 
 
 def _losses(n: int) -> str:
@@ -298,10 +336,7 @@ def render_report(out: Console, r: RunReport) -> None:
     _render_checkpoints(out, r)
     _render_marks(out, r)
     _render_audit(out, r)
-    table = _table("Transcript", ["role", "content"])
-    for t in r.transcript:
-        _row(table, t.role, t.content)
-    out.print(table)
+    _render_transcript(out, r)
 
 
 def approval_json(a: ApprovalRow) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """A picture of one run's life, drawn from its timeline (store/timeline.py, Postgres alone).
 
 One lane per worker process (its holder, "host-pid"): each attempt is a bar from its claim to
-its end; a lost attempt's bar turns hatched after its last record, until the sweeper saw the
-loss and claimed the run (the red dashed line). A harness that killed the worker itself (the
+its end; a lost attempt's bar turns hatched after its last record, until the loss was seen and
+the run claimed (the red dashed line, naming who claimed it as the claim recorded: the death
+watch, the worker's main process or the sweeper). A harness that killed the worker itself (the
 demo, the kill trials) may add its kill as a mark; nothing else comes from outside Postgres.
 Each marked call is a circle: hollow where it was marked before sending, filled where its
 outcome was recorded or it was settled, coloured by its settlement; a resume is a diamond with
@@ -26,9 +27,11 @@ from typing import Any
 import matplotlib
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.text import Text
 
 from store.timeline import Timeline, TimelineAttempt, TimelineCall, TimelineEvent
 
@@ -95,6 +98,12 @@ class _Layout:
         """Seconds since the run was created."""
         return (at - self.origin).total_seconds()
 
+    def xlim(self) -> tuple[float, float]:
+        """The axes' span: room on the left for the first attempt's label, on the right for
+        the run's end."""
+        span = max(self.end, 1.0)
+        return -0.14 * span, span * 1.1 + 0.3
+
     def lane(self, a: TimelineAttempt) -> int:
         return self.lanes.index(_holder(a))
 
@@ -136,7 +145,7 @@ LABELS = {
     "claim": "claimed by a worker",
     "silent": "no record until the loss was seen",
     "kill": "worker killed (harness)",
-    "loss": "loss seen, run claimed by the sweeper",
+    "loss": "loss seen, run claimed (by whom: beside the line)",
     "resume": "resumed",
     "answer": "answer stored",
     "failed": "failed",
@@ -162,12 +171,60 @@ def draw(t: Timeline, kills: Sequence[KillMark] = ()) -> Figure:
         p.kill(k)
     p.answer()
     p.axes()
-    rows = _legend(fig, p.seen)
+    lines = _title_lines(fig, _title_parts(t))
+    # Each line of the title takes its own room above the axes, so the lanes keep theirs.
+    fig.set_figheight(fig.get_figheight() + TITLE_LINE_IN * (len(lines) - 1))
     height = fig.get_figheight()
-    fig.subplots_adjust(
-        left=0.2, right=0.98, top=1 - 0.42 / height, bottom=(0.75 + 0.17 * rows) / height
+    fig.text(
+        TITLE_X,
+        1 - 0.1 / height,
+        "\n".join(lines),
+        fontsize=TITLE_SIZE,
+        ha="left",
+        va="top",
+        gid="title",
     )
+    rows = _legend(fig, p.seen)
+    top = 1 - (0.22 + TITLE_LINE_IN * len(lines)) / height
+    fig.subplots_adjust(left=0.2, right=0.98, top=top, bottom=(0.75 + 0.17 * rows) / height)
     return fig
+
+
+# The title: at the figure's left edge (not the axes', which leaves room for the lanes' names),
+# in lines that each fit the figure's width, measured by the renderer that draws it.
+TITLE_X = 0.01
+TITLE_SIZE = 10
+TITLE_LINE_IN = 0.2
+SEPARATOR = " · "
+
+
+def _title_parts(t: Timeline) -> list[str]:
+    """What the title says, in pieces that may go on separate lines."""
+    lost = {0: "never lost", 1: "lost once"}.get(t.lost_count, f"lost {t.lost_count} times")
+    n = len(t.attempts)
+    return [f"run {t.run_id}", t.agent, t.status, f"{n} attempt{'' if n == 1 else 's'}, {lost}"]
+
+
+def _title_lines(fig: Figure, parts: list[str]) -> list[str]:
+    """The parts joined into as few lines as fit the figure's width; a part too long for a
+    line of its own is cut short with an ellipsis."""
+    renderer = FigureCanvasAgg(fig).get_renderer()  # type: ignore[no-untyped-call]
+    room = fig.bbox.width * (1 - 2 * TITLE_X)
+    probe = Text(fontsize=TITLE_SIZE, figure=fig)
+
+    def fits(text: str) -> bool:
+        probe.set_text(text)
+        return bool(probe.get_window_extent(renderer).width <= room)
+
+    lines: list[str] = []
+    for part in parts:
+        while not fits(part) and len(part) > 1:
+            part = part[:-2] + "…"
+        if lines and fits(lines[-1] + SEPARATOR + part):
+            lines[-1] += SEPARATOR + part
+        else:
+            lines.append(part)
+    return lines
 
 
 class _Painter:
@@ -302,19 +359,22 @@ class _Painter:
             self.note(_PAUSES[e.kind], (x, y), 3, -16)
 
     def loss(self, e: TimelineEvent) -> None:
-        """The sweeper saw the attempt's lease lapse (or its worker die) and claimed the run."""
+        """The attempt's loss was seen (its worker died, or its lease lapsed) and the run
+        claimed, by whoever the claim's audit names (store/timeline.py `claimer`)."""
         lay, x = self.lay, self.lay.x(e.at)
         lost = next((a for a in lay.t.attempts if a.attempt == e.attempt), None)
         y = lay.lane(lost) if lost is not None and lost.began_at is not None else 0
         self.ax.axvline(x, color=LOSS, linestyle="--", linewidth=1.2, gid=f"loss-{e.attempt}")
         self.mark("loss", x, y)
         how = f" ({e.seen.replace('_', ' ')})" if e.seen else ""
-        then = "failed the run" if e.kind == "agent.run.failed" else "requeued it"
-        right = x > 0.6 * lay.end
+        then = "failed the run" if e.kind == "agent.run.failed" else "requeued the run"
+        # The words go to whichever side of the line has more room on the axes.
+        low, high = lay.xlim()
+        right = x - low > high - x
         # Losses close in time take turns above the queue lane, so their words stay apart.
         row = -0.62 + 0.22 * (lay.t.losses.index(e) % 2)
         self.note(
-            f"attempt {e.attempt} lost{how}: the sweeper claimed the run and {then}",
+            f"attempt {e.attempt} lost{how}: {e.claimer} {then}",
             (x, row),
             -4 if right else 4,
             0,
@@ -362,22 +422,13 @@ class _Painter:
             self.note(t.status, xy, 8, 0, fontsize=9, va="center", fontweight="bold")
 
     def axes(self) -> None:
-        t, lay, ax = self.lay.t, self.lay, self.ax
+        lay, ax = self.lay, self.ax
         ax.set_yticks(range(len(lay.lanes)), lay.lanes, fontsize=9)
         ax.set_ylim(len(lay.lanes) - 1 + lay.below, -0.75)
-        # Room on the left for the first attempt's label, on the right for the run's end.
-        span = max(lay.end, 1.0)
-        ax.set_xlim(-0.14 * span, span * 1.1 + 0.3)
+        ax.set_xlim(*lay.xlim())
         ax.set_xlabel("seconds since the run was created (database clock)")
         ax.grid(axis="x", color="#EEEEEE")
         ax.set_axisbelow(True)
-        lost = {0: "never lost", 1: "lost once"}.get(t.lost_count, f"lost {t.lost_count} times")
-        n = len(t.attempts)
-        ax.set_title(
-            f"run {t.run_id} · {t.agent} · {t.status} · {n} attempt{'' if n == 1 else 's'}, {lost}",
-            fontsize=10,
-            loc="left",
-        )
 
 
 def _legend(fig: Figure, seen: set[str]) -> int:

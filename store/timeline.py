@@ -25,6 +25,16 @@ HANDED_BACK = "agent.run.handed_back"
 WAITING = "agent.run.waiting"
 RESUME_KINDS = ("agent.run.crash_resumed", "agent.run.resumed")
 
+# Who claims a lost run, by the `seen` its claim writes into the loss's audit: each claimer
+# passes its own (runtime/deaths.py: the death watch and a pool child's parent;
+# runtime/sweeper.py: the sweeper, for a lapsed or a missing lease).
+CLAIMERS = {
+    "connection_closed": "the death watch",
+    "pool_child_died": "its worker's main process",
+    "lease_lapsed": "the sweeper",
+    "lease_missing": "the sweeper",
+}
+
 
 @dataclass(frozen=True)
 class TakenUp:
@@ -62,6 +72,16 @@ class TimelineEvent:
     def is_loss(self) -> bool:
         """A claim of a lapsed attempt: the run was requeued (lost) or failed at the limit."""
         return self.kind == LOST or (self.kind == FAILED and self.lost_claimed_at is not None)
+
+    @property
+    def claimer(self) -> str | None:
+        """Who claimed the run at a loss, as its claim recorded it (None for other events; a
+        claim that names no way of seeing the loss says so rather than guessing)."""
+        if not self.is_loss:
+            return None
+        if self.seen is None:
+            return "a claim that did not record how it saw the loss"
+        return CLAIMERS.get(self.seen, f"a claim that saw the loss as {self.seen!r}")
 
     @property
     def is_resume(self) -> bool:
@@ -218,7 +238,8 @@ def _event(row: Any) -> TimelineEvent:
     lost_claimed_at = None
     worker = _text(detail, "worker")
     if "lost_attempt" in detail and row.kind in (LOST, FAILED):
-        # Written by the sweeper's claim, with the run's new attempt: about the lost one.
+        # Written by the loss's claim (sweeper, death watch or parent), with the run's new
+        # attempt: about the lost one.
         attempt = int(detail["lost_attempt"])
         worker = _text(detail, "lost_holder")
         claimed = detail.get("lost_claimed_at")

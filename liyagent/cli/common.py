@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +26,19 @@ class CliError(Exception):
         self.code = code
 
 
+# Output piped to a script or grep has no width to fit: nothing is wrapped or cut (rich would
+# otherwise assume 80 columns and fold ids, names and times across lines). COLUMNS, when set,
+# still counts.
+PIPED_WIDTH = 100_000
+
+
 def out() -> Console:
-    """A console for people: no colour guessing on data, no markup highlighting."""
-    return Console(highlight=False)
+    """A console for people: no colour guessing on data, no markup highlighting; when stdout
+    is not a terminal, as wide as any line is."""
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        return Console(highlight=False, width=PIPED_WIDTH)
+    return console
 
 
 def print_json(payload: Any) -> None:

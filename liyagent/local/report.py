@@ -163,7 +163,7 @@ def _timelines(shown: list[Timeline], kill: KillNote | None) -> str:
         sections.append(timeline_page.html_section(t, kills))
     return (
         "<h2>Timelines of the resumed runs</h2><p>Drawn from Postgres alone: each attempt on "
-        "the lane of the worker process that held it, the loss the sweeper saw, the resume "
+        "the lane of the worker process that held it, the loss and who claimed it, the resume "
         "and every marked call coloured by how it was settled.</p>" + "".join(sections)
     )
 

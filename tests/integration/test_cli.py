@@ -152,6 +152,62 @@ def test_resumed_run_shows_its_loss_in_inspect(stack, tmp_path: Path) -> None:
     assert [c["settled"] for c in resumed["detail"]["calls"]] == ["made", "made"]
     assert [c["attempt"] for c in report["checkpoints"]] == [1, 1, 2, 2]
     assert {m["attempt"] for m in report["marks"]} == {2}
+    _check_inspect_shows_times_and_calls(stack, run_id, report)
+
+
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"
+
+
+def _check_inspect_shows_times_and_calls(stack, run_id: str, report: dict) -> None:
+    """`inspect`, piped: each audit row with its time, each tool call in the transcript with
+    its tool, kind, arguments, settlement and result, every row on one line with whole ids."""
+    assert all(re.fullmatch(r"\d{4}-.*[+-]\d\d:\d\d", a["created_at"]) for a in report["audit"])
+    calls = [(c["step"], c["tool"], c["kind"], c["settled"]) for c in report["tool_calls"]]
+    assert calls == [
+        (1, "ticket.read", "read", "made"),
+        (1, "incident.create", "keyed_write", "made"),
+        (2, "issue.comment", "write", "made"),
+        (3, "chat.reply", "write", "made"),
+    ]
+    first = report["tool_calls"][0]
+    assert first["call_id"] == "toolu_k_r" and '"ticket": "T-k"' in first["args"]
+    assert "T-k" in first["result"]  # the read's result, as the model was told it
+    assert report["tool_calls"][3]["result"] != "-"  # the last step's write: its outcome
+    env = {k: v for k, v in stack.env.items() if k != "COLUMNS"}  # piped, no width asked for
+    human = cli("inspect", run_id, env=env)
+    assert human.returncode == 0, human.stderr
+    lines = human.stdout.splitlines()
+    lost = next(a for a in report["audit"] if a["kind"] == "agent.run.lost")
+    (row,) = [ln for ln in lines if "agent.run.lost" in ln]
+    assert re.search(STAMP + r" +│ agent\.run\.lost", row), row
+    assert f'"lost_holder": "{lost["detail"]["lost_holder"]}"' in row  # whole, on one line
+    (row,) = [ln for ln in lines if "agent.run.crash_resumed" in ln]
+    assert re.search(STAMP, row), row
+    (read,) = [ln for ln in lines if "ticket.read (read)" in ln]
+    assert "tool call" in read and "step 1 toolu_k_r" in read and '"ticket": "T-k"' in read
+    assert any("-> made:" in ln and "T-k" in ln for ln in lines)
+    assert any(f"Run {run_id} (agent support-bot)" in ln for ln in lines)
+    recent = cli("status", env=env)
+    (row,) = [ln for ln in recent.stdout.splitlines() if run_id in ln]
+    assert "support-bot" in row and "succeeded" in row and re.search(r"\d\d:\d\d:\d\d", row)
+
+
+def test_inspect_shows_a_call_with_its_secrets_redacted(stack, tmp_path: Path) -> None:
+    secret = "sk-live-0123456789abcdef"
+    path = tmp_path / "script-s.json"
+    steps = [step(call("toolu_s_r", "ticket.read", ticket="T-s", api_key=secret)), final("ok")]
+    path.write_text(json.dumps({"steps": steps}))
+    stack.worker("w1")
+    done = start(stack, path, "--wait", "--timeout", "60")
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    shown = cli("inspect", run_id, "--json", env=stack.env)
+    (entry,) = json.loads(shown.stdout)["tool_calls"]
+    assert (entry["tool"], entry["kind"], entry["step"]) == ("ticket.read", "read", 1)
+    assert '"api_key": "[redacted]"' in entry["args"] and '"ticket": "T-s"' in entry["args"]
+    human = cli("inspect", run_id, env=stack.env)
+    assert human.returncode == 0 and "ticket.read (read)" in human.stdout
+    assert secret not in shown.stdout + human.stdout + human.stderr
 
 
 def test_failed_run_exits_1_with_its_reason(stack, tmp_path: Path) -> None:

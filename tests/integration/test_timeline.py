@@ -12,11 +12,14 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
 
 from liyagent import timeline
 from liyagent.cli.main import main
@@ -24,13 +27,17 @@ from liyagent.local.figures import collect
 from liyagent.local.procs import ROOT
 from liyagent.local.report import KillNote, write_html
 from liyagent.local.verdict import Recovery, Verdict, slowest_timelines, write_report
+from runtime.client import Client
+from runtime.leases import Leases, Token
+from runtime.sweeper import Sweeper
 from store import db
 from store.rows import RunNotFound
 from store.runs import claim_delivery, claim_lost_many, hand_back
 from store.timeline import Timeline, select_timeline, select_timelines
 from store.views import database_now
 from tests.support import browser
-from tests.support.scripts import mixed
+from tests.support.scripts import final, mixed
+from tests.support.stack import RecordingPublisher, services_with
 
 # Killed after marking its third write (chat.reply, no reader) and before sending it: the
 # resume cannot know whether it landed, so it is settled `unknown` and never sent again.
@@ -235,3 +242,68 @@ def test_timeline_of_a_run_lost_handed_back_and_failed_at_the_limit(db_url: str)
     assert "attempt 1 lost" in svg and "attempt 3 lost" in svg and "failed the run" in svg
     assert "worker host-b" in svg and "handed back" in svg
     assert timeline.png_bytes(t)[:4] == b"\x89PNG"
+
+
+def _title_in_frame(t: Timeline) -> str:
+    """The picture's title, checked against the figure's frame with the renderer that draws
+    the PNG: inside the figure, above the axes, and whole words (none cut)."""
+    fig = timeline.draw(t)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (title,) = [a for a in fig.findobj(Text) if f"run {t.run_id}" in a.get_text()]
+    box, frame = title.get_window_extent(renderer), fig.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)
+    assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+    (ax,) = fig.axes
+    assert box.y0 >= ax.get_window_extent(renderer).y1, "the title runs into the axes"
+    return str(title.get_text())
+
+
+def test_a_long_title_fits_its_frame_and_a_sweeper_claim_is_credited_to_it(
+    stack, tmp_path: Path
+) -> None:
+    """A run whose worker took its lease and died, claimed by a real sweep once the lease
+    lapsed, with an agent name as long as a team's: the loss names the sweeper, and the title
+    wraps inside the picture."""
+    services = services_with(stack, RecordingPublisher())
+    agent = "acme-support-escalations-bot-for-the-emea-region"
+    run_id = Client(services).start_run(
+        agent=agent, model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    short = Leases(services.redis, services.settings.namespace, ttl_ms=150)
+    assert short.acquire(Token(run_id, 1, "host-a-1"))
+    with stack.db() as conn:
+        assert claim_delivery(conn, run_id, 1, "host-a-1") is not None
+    deadline = time.monotonic() + 5
+    while short.holder(run_id) is not None:
+        assert time.monotonic() < deadline, "the lease never lapsed"
+        time.sleep(0.02)
+    assert Sweeper(services).sweep().ran
+    with stack.db() as conn:
+        t = select_timeline(conn, run_id)
+    (loss,) = t.losses
+    assert loss.seen == "lease_lapsed" and loss.claimer == "the sweeper"
+    text = _title_in_frame(t)
+    for words in (f"run {run_id}", agent, "queued", "2 attempts, lost once"):
+        assert words in text, words
+    assert "attempt 1 lost (lease lapsed): the sweeper requeued the run" in timeline.svg(t)
+    png = timeline.write_png(tmp_path / "long.png", t)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.kill
+@pytest.mark.timeout(120)
+def test_a_death_watch_claim_is_credited_to_the_death_watch(stack) -> None:
+    """No beat runs, so no sweeper: the survivor's death watch sees the victim's connections
+    close and claims the run. The picture and its timeline say so, never "the sweeper"."""
+    run_id = stack.kill_at("after_checkpoint:kill", lambda: stack.start(mixed("dw")))
+    stack.worker("survivor")
+    assert stack.wait(run_id).status == "succeeded"
+    with stack.db() as conn:
+        t = select_timeline(conn, run_id)
+    (loss,) = t.losses
+    assert loss.seen == "connection_closed" and loss.claimer == "the death watch"
+    svg = timeline.svg(t)
+    assert "attempt 1 lost (connection closed): the death watch requeued the run" in svg
+    assert "sweeper" not in svg
+    _title_in_frame(t)
