@@ -33,6 +33,7 @@ CLAIMERS = {
     "pool_child_died": "its worker's main process",
     "lease_lapsed": "the sweeper",
     "lease_missing": "the sweeper",
+    "parent_asked_again": "its parent run, asking its child again",
 }
 
 
