@@ -50,6 +50,28 @@ class _Token:
     use_until: float
 
 
+@dataclass(frozen=True)
+class TokenSource:
+    """Where the bot's token for one service comes from: the token endpoint, the scope asked
+    for, and how to name both in an error (the settings that choose them)."""
+
+    url: str
+    scope: str
+    what: str
+    settings_named: str
+
+
+def connector_tokens(settings: Settings) -> TokenSource:
+    """The Bot Connector's: Microsoft's `botframework.com` endpoint (or the setting's)."""
+    url = settings.teams_token_url
+    return TokenSource(
+        url,
+        settings.teams_token_scope,
+        f"the Bot Framework token endpoint {url} (LIYAGENT_TEAMS_TOKEN_URL)",
+        "LIYAGENT_TEAMS_APP_ID, the bot's app password and LIYAGENT_TEAMS_TOKEN_SCOPE",
+    )
+
+
 _lock = threading.Lock()
 # (process, token URL, app id, scope) -> the token in use.
 _tokens: dict[tuple[int, str, str, str], _Token] = {}
@@ -61,16 +83,19 @@ def bot_token(
     timeout_s: float,
     *,
     refused: str | None = None,
+    source: TokenSource | None = None,
 ) -> str:
-    """The bot's bearer token for the Bot Connector: the one this process holds while it is not
-    about to expire, else a new one from the token endpoint. `refused` is a token the connector
-    has just answered 401 to: it is replaced (once, however many requests saw it refused)."""
-    key = (os.getpid(), settings.teams_token_url, settings.teams_app_id, settings.teams_token_scope)
+    """The bot's bearer token for a service (the Bot Connector unless `source` names another):
+    the one this process holds while it is not about to expire, else a new one from the token
+    endpoint. `refused` is a token the service has just answered 401 to: it is replaced (once,
+    however many requests saw it refused)."""
+    source = source or connector_tokens(settings)
+    key = (os.getpid(), source.url, settings.teams_app_id, source.scope)
     with _lock:
         held = _tokens.get(key)
         if held is not None and held.value != refused and time.monotonic() < held.use_until:
             return held.value
-        fresh = _fetch(settings, headers, timeout_s)
+        fresh = _fetch(settings, source, headers, timeout_s)
         _tokens[key] = fresh
         return fresh.value
 
@@ -96,21 +121,23 @@ def app_password(settings: Settings) -> str:
     return value
 
 
-def _fetch(settings: Settings, headers: dict[str, str], timeout_s: float) -> _Token:
+def _fetch(
+    settings: Settings, source: TokenSource, headers: dict[str, str], timeout_s: float
+) -> _Token:
     """A new token from the token endpoint (client credentials)."""
     if not settings.teams_app_id:
         raise ToolError(
             "the workers have no Teams bot to authenticate replies as; set "
             "LIYAGENT_TEAMS_APP_ID (and the bot's app password) on them"
         )
-    url = settings.teams_token_url
+    url = source.url
     form = {
         "grant_type": "client_credentials",
         "client_id": settings.teams_app_id,
         "client_secret": app_password(settings),
-        "scope": settings.teams_token_scope,
+        "scope": source.scope,
     }
-    what = f"the Bot Framework token endpoint {url} (LIYAGENT_TEAMS_TOKEN_URL)"
+    what = source.what
     later = "the reply is in doubt and a later attempt reads it back and posts it"
     sent = time.monotonic()
     try:
@@ -127,7 +154,7 @@ def _fetch(settings: Settings, headers: dict[str, str], timeout_s: float) -> _To
     if status >= 400:
         raise ToolError(
             f"{what} refused the bot's credentials ({status} {_oauth_error(response)}); check "
-            "LIYAGENT_TEAMS_APP_ID, the bot's app password and LIYAGENT_TEAMS_TOKEN_SCOPE",
+            f"{source.settings_named}",
             status,
         )
     token, lifetime = _granted(response)
@@ -168,23 +195,37 @@ def _oauth_error(response: httpx.Response) -> str:
 
 
 class BotConnector:
-    """Requests to the Bot Connector for one call: the call's identity headers and timeout
-    (`CallHTTP`) plus the bot's bearer token, fetched again once when the connector refuses
-    it."""
+    """Requests to one of the bot's services for one call: the call's identity headers and
+    timeout (`CallHTTP`) plus the bot's bearer token for that service (the Bot Connector by
+    default), fetched again once when the service refuses it."""
 
-    def __init__(self, settings: Settings, call: CallHTTP) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        call: CallHTTP,
+        source: TokenSource | None = None,
+        service: str = "the Bot Connector",
+    ) -> None:
         self.settings = settings
         self.call = call
+        self.source = source or connector_tokens(settings)
+        self.service = service
         # The token request names the run and attempt (for the records) but has no key.
         self._token_headers = {
             k: v for k, v in call.headers.items() if k.lower() != "idempotency-key"
         } | {"X-Liyagent-Call": "teams-token"}
 
     def _token(self, refused: str | None = None) -> str:
-        return bot_token(self.settings, self._token_headers, self.call.timeout_s, refused=refused)
+        return bot_token(
+            self.settings,
+            self._token_headers,
+            self.call.timeout_s,
+            refused=refused,
+            source=self.source,
+        )
 
     def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        """One connector request with the bot's token; on 401, once more with a new token."""
+        """One request with the bot's token; on 401, once more with a new token."""
         token = self._token()
         response = self.call.request(method, url, headers=_bearer(token), **kwargs)
         if response.status_code != 401:
@@ -194,9 +235,8 @@ class BotConnector:
         response = self.call.request(method, url, headers=_bearer(token), **kwargs)
         if response.status_code == 401:
             raise ToolError(
-                f"{method} {url}: the Bot Connector refused the bot's token twice (401), a new "
-                "one included; check that LIYAGENT_TEAMS_APP_ID is the bot this channel "
-                "delivers to and LIYAGENT_TEAMS_TOKEN_SCOPE its connector's scope",
+                f"{method} {url}: {self.service} refused the bot's token twice (401), a new "
+                f"one included; check {self.source.settings_named}",
                 401,
             )
         return response

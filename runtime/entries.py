@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from runtime import catalog
+from runtime import catalog, teams_graph
 from runtime.bot_connector import BotConnector
 from runtime.call_http import CallHTTP
 from runtime.enqueue import BadRequest, NewRun, enqueue
 from runtime.services import Services
+from runtime.teams_graph import ADAPTIVE_CARD
 from runtime.tools import ToolError, vendor_json
 from store.entries import (
     EntryLink,
@@ -139,11 +140,10 @@ def intake_teams(s: Services, limit: int = 50) -> list[RunId]:
     return started
 
 
-ADAPTIVE_CARD = "application/vnd.microsoft.card.adaptive"
-
-
-def teams_cards(text: str) -> list[dict[str, Any]]:
-    """The reply's attachments: the answer as an Adaptive Card."""
+def teams_cards(text: str, key: str) -> list[dict[str, Any]]:
+    """The reply's attachments: the answer as an Adaptive Card whose text block has the run's
+    reply key as its element id, which Microsoft Graph returns with the card, so a resumed
+    hand-on finds the reply a lost attempt posted (`teams_graph.py`)."""
     return [
         {
             "contentType": ADAPTIVE_CARD,
@@ -151,7 +151,7 @@ def teams_cards(text: str) -> list[dict[str, Any]]:
                 "type": "AdaptiveCard",
                 "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
                 "version": "1.5",
-                "body": [{"type": "TextBlock", "text": text, "wrap": True}],
+                "body": [{"type": "TextBlock", "id": key, "text": text, "wrap": True}],
             },
         }
     ]
@@ -162,10 +162,10 @@ def teams_reply_key(run_id: str) -> str:
     return f"lya-teams-reply-{run_id}"
 
 
-def reply_activity(message: TeamsMessage, text: str) -> dict[str, Any]:
+def reply_activity(message: TeamsMessage, text: str, key: str) -> dict[str, Any]:
     """The reply to the turn's activity, as the Bot Connector takes it: from the bot to the
     person, in the same conversation, replying to their activity, with the answer as text and
-    as an Adaptive Card."""
+    as an Adaptive Card that carries `key`."""
     incoming = message.activity or {}
     reply: dict[str, Any] = {
         "type": "message",
@@ -173,7 +173,7 @@ def reply_activity(message: TeamsMessage, text: str) -> dict[str, Any]:
         "replyToId": message.message_id,
         "text": text,
         "textFormat": "plain",
-        "attachments": teams_cards(text),
+        "attachments": teams_cards(text, key),
     }
     for ours, theirs in (("from", "recipient"), ("recipient", "from")):
         if isinstance(incoming.get(theirs), dict):
@@ -186,15 +186,16 @@ def reply_activity(message: TeamsMessage, text: str) -> dict[str, Any]:
 def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
     """Post the turn's reply with its card once, to the activity's Bot Connector (reply to
     activity: POST {serviceUrl}/v3/conversations/{id}/activities/{activityId}), as the bot:
-    every connector request carries the bot's token (`bot_connector.py`).
+    every request carries the bot's token (`bot_connector.py`).
 
-    With `LIYAGENT_TEAMS_READ_BACK=on` (the default) it is read back by its key first (after
-    this attempt's claim), so an attempt resumed after a crash finds a reply already posted
-    instead of posting it again; what remains is a lost attempt's post still being processed
-    by the connector when this read-back runs (the send guard abandoned it before the claim).
-    With `off` it is posted without looking: a crash between the post and the delivery record
-    can post it twice. A 4xx is a definite refusal (`ToolError`); a 5xx, a timeout or a token
-    endpoint that cannot be reached leaves it in doubt (`ToolInDoubt`)."""
+    The first hand-on of an answer posts at once: no attempt posted before the answer was
+    stored. A resumed one (the run was claimed `answered`: an earlier attempt may have posted
+    and died before its delivery record) first reads the conversation back through Microsoft
+    Graph for a reply carrying the run's key (`LIYAGENT_TEAMS_READ_BACK=on`, the default;
+    `teams_graph.py`), and posts only when none shows once Graph's lag bound has passed. With
+    `off` it posts without looking: a crash between the post and the delivery record can post
+    it twice. A 4xx is a definite refusal (`ToolError`); a 5xx, a timeout or a token endpoint
+    that cannot be reached leaves it in doubt (`ToolInDoubt`)."""
     with s.engine.connect() as conn:
         message = get_teams_message_of_run(conn, run.id)
     if message is None or not message.service_url:
@@ -203,49 +204,30 @@ def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
             "the turn came in before the Bot Framework front, so answer it by hand"
         )
     key = teams_reply_key(run.id)
-    url = (
+    call = CallHTTP.for_call(
+        key=key,
+        run_id=run.id,
+        attempt=run.attempt,
+        call="teams-reply",
+        timeout_s=s.settings.timings.call_timeout_s,
+    )
+    if s.settings.teams_read_back and run.status == "answered":
+        activity = message.activity or {"conversation": {"id": message.conversation}}
+        place = teams_graph.place_of(s.settings, activity, run.answered_at)
+        found = teams_graph.read_back(s.settings, call, place, key)
+        if found is not None:
+            # The reply a lost attempt posted: the same activity (the answer is sealed), by
+            # the id Teams gave it.
+            return {
+                **reply_activity(message, text, key),
+                "id": found.get("id"),
+                "found_in": "graph",
+            }
+    target = (
         f"{message.service_url.rstrip('/')}/v3/conversations/"
-        f"{quote(message.conversation, safe='')}/activities"
+        f"{quote(message.conversation, safe='')}/activities/{quote(message.message_id, safe='')}"
     )
-    connector = BotConnector(
-        s.settings,
-        CallHTTP.for_call(
-            key=key,
-            run_id=run.id,
-            attempt=run.attempt,
-            call="teams-reply",
-            timeout_s=s.settings.timings.call_timeout_s,
-        ),
-    )
-    if s.settings.teams_read_back:
-        posted_before = _read_back_reply(connector, url, key)
-        if posted_before is not None:
-            return posted_before
-    target = f"{url}/{quote(message.message_id, safe='')}"
-    body = reply_activity(message, text)
+    body = reply_activity(message, text, key)
+    connector = BotConnector(s.settings, call)
     posted = vendor_json(f"POST {target}", lambda: connector.post(target, json=body))
     return {**body, "id": posted.get("id") if isinstance(posted, dict) else None}
-
-
-def _read_back_reply(connector: BotConnector, url: str, key: str) -> dict[str, Any] | None:
-    """The reply already posted with `key`, if the connector lists it (`GET .../activities?key=K`,
-    which the connector simulator offers). A connector that cannot list (404 or 405) is a
-    refusal naming the setting, never a silent post without read-back."""
-    try:
-        found = vendor_json(f"GET {url}", lambda: connector.get(url, params={"key": key}))
-    except ToolError as exc:
-        if exc.status not in (404, 405):
-            raise
-        raise ToolError(
-            f"the Bot Connector cannot list replies by key ({exc}), so the reply cannot be read "
-            "back before it is posted; set LIYAGENT_TEAMS_READ_BACK=off on the workers to post "
-            "without read-back (a crash between the post and its delivery record can then post "
-            "it twice)",
-            exc.status,
-        ) from None
-    posts = found.get("activities") if isinstance(found, dict) else None
-    if not posts:
-        return None
-    first = dict(posts[0])
-    activity = first.get("activity")
-    return {**activity, "id": first.get("id")} if isinstance(activity, dict) else first

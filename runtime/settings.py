@@ -30,6 +30,13 @@ def _env_int(name: str, default: int) -> int:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
 
 
+def _env_nonnegative(name: str, default: int) -> int:
+    value = _env_int(name, default)
+    if value < 0:
+        raise ConfigError(f"{name}={value} must be 0 or more")
+    return value
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -223,9 +230,17 @@ class Settings:
     teams_app_password_file: str = ""
     teams_token_url: str = "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
     teams_token_scope: str = "https://api.botframework.com/.default"
-    # Read a turn's reply back by its key before posting it (the connector must list posts by
-    # key); off posts without looking (see the README for what each leaves open).
+    # Before a resumed hand-on posts a turn's reply, read the conversation back through
+    # Microsoft Graph for a reply carrying the run's key (the Bot Connector lists nothing); off
+    # posts without looking (see the README for what each leaves open). Graph is asked with the
+    # bot's own app-only token (client credentials at the tenant's token endpoint, `{tenant}`
+    # being the activity's tenant id); an empty read is trusted only once
+    # `teams_graph_settle_ms` has passed since the hand-on began (Graph's lag after a post).
     teams_read_back: bool = True
+    teams_graph_url: str = "https://graph.microsoft.com/v1.0"
+    teams_graph_token_url: str = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
+    teams_graph_scope: str = "https://graph.microsoft.com/.default"
+    teams_graph_settle_ms: int = 5000
     timings: Timings = field(default_factory=Timings)
 
     @classmethod
@@ -264,6 +279,15 @@ class Settings:
             teams_token_url=os.environ.get("LIYAGENT_TEAMS_TOKEN_URL") or cls.teams_token_url,
             teams_token_scope=os.environ.get("LIYAGENT_TEAMS_TOKEN_SCOPE") or cls.teams_token_scope,
             teams_read_back=_env_bool("LIYAGENT_TEAMS_READ_BACK", cls.teams_read_back),
+            teams_graph_url=(
+                os.environ.get("LIYAGENT_TEAMS_GRAPH_URL") or cls.teams_graph_url
+            ).rstrip("/"),
+            teams_graph_token_url=os.environ.get("LIYAGENT_TEAMS_GRAPH_TOKEN_URL")
+            or cls.teams_graph_token_url,
+            teams_graph_scope=os.environ.get("LIYAGENT_TEAMS_GRAPH_SCOPE") or cls.teams_graph_scope,
+            teams_graph_settle_ms=_env_nonnegative(
+                "LIYAGENT_TEAMS_GRAPH_SETTLE_MS", cls.teams_graph_settle_ms
+            ),
             timings=Timings.from_env(),
         )
 

@@ -6,17 +6,23 @@ Connector REST API has them: an activity of type `message` with text and/or atta
 with a `contentType`), answered `201 {"id": ...}`. Never deduplicated: a reply posted twice is
 two rows, which is what the judge counts.
 
-How a poster finds its own reply again (an extension the real connector does not offer): the
-request's `Idempotency-Key` header is kept with the post, and
-`GET /v3/conversations/{conversationId}/activities?key=K` lists the posts made with key K.
+The real connector lists nothing: `GET .../activities` is answered 405 (`Allow: POST`), as
+Microsoft's is, so a poster finds its own reply again only through what Microsoft Graph shows
+(`simulators/graph.py`): each post is kept with the Graph place Teams shows it at (a personal
+chat `19:{user's aadObjectId}_{bot's app id}@unq.gbl.spaces`, a group chat `19:...@thread.v2`
+under its own id, or a channel thread `19:...;messageid=R` as the replies of message R). The
+request's `Idempotency-Key` header is kept with the post for the judge's counts only; no endpoint
+reads it back.
 
 Every connector request must carry `Authorization: Bearer <token>` with a token this simulator's
 token endpoint issued and that has not expired; anything else is answered 401 and has no
 effect, as a real tenant refuses an unauthenticated bot. The token endpoint stands in for
 Microsoft's (`POST /botframework.com/oauth2/v2.0/token`, OAuth 2.0 client credentials, a form
 body with `grant_type=client_credentials`, `client_id`, `client_secret` and
-`scope=https://api.botframework.com/.default`) and issues opaque tokens with an expiry
-(`expires_in`), for bots registered first with
+`scope=https://api.botframework.com/.default`; and, for Microsoft Graph, a tenant's
+`POST /login.microsoftonline.com/{tenant}/oauth2/v2.0/token` with
+`scope=https://graph.microsoft.com/.default`) and issues opaque tokens with an expiry
+(`expires_in`), each good for its own scope only, for bots registered first with
 `POST /sim/bots {"app_id", "password_sha256", "token_ttl_s"}`. `POST /sim/bots/{app}/revoke`
 expires every token of a bot at once (a tenant that stops honouring them). Each post keeps the
 app id and the token it came with.
@@ -30,10 +36,11 @@ import re
 from typing import Any
 
 from simulators import store
-from simulators.wire import Call, HttpError, Response, _json_object, _number, _query, _text
+from simulators.wire import Call, HttpError, Response, _json_object, _number, _text
 
-# The scope a bot asks for to call the Bot Connector.
+# The scope a bot asks for to call the Bot Connector, and the one for Microsoft Graph.
 SCOPE = "https://api.botframework.com/.default"
+GRAPH_SCOPE = "https://graph.microsoft.com/.default"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _DENIED = {"message": "Authorization has been denied for this request."}
 
@@ -42,7 +49,7 @@ def _bot(call: Call) -> store.BotToken:
     """The bot whose valid token the request carries, or 401 (no effect)."""
     token = call.request.bearer_token
     found = store.valid_bot_token(call.conn, token) if token else None
-    if found is None:
+    if found is None or found.scope not in (None, SCOPE):  # a Graph token is not for us
         raise HttpError(
             401,
             "bearer token missing, unknown or expired",
@@ -71,45 +78,52 @@ def _activity(call: Call) -> dict[str, Any]:
     return body
 
 
-def reply_to_activity(call: Call) -> Response:
-    """Reply to an activity in its conversation."""
+def personal_chat_id(user_aad_object_id: str, app_id: str) -> str:
+    """The Graph id of the one-on-one chat between a person and a bot, as Teams forms it."""
+    return f"19:{user_aad_object_id}_{app_id}@unq.gbl.spaces"
+
+
+def graph_place(conversation: str, activity: dict[str, Any], app_id: str) -> store.GraphPlace:
+    """Where Teams shows a post to `conversation` in Graph: a channel thread (`19:...;messageid=
+    R`: the replies of R), a group chat (`19:...@thread...`: itself), or the personal chat of
+    the person the post is to (by their `aadObjectId`); nowhere when none of these applies."""
+    base, thread, root = conversation.partition(";messageid=")
+    if thread and base.startswith("19:") and root:
+        return store.GraphPlace(channel=base, root=root)
+    if conversation.startswith("19:") and "@thread" in conversation:
+        return store.GraphPlace(chat=conversation)
+    recipient = activity.get("recipient")
+    aad = recipient.get("aadObjectId") if isinstance(recipient, dict) else None
+    if isinstance(aad, str) and aad:
+        return store.GraphPlace(chat=personal_chat_id(aad, app_id))
+    return store.GraphPlace()
+
+
+def _post(call: Call, reply_to: str | None) -> Response:
     bot = _bot(call)
     activity = _activity(call)
+    conversation = call.params["conversation"]
     row = store.insert_connector_activity(
         call.conn,
-        call.params["conversation"],
-        call.params["activity"],
+        conversation,
+        reply_to,
         activity,
         call.request.idem_key,
         bot,
+        graph_place(conversation, activity, bot.app_id),
     )
     return Response(201, {"id": row["id"]})
+
+
+def reply_to_activity(call: Call) -> Response:
+    """Reply to an activity in its conversation."""
+    return _post(call, call.params["activity"])
 
 
 def send_to_conversation(call: Call) -> Response:
     """Send an activity to a conversation (its `replyToId`, if any, is kept)."""
-    bot = _bot(call)
-    activity = _activity(call)
-    reply_to = activity.get("replyToId")
-    row = store.insert_connector_activity(
-        call.conn,
-        call.params["conversation"],
-        reply_to if isinstance(reply_to, str) else None,
-        activity,
-        call.request.idem_key,
-        bot,
-    )
-    return Response(201, {"id": row["id"]})
-
-
-def list_by_key(call: Call) -> Response:
-    """The posts made in a conversation with the `key` query parameter, oldest first."""
-    _bot(call)
-    key = _query(call, "key")
-    if key is None:
-        raise HttpError(400, "query parameter 'key' is required")
-    rows = store.connector_activities(call.conn, conversation=call.params["conversation"], key=key)
-    return Response(200, {"activities": rows})
+    reply_to = _json_object(call.request).get("replyToId")
+    return _post(call, reply_to if isinstance(reply_to, str) else None)
 
 
 def _oauth_error(status: int, code: str, description: str) -> HttpError:
@@ -120,6 +134,15 @@ def _oauth_error(status: int, code: str, description: str) -> HttpError:
 def issue_token(call: Call) -> Response:
     """OAuth 2.0 client credentials: a registered bot's id and password buy a bearer token
     for the Bot Connector, valid for the bot's token lifetime."""
+    return _issue(call, SCOPE, None)
+
+
+def issue_tenant_token(call: Call) -> Response:
+    """The same flow at a tenant's endpoint, for Microsoft Graph in that tenant."""
+    return _issue(call, GRAPH_SCOPE, call.params["tenant"])
+
+
+def _issue(call: Call, scope: str, tenant: str | None) -> Response:
     form = call.request.form
     if form is None:
         raise _oauth_error(
@@ -127,14 +150,14 @@ def issue_token(call: Call) -> Response:
         )
     if form.get("grant_type") != "client_credentials":
         raise _oauth_error(400, "unsupported_grant_type", "grant_type must be client_credentials")
-    if form.get("scope") != SCOPE:
-        raise _oauth_error(400, "invalid_scope", f"scope must be {SCOPE}")
+    if form.get("scope") != scope:
+        raise _oauth_error(400, "invalid_scope", f"scope must be {scope} at this endpoint")
     app_id, secret = form.get("client_id") or "", form.get("client_secret") or ""
     found = store.bot_password(call.conn, app_id) if app_id else None
     given = hashlib.sha256(secret.encode()).hexdigest()
     if found is None or not secret or not hmac.compare_digest(found[0], given):
         raise _oauth_error(401, "invalid_client", "unknown client_id or wrong client_secret")
-    token, _ = store.issue_bot_token(call.conn, app_id, found[1])
+    token, _ = store.issue_bot_token(call.conn, app_id, found[1], scope, tenant)
     lifetime = round(found[1])
     return Response(
         200,

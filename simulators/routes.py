@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 from sqlalchemy import Connection
 
-from simulators import a2a_agent, connector, model, store
+from simulators import a2a_agent, connector, graph, model, store
 from simulators.wire import (
     _MAX_BIGINT,
     DEFAULT_FINE_TUNE_DURATION_S,
@@ -95,7 +95,13 @@ def _route(request: Request) -> tuple[Handler, dict[str, str]]:
         allowed.append(method)
     if allowed:
         message = f"method {request.method} not allowed on {request.path}"
-        raise HttpError(405, message, {"Allow": ", ".join(sorted(set(allowed)))})
+        # The Bot Connector's own words for a method it does not serve (GET .../activities).
+        payload = (
+            {"message": f"The requested resource does not support http method '{request.method}'."}
+            if request.vendor == "connector"
+            else None
+        )
+        raise HttpError(405, message, {"Allow": ", ".join(sorted(set(allowed)))}, payload)
     raise HttpError(404, f"no such path: {request.path}")
 
 
@@ -294,8 +300,20 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
             connector.reply_to_activity,
         ),
         ("POST", "/v3/conversations/{conversation}/activities", connector.send_to_conversation),
-        ("GET", "/v3/conversations/{conversation}/activities", connector.list_by_key),
         ("POST", "/botframework.com/oauth2/v2.0/token", connector.issue_token),
+        (
+            "POST",
+            "/login.microsoftonline.com/{tenant}/oauth2/v2.0/token",
+            connector.issue_tenant_token,
+        ),
+        ("GET", "/v1.0/chats/{chat}/messages", graph.chat_messages),
+        (
+            "GET",
+            "/v1.0/teams/{team}/channels/{channel}/messages/{message}/replies",
+            graph.channel_replies,
+        ),
+        ("POST", "/sim/graph", graph.set_lag),
+        ("POST", "/sim/graph/channels", graph.register_channel),
         ("POST", "/sim/bots", connector.register_bot),
         ("POST", "/sim/bots/{app}/revoke", connector.revoke_tokens),
         ("POST", "/fine_tunes", create_fine_tune),

@@ -92,6 +92,26 @@ DDL: tuple[str, ...] = (
         id bigserial PRIMARY KEY, token text NOT NULL UNIQUE, app_id text NOT NULL,
         issued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
         expires_at timestamptz NOT NULL)""",
+    # A token is for one scope (the Bot Connector's or Microsoft Graph's) and, for Graph, one
+    # tenant: each service refuses a token issued for the other.
+    "ALTER TABLE sim.bot_tokens ADD COLUMN IF NOT EXISTS scope text",
+    "ALTER TABLE sim.bot_tokens ADD COLUMN IF NOT EXISTS tenant text",
+    # Where Microsoft Graph shows a post: a chat (personal or group) or a channel thread (the
+    # channel and its root message), and from when (a post is visible after Graph's lag).
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS graph_chat text",
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS graph_channel text",
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS graph_root text",
+    "ALTER TABLE sim.connector_activities ADD COLUMN IF NOT EXISTS visible_at timestamptz",
+    """CREATE INDEX IF NOT EXISTS connector_activities_graph_chat_idx
+        ON sim.connector_activities (graph_chat, id)""",
+    """CREATE INDEX IF NOT EXISTS connector_activities_graph_thread_idx
+        ON sim.connector_activities (graph_channel, graph_root, id)""",
+    # Graph's lag: how long after a post it first shows in Graph's reads (one row, id 1).
+    """CREATE TABLE IF NOT EXISTS sim.graph_settings (
+        id int PRIMARY KEY CHECK (id = 1), lag_ms int NOT NULL)""",
+    # The teams Graph knows, by channel: a channel's replies are read under its team's id.
+    """CREATE TABLE IF NOT EXISTS sim.graph_channels (
+        channel_id text PRIMARY KEY, team_id text NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS sim.fine_tunes (
         id text PRIMARY KEY, model text NOT NULL, dataset text NOT NULL, idem_key text,
         duration_s double precision NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
@@ -341,6 +361,15 @@ _ACTIVITY = (
 )
 
 
+@dataclass(frozen=True)
+class GraphPlace:
+    """Where Microsoft Graph shows a post: a chat's messages, or a channel thread's replies."""
+
+    chat: str | None = None
+    channel: str | None = None
+    root: str | None = None
+
+
 def insert_connector_activity(
     conn: Connection,
     conversation: str,
@@ -348,11 +377,18 @@ def insert_connector_activity(
     activity: dict[str, Any],
     key: str | None,
     bot: BotToken,
+    place: GraphPlace | None = None,
 ) -> Row:
-    """Keep one post to the Bot Connector by `bot`'s token (never deduplicated)."""
+    """Keep one post to the Bot Connector by `bot`'s token (never deduplicated), shown by
+    Graph at `place` once Graph's lag has passed."""
+    place = place or GraphPlace()
     sql = f"""INSERT INTO sim.connector_activities
-                (conversation, reply_to_id, activity, idem_key, app_id, token_id)
-              VALUES (:conv, :reply_to, CAST(:activity AS jsonb), :key, :app_id, :token_id)
+                (conversation, reply_to_id, activity, idem_key, app_id, token_id,
+                 graph_chat, graph_channel, graph_root, visible_at)
+              VALUES (:conv, :reply_to, CAST(:activity AS jsonb), :key, :app_id, :token_id,
+                      :chat, :channel, :root,
+                      clock_timestamp() + make_interval(secs => COALESCE(
+                          (SELECT lag_ms FROM sim.graph_settings WHERE id = 1), 0) / 1000.0))
               RETURNING {_ACTIVITY}"""
     params = {
         "conv": conversation,
@@ -361,16 +397,87 @@ def insert_connector_activity(
         "key": key,
         "app_id": bot.app_id,
         "token_id": bot.token_id,
+        "chat": place.chat,
+        "channel": place.channel,
+        "root": place.root,
     }
     return _inserted(conn, sql, params)
 
 
+_GRAPH_POST = "id, activity, app_id, created_at"
+
+
+def graph_chat_posts(
+    conn: Connection,
+    chat: str,
+    *,
+    skip: int,
+    top: int,
+    after: datetime | None,
+    before: datetime | None,
+) -> list[Row]:
+    """The posts Graph shows in a chat now, newest first (a bot's posts are never edited
+    here, so their last-modified time is their creation time, and one bound serves both)."""
+    sql = f"""SELECT {_GRAPH_POST} FROM sim.connector_activities
+              WHERE graph_chat = :chat AND visible_at <= clock_timestamp()
+                AND (CAST(:after AS timestamptz) IS NULL OR created_at > :after)
+                AND (CAST(:before AS timestamptz) IS NULL OR created_at < :before)
+              ORDER BY created_at DESC, id DESC OFFSET :skip LIMIT :top"""
+    params = {"chat": chat, "after": after, "before": before, "skip": skip, "top": top}
+    return [dict(r) for r in conn.execute(text(sql), params).mappings()]
+
+
+def graph_thread_posts(
+    conn: Connection, channel: str, root: str, *, skip: int, top: int
+) -> list[Row]:
+    """The replies Graph shows in a channel thread now, oldest first."""
+    sql = f"""SELECT {_GRAPH_POST} FROM sim.connector_activities
+              WHERE graph_channel = :channel AND graph_root = :root
+                AND visible_at <= clock_timestamp()
+              ORDER BY id OFFSET :skip LIMIT :top"""
+    params = {"channel": channel, "root": root, "skip": skip, "top": top}
+    return [dict(r) for r in conn.execute(text(sql), params).mappings()]
+
+
+def set_graph_lag(conn: Connection, lag_ms: int) -> None:
+    """How long after a post Graph first shows it (for posts made from now on)."""
+    conn.execute(
+        text(
+            """INSERT INTO sim.graph_settings (id, lag_ms) VALUES (1, :lag)
+               ON CONFLICT (id) DO UPDATE SET lag_ms = EXCLUDED.lag_ms"""
+        ),
+        {"lag": lag_ms},
+    )
+
+
+def upsert_graph_channel(conn: Connection, team_id: str, channel_id: str) -> None:
+    """Make a channel known to Graph under its team."""
+    conn.execute(
+        text(
+            """INSERT INTO sim.graph_channels (channel_id, team_id) VALUES (:c, :t)
+               ON CONFLICT (channel_id) DO UPDATE SET team_id = EXCLUDED.team_id"""
+        ),
+        {"c": channel_id, "t": team_id},
+    )
+
+
+def graph_channel_team(conn: Connection, channel_id: str) -> str | None:
+    """The team a channel belongs to, or None when Graph does not know the channel."""
+    row = conn.execute(
+        text("SELECT team_id FROM sim.graph_channels WHERE channel_id = :c"), {"c": channel_id}
+    ).first()
+    return None if row is None else str(row.team_id)
+
+
 @dataclass(frozen=True)
 class BotToken:
-    """A token the token endpoint issued and that has not expired: whose it is, and its row."""
+    """A token the token endpoint issued and that has not expired: whose it is, its row, and
+    what it was issued for (scope, and the tenant for a Graph token)."""
 
     app_id: str
     token_id: int
+    scope: str | None = None
+    tenant: str | None = None
 
 
 def upsert_bot(conn: Connection, app_id: str, password_sha256: str, token_ttl_s: float) -> None:
@@ -395,15 +502,19 @@ def bot_password(conn: Connection, app_id: str) -> tuple[str, float] | None:
     return None if row is None else (str(row.password_sha256), float(row.token_ttl_s))
 
 
-def issue_bot_token(conn: Connection, app_id: str, ttl_s: float) -> tuple[str, int]:
-    """A new opaque token for `app_id`, valid for `ttl_s` seconds by the database clock."""
+def issue_bot_token(
+    conn: Connection, app_id: str, ttl_s: float, scope: str, tenant: str | None = None
+) -> tuple[str, int]:
+    """A new opaque token for `app_id` and `scope` (in `tenant`), valid for `ttl_s` seconds by
+    the database clock."""
     token = secrets.token_urlsafe(32)
     row = conn.execute(
         text(
-            """INSERT INTO sim.bot_tokens (token, app_id, expires_at)
-               VALUES (:t, :a, clock_timestamp() + make_interval(secs => :ttl)) RETURNING id"""
+            """INSERT INTO sim.bot_tokens (token, app_id, expires_at, scope, tenant)
+               VALUES (:t, :a, clock_timestamp() + make_interval(secs => :ttl), :s, :tenant)
+               RETURNING id"""
         ),
-        {"t": token, "a": app_id, "ttl": ttl_s},
+        {"t": token, "a": app_id, "ttl": ttl_s, "s": scope, "tenant": tenant},
     ).one()
     return token, int(row.id)
 
@@ -412,12 +523,14 @@ def valid_bot_token(conn: Connection, token: str) -> BotToken | None:
     """The bot a token was issued to, if the token exists and has not expired."""
     row = conn.execute(
         text(
-            """SELECT id, app_id FROM sim.bot_tokens
+            """SELECT id, app_id, scope, tenant FROM sim.bot_tokens
                WHERE token = :t AND expires_at > clock_timestamp()"""
         ),
         {"t": token},
     ).first()
-    return None if row is None else BotToken(str(row.app_id), int(row.id))
+    if row is None:
+        return None
+    return BotToken(str(row.app_id), int(row.id), row.scope, row.tenant)
 
 
 def expire_bot_tokens(conn: Connection, app_id: str) -> int:
@@ -430,15 +543,6 @@ def expire_bot_tokens(conn: Connection, app_id: str) -> int:
         {"a": app_id},
     )
     return int(result.rowcount)
-
-
-def connector_activities(
-    conn: Connection, *, conversation: str | None = None, key: str | None = None
-) -> list[Row]:
-    """Posts to the Bot Connector by conversation and/or idempotency key, oldest first."""
-    where, params = _where({"conversation": conversation, "idem_key": key})
-    sql = f"SELECT {_ACTIVITY} FROM sim.connector_activities {where} ORDER BY id LIMIT {LIST_LIMIT}"
-    return _all(conn, sql, params)
 
 
 def recent_fine_tune(conn: Connection, key: str, window_s: float) -> Row | None:

@@ -35,6 +35,8 @@ _VENDORS: Mapping[str, str] = {
     "v1": "model",
     "v3": "connector",
     "botframework.com": "login",
+    "login.microsoftonline.com": "login",
+    "v1.0": "graph",
 }
 # Form fields that are credentials: kept from the request record (the endpoint still sees them).
 _SECRET_FIELDS = frozenset({"client_secret", "password", "client_assertion"})

@@ -6,9 +6,11 @@ endorsed for, signs each delivery's bearer JWT as the channel does (issuer, audi
 app id, a `serviceurl` claim, an expiry), and posts message activities to the bot's
 `/api/messages`. It also makes up the bot's app password and registers the bot with the
 simulators' token endpoint, so the workers can authenticate their replies to the connector
-simulator (`worker_env`). The demo, the kill trials and the tests deliver their Teams turns with
-it; a real deployment points the front at Microsoft's keys endpoint and the workers at
-Microsoft's token endpoint instead.
+simulator and read them back through the simulators' Microsoft Graph (`worker_env`). Its
+activities carry what Teams's do and the read-back needs: the tenant id, the sender's
+`aadObjectId`, and for a channel the team's `aadGroupId`. The demo, the kill trials and the
+tests deliver their Teams turns with it; a real deployment points the front at Microsoft's keys
+endpoint and the workers at Microsoft's token endpoints and Graph instead.
 """
 
 from __future__ import annotations
@@ -29,8 +31,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 ISSUER = "https://api.botframework.com"
-# Where the simulators serve the token endpoint (Microsoft's path under its login host).
+# Where the simulators serve the token endpoints (Microsoft's paths under its login host).
 TOKEN_PATH = "/botframework.com/oauth2/v2.0/token"
+GRAPH_TOKEN_PATH = "/login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
+# The simulators' Graph shows a post at once (no lag unless a test sets one), so a resumed
+# hand-on may trust an empty read after this long (Microsoft's Graph: the 5 s default).
+SIM_GRAPH_SETTLE_MS = 1000
 
 
 def new_key() -> rsa.RSAPrivateKey:
@@ -85,6 +91,9 @@ class BotChannel:
     # The bot's app password (client secret) and the lifetime of the tokens it is issued.
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
     token_ttl_s: float = 3600.0
+    # The tenant the bot is installed in, and a team of it (Graph ids).
+    tenant_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    team_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     _server: _KeysServer | None = field(default=None, init=False, repr=False)
 
     def start(self) -> BotChannel:
@@ -130,11 +139,20 @@ class BotChannel:
         """The workers' settings to reply as this bot through the connector simulator at
         `sim_url` (the bot is registered with its token endpoint first)."""
         self.register(sim_url)
+        base = sim_url.rstrip("/")
         return {
             "LIYAGENT_TEAMS_APP_ID": self.app_id,
             "LIYAGENT_TEAMS_APP_PASSWORD": self.password,
-            "LIYAGENT_TEAMS_TOKEN_URL": f"{sim_url.rstrip('/')}{TOKEN_PATH}",
+            "LIYAGENT_TEAMS_TOKEN_URL": f"{base}{TOKEN_PATH}",
+            "LIYAGENT_TEAMS_GRAPH_URL": f"{base}/v1.0",
+            "LIYAGENT_TEAMS_GRAPH_TOKEN_URL": f"{base}{GRAPH_TOKEN_PATH}",
+            "LIYAGENT_TEAMS_GRAPH_SETTLE_MS": str(SIM_GRAPH_SETTLE_MS),
         }
+
+    def register_channel(self, sim_url: str, channel_id: str) -> None:
+        """Make a channel of this bot's team known to the simulators' Graph."""
+        body = {"team_id": self.team_id, "channel_id": channel_id}
+        httpx.post(f"{sim_url}/sim/graph/channels", json=body, timeout=10).raise_for_status()
 
     def token(
         self,
@@ -165,17 +183,30 @@ class BotChannel:
         service_url: str,
         activity_id: str | None = None,
         sender: str = "Ann Lee",
+        conversation_type: str = "personal",
     ) -> dict[str, Any]:
-        """A Teams message activity from a person to this bot."""
+        """A Teams message activity from a person to this bot, in a `personal` chat, a
+        `groupChat` (`19:...@thread.v2`) or a `channel` thread (`19:...;messageid=R`)."""
+        person = uuid.uuid5(uuid.NAMESPACE_URL, sender)
+        data: dict[str, Any] = {"tenant": {"id": self.tenant_id}}
+        if conversation_type == "channel":
+            channel = conversation.partition(";messageid=")[0]
+            data["team"] = {"id": channel, "aadGroupId": self.team_id}
+            data["channel"] = {"id": channel}
         return {
             "type": "message",
             "id": activity_id or str(int(time.time() * 1000)),
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "channelId": "msteams",
             "serviceUrl": service_url,
-            "from": {"id": f"29:{uuid.uuid5(uuid.NAMESPACE_URL, sender).hex}", "name": sender},
-            "conversation": {"id": conversation, "conversationType": "personal"},
+            "from": {"id": f"29:{person.hex}", "name": sender, "aadObjectId": str(person)},
+            "conversation": {
+                "id": conversation,
+                "conversationType": conversation_type,
+                "tenantId": self.tenant_id,
+            },
             "recipient": {"id": f"28:{self.app_id}", "name": "liyagent"},
+            "channelData": data,
             "text": text,
             "textFormat": "plain",
         }

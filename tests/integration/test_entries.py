@@ -37,8 +37,13 @@ def _turn(entries, activity_id: str, conversation: str, text: str = "status of T
         "type": "message",
         "id": activity_id,
         "serviceUrl": entries.sim_url,
-        "conversation": {"id": conversation},
-        "from": {"id": "29:ann", "name": "ann"},
+        # A personal chat, with what Teams sends and a resumed hand-on reads Graph back with.
+        "conversation": {"id": conversation, "conversationType": "personal", "tenantId": "t-1"},
+        "from": {
+            "id": "29:ann",
+            "name": "ann",
+            "aadObjectId": "0b0a0000-0000-0000-0000-00000000a11e",
+        },
         "recipient": {"id": "28:bot", "name": "bot"},
         "text": text,
     }

@@ -8,6 +8,7 @@ windows and a 7-document corpus).
 from __future__ import annotations
 
 import hashlib
+import json
 import queue
 import re
 import secrets
@@ -712,7 +713,9 @@ def register_bot(sim: Simulator, password: str = "s3cret", ttl_s: float = 3600) 
     return app_id
 
 
-def ask_token(sim: Simulator, app_id: str, password: str = "s3cret", **form: str):
+def ask_token(
+    sim: Simulator, app_id: str, password: str = "s3cret", path: str = TOKEN_PATH, **form: str
+):
     fields = {
         "grant_type": "client_credentials",
         "client_id": app_id,
@@ -720,7 +723,7 @@ def ask_token(sim: Simulator, app_id: str, password: str = "s3cret", **form: str
         "scope": SCOPE,
         **form,
     }
-    return sim.client.post(TOKEN_PATH, data=fields)
+    return sim.client.post(path, data=fields)
 
 
 def bearer(sim: Simulator, app_id: str) -> dict[str, str]:
@@ -748,6 +751,16 @@ def test_token_endpoint_issues_expiring_tokens_to_registered_bots(
             "unsupported_grant_type",
         ),
         "JSON body": (sim.client.post(TOKEN_PATH, json={}), 400, "invalid_request"),
+        "Graph scope from the connector's tenant": (
+            ask_token(sim, app_id, scope="https://graph.microsoft.com/.default"),
+            400,
+            "invalid_scope",
+        ),
+        "connector scope from a tenant": (
+            ask_token(sim, app_id, path="/login.microsoftonline.com/t-1/oauth2/v2.0/token"),
+            400,
+            "invalid_scope",
+        ),
     }
     for why, (refused, status, code) in refusals.items():
         assert (refused.status_code, refused.json()["error"]) == (status, code), why
@@ -774,10 +787,12 @@ def test_connector_requires_a_valid_bot_token(sim: Simulator, engine: Engine) ->
         refused = sim.client.post(f"{path}/act-1", json=reply(), headers=headers)
         assert refused.status_code == 401, headers
         assert refused.headers["www-authenticate"].startswith("Bearer")
-        assert sim.client.get(path, params={"key": "k"}, headers=headers).status_code == 401
+    # A token the bot got for Microsoft Graph is not one for the connector.
+    graph = graph_bearer(sim, app_id)
+    assert sim.client.post(f"{path}/act-1", json=reply(), headers=graph).status_code == 401
     assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 201
     revoked = sim.client.post(f"/sim/bots/{app_id}/revoke")
-    assert revoked.json() == {"expired": 1}
+    assert revoked.json() == {"expired": 2}  # its connector token and its Graph token
     assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 401
     assert (
         scalar(engine, "SELECT count(*) FROM sim.connector_activities WHERE app_id = :a", a=app_id)
@@ -797,8 +812,8 @@ def test_connector_requires_a_valid_bot_token(sim: Simulator, engine: Engine) ->
     assert sim.client.post(f"{path}/act-1", json=reply(), headers=auth).status_code == 401
 
 
-def test_connector_replies_are_kept_and_listed_by_key(sim: Simulator, engine: Engine) -> None:
-    conversation, key = "a:1x;messageid=9", new_key()
+def test_connector_replies_are_kept_and_never_listed(sim: Simulator, engine: Engine) -> None:
+    conversation, key = "a:1x", new_key()
     path = f"/v3/conversations/{quote(conversation, safe='')}/activities"
     app_id = register_bot(sim)
     auth = bearer(sim, app_id)
@@ -808,15 +823,16 @@ def test_connector_replies_are_kept_and_listed_by_key(sim: Simulator, engine: En
     assert first.json()["id"] != second.json()["id"]
     sent = post(sim, path, reply("to all", replyToId="act-2"), **auth)
     assert sent.status_code == 201
-    listed = sim.client.get(path, params={"key": key}, headers=auth).json()["activities"]
-    assert [(a["replyToId"], a["activity"]["text"]) for a in listed] == [
-        ("act-1", "on it"),
-        ("act-1", "again"),
-    ]
-    assert sim.client.get(path, params={"key": new_key()}, headers=auth).json() == {
-        "activities": []
-    }
-    assert sim.client.get(path, headers=auth).status_code == 400
+    # The Bot Connector has no way to list a conversation's activities, by key or otherwise:
+    # it answers as Microsoft's does, and nothing it kept is read back here.
+    for params in ({"key": key}, {}):
+        refused = sim.client.get(path, params=params, headers=auth)
+        assert refused.status_code == 405, params
+        assert refused.headers["allow"] == "POST"
+        assert refused.json() == {
+            "message": "The requested resource does not support http method 'GET'."
+        }
+        assert key not in refused.text
     for bad in ({"type": "typing"}, {"type": "message"}, reply(text=5), reply(attachments=[{}])):
         assert post(sim, f"{path}/act-3", bad, **auth).status_code == 400, bad
     with engine.connect() as conn:
@@ -827,6 +843,156 @@ def test_connector_replies_are_kept_and_listed_by_key(sim: Simulator, engine: En
             {"k": key},
         ).scalars()
         assert list(kept) == [app_id]
+
+
+GRAPH_SCOPE = "https://graph.microsoft.com/.default"
+TENANT = str(uuid.uuid4())
+
+
+def graph_bearer(sim: Simulator, app_id: str, tenant: str = TENANT) -> dict[str, str]:
+    path = f"/login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
+    answer = ask_token(sim, app_id, scope=GRAPH_SCOPE, path=path)
+    assert answer.status_code == 200, answer.text
+    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+
+def card_reply(text: str, key: str, user: str) -> dict[str, Any]:
+    card = {
+        "contentType": "application/vnd.microsoft.card.adaptive",
+        "content": {
+            "type": "AdaptiveCard",
+            "body": [{"type": "TextBlock", "id": key, "text": text}],
+        },
+    }
+    return {
+        "type": "message",
+        "text": text,
+        "attachments": [card],
+        "recipient": {"id": "29:x", "aadObjectId": user},
+        "channelData": {"secret": key},
+    }
+
+
+def test_graph_shows_a_bots_replies_with_their_cards_and_nothing_else(
+    sim: Simulator, engine: Engine
+) -> None:
+    app_id, other = register_bot(sim), register_bot(sim)
+    user, key = str(uuid.uuid4()), new_key()
+    auth, graph = bearer(sim, app_id), graph_bearer(sim, app_id)
+    convo = f"/v3/conversations/{quote('a:1' + uuid.uuid4().hex, safe='')}/activities"
+    posted = [
+        post(sim, f"{convo}/act-{i}", card_reply(f"r{i}", key, user), key, **auth) for i in range(3)
+    ]
+    assert [p.status_code for p in posted] == [201, 201, 201]
+    chat = f"19:{user}_{app_id}@unq.gbl.spaces"
+    messages = f"/v1.0/chats/{quote(chat, safe='')}/messages"
+    page = sim.client.get(messages, headers=graph)
+    assert page.status_code == 200, page.text
+    found = page.json()["value"]
+    # Newest first; the ids are the ones the connector answered the posts with.
+    assert [m["id"] for m in found] == [p.json()["id"] for p in reversed(posted)]
+    newest = found[0]
+    assert newest["from"]["application"]["id"] == app_id and newest["from"]["user"] is None
+    [attachment] = newest["attachments"]
+    assert isinstance(attachment["content"], str)  # Graph gives the card as a JSON string
+    assert json.loads(attachment["content"])["body"][0] == {
+        "type": "TextBlock",
+        "id": key,
+        "text": "r2",
+    }
+    assert "channelData" not in newest and "secret" not in page.text
+    # Paging: $top and the next link, which carries the query on.
+    first = sim.client.get(messages, params={"$top": "2"}, headers=graph).json()
+    assert len(first["value"]) == 2 and first["@odata.nextLink"].startswith(sim.url)
+    rest = sim.client.get(first["@odata.nextLink"], headers=graph).json()
+    assert [m["id"] for m in rest["value"]] == [posted[0].json()["id"]]
+    assert "@odata.nextLink" not in rest
+    # $filter works from below on lastModifiedDateTime only, with its $orderby; without it
+    # Graph ignores the filter.
+    later = "2999-01-01T00:00:00.000Z"
+    filtered = {
+        "$orderby": "lastModifiedDateTime desc",
+        "$filter": f"lastModifiedDateTime gt {later}",
+    }
+    assert sim.client.get(messages, params=filtered, headers=graph).json()["value"] == []
+    ignored = {"$filter": f"lastModifiedDateTime gt {later}"}
+    assert len(sim.client.get(messages, params=ignored, headers=graph).json()["value"]) == 3
+    refusals = {
+        "a connector token": (sim.client.get(messages, headers=auth), 401),
+        "no token": (sim.client.get(messages), 401),
+        "page too big": (sim.client.get(messages, params={"$top": "51"}, headers=graph), 400),
+        "ascending": (
+            sim.client.get(messages, params={"$orderby": "createdDateTime asc"}, headers=graph),
+            400,
+        ),
+        "created after": (
+            sim.client.get(
+                messages,
+                params={
+                    "$orderby": "createdDateTime desc",
+                    "$filter": f"createdDateTime gt {later}",
+                },
+                headers=graph,
+            ),
+            400,
+        ),
+        "an option Graph lacks here": (
+            sim.client.get(messages, params={"$search": key}, headers=graph),
+            400,
+        ),
+        "another app's chat": (sim.client.get(messages, headers=graph_bearer(sim, other)), 403),
+        "not a chat id": (sim.client.get("/v1.0/chats/a%3A1x/messages", headers=graph), 404),
+        "no list of activities": (sim.client.get(convo, headers=auth), 405),
+    }
+    for why, (answer, status) in refusals.items():
+        assert answer.status_code == status, (why, answer.text)
+    # A group chat is itself; a channel thread is its root message's replies, under its team.
+    group, channel, team = (
+        f"19:{uuid.uuid4().hex}@thread.v2",
+        f"19:{uuid.uuid4().hex}@thread.tacv2",
+        str(uuid.uuid4()),
+    )
+    assert (
+        post(sim, "/sim/graph/channels", {"team_id": team, "channel_id": channel}).status_code
+        == 201
+    )
+    for conversation in (group, f"{channel};messageid=1700"):
+        path = f"/v3/conversations/{quote(conversation, safe='')}/activities/act-9"
+        assert post(sim, path, card_reply("hi", key, user), **auth).status_code == 201
+    in_group = sim.client.get(f"/v1.0/chats/{quote(group, safe='')}/messages", headers=graph)
+    assert [m["chatId"] for m in in_group.json()["value"]] == [group]
+    replies = f"/v1.0/teams/{team}/channels/{quote(channel, safe='')}/messages/1700/replies"
+    [in_thread] = sim.client.get(replies, headers=graph).json()["value"]
+    assert in_thread["replyToId"] == "1700"
+    assert in_thread["channelIdentity"] == {"teamId": team, "channelId": channel}
+    elsewhere = replies.replace(team, str(uuid.uuid4()))
+    assert sim.client.get(elsewhere, headers=graph).status_code == 404
+    assert (
+        sim.client.get(
+            replies, params={"$orderby": "createdDateTime desc"}, headers=graph
+        ).status_code
+        == 400
+    )
+    with engine.connect() as conn:
+        assert count_requests(conn, vendor="graph") >= 10
+
+
+def test_graph_shows_a_post_only_after_its_lag(sim: Simulator) -> None:
+    app_id, user = register_bot(sim), str(uuid.uuid4())
+    auth, graph = bearer(sim, app_id), graph_bearer(sim, app_id)
+    chat = quote(f"19:{user}_{app_id}@unq.gbl.spaces", safe="")
+    convo = f"/v3/conversations/{quote('a:1' + uuid.uuid4().hex, safe='')}/activities/act-1"
+    assert post(sim, "/sim/graph", {"lag_ms": 1500}).status_code == 200
+    try:
+        sent = time.monotonic()
+        assert post(sim, convo, card_reply("late", new_key(), user), **auth).status_code == 201
+    finally:
+        assert post(sim, "/sim/graph", {"lag_ms": 0}).status_code == 200
+    assert sim.client.get(f"/v1.0/chats/{chat}/messages", headers=graph).json()["value"] == []
+    while not sim.client.get(f"/v1.0/chats/{chat}/messages", headers=graph).json()["value"]:
+        assert time.monotonic() - sent < 10, "the post never showed"
+        time.sleep(0.1)
+    assert time.monotonic() - sent >= 1.4
 
 
 def fine_tune(sim: Simulator, key: str | None = None, **body: Any) -> httpx.Response:

@@ -48,12 +48,27 @@ def front(stack, agents_file, channel):
         yield http
 
 
-def _activity(stack, channel: BotChannel, text: str = "status of T-3?", **fields):
-    conversation = f"a:1{uuid.uuid4().hex};messageid=17"  # Teams ids carry ':' and ';'
+def _activity(
+    stack, channel: BotChannel, text: str = "status of T-3?", kind: str = "personal", **fields
+):
+    """A new activity in a new conversation of `kind`, with ids shaped as Teams's: a personal
+    chat `a:1...`, a group chat `19:...@thread.v2`, a channel thread `19:...;messageid=R`
+    (its channel made known to the simulators' Graph)."""
+    activity_id = f"1{uuid.uuid4().int % 10**12}"
+    conversation = {
+        "personal": f"a:1{uuid.uuid4().hex}",
+        "groupChat": f"19:{uuid.uuid4().hex}@thread.v2",
+        "channel": f"19:{uuid.uuid4().hex}@thread.tacv2;messageid={activity_id}",
+    }[kind]
+    if kind == "channel":
+        channel.register_channel(stack.sim_url, conversation.partition(";")[0])
     activity = channel.activity(
-        conversation=conversation, text=text, service_url=stack.sim_url, activity_id=None
+        conversation=conversation,
+        text=text,
+        service_url=stack.sim_url,
+        activity_id=activity_id,
+        conversation_type=kind,
     )
-    activity["id"] = f"1{uuid.uuid4().int % 10**12}"
     return {**activity, **fields}
 
 
@@ -64,7 +79,7 @@ def _counts(stack) -> tuple[int, int]:
 
 def _posts(stack, run_id: str):
     return stack.vendor(
-        "SELECT conversation, reply_to_id, activity, idem_key, app_id, token_id "
+        "SELECT id, conversation, reply_to_id, activity, idem_key, app_id, token_id "
         "FROM sim.connector_activities WHERE idem_key = :k ORDER BY id",
         k=f"lya-teams-reply-{run_id}",
     )
@@ -107,9 +122,25 @@ def _run_of(stack, activity, timeout: float = 30) -> str:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("fault", ["after_checkpoint:kill", "after_reply:kill"])
-def test_a_turn_survives_a_sigkill_and_is_replied_to_once(stack, front, channel, fault) -> None:
-    activity = _activity(stack, channel, text="<at>liyagent</at> status of T-3?")
+@pytest.mark.parametrize(
+    ("fault", "kind", "reads"),
+    [
+        # Killed before its answer: the resumed turn answers and posts at once, unread.
+        ("after_checkpoint:kill", "personal", "none"),
+        # Killed between the post and its record: the resume finds the reply through
+        # Microsoft Graph (the connector lists nothing) and does not post it again.
+        ("after_reply:kill", "personal", "found"),
+        ("after_reply:kill", "groupChat", "found"),
+        ("after_reply:kill", "channel", "found"),
+        # Killed after the answer was stored, before the post: the resume reads until Graph's
+        # lag bound has passed, finds nothing, and posts once.
+        ("after_answer:kill", "personal", "settled"),
+    ],
+)
+def test_a_turn_survives_a_sigkill_and_is_replied_to_once(
+    stack, front, channel, fault, kind, reads
+) -> None:
+    activity = _activity(stack, channel, text="<at>liyagent</at> status of T-3?", kind=kind)
 
     def start() -> str:
         answer = channel.post(front, activity)
@@ -136,7 +167,13 @@ def test_a_turn_survives_a_sigkill_and_is_replied_to_once(stack, front, channel,
     assert reply["text"] == ANSWER and reply["recipient"] == activity["from"]
     [card] = reply["attachments"]
     assert card["contentType"] == CARD
-    assert card["content"]["body"][0]["text"] == ANSWER
+    # The card carries the run's key, which is how Graph's read-back knows the reply.
+    assert card["content"]["body"][0] == {
+        "type": "TextBlock",
+        "id": f"lya-teams-reply-{run_id}",
+        "text": ANSWER,
+        "wrap": True,
+    }
     path = f"/v3/conversations/{quote(conversation, safe='')}/activities/{activity['id']}"
     posted = stack.vendor(
         "SELECT path FROM sim.requests WHERE run_id = :r AND method = 'POST' "
@@ -144,6 +181,15 @@ def test_a_turn_survives_a_sigkill_and_is_replied_to_once(stack, front, channel,
         r=run_id,
     )
     assert [p.path for p in posted] == [path]
+    graph = _requests(stack, run_id, "graph")
+    if reads == "none":
+        assert graph == []
+    elif reads == "found":
+        assert graph == [("GET", 200)]
+        [found] = stack.rows("SELECT reply FROM teams_inbox")
+        assert found.reply["found_in"] == "graph" and found.reply["id"] == str(post.id)
+    else:
+        assert len(graph) >= 2 and set(graph) == {("GET", 200)}
     assert set(stack.asked(run_id).values()) == {1}  # the turn never ran again
 
 
@@ -216,13 +262,15 @@ def test_the_bot_token_is_kept_and_a_refused_one_is_replaced_once(stack, front, 
     assert one.app_id == two.app_id == channel.app_id
     assert one.token_id == two.token_id and _tokens_issued(stack, channel) == 1
     assert _requests(stack, second, "login") == []
-    # The tenant stops honouring the token: the next reply's read-back is refused (401), a new
-    # token is fetched once, and the reply is read back and posted once with it.
+    # The tenant stops honouring the token: the next reply is refused (401) with no effect, a
+    # new token is fetched once, and the reply is posted once with it. A first hand-on reads
+    # nothing back: no attempt before it posted.
     assert httpx.post(f"{stack.sim_url}/sim/bots/{channel.app_id}/revoke").json()["expired"] == 1
     third = _turn(stack, front, channel)
     assert stack.wait(third).status == "succeeded"
-    assert _requests(stack, third, "connector") == [("GET", 401), ("GET", 200), ("POST", 201)]
+    assert _requests(stack, third, "connector") == [("POST", 401), ("POST", 201)]
     assert _requests(stack, third, "login") == [("POST", 200)]
+    assert _requests(stack, third, "graph") == []
     [post] = _posts(stack, third)
     assert post.app_id == channel.app_id and post.token_id != one.token_id
 
@@ -258,7 +306,7 @@ def test_a_token_refused_twice_fails_the_hand_on_after_one_refresh(stack, front,
     view = stack.wait(run_id)
     assert view.status == "failed" and "refused the bot's token twice" in view.failure_reason
     calls = _requests(stack, run_id, "connector")
-    assert calls == [("GET", 200), ("POST", 401), ("POST", 401)]
+    assert calls == [("POST", 401), ("POST", 401)]
     assert _requests(stack, run_id, "login") == [("POST", 200), ("POST", 200)]  # one refresh
     assert _posts(stack, run_id) == []
 
@@ -270,7 +318,19 @@ def test_a_token_endpoint_down_leaves_the_reply_to_a_later_attempt(stack, front,
     stack.beat()
     view = stack.wait(run_id)
     assert view.status == "succeeded" and view.lost_count == 1
-    assert _requests(stack, run_id, "login") == [("POST", 503), ("POST", 200)]
+    # The resume reads Graph first (its own token, from the tenant's endpoint), then posts.
+    tokens = stack.vendor(
+        "SELECT path, status FROM sim.requests WHERE run_id = :r AND vendor = 'login' ORDER BY id",
+        r=run_id,
+    )
+    graph_token = f"/login.microsoftonline.com/{channel.tenant_id}/oauth2/v2.0/token"
+    bot_token = "/botframework.com/oauth2/v2.0/token"
+    assert [(t.path, t.status) for t in tokens] == [
+        (bot_token, 503),
+        (graph_token, 200),
+        (bot_token, 200),
+    ]
+    assert set(_requests(stack, run_id, "graph")) == {("GET", 200)}
     [post] = _posts(stack, run_id)
     assert post.app_id == channel.app_id and post.activity["text"] == ANSWER
     errors = stack.rows(
@@ -284,24 +344,71 @@ def test_a_token_endpoint_down_leaves_the_reply_to_a_later_attempt(stack, front,
     assert set(stack.asked(run_id).values()) == {1}  # the turn itself ran once
 
 
-def test_read_back_off_posts_without_looking(stack, front, channel) -> None:
-    stack.worker("w1", env={"LIYAGENT_TEAMS_READ_BACK": "off"})
-    run_id = _turn(stack, front, channel)
+def test_read_back_off_posts_twice_after_a_crash_between_post_and_record(
+    stack, front, channel
+) -> None:
+    """What `LIYAGENT_TEAMS_READ_BACK=off` leaves open, shown: the resume posts unread."""
+    stack.extra_env["LIYAGENT_TEAMS_READ_BACK"] = "off"
+    activity = _activity(stack, channel)
+
+    def start() -> str:
+        assert channel.post(front, activity).status_code == 200
+        return _run_of(stack, activity)
+
+    run_id = stack.kill_then_resume("after_reply:kill", start)
     assert stack.wait(run_id).status == "succeeded"
-    assert _requests(stack, run_id, "connector") == [("POST", 201)]
-    assert len(_posts(stack, run_id)) == 1
+    assert _requests(stack, run_id, "graph") == []
+    assert len(_posts(stack, run_id)) == 2
 
 
-def test_read_back_on_against_a_connector_that_cannot_list_names_the_setting(
+def test_a_graph_that_refuses_the_read_back_fails_the_hand_on_unposted(
     stack, front, channel
 ) -> None:
     run_id = _turn(stack, front, channel)
-    stack.fault(run_id, "GET", "/v3/conversations/", 405)
+    # The first post is lost before it takes effect (503): the reply is in doubt, and the
+    # resume must read back; Graph refuses the bot (no consent): nothing is posted unverified.
+    stack.fault(run_id, "POST", "/v3/conversations/", 503)
+    stack.fault(run_id, "GET", "/v1.0/chats/", 403)
     stack.worker("w1")
+    stack.beat()
     view = stack.wait(run_id)
-    assert view.status == "failed" and "LIYAGENT_TEAMS_READ_BACK=off" in view.failure_reason
-    assert _requests(stack, run_id, "connector") == [("GET", 405)]  # never posted unverified
+    assert view.status == "failed", view
+    assert "ChatMessage.Read.Chat" in view.failure_reason
+    assert "LIYAGENT_TEAMS_READ_BACK=off" in view.failure_reason
+    assert _requests(stack, run_id, "graph") == [("GET", 403)]
+    assert _requests(stack, run_id, "connector") == [("POST", 503)]
     assert _posts(stack, run_id) == []
+
+
+def test_a_post_graph_shows_late_is_found_within_the_settle_bound(stack, front, channel) -> None:
+    """Graph shows the lost attempt's post 8 s after it was made, later than the resume's
+    first read (a new worker takes over within a few seconds): the resume keeps reading until
+    its bound (12 s) has passed, finds the post, and posts nothing."""
+    stack.extra_env["LIYAGENT_TEAMS_GRAPH_SETTLE_MS"] = "12000"
+    httpx.post(f"{stack.sim_url}/sim/graph", json={"lag_ms": 8000}).raise_for_status()
+    activity = _activity(stack, channel)
+
+    def start() -> str:
+        assert channel.post(front, activity).status_code == 200
+        return _run_of(stack, activity)
+
+    try:
+        run_id = stack.kill_then_resume("after_reply:kill", start)
+        assert stack.wait(run_id).status == "succeeded"
+    finally:
+        httpx.post(f"{stack.sim_url}/sim/graph", json={"lag_ms": 0}).raise_for_status()
+    [post] = stack.vendor(
+        "SELECT visible_at FROM sim.connector_activities WHERE idem_key = :k",
+        k=f"lya-teams-reply-{run_id}",
+    )
+    reads = stack.vendor(
+        "SELECT created_at, status FROM sim.requests WHERE run_id = :r AND vendor = 'graph' "
+        "ORDER BY id",
+        r=run_id,
+    )
+    assert {r.status for r in reads} == {200}
+    assert reads[0].created_at < post.visible_at, "the resume first read after Graph showed it"
+    assert reads[-1].created_at >= post.visible_at  # read on past the first empty answer
 
 
 @pytest.mark.parametrize("channel", [{"endorsements": ("webchat",)}], indirect=True)
