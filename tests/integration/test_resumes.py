@@ -39,8 +39,13 @@ def _teams_turn(stack, message_id: str) -> str:
         "type": "message",
         "id": message_id,
         "serviceUrl": stack.sim_url,
-        "conversation": {"id": conversation},
-        "from": {"id": "29:ann", "name": "ann"},
+        # A personal chat, with what Teams sends and a resumed hand-on reads Graph back with.
+        "conversation": {"id": conversation, "conversationType": "personal", "tenantId": "t-1"},
+        "from": {
+            "id": "29:ann",
+            "name": "ann",
+            "aadObjectId": "0b0a0000-0000-0000-0000-00000000a11e",
+        },
         "recipient": {"id": "28:bot", "name": "bot"},
         "text": "status of T-3?",
     }
