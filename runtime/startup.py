@@ -1,24 +1,82 @@
 """What every engine process checks before it takes any work: its settings, its seal keys and
-its tools. A process that would fail every task instead refuses to start, saying what to fix."""
+its tools; a worker also its database and its pool. A process that would fail every task
+instead refuses to start, saying what to fix, with the exit code the CLI gives for the same
+problem (liyagent/cli/common.py: 2 bad configuration, 3 Postgres or Redis out of reach)."""
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
+from runtime.outage import database_problem
 from runtime.sealing import load_sealer
 from runtime.services import registry_for
 from runtime.settings import ConfigError, Settings, get_settings
 from runtime.tools import ToolDeclarationError
+from store import db
+
+# The CLI's exit codes for the same problems.
+BAD_CONFIG, UNREACHABLE = 2, 3
+
+# Pools a worker runs under. gevent and eventlet run tasks as greenlets on one patched event
+# loop, where an async tool fails ("Runner.run() cannot be called from a running event loop")
+# while its run still ends `succeeded`: they are refused, as is any other pool.
+SUPPORTED_POOLS = ("prefork", "threads", "solo")
+_POOL_ALIASES = {"processes": "prefork"}
 
 
 class StartupRefused(Exception):
-    """This process must not start; the message says what to fix."""
+    """This process must not start; the message says what to fix, `code` is its exit code."""
+
+    def __init__(self, message: str, code: int = BAD_CONFIG) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def check(settings: Settings | None = None) -> Settings:
-    """The settings, with seal keys and tools loaded; raises StartupRefused otherwise."""
+def check(settings: Settings | None = None, *, database: bool = False) -> Settings:
+    """The settings, with seal keys and tools loaded (and with `database`, Postgres answering);
+    raises StartupRefused otherwise."""
     try:
         settings = settings or get_settings()
         load_sealer(settings.production)
         registry_for(settings)
     except (ConfigError, ToolDeclarationError) as exc:
         raise StartupRefused(str(exc)) from None
+    if database:
+        check_database(settings.database_url)
     return settings
+
+
+def check_database(url: str) -> None:
+    """Postgres at `url` answers; StartupRefused (exit 3) with the CLI's sentence otherwise.
+    The probe's engine is its own and is closed, so no pool child inherits its socket."""
+    engine = db.create(url, pool_size=1)
+    try:
+        db.ping(engine)
+    except sa.exc.SQLAlchemyError as exc:
+        if not db.unreachable(exc):
+            raise
+        raise StartupRefused(database_problem(exc, url), UNREACHABLE) from None
+    finally:
+        engine.dispose()
+
+
+def check_pool(name: str) -> None:
+    """A worker's pool (Celery's name for it) is one the engine supports; StartupRefused
+    otherwise, naming the supported ones."""
+    name = _POOL_ALIASES.get(name, name)
+    if name not in SUPPORTED_POOLS:
+        raise StartupRefused(
+            f"the {name} pool is not supported (async tools fail under it); start the worker "
+            "with -P prefork (the default), -P threads or -P solo"
+        )
+
+
+def queue_warning(consumed: list[str], queue: str) -> str | None:
+    """What to say when a worker does not consume the runs' queue (LIYAGENT_QUEUE), else None."""
+    if queue in consumed:
+        return None
+    return (
+        f"this worker consumes {', '.join(consumed) or 'no queue'} but not {queue}, the queue "
+        f"runs are published to (LIYAGENT_QUEUE={queue}): it takes no runs; add {queue} to -Q "
+        "unless it is meant to run only the periodic work"
+    )

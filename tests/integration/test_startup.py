@@ -1,14 +1,15 @@
-"""A process that would fail every task refuses to start, saying what to fix; and a message
-that could not be handled at all goes back to its queue instead of being acked and dropped."""
+"""A process that would fail every task refuses to start, saying what to fix with the exit code
+the CLI gives for the same problem; what a worker says once at its start (a queue it does not
+consume, a development seal key) it says once, not once per process."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
+import time
 
 import pytest
-import redis
+import sqlalchemy as sa
 
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import free_port
@@ -55,16 +56,48 @@ def test_a_tool_module_that_does_not_load_stops_the_worker(stack, tools, says) -
     assert "Traceback" not in done.stderr
 
 
-def test_a_message_that_cannot_be_handled_goes_back_to_its_queue(stack) -> None:
-    dead_db = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nowhere"
-    worker = stack.worker("w1", env={"LIYAGENT_DATABASE_URL": dead_db}, ops=False)
-    run_id = stack.start([{"final": "Done."}])
-    worker.wait_for(r"message\.requeued", timeout=30)
-    worker.popen.send_signal(signal.SIGTERM)  # warm shutdown: the task ends, then the worker
-    worker.popen.wait(timeout=30)
-    client = redis.Redis.from_url(stack.settings.redis_url)
-    assert client.llen(f"{stack.settings.namespace}{stack.settings.queue}") == 1
-    client.close()
-    assert stack.client.get(run_id).status == "queued"
-    stack.worker("w2")
-    assert stack.wait(run_id).status == "succeeded"
+def _cli_error(stack, env: dict[str, str]) -> tuple[int, str]:
+    """What `liyagent status` exits with and prints for this environment's database."""
+    cli = _run(["liyagent", "status"], env)
+    assert cli.stderr.startswith("liyagent: error: "), cli.stderr
+    return cli.returncode, cli.stderr.removeprefix("liyagent: error: ").strip()
+
+
+@pytest.mark.parametrize("where", ["missing database", "closed port"])
+def test_a_worker_whose_database_cannot_be_used_refuses_to_start_as_the_cli_does(
+    stack, where
+) -> None:
+    url = sa.make_url(stack.settings.database_url).set(password="pw-s3cret")
+    if where == "missing database":
+        url = url.set(database="lyt_no_such_database")
+    else:
+        url = url.set(port=free_port())
+    env = _env(stack, LIYAGENT_DATABASE_URL=url.render_as_string(hide_password=False))
+    code, message = _cli_error(stack, env)
+    assert code == 3 and "cannot use Postgres at" in message
+    started = time.monotonic()
+    done = _run(["celery", "-A", "tasks", "worker", "-c", "1"], env)
+    assert time.monotonic() - started < 30  # at once, not after taking messages
+    assert done.returncode == code
+    assert f"liyagent worker does not start: {message}" in done.stderr
+    assert "pw-s3cret" not in done.stderr and "Traceback" not in done.stderr
+    assert "ready." not in done.stderr + done.stdout
+
+
+def test_a_worker_under_gevent_refuses_to_start_naming_the_supported_pools(stack) -> None:
+    pytest.importorskip("gevent")  # a dev dependency: without it Celery itself fails first
+    done = _run(["celery", "-A", "tasks", "worker", "-P", "gevent", "-c", "2"], _env(stack))
+    assert done.returncode == 2
+    assert "liyagent worker does not start: the gevent pool is not supported" in done.stderr
+    assert "-P prefork (the default), -P threads or -P solo" in done.stderr
+    assert "ready." not in done.stderr + done.stdout
+
+
+def test_a_worker_not_consuming_the_runs_queue_says_so_once_at_start(stack) -> None:
+    q = stack.settings.queue
+    ops_only = stack.worker("ops", runs=False)
+    lines = [line for line in ops_only.output().splitlines() if "runs_queue_not_consumed" in line]
+    assert len(lines) == 1
+    assert f"consumes {q}.ops but not {q}" in lines[0] and f"LIYAGENT_QUEUE={q}" in lines[0]
+    both = stack.worker("both")
+    assert "runs_queue_not_consumed" not in both.output()
