@@ -43,6 +43,17 @@ def test_a_worker_leaving_out_the_runs_queue_is_told_both_names() -> None:
     assert "LIYAGENT_QUEUE=liyagent" in said
 
 
+def test_tries_back_off_to_a_ceiling_and_start_over_once_the_database_answers() -> None:
+    now = [100.0]
+    state = outage.Outage(clock=lambda: now[0])
+    pauses = [state.failed() for _ in range(7)]
+    assert pauses == [0.5, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    now[0] += 12.5
+    assert state.answered() == 12.5
+    assert state.answered() is None
+    assert state.failed() == outage.FIRST_PAUSE_S
+
+
 def test_the_database_problem_names_the_server_without_its_password() -> None:
     url = "postgresql+psycopg://postgres:pw-s3cret@db.example:5433/liyagent"
     said = outage.database_problem(ConnectionRefusedError("Connection refused"), url)
