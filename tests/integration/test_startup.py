@@ -13,6 +13,11 @@ import sqlalchemy as sa
 
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import free_port
+from runtime import services as runtime_services
+from runtime.client import Client
+from runtime.sealing import parse_keys
+from tasks.services import CeleryPublisher
+from tests.support.scripts import mixed
 
 SEAL_MESSAGE = "LIYAGENT_SEAL_KEYS is not set and LIYAGENT_ENV=production"
 
@@ -101,3 +106,31 @@ def test_a_worker_not_consuming_the_runs_queue_says_so_once_at_start(stack) -> N
     assert f"consumes {q}.ops but not {q}" in lines[0] and f"LIYAGENT_QUEUE={q}" in lines[0]
     both = stack.worker("both")
     assert "runs_queue_not_consumed" not in both.output()
+
+
+def test_the_development_key_warning_is_given_once_across_a_worker_s_processes(
+    stack, tmp_path
+) -> None:
+    dev_file = tmp_path / "dev-seal-keys"
+    worker = stack.worker(
+        "dev", env={"LIYAGENT_SEAL_KEYS": "", "LIYAGENT_DEV_SEAL_FILE": str(dev_file)}
+    )
+    # Runs sealed with the worker's development key, so its pool children build their services
+    # (and open what the client sealed) and both of them take a run.
+    services = runtime_services.build(
+        stack.settings,
+        CeleryPublisher(stack.app, stack.settings.queue),
+        sealer=parse_keys(dev_file.read_text().strip()),
+    )
+    client = Client(services)
+    run_ids = [
+        client.start_run(agent="support-bot", model=stack.model(mixed(str(i))), user_input="help")
+        for i in range(4)
+    ]
+    for run_id in run_ids:
+        assert client.wait(run_id, timeout_s=60).status == "succeeded"
+    services.redis.close()
+    said = worker.output()
+    assert len(worker.children()) == 2
+    assert all(f"ForkPoolWorker-{n}] Task liyagent.run" in said for n in (1, 2)), said[-3000:]
+    assert said.count("seal.dev_key_in_use") == 1
