@@ -72,11 +72,12 @@ def check_pool(name: str) -> None:
 
 
 def queue_warning(consumed: list[str], queue: str) -> str | None:
-    """What to say when a worker does not consume the runs' queue (LIYAGENT_QUEUE), else None."""
-    if queue in consumed:
+    """What to say when a worker does not consume the runs' queue (LIYAGENT_QUEUE), else None.
+    A worker of the deployment's periodic work only (`-Q <queue>.ops`) is meant so: silent."""
+    if queue in consumed or set(consumed) == {f"{queue}.ops"}:
         return None
     return (
         f"this worker consumes {', '.join(consumed) or 'no queue'} but not {queue}, the queue "
-        f"runs are published to (LIYAGENT_QUEUE={queue}): it takes no runs; add {queue} to -Q "
-        "unless it is meant to run only the periodic work"
+        f"runs are published to (LIYAGENT_QUEUE={queue}): it takes no runs; add {queue} to -Q, "
+        "or give it the LIYAGENT_QUEUE the other processes have"
     )

@@ -100,12 +100,14 @@ def test_a_worker_under_gevent_refuses_to_start_naming_the_supported_pools(stack
 
 def test_a_worker_not_consuming_the_runs_queue_says_so_once_at_start(stack) -> None:
     q = stack.settings.queue
-    ops_only = stack.worker("ops", runs=False)
-    lines = [line for line in ops_only.output().splitlines() if "runs_queue_not_consumed" in line]
+    # Its -Q names the deployment's queues, its LIYAGENT_QUEUE another: runs go there.
+    astray = stack.worker("astray", env={"LIYAGENT_QUEUE": "elsewhere"})
+    lines = [line for line in astray.output().splitlines() if "runs_queue_not_consumed" in line]
     assert len(lines) == 1
-    assert f"consumes {q}.ops but not {q}" in lines[0] and f"LIYAGENT_QUEUE={q}" in lines[0]
-    both = stack.worker("both")
-    assert "runs_queue_not_consumed" not in both.output()
+    assert f"consumes {q}, {q}.ops but not elsewhere" in lines[0]
+    assert "LIYAGENT_QUEUE=elsewhere" in lines[0]
+    for silent in (stack.worker("both"), stack.worker("ops", runs=False)):
+        assert "runs_queue_not_consumed" not in silent.output()
 
 
 def test_the_development_key_warning_is_given_once_across_a_worker_s_processes(

@@ -38,6 +38,7 @@ def test_the_pool_is_named_as_celery_names_it_from_a_class_or_from_configuration
 
 def test_a_worker_leaving_out_the_runs_queue_is_told_both_names() -> None:
     assert queue_warning(["liyagent", "liyagent.ops"], "liyagent") is None
+    assert queue_warning(["liyagent.ops"], "liyagent") is None  # a periodic-work-only worker
     said = queue_warning(["other"], "liyagent")
     assert said is not None and "consumes other but not liyagent" in said
     assert "LIYAGENT_QUEUE=liyagent" in said
