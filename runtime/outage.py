@@ -47,6 +47,14 @@ def database_problem(exc: BaseException, url: str) -> str:
     return f"cannot use Postgres at {db.shown(url)} ({why}); {advice}"
 
 
+def schema_problem(exc: BaseException) -> str:
+    """A database that answers but holds no schema (never migrated): as the CLI says it (exit
+    1). Its first line is the server's, naming our table only."""
+    orig = getattr(exc, "orig", None) or exc
+    why = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return f"the database is not ready ({why}); run `liyagent db upgrade`"
+
+
 @dataclass
 class Outage:
     """This process's view of an outage: since when it cannot use the database, and the pause

@@ -1,13 +1,14 @@
 """What every engine process checks before it takes any work: its settings, its seal keys and
 its tools; a worker also its database and its pool. A process that would fail every task
 instead refuses to start, saying what to fix, with the exit code the CLI gives for the same
-problem (liyagent/cli/common.py: 2 bad configuration, 3 Postgres or Redis out of reach)."""
+problem (liyagent/cli/common.py: 1 a database not migrated, 2 bad configuration, 3 Postgres or
+Redis out of reach)."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from runtime.outage import database_problem
+from runtime.outage import database_problem, schema_problem
 from runtime.sealing import load_sealer
 from runtime.services import registry_for
 from runtime.settings import ConfigError, Settings, get_settings
@@ -15,7 +16,7 @@ from runtime.tools import ToolDeclarationError
 from store import db
 
 # The CLI's exit codes for the same problems.
-BAD_CONFIG, UNREACHABLE = 2, 3
+NOT_READY, BAD_CONFIG, UNREACHABLE = 1, 2, 3
 
 # Pools a worker runs under. gevent and eventlet run tasks as greenlets on one patched event
 # loop, where an async tool fails ("Runner.run() cannot be called from a running event loop")
@@ -47,11 +48,14 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
 
 
 def check_database(url: str) -> None:
-    """Postgres at `url` answers; StartupRefused (exit 3) with the CLI's sentence otherwise.
-    The probe's engine is its own and is closed, so no pool child inherits its socket."""
+    """Postgres at `url` answers and holds the schema; StartupRefused with the CLI's sentence
+    and exit code otherwise (3 out of reach, 1 not migrated). The probe's engine is its own
+    and is closed, so no pool child inherits its socket."""
     engine = db.create(url, pool_size=1)
     try:
-        db.ping(engine)
+        db.ping_schema(engine)
+    except sa.exc.ProgrammingError as exc:  # created, never migrated: every claim would fail
+        raise StartupRefused(schema_problem(exc), NOT_READY) from None
     except sa.exc.SQLAlchemyError as exc:
         if not db.unreachable(exc):
             raise

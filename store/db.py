@@ -101,6 +101,13 @@ def ping(engine: sa.Engine) -> None:
         conn.execute(sql("SELECT 1"))
 
 
+def ping_schema(engine: sa.Engine) -> None:
+    """One round trip that also needs the schema: raises ProgrammingError (undefined table)
+    on a database that was created but never migrated."""
+    with engine.connect() as conn:
+        conn.execute(sql("SELECT 1 FROM runs LIMIT 0"))
+
+
 # SQLSTATE classes and codes that mean the server cannot be used at all (as opposed to one
 # statement failing): connection exceptions, authorisation, a missing database, too many
 # connections, and a server shutting down or starting up.

@@ -287,11 +287,9 @@ def _classify(exc: BaseException) -> CliError | None:
     if isinstance(exc, sa.exc.OperationalError):
         return _postgres_error(exc, get_settings().database_url)
     if isinstance(exc, sa.exc.ProgrammingError):
-        return CliError(
-            f"the database is not ready ({str(exc.orig).strip().splitlines()[0]}); "
-            "run `liyagent db upgrade`",
-            FAILED,
-        )
+        from runtime.outage import schema_problem  # a worker refusing to start says the same
+
+        return CliError(schema_problem(exc), FAILED)
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return CliError(
             f"cannot reach Redis at {get_settings().redis_url} ({exc}); start it or set "

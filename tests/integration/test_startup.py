@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -16,6 +17,7 @@ from liyagent.local.servers import free_port
 from runtime import services as runtime_services
 from runtime.client import Client
 from runtime.sealing import parse_keys
+from store.admin import create_database, drop_database
 from tasks.services import CeleryPublisher
 from tests.support.scripts import mixed
 
@@ -68,18 +70,36 @@ def _cli_error(stack, env: dict[str, str]) -> tuple[int, str]:
     return cli.returncode, cli.stderr.removeprefix("liyagent: error: ").strip()
 
 
-@pytest.mark.parametrize("where", ["missing database", "closed port"])
+@pytest.mark.parametrize(
+    ("where", "exit_code", "says"),
+    [
+        ("missing database", 3, "cannot use Postgres at"),
+        ("closed port", 3, "cannot use Postgres at"),
+        ("database never migrated", 1, "run `liyagent db upgrade`"),
+    ],
+)
 def test_a_worker_whose_database_cannot_be_used_refuses_to_start_as_the_cli_does(
-    stack, where
+    stack, servers, where, exit_code, says
 ) -> None:
     url = sa.make_url(stack.settings.database_url).set(password="pw-s3cret")
     if where == "missing database":
         url = url.set(database="lyt_no_such_database")
-    else:
+    elif where == "closed port":
         url = url.set(port=free_port())
+    else:
+        url = url.set(database=f"lyt_empty_{uuid.uuid4().hex[:12]}")
+        create_database(servers[0], str(url.database))
     env = _env(stack, LIYAGENT_DATABASE_URL=url.render_as_string(hide_password=False))
+    try:
+        _refused_as_the_cli_is(stack, env, exit_code, says)
+    finally:
+        if where == "database never migrated":
+            drop_database(servers[0], str(url.database))
+
+
+def _refused_as_the_cli_is(stack, env: dict[str, str], exit_code: int, says: str) -> None:
     code, message = _cli_error(stack, env)
-    assert code == 3 and "cannot use Postgres at" in message
+    assert code == exit_code and says in message
     started = time.monotonic()
     done = _run(["celery", "-A", "tasks", "worker", "-c", "1"], env)
     assert time.monotonic() - started < 30  # at once, not after taking messages
