@@ -28,5 +28,10 @@ def requested() -> bool:
     return _event.is_set()
 
 
+def wait(timeout_s: float) -> bool:
+    """Pause up to `timeout_s`, ending early at a warm shutdown; True if one was requested."""
+    return bool(_event.wait(timeout_s))
+
+
 def clear() -> None:
     _event.clear()

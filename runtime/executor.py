@@ -13,7 +13,7 @@ import redis
 import sqlalchemy as sa
 import structlog
 
-from runtime import faults
+from runtime import drain, faults, outage
 from runtime.agent import AgentRun
 from runtime.heartbeat import LeaseLost
 from runtime.http import SendRefused
@@ -22,6 +22,7 @@ from runtime.leases import Token, monotonic_ms
 from runtime.redact import error_facts, frames
 from runtime.services import Services
 from runtime.workflow import WorkflowRun
+from store import db
 from store.records import insert_audit
 from store.rows import Claimed, FencedOut, RunRow
 from store.runs import claim_delivery, fail_run
@@ -33,6 +34,35 @@ class NotHandled(Exception):
     """The message could not be handled at all (Postgres or Redis unreachable before the run
     was claimed, or a stale delivery holding the lease for a moment): it must go back to its
     queue, never be acked and dropped."""
+
+
+class DatabaseUnreachable(NotHandled):
+    """Postgres could not be used at all when the run was to be claimed (down, refusing, its
+    database missing): nothing was claimed, and the message is held until it answers."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"run {run_id}: Postgres cannot be used ({type(cause).__name__})")
+        self.cause = cause
+
+
+def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
+    """Handle one delivery (`run_message`), waiting out a database outage with the message
+    held: never acked or dropped (I1), tried again after a growing pause, the outage said once
+    per interval for the whole worker. A warm shutdown during the wait raises NotHandled, so
+    the message goes back to its queue."""
+    worker = reserved_by or s.holder
+    while True:
+        try:
+            return run_message(s, run_id, attempt, reserved_by)
+        except DatabaseUnreachable as exc:
+            pause = outage.failed(s, worker, exc.cause, "run messages are held, none is lost")
+            if reserved_by is not None:
+                _reserve_quietly(s, reserved_by, run_id, attempt)
+            if drain.wait(pause):
+                raise NotHandled(
+                    f"run {run_id}: the worker stops while Postgres cannot be used; the message "
+                    "goes back to its queue"
+                ) from None
 
 
 def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
@@ -68,7 +98,10 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
                 claimed = claim_delivery(conn, run_id, attempt, s.holder)
         except sa.exc.SQLAlchemyError as exc:
             _release_quietly(s, token)
+            if db.unreachable(exc):
+                raise DatabaseUnreachable(run_id, exc) from exc
             raise NotHandled(f"run {run_id}: {type(exc).__name__}") from exc
+        outage.answered(s, reserved_by or s.holder)
         if claimed is None:
             log.info("message.stale")
             _release_quietly(s, token)
@@ -134,6 +167,15 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int) -> str:
         s.heartbeat.drop(lease)
         if release:
             _release_quietly(s, token)
+
+
+def _reserve_quietly(s: Services, holder: str, run_id: str, attempt: int) -> None:
+    """Reserve a held message again (its lease's acquire let the reservation go), so that if
+    this worker dies while it waits, the death watch publishes the run again at once."""
+    try:
+        s.leases.reserve(holder, run_id, attempt)
+    except redis.RedisError:  # the sweeper still finds the run queued too long
+        log.warning("reservation.failed")
 
 
 def _release_quietly(s: Services, token: Token) -> None:

@@ -112,6 +112,10 @@ def new_key_entry(kid: str) -> str:
     return f"{kid}:{base64.b64encode(secrets.token_bytes(32)).decode()}"
 
 
+# Development key files this process has already warned about.
+_warned: set[Path] = set()
+
+
 def _dev_file() -> Path:
     return Path(os.environ.get(ENV_DEV_FILE) or Path.home() / ".liyagent" / "dev-seal-keys")
 
@@ -169,9 +173,14 @@ def load_sealer(production: bool) -> Sealer:
             pass
         finally:
             tmp.unlink()
-    log.warning(
-        "seal.dev_key_in_use",
-        path=str(path),
-        advice=f"set {ENV_KEYS} before production; this key exists only on this machine",
-    )
+    if path not in _warned:
+        # Once per process start: a worker says it in its main process before the pool forks,
+        # and its pool children inherit that it was said (a second building of the services
+        # is silent too).
+        _warned.add(path)
+        log.warning(
+            "seal.dev_key_in_use",
+            path=str(path),
+            advice=f"set {ENV_KEYS} before production; this key exists only on this machine",
+        )
     return parse_keys(path.read_text().strip())

@@ -1,24 +1,87 @@
 """What every engine process checks before it takes any work: its settings, its seal keys and
-its tools. A process that would fail every task instead refuses to start, saying what to fix."""
+its tools; a worker also its database and its pool. A process that would fail every task
+instead refuses to start, saying what to fix, with the exit code the CLI gives for the same
+problem (liyagent/cli/common.py: 1 a database not migrated, 2 bad configuration, 3 Postgres or
+Redis out of reach)."""
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
+from runtime.outage import database_problem, schema_problem
 from runtime.sealing import load_sealer
 from runtime.services import registry_for
 from runtime.settings import ConfigError, Settings, get_settings
 from runtime.tools import ToolDeclarationError
+from store import db
+
+# The CLI's exit codes for the same problems.
+NOT_READY, BAD_CONFIG, UNREACHABLE = 1, 2, 3
+
+# Pools a worker runs under. gevent and eventlet run tasks as greenlets on one patched event
+# loop, where an async tool fails ("Runner.run() cannot be called from a running event loop")
+# while its run still ends `succeeded`: they are refused, as is any other pool.
+SUPPORTED_POOLS = ("prefork", "threads", "solo")
+_POOL_ALIASES = {"processes": "prefork"}
 
 
 class StartupRefused(Exception):
-    """This process must not start; the message says what to fix."""
+    """This process must not start; the message says what to fix, `code` is its exit code."""
+
+    def __init__(self, message: str, code: int = BAD_CONFIG) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def check(settings: Settings | None = None) -> Settings:
-    """The settings, with seal keys and tools loaded; raises StartupRefused otherwise."""
+def check(settings: Settings | None = None, *, database: bool = False) -> Settings:
+    """The settings, with seal keys and tools loaded (and with `database`, Postgres answering);
+    raises StartupRefused otherwise."""
     try:
         settings = settings or get_settings()
         load_sealer(settings.production)
         registry_for(settings)
     except (ConfigError, ToolDeclarationError) as exc:
         raise StartupRefused(str(exc)) from None
+    if database:
+        check_database(settings.database_url)
     return settings
+
+
+def check_database(url: str) -> None:
+    """Postgres at `url` answers and holds the schema; StartupRefused with the CLI's sentence
+    and exit code otherwise (3 out of reach, 1 not migrated). The probe's engine is its own
+    and is closed, so no pool child inherits its socket."""
+    engine = db.create(url, pool_size=1)
+    try:
+        db.ping_schema(engine)
+    except sa.exc.ProgrammingError as exc:  # created, never migrated: every claim would fail
+        raise StartupRefused(schema_problem(exc), NOT_READY) from None
+    except sa.exc.SQLAlchemyError as exc:
+        if not db.unreachable(exc):
+            raise
+        raise StartupRefused(database_problem(exc, url), UNREACHABLE) from None
+    finally:
+        engine.dispose()
+
+
+def check_pool(name: str) -> None:
+    """A worker's pool (Celery's name for it) is one the engine supports; StartupRefused
+    otherwise, naming the supported ones."""
+    name = _POOL_ALIASES.get(name, name)
+    if name not in SUPPORTED_POOLS:
+        raise StartupRefused(
+            f"the {name} pool is not supported (async tools fail under it); start the worker "
+            "with -P prefork (the default), -P threads or -P solo"
+        )
+
+
+def queue_warning(consumed: list[str], queue: str) -> str | None:
+    """What to say when a worker does not consume the runs' queue (LIYAGENT_QUEUE), else None.
+    A worker of the deployment's periodic work only (`-Q <queue>.ops`) is meant so: silent."""
+    if queue in consumed or set(consumed) == {f"{queue}.ops"}:
+        return None
+    return (
+        f"this worker consumes {', '.join(consumed) or 'no queue'} but not {queue}, the queue "
+        f"runs are published to (LIYAGENT_QUEUE={queue}): it takes no runs; add {queue} to -Q, "
+        "or give it the LIYAGENT_QUEUE the other processes have"
+    )

@@ -99,3 +99,36 @@ def ping(engine: sa.Engine) -> None:
     """One round trip to Postgres; raises if it does not answer."""
     with engine.connect() as conn:
         conn.execute(sql("SELECT 1"))
+
+
+def ping_schema(engine: sa.Engine) -> None:
+    """One round trip that also needs the schema: raises ProgrammingError (undefined table)
+    on a database that was created but never migrated."""
+    with engine.connect() as conn:
+        conn.execute(sql("SELECT 1 FROM runs LIMIT 0"))
+
+
+# SQLSTATE classes and codes that mean the server cannot be used at all (as opposed to one
+# statement failing): connection exceptions, authorisation, a missing database, too many
+# connections, and a server shutting down or starting up.
+_UNREACHABLE_CLASSES = ("08", "28", "3D", "53")
+_UNREACHABLE_CODES = ("57P01", "57P02", "57P03")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says Postgres cannot be used now (down, refusing, missing database, bad
+    credentials), not that one statement failed (a lock or statement timeout is also an
+    OperationalError, but the server answered)."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if not isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate is None:  # libpq failed before the server said anything: no connection
+        return True
+    return str(sqlstate)[:2] in _UNREACHABLE_CLASSES or str(sqlstate) in _UNREACHABLE_CODES
+
+
+def shown(url: str) -> str:
+    """The URL with any password hidden, fit for messages and logs."""
+    return str(sa.make_url(url).render_as_string(hide_password=True))

@@ -17,20 +17,24 @@ app.config_from_object("celeryconfig")
 from tasks import worker  # noqa: E402  (the worker glue needs the app configured first)
 
 
-def _refuse_unless_ready(what: str) -> None:
-    """Stop this process now, with the reason, rather than take messages it would fail (and
-    ack) one by one: production without seal keys, a tool module that does not load."""
+def _refuse_unless_ready(what: str, *, database: bool = False, controller: Any = None) -> None:
+    """Stop this process now, with the reason and the CLI's exit code for it, rather than take
+    messages it would fail (and ack, or requeue) one by one: production without seal keys, a
+    tool module that does not load, a worker's database out of reach or an unsupported pool."""
     try:
-        startup.check()
+        if controller is not None:
+            startup.check_pool(worker.pool_name(controller))
+        startup.check(database=database)
     except startup.StartupRefused as exc:
         print(f"liyagent {what} does not start: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        raise SystemExit(exc.code) from None
 
 
 @signals.worker_init.connect
-def _on_worker_init(**_: Any) -> None:
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
     logs.configure()
-    _refuse_unless_ready("worker")
+    _refuse_unless_ready("worker", database=True, controller=sender)
+    worker.warn_unless_consuming_runs(sender)
     drain.install()  # before the pool forks, so children share the flag
     worker.note_main_process()
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from runtime import outage
 from runtime.entries import fire_cron, intake_teams
 from store.entries import purge_answers
 from tasks.app import app
 from tasks.services import services
+from tasks.worker import main_holder
 
 
 @app.task(name="liyagent.cron_fire", ignore_result=True)
@@ -14,12 +16,20 @@ def cron_fire(trigger: str) -> str:
     return f"{run_id} {'started' if created else 'already started by another beat'}"
 
 
+# The two below fire every few seconds and every few minutes: Postgres out of reach is said
+# once per interval (runtime/outage.py), not as a traceback per fire; the next fire catches up.
 @app.task(name="liyagent.teams_intake", ignore_result=True)
-def teams_intake() -> list[str]:
-    return list(intake_teams(services()))
+def teams_intake() -> list[str] | None:
+    s = services()
+    return outage.tolerated(s, main_holder(), lambda: [str(r) for r in intake_teams(s)])
 
 
 @app.task(name="liyagent.purge_answers", ignore_result=True)
-def purge() -> int:
-    with services().engine.connect() as conn:
-        return purge_answers(conn)
+def purge() -> int | None:
+    s = services()
+
+    def work() -> int:
+        with s.engine.connect() as conn:
+            return purge_answers(conn)
+
+    return outage.tolerated(s, main_holder(), work)

@@ -7,15 +7,16 @@ import time
 import structlog
 from celery.exceptions import Reject
 
-from runtime.executor import NotHandled, run_message
+from runtime.executor import NotHandled, deliver
 from tasks.app import app
 from tasks.services import RUN_TASK, services
 from tasks.worker import RunTask, main_holder
 
 log = structlog.get_logger(__name__)
 
-# A message that could not be handled (Postgres or Redis unreachable before the run was
-# claimed) goes back to its queue after this pause, instead of being acked and dropped.
+# A message that could not be handled (Redis unreachable before the run was claimed, a worker
+# stopping while Postgres is out of reach) goes back to its queue after this pause, instead of
+# being acked and dropped. While Postgres is out of reach the message is held (`deliver`).
 REQUEUE_PAUSE_S = 1.0
 
 
@@ -28,7 +29,7 @@ REQUEUE_PAUSE_S = 1.0
 )
 def run(run_id: str, attempt: int) -> str:
     try:
-        return run_message(services(), run_id, int(attempt), reserved_by=main_holder())
+        return deliver(services(), run_id, int(attempt), reserved_by=main_holder())
     except NotHandled as exc:
         log.warning("message.requeued", run_id=run_id, attempt=attempt, why=str(exc))
         time.sleep(REQUEUE_PAUSE_S)  # backoff: a broken dependency must not spin the worker

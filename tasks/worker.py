@@ -11,12 +11,14 @@ import structlog
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import WorkerLostError
 from celery import Task
+from celery.concurrency import ALIASES as POOL_ALIASES
 from celery.worker.request import Request
 
-from runtime import faults
+from runtime import faults, startup
 from runtime.deaths import DeathWatchThread, claim_dead_child
 from runtime.leases import Token
 from runtime.services import holder_of
+from runtime.settings import get_settings
 from tasks.services import RUN_TASK, services
 
 log = structlog.get_logger(__name__)
@@ -34,6 +36,25 @@ def note_main_process() -> None:
 
 def main_holder() -> str:
     return holder_of(_main_pid)
+
+
+def pool_name(controller: Any) -> str:
+    """The name (`prefork`, `gevent`, ...) of the pool a starting worker (Celery's
+    WorkController, at `worker_init`) was given: a class from the command line, or a name or
+    "module:Class" from the configuration."""
+    pool = controller.pool_cls
+    target = pool if isinstance(pool, str) else f"{pool.__module__}:{pool.__qualname__}"
+    target = str(POOL_ALIASES.get(target, target))
+    return next((str(name) for name, path in POOL_ALIASES.items() if path == target), target)
+
+
+def warn_unless_consuming_runs(controller: Any) -> None:
+    """One line at start when the worker's queues (`-Q`) leave out the runs' queue."""
+    queue = get_settings().queue
+    consumed = list(controller.app.amqp.queues.consume_from)
+    warning = startup.queue_warning(consumed, queue)
+    if warning is not None:
+        log.warning("worker.runs_queue_not_consumed", why=warning)
 
 
 def start_watching() -> None:

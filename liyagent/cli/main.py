@@ -262,14 +262,11 @@ def _add_demo_parser(sub: Any) -> None:
 
 
 def _postgres_error(exc: sa.exc.OperationalError, url: str) -> CliError:
-    """Postgres refused or could not be reached: say which server and what to do (exit 3)."""
-    why = str(exc.orig or exc).strip().splitlines()[0]
-    if "does not exist" in why:
-        name = sa.make_url(url).database
-        advice = f"create it (createdb {name}), then run `liyagent db upgrade`"
-    else:
-        advice = "start it, or point LIYAGENT_DATABASE_URL at a running server"
-    return CliError(f"cannot use Postgres at {safe_url(url)} ({why}); {advice}", UNREACHABLE)
+    """Postgres refused or could not be reached: say which server and what to do (exit 3), in
+    the words a worker refusing to start uses (runtime/outage.py)."""
+    from runtime.outage import database_problem
+
+    return CliError(database_problem(exc, url), UNREACHABLE)
 
 
 def _classify(exc: BaseException) -> CliError | None:
@@ -290,11 +287,9 @@ def _classify(exc: BaseException) -> CliError | None:
     if isinstance(exc, sa.exc.OperationalError):
         return _postgres_error(exc, get_settings().database_url)
     if isinstance(exc, sa.exc.ProgrammingError):
-        return CliError(
-            f"the database is not ready ({str(exc.orig).strip().splitlines()[0]}); "
-            "run `liyagent db upgrade`",
-            FAILED,
-        )
+        from runtime.outage import schema_problem  # a worker refusing to start says the same
+
+        return CliError(schema_problem(exc), FAILED)
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return CliError(
             f"cannot reach Redis at {get_settings().redis_url} ({exc}); start it or set "

@@ -1,17 +1,25 @@
-"""A process that would fail every task refuses to start, saying what to fix; and a message
-that could not be handled at all goes back to its queue instead of being acked and dropped."""
+"""A process that would fail every task refuses to start, saying what to fix with the exit code
+the CLI gives for the same problem; what a worker says once at its start (a queue it does not
+consume, a development seal key) it says once, not once per process."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
+import time
+import uuid
 
 import pytest
-import redis
+import sqlalchemy as sa
 
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import free_port
+from runtime import services as runtime_services
+from runtime.client import Client
+from runtime.sealing import parse_keys
+from store.admin import create_database, drop_database
+from tasks.services import CeleryPublisher
+from tests.support.scripts import mixed
 
 SEAL_MESSAGE = "LIYAGENT_SEAL_KEYS is not set and LIYAGENT_ENV=production"
 
@@ -55,16 +63,96 @@ def test_a_tool_module_that_does_not_load_stops_the_worker(stack, tools, says) -
     assert "Traceback" not in done.stderr
 
 
-def test_a_message_that_cannot_be_handled_goes_back_to_its_queue(stack) -> None:
-    dead_db = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nowhere"
-    worker = stack.worker("w1", env={"LIYAGENT_DATABASE_URL": dead_db}, ops=False)
-    run_id = stack.start([{"final": "Done."}])
-    worker.wait_for(r"message\.requeued", timeout=30)
-    worker.popen.send_signal(signal.SIGTERM)  # warm shutdown: the task ends, then the worker
-    worker.popen.wait(timeout=30)
-    client = redis.Redis.from_url(stack.settings.redis_url)
-    assert client.llen(f"{stack.settings.namespace}{stack.settings.queue}") == 1
-    client.close()
-    assert stack.client.get(run_id).status == "queued"
-    stack.worker("w2")
-    assert stack.wait(run_id).status == "succeeded"
+def _cli_error(stack, env: dict[str, str]) -> tuple[int, str]:
+    """What `liyagent status` exits with and prints for this environment's database."""
+    cli = _run(["liyagent", "status"], env)
+    assert cli.stderr.startswith("liyagent: error: "), cli.stderr
+    return cli.returncode, cli.stderr.removeprefix("liyagent: error: ").strip()
+
+
+@pytest.mark.parametrize(
+    ("where", "exit_code", "says"),
+    [
+        ("missing database", 3, "cannot use Postgres at"),
+        ("closed port", 3, "cannot use Postgres at"),
+        ("database never migrated", 1, "run `liyagent db upgrade`"),
+    ],
+)
+def test_a_worker_whose_database_cannot_be_used_refuses_to_start_as_the_cli_does(
+    stack, servers, where, exit_code, says
+) -> None:
+    url = sa.make_url(stack.settings.database_url).set(password="pw-s3cret")
+    if where == "missing database":
+        url = url.set(database="lyt_no_such_database")
+    elif where == "closed port":
+        url = url.set(port=free_port())
+    else:
+        url = url.set(database=f"lyt_empty_{uuid.uuid4().hex[:12]}")
+        create_database(servers[0], str(url.database))
+    env = _env(stack, LIYAGENT_DATABASE_URL=url.render_as_string(hide_password=False))
+    try:
+        _refused_as_the_cli_is(stack, env, exit_code, says)
+    finally:
+        if where == "database never migrated":
+            drop_database(servers[0], str(url.database))
+
+
+def _refused_as_the_cli_is(stack, env: dict[str, str], exit_code: int, says: str) -> None:
+    code, message = _cli_error(stack, env)
+    assert code == exit_code and says in message
+    started = time.monotonic()
+    done = _run(["celery", "-A", "tasks", "worker", "-c", "1"], env)
+    assert time.monotonic() - started < 30  # at once, not after taking messages
+    assert done.returncode == code
+    assert f"liyagent worker does not start: {message}" in done.stderr
+    assert "pw-s3cret" not in done.stderr and "Traceback" not in done.stderr
+    assert "ready." not in done.stderr + done.stdout
+
+
+def test_a_worker_under_gevent_refuses_to_start_naming_the_supported_pools(stack) -> None:
+    pytest.importorskip("gevent")  # a dev dependency: without it Celery itself fails first
+    done = _run(["celery", "-A", "tasks", "worker", "-P", "gevent", "-c", "2"], _env(stack))
+    assert done.returncode == 2
+    assert "liyagent worker does not start: the gevent pool is not supported" in done.stderr
+    assert "-P prefork (the default), -P threads or -P solo" in done.stderr
+    assert "ready." not in done.stderr + done.stdout
+
+
+def test_a_worker_not_consuming_the_runs_queue_says_so_once_at_start(stack) -> None:
+    q = stack.settings.queue
+    # Its -Q names the deployment's queues, its LIYAGENT_QUEUE another: runs go there.
+    astray = stack.worker("astray", env={"LIYAGENT_QUEUE": "elsewhere"})
+    lines = [line for line in astray.output().splitlines() if "runs_queue_not_consumed" in line]
+    assert len(lines) == 1
+    assert f"consumes {q}, {q}.ops but not elsewhere" in lines[0]
+    assert "LIYAGENT_QUEUE=elsewhere" in lines[0]
+    for silent in (stack.worker("both"), stack.worker("ops", runs=False)):
+        assert "runs_queue_not_consumed" not in silent.output()
+
+
+def test_the_development_key_warning_is_given_once_across_a_worker_s_processes(
+    stack, tmp_path
+) -> None:
+    dev_file = tmp_path / "dev-seal-keys"
+    worker = stack.worker(
+        "dev", env={"LIYAGENT_SEAL_KEYS": "", "LIYAGENT_DEV_SEAL_FILE": str(dev_file)}
+    )
+    # Runs sealed with the worker's development key, so its pool children build their services
+    # (and open what the client sealed) and both of them take a run.
+    services = runtime_services.build(
+        stack.settings,
+        CeleryPublisher(stack.app, stack.settings.queue),
+        sealer=parse_keys(dev_file.read_text().strip()),
+    )
+    client = Client(services)
+    run_ids = [
+        client.start_run(agent="support-bot", model=stack.model(mixed(str(i))), user_input="help")
+        for i in range(4)
+    ]
+    for run_id in run_ids:
+        assert client.wait(run_id, timeout_s=60).status == "succeeded"
+    services.redis.close()
+    said = worker.output()
+    assert len(worker.children()) == 2
+    assert all(f"ForkPoolWorker-{n}] Task liyagent.run" in said for n in (1, 2)), said[-3000:]
+    assert said.count("seal.dev_key_in_use") == 1

@@ -1,5 +1,5 @@
-"""A TCP proxy on loopback that a test can cut: one worker's path to Redis, while the rest of
-the system still reaches it."""
+"""A TCP proxy on loopback that a test can cut: one worker's path to Redis or Postgres, while
+the rest of the system still reaches it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import threading
 
 
 class CuttableProxy:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, port: int = 0) -> None:
+        """`port`: listen there (a cut proxy's, to bring the path back), else on a free one."""
         self.target = (target_host, target_port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server(("127.0.0.1", port))
         self.port = int(self.listener.getsockname()[1])
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()

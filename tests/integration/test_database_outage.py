@@ -1,0 +1,106 @@
+"""A worker whose database goes away while runs are queued holds the run messages it took
+(never acked, never dropped), backs off, says so once per interval naming the database and what
+to do, and once Postgres answers again every run completes; a warm shutdown meanwhile hands its
+messages back to the queue. The worker reaches Postgres through a proxy the test cuts, while
+the test itself still reaches it (to start runs and judge them)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from liyagent.local.servers import free_port
+from tasks.deliveries import _run_of
+from tests.support.proxy import CuttableProxy
+from tests.support.scripts import mixed
+
+PASSWORD = "pw-s3cret"  # trust auth ignores it; it must never reach a log line
+
+
+def _through_proxy(stack) -> tuple[CuttableProxy, str]:
+    """A proxy to the test's Postgres and the worker's database URL through it."""
+    url = sa.make_url(stack.settings.database_url)
+    proxy = CuttableProxy(url.host or "127.0.0.1", url.port or 5432)
+    through = url.set(host="127.0.0.1", port=proxy.port, password=PASSWORD)
+    return proxy, through.render_as_string(hide_password=False)
+
+
+def _held(stack) -> list[str]:
+    """Run ids whose message Redis holds: waiting in the queue, or taken and not acked."""
+    client = redis.Redis.from_url(stack.settings.redis_url)
+    ns, queue = stack.settings.namespace, stack.settings.queue
+    waiting = client.lrange(f"{ns}{queue}", 0, -1)
+    taken = client.hvals(f"{ns}unacked")
+    client.close()
+    found = [_run_of(b"[" + raw + b"]") for raw in waiting] + [_run_of(raw) for raw in taken]
+    return sorted(run[0] for run in found if run is not None)
+
+
+def test_a_worker_whose_database_goes_away_holds_its_messages_and_says_so_once_per_interval(
+    stack,
+) -> None:
+    proxy, worker_url = _through_proxy(stack)
+    database = sa.make_url(stack.settings.database_url).database
+    worker = stack.worker("w1", env={"LIYAGENT_DATABASE_URL": worker_url})
+    stack.beat()  # sweeps and intakes fire at this worker too, every second
+    proxy.cut()
+    before = len(worker.output().splitlines())
+    run_ids = [stack.start(mixed(str(i))) for i in range(6)]
+    worker.wait_for(r"database\.unreachable|message\.requeued", timeout=30)
+    time.sleep(10)  # the outage lasts: what the worker says meanwhile is judged below
+
+    # A few lines in all (Celery's own "received" ones included), where the worker used to
+    # write a traceback per message and per try (the issue counted 1,718 lines in 20 s).
+    said = worker.output().splitlines()[before:]
+    assert len(said) <= 20, "\n".join(said)
+    outage = [line for line in said if "database.unreachable" in line]
+    assert 1 <= len(outage) <= 3, "\n".join(said)
+    for line in outage:
+        assert f"127.0.0.1:{proxy.port}/{database}" in line
+        assert "start it, or point LIYAGENT_DATABASE_URL at a running server" in line
+    assert PASSWORD not in "\n".join(said) and "Traceback" not in "\n".join(said)
+    # Nothing was acked and lost: every run's message is still in Redis, every run queued.
+    assert sorted(set(_held(stack)) & set(run_ids)) == sorted(run_ids)
+    assert {stack.client.get(r).status for r in run_ids} == {"queued"}
+
+    CuttableProxy(proxy.target[0], proxy.target[1], port=proxy.port)  # the database is back
+    for run_id in run_ids:
+        assert stack.wait(run_id, timeout=60).status == "succeeded"
+    assert worker.output().count("database.reachable") == 1
+
+
+def test_a_worker_stopped_during_an_outage_hands_its_messages_back_to_the_queue(stack) -> None:
+    proxy, worker_url = _through_proxy(stack)
+    worker = stack.worker("w1", env={"LIYAGENT_DATABASE_URL": worker_url}, ops=False)
+    proxy.cut()
+    run_id = stack.start([{"final": "Done."}])
+    worker.wait_for(r"database\.unreachable", timeout=30)
+    worker.popen.send_signal(signal.SIGTERM)  # warm shutdown: the held message goes back
+    worker.popen.wait(timeout=30)
+    client = redis.Redis.from_url(stack.settings.redis_url)
+    assert client.llen(f"{stack.settings.namespace}{stack.settings.queue}") == 1
+    client.close()
+    assert _held(stack) == [run_id]
+    assert stack.client.get(run_id).status == "queued"
+    stack.worker("w2")  # reaches Postgres directly
+    assert stack.wait(run_id).status == "succeeded"
+
+
+def test_a_statement_that_fails_on_a_server_that_answers_is_not_an_outage(db_url) -> None:
+    from store import db
+
+    engine = db.create(db_url)
+    with pytest.raises(sa.exc.OperationalError) as timed_out, engine.connect() as conn:
+        conn.execute(sa.text("SET statement_timeout = 1"))
+        conn.execute(sa.text("SELECT pg_sleep(1)"))
+    assert not db.unreachable(timed_out.value)  # QueryCanceled: the server answered
+    closed = db.create(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x")
+    with pytest.raises(sa.exc.OperationalError) as refused:
+        db.ping(closed)
+    assert db.unreachable(refused.value)
+    engine.dispose()
+    closed.dispose()
