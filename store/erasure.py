@@ -79,18 +79,29 @@ def fence_out(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[str]:
     return [r.id for r in rows]
 
 
+# What an erased run's definition keeps: the tools it was allowed and which model provider and
+# model it used, never the script, system prompt, entry details, job parameters or workflow
+# arguments it was given.
+_SPEC_KEPT = """jsonb_build_object(
+    'erased', true, 'tools', spec -> 'tools',
+    'model', jsonb_build_object('provider', spec -> 'model' -> 'provider',
+                                'model', spec -> 'model' -> 'model'))"""
+
+
 def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[tuple[str, str]]:
-    """Delete the content of finished runs in one statement: checkpoint, answer, input,
-    transcript, call marks (tool outcomes), approvals (call arguments), the A2A task's message
-    and answer, the cron outcome, the Teams turn's text, activity and reply. What stays: the
-    run's row (status, times, agent, owner, failure reason), the entry rows' ids (a message
-    sent again is still the same, erased, task) and the audit, with one `agent.run.erased`
-    row per run naming who erased it. Returns (run id, status) of each run erased."""
+    """Delete the content of finished runs in one statement: checkpoint, answer, input, the
+    definition's content (`_SPEC_KEPT`), transcript, call marks (tool outcomes), approvals
+    (call arguments), the A2A task's message and answer, the cron outcome, the Teams turn's
+    text, activity and reply. What stays: the run's row (status, times, agent, owner, failure
+    reason), the entry rows' ids (a message sent again is still the same, erased, task) and
+    the audit, with one `agent.run.erased` row per run naming who erased it. Returns (run id,
+    status) of each run erased."""
     rows = conn.execute(
         sql(
-            """
+            f"""
             WITH e AS (
                 UPDATE runs SET checkpoint = NULL, answer = NULL, input = '',
+                       spec = {_SPEC_KEPT},
                        answer_purged_at = coalesce(answer_purged_at, now()),
                        updated_at = now()
                 WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN ('succeeded', 'failed')

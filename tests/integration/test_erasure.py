@@ -27,16 +27,21 @@ with warnings.catch_warnings():
 RUN_TABLES = sorted(t.name for t in metadata.tables.values() if "run_id" in t.c)
 
 
-def _secret_run(stack, secret: str, owner: str = "app", latency_ms: int = 0) -> str:
-    """A run whose input, tool arguments and answer all carry `secret`."""
+def _secret_run(
+    stack, secret: str, owner: str = "app", latency_ms: int = 0, scripted: bool = False
+) -> str:
+    """A run whose input, tool arguments and answer all carry `secret` (and, `scripted`, its
+    definition too: the script rides in the run's spec)."""
     steps = [
         step(call(f"toolu_{secret}", "incident.create", title=f"{secret}-title"),
              latency_ms=latency_ms),
         final(f"{secret}-answer"),
     ]  # fmt: skip
+    model = {"provider": "scripted", "script": {"steps": steps}} if scripted else stack.model(steps)
     return stack.client.start_run(
-        agent="support-bot", model=stack.model(steps), user_input=f"{secret}-input", owner=owner
-    )
+        agent="support-bot", model=model, user_input=f"{secret}-input", owner=owner,
+        system=f"{secret}-system",
+    )  # fmt: skip
 
 
 def _mentions(stack, secret: str) -> dict[str, int]:
@@ -76,7 +81,7 @@ def _erased_audit(stack, run_id: str) -> list[dict]:
 def test_erasing_a_finished_run_leaves_a_tombstone_and_no_content(stack) -> None:
     stack.worker("w1")
     secret = f"s{uuid.uuid4().hex[:10]}"
-    run_id = _secret_run(stack, secret)
+    run_id = _secret_run(stack, secret, scripted=True)
     assert stack.wait(run_id).status == "succeeded"
     with stack.db() as conn:  # its entry rows, as A2A and Teams keep them
         conn.exec_driver_sql(
@@ -98,8 +103,9 @@ def test_erasing_a_finished_run_leaves_a_tombstone_and_no_content(stack) -> None
                     "by": "dpo"}  # fmt: skip
     assert _mentions(stack, secret) == {}
     assert _content_left(stack, run_id) == EMPTY
-    [tomb] = stack.rows("SELECT status, agent, owner FROM runs WHERE id = :r", r=run_id)
+    [tomb] = stack.rows("SELECT status, agent, owner, spec FROM runs WHERE id = :r", r=run_id)
     assert (tomb.status, tomb.agent, tomb.owner) == ("succeeded", "support-bot", "app")
+    assert tomb.spec["model"] == {"provider": "scripted", "model": None} and tomb.spec["erased"]
     assert _erased_audit(stack, run_id) == [{"by": "dpo", "status": "succeeded"}]
     # The entry rows stay, empty, so a message sent again is still the same (erased) task.
     assert stack.rows("SELECT count(*) AS n FROM a2a_tasks WHERE run_id = :r", r=run_id)[0].n
