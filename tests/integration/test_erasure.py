@@ -207,3 +207,26 @@ def test_bad_input_is_refused_and_nothing_is_erased(stack, surface: str) -> None
         assert _erased_audit(stack, run_id) == [{"by": "dpo", "status": "succeeded"}]
         return
     assert _mentions(stack, secret) and _erased_audit(stack, run_id) == []
+
+
+def test_erasing_a_run_waiting_on_an_approval_fails_it_and_drops_the_held_call(stack) -> None:
+    stack.worker("w1")
+    secret = f"s{uuid.uuid4().hex[:10]}"
+    steps = [step(call("toolu_p1", "incident.page", title=f"{secret}-title", severity="sev1")),
+             final(f"{secret}-answer")]  # fmt: skip
+    run_id = stack.client.start_run(
+        agent="support-bot", model=stack.model(steps), user_input=f"{secret}-input"
+    )
+    stack.client.wait(run_id, timeout_s=60, until=frozenset({"waiting"}))
+    [held] = stack.client.approvals(run_id)
+    done = stack.client.erase(run_id=run_id, by="dpo")
+    assert done.stopped == [run_id] and done.runs == [(run_id, "failed")]
+    assert _content_left(stack, run_id) == EMPTY and _mentions(stack, secret) == {}
+    [run] = stack.rows("SELECT status, waiting_on, failure_reason FROM runs WHERE id = :r",
+                       r=run_id)  # fmt: skip
+    assert (run.status, run.waiting_on, run.failure_reason) == (
+        "failed", None, "stopped by dpo: erasure",
+    )  # fmt: skip
+    late = cli("approve", held.id, "--by", "lee", env=stack.env)  # the held call is gone
+    assert late.returncode == 1 and "does not exist" in late.stderr
+    assert stack.client.get(run_id).status == "failed" and stack.vendor_writes(run_id) == []
