@@ -1,5 +1,6 @@
 """What beat fires: the lease sweeper (every 3 s), the Teams inbox intake, the answer purge,
-and the catalog's cron triggers. Two beats are harmless: each task decides in Postgres."""
+retention (LIYAGENT_RETENTION_INTERVAL_S) and the catalog's cron triggers. Two beats are
+harmless: each task decides in Postgres."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "liyagent-teams-intake": _every("liyagent.teams_intake", sweep_s, ops),
         "liyagent-purge-answers": _every("liyagent.purge_answers", 600, ops),
     }
+    if settings.retention.enabled:
+        entries["liyagent-retention"] = _every(
+            "liyagent.retention", settings.retention.interval_s, ops
+        )
     for trigger in catalog.load(settings.agents_file).cron.values():
         if trigger.every_s is not None:
             entry = _every("liyagent.cron_fire", trigger.every_s, ops, [trigger.name])

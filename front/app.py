@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from front import a2a, entries, runs, teams
+from front import a2a, entries, erasure, runs, teams
 from front.errors import HANDLERS
 from runtime.metrics import registry_for
 from runtime.services import Services
@@ -50,6 +50,8 @@ ROUTES = [
     Route("/runs/{run_id}", runs.run_read, methods=["GET"]),
     Route("/runs/{run_id}/stop", runs.run_stop, methods=["POST"]),
     Route("/runs/{run_id}/stop/lift", runs.run_stop_lift, methods=["POST"]),
+    Route("/runs/{run_id}/erase", erasure.run_erase, methods=["POST"]),
+    Route("/owners/{owner}/erase", erasure.owner_erase, methods=["POST"]),
     Route("/agents/{agent}/stop", runs.agent_stop, methods=["POST"]),
     Route("/agents/{agent}/stop/lift", runs.agent_stop_lift, methods=["POST"]),
 ]

@@ -13,8 +13,9 @@ its token (never the token itself) and its rights:
 right. A presented token is hashed and compared with every configured digest in constant time.
 
 Rights: `start` (start runs: webhooks, ticket events, co-pilot turns, A2A tasks, Teams
-messages), `decide` (decide approvals), `stop` (stop runs and agents, and lift stops). Reads
-(`GET /runs/{id}`, A2A task reads) need a valid token and no right. Who decided or stopped is
+messages), `decide` (decide approvals), `stop` (stop runs and agents, and lift stops), `erase`
+(erase a run's or an owner's runs' content, front/erasure.py). Reads (`GET /runs/{id}`, A2A
+task reads) need a valid token and no right. Who decided or stopped is
 always the token's principal, never a name in the body (see `actor`).
 """
 
@@ -49,12 +50,14 @@ class Right(StrEnum):
     START = "start"  # start runs (every entry endpoint)
     DECIDE = "decide"  # decide approvals
     STOP = "stop"  # stop runs and agents, and lift stops
+    ERASE = "erase"  # erase runs' content (a run, or an owner's runs)
 
 
 WHAT = {
     Right.START: "start runs",
     Right.DECIDE: "decide approvals",
     Right.STOP: "stop runs and agents and lift stops",
+    Right.ERASE: "erase runs",
 }
 
 

@@ -21,6 +21,7 @@ from runtime.enqueue import (
     parse_agent,
     publish_quietly,
 )
+from runtime.erasure import Erased, erase
 from runtime.sealing import NoSealKeys, SealError
 from runtime.services import Services
 from store.gates import agent_has_runs, insert_stop, lift_stops
@@ -235,6 +236,14 @@ class Client:
                 reason=reason,
                 by=by,
             )
+
+    def erase(self, *, run_id: str | None = None, owner: str | None = None, by: str) -> Erased:
+        """Delete the content of a run (and its sub-agent runs) or of every run of an owner at
+        once, keeping a tombstone; one not finished is stopped and its attempt fenced out
+        first (runtime/erasure.py)."""
+        return erase(
+            self.s, run_id=None if run_id is None else parse_id(run_id), owner=owner, by=by
+        )
 
     def known_agent(self, agent: str) -> str:
         """An agent a Stop may name: a valid name in the catalog (or declared in a tool

@@ -8,7 +8,8 @@ Families: liyagent_runs{status}, liyagent_runs_by_kind{kind,status}, liyagent_wa
 {waiting_on}, liyagent_queue_age_seconds, liyagent_resumes_total, liyagent_handbacks_total,
 liyagent_losses_total, liyagent_runs_failed_total{code}, liyagent_settlements_total
 {settlement}, liyagent_recovery_seconds (histogram), liyagent_fencing_rejections_total,
-liyagent_sweep_duration_seconds (summary) and liyagent_source_up{source}.
+liyagent_sweep_duration_seconds (summary), liyagent_retention_deleted_total{what},
+liyagent_retention_batches_total and liyagent_source_up{source}.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from runtime.retention import BATCHES, COUNTERS
 from runtime.services import Services
 from store import views
 from store.schema import RUN_STATUSES
@@ -91,7 +93,23 @@ class LiyagentCollector:
             "Attempts stopped because another attempt owns their run (counted in Redis)",
         )
         counter.add_metric([], float(fenced or 0))
-        return [counter, sweep_summary(sweeps, count, total_s)]
+        return [counter, sweep_summary(sweeps, count, total_s), *self._retention()]
+
+    def _retention(self) -> list[Metric]:
+        """What retention deleted (runtime/retention.py counts each batch in Redis)."""
+        ns = self.s.settings.namespace
+        deleted = CounterMetricFamily(
+            "liyagent_retention_deleted",
+            "Rows retention deleted: finished runs (with what hung on them) and audit rows",
+            labels=["what"],
+        )
+        for what, key in COUNTERS.items():
+            deleted.add_metric([what], float(self.s.redis.get(f"{ns}{key}") or 0))
+        batches = CounterMetricFamily(
+            "liyagent_retention_batches", "Retention batches run (one statement each)"
+        )
+        batches.add_metric([], float(self.s.redis.get(f"{ns}{BATCHES}") or 0))
+        return [deleted, batches]
 
 
 def postgres_families(conn: sa.Connection) -> list[Metric]:

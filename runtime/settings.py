@@ -177,6 +177,52 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """What a finished run keeps and for how long; beat deletes the rest in bounded batches.
+
+    A finished run (succeeded or failed) and everything hanging on it (call marks, transcript,
+    approvals, A2A task, cron record, Teams inbox row, stops) are deleted `keep_s` after it
+    finished, never before its sealed answer's own retention ends, never while its parent runs,
+    and never while a key a caller may send again (request key, A2A message id, Teams activity
+    id, cron slot) still dedupes: such runs are kept at least `key_window_s`. Audit rows
+    outlive their run: they go `audit_keep_s` after they were written, once the run is gone.
+    """
+
+    enabled: bool = True
+    keep_s: int = 30 * 86400
+    key_window_s: int = 7 * 86400
+    audit_keep_s: int = 365 * 86400
+    # Runs (or audit rows) one statement deletes, and batches one beat pass runs at most.
+    batch: int = 500
+    max_batches: int = 20
+    interval_s: int = 300
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("LIYAGENT_RETENTION_S", self.keep_s),
+            ("LIYAGENT_RETENTION_KEY_WINDOW_S", self.key_window_s),
+            ("LIYAGENT_RETENTION_AUDIT_S", self.audit_keep_s),
+            ("LIYAGENT_RETENTION_BATCH", self.batch),
+            ("LIYAGENT_RETENTION_MAX_BATCHES", self.max_batches),
+            ("LIYAGENT_RETENTION_INTERVAL_S", self.interval_s),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{name} must be above 0 (got {value})")
+
+    @classmethod
+    def from_env(cls) -> Retention:
+        return cls(
+            enabled=_env_bool("LIYAGENT_RETENTION", cls.enabled),
+            keep_s=_env_int("LIYAGENT_RETENTION_S", cls.keep_s),
+            key_window_s=_env_int("LIYAGENT_RETENTION_KEY_WINDOW_S", cls.key_window_s),
+            audit_keep_s=_env_int("LIYAGENT_RETENTION_AUDIT_S", cls.audit_keep_s),
+            batch=_env_int("LIYAGENT_RETENTION_BATCH", cls.batch),
+            max_batches=_env_int("LIYAGENT_RETENTION_MAX_BATCHES", cls.max_batches),
+            interval_s=_env_int("LIYAGENT_RETENTION_INTERVAL_S", cls.interval_s),
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything a worker, beat or app process needs to reach Postgres and Redis."""
 
@@ -242,6 +288,7 @@ class Settings:
     teams_graph_scope: str = "https://graph.microsoft.com/.default"
     teams_graph_settle_ms: int = 5000
     timings: Timings = field(default_factory=Timings)
+    retention: Retention = field(default_factory=Retention)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -289,6 +336,7 @@ class Settings:
                 "LIYAGENT_TEAMS_GRAPH_SETTLE_MS", cls.teams_graph_settle_ms
             ),
             timings=Timings.from_env(),
+            retention=Retention.from_env(),
         )
 
 

@@ -121,6 +121,13 @@ runs = sa.Table(
         "id",
         postgresql_where=sa.text("status IN ('running','answered')"),
     ),
+    # Retention takes finished runs oldest first, a bounded batch at a time.
+    sa.Index(
+        "ix_runs_finished_at",
+        "finished_at",
+        "id",
+        postgresql_where=sa.text("status IN ('succeeded','failed')"),
+    ),
 )
 
 call_marks = sa.Table(
@@ -161,6 +168,8 @@ audit_events = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Index("ix_audit_events_run_id", "run_id"),
     sa.Index("ix_audit_events_kind", "kind"),
+    # Retention takes audit rows oldest first, once their run is gone.
+    sa.Index("ix_audit_events_created_at", "created_at", "id"),
 )
 
 transcript_messages = sa.Table(
@@ -204,6 +213,8 @@ stops = sa.Table(
     sa.CheckConstraint("(run_id IS NULL) <> (agent IS NULL)", name="one_target"),
     sa.Index("ix_stops_run_id", "run_id", postgresql_where=sa.text("lifted_at IS NULL")),
     sa.Index("ix_stops_agent", "agent", postgresql_where=sa.text("lifted_at IS NULL")),
+    # Retention and erasure delete a run's stops, lifted or not.
+    sa.Index("ix_stops_run_id_all", "run_id"),
 )
 
 channels = sa.Table(

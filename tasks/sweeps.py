@@ -1,8 +1,9 @@
-"""The sweep task beat fires every few seconds."""
+"""The sweep task beat fires every few seconds, and the retention pass it fires less often."""
 
 from __future__ import annotations
 
 from runtime import outage
+from runtime.retention import run_retention
 from runtime.sweeper import Sweeper
 from tasks.app import app
 from tasks.deliveries import unacked_runs
@@ -15,3 +16,11 @@ def sweep() -> dict[str, object] | None:
     s = services()
     sweeper = Sweeper(s, unacked_runs(s.redis, s.settings.namespace))
     return outage.tolerated(s, main_holder(), lambda: sweeper.sweep().to_json())
+
+
+@app.task(name="liyagent.retention", ignore_result=True)
+def retention() -> dict[str, object] | None:
+    """One retention pass (runtime/retention.py): bounded batches, each skipping what another
+    beat's pass holds; a database outage is logged once per interval, not raised."""
+    s = services()
+    return outage.tolerated(s, main_holder(), lambda: run_retention(s).to_json())

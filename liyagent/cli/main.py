@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rights",
         default="start,decide,stop",
-        help="comma list of start, decide, stop (default: all three)",
+        help="comma list of start, decide, stop, erase (default: the first three; erase, which "
+        "deletes runs' content, only when named)",
     )
     p.set_defaults(handler=cmd_keys_token)
     dbp = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)

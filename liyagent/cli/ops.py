@@ -1,10 +1,13 @@
-"""An operator's actions from `liyagent`: list and decide approvals, stop runs, call a tool ad
-hoc. Bad input exits 2 before anything is stored or sent; a refused action exits 1."""
+"""An operator's actions from `liyagent`: list and decide approvals, stop runs, erase runs,
+call a tool ad hoc. Bad input exits 2 before anything is stored or sent; a refused action
+exits 1."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from rich.text import Text
 
 from liyagent.cli.common import (
     FAILED,
@@ -19,6 +22,7 @@ from liyagent.cli.common import (
 )
 from liyagent.cli.common import who as _who
 from runtime.client import BadRequest, Client, parse_agent, parse_id
+from store.rows import RunNotFound
 
 
 def _client() -> Client:
@@ -173,6 +177,29 @@ def _lift(args: argparse.Namespace, by: str) -> int:
     return OK
 
 
+def cmd_erase(args: argparse.Namespace) -> int:
+    """Erase a run's content (or every run of an owner) at once, keeping a tombstone; a run
+    not finished is stopped and fenced out first. An unknown run or owner exits 2."""
+    from runtime.erasure import OwnerNotFound
+
+    by = _who(args.by)
+    c = _client()
+    try:
+        run_id = c.resolve_run_id(args.run) if args.run is not None else None
+        done = c.erase(run_id=run_id, owner=args.owner, by=by)
+    except (RunNotFound, OwnerNotFound) as exc:
+        raise CliError(str(exc), USAGE) from None
+    if args.json:
+        print_json(done.to_json())
+        return OK
+    console = out()
+    for erased_id, status in done.runs:
+        stopped = " (stopped first)" if erased_id in done.stopped else ""
+        console.print(Text(f"Erased run {erased_id}{stopped}: its tombstone says {status}."))
+    console.print(Text(f"Audited as erased by {by}."))
+    return OK
+
+
 def cmd_call(args: argparse.Namespace) -> int:
     """One ad hoc tool call with a fresh key, audited; exit 1 unless it was made."""
     from liyagent.reporting import render_call
@@ -214,7 +241,7 @@ def _call_verdict(tool: str, result: dict[str, Any]) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    """The `approvals`, `approve`, `deny`, `stop` and `call` sub-commands."""
+    """The `approvals`, `approve`, `deny`, `stop`, `erase` and `call` sub-commands."""
     p = sub.add_parser("approvals", help="a run's approval requests")
     p.add_argument("run_id", metavar="RUN_ID")
     add_json(p)
@@ -240,6 +267,13 @@ def add_parsers(sub: Any) -> None:
     )
     add_json(p)
     p.set_defaults(handler=cmd_stop)
+    p = sub.add_parser("erase", help="erase a run's content (or an owner's runs), keep a tombstone")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--run", metavar="RUN_ID", help="the run (an id or a unique prefix)")
+    target.add_argument("--owner", metavar="NAME", help="the owner whose runs to erase")
+    p.add_argument("--by", required=True, metavar="WHO", help="who erases (audited)")
+    add_json(p)
+    p.set_defaults(handler=cmd_erase)
     p = sub.add_parser("call", help="call a tool now, outside any run, with a fresh key")
     p.add_argument("tool", metavar="TOOL")
     p.add_argument("--args", default="{}", metavar="JSON", help="the call's arguments (object)")
