@@ -3,6 +3,7 @@ its tools. A process that would fail every task instead refuses to start, saying
 
 from __future__ import annotations
 
+from runtime.redis_clients import check_reachable
 from runtime.sealing import load_sealer
 from runtime.services import registry_for
 from runtime.settings import ConfigError, Settings, get_settings
@@ -19,6 +20,7 @@ def check(settings: Settings | None = None) -> Settings:
         settings = settings or get_settings()
         load_sealer(settings.production)
         registry_for(settings)
+        check_reachable(settings)  # Sentinels that answer and know the master
     except (ConfigError, ToolDeclarationError) as exc:
         raise StartupRefused(str(exc)) from None
     return settings
