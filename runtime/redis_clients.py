@@ -20,7 +20,10 @@ from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from runtime.settings import SENTINEL_SCHEME, ConfigError, Settings, sentinel_url
 
-# Connection options that also apply to the connections to the Sentinels themselves.
+# The longest a question to one Sentinel may take (a tiny reply): a client whose own timeout
+# is longer (the presence connection blocks for seconds) still moves on to the next Sentinel
+# soon when one is cut off.
+SENTINEL_TIMEOUT_S = 2.0
 _SENTINEL_OPTIONS = ("socket_timeout", "socket_connect_timeout")
 
 
@@ -52,7 +55,13 @@ class RedisTarget:
                 "LIYAGENT_REDIS_URL names Sentinels but LIYAGENT_REDIS_MASTER is not set"
             )
         single = bool(options.pop("single_connection_client", False))
-        sentinels = _sentinels(self.url, {k: options[k] for k in _SENTINEL_OPTIONS if k in options})
+        sentinels = _sentinels(
+            self.url,
+            {
+                k: min(float(options.get(k) or SENTINEL_TIMEOUT_S), SENTINEL_TIMEOUT_S)
+                for k in _SENTINEL_OPTIONS
+            },
+        )
         parsed = sentinel_url(self.url)
         pool = SentinelConnectionPool(
             self.master,
@@ -94,7 +103,7 @@ def _sentinels(url: str, options: dict[str, Any]) -> Sentinel:
         return _managers[key]
 
 
-def check_reachable(settings: Settings, timeout_s: float = 2.0) -> None:
+def check_reachable(settings: Settings, timeout_s: float = SENTINEL_TIMEOUT_S) -> None:
     """Before a process starts: with Sentinels, that one of them answers and knows the master
     (a ConfigError naming the setting to fix otherwise). A plain URL is not checked here: the
     broker and the engine retry it as they always have."""

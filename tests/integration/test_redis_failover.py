@@ -68,6 +68,28 @@ def test_a_worker_given_only_the_sentinels_runs_through_them(stack, sentinels) -
         primary.close()
 
 
+def test_a_killed_worker_is_seen_by_the_death_watch_through_the_sentinels(stack, sentinels):
+    """The death watch reads the master's CLIENT LIST, found through the Sentinels: a worker
+    SIGKILLed (its whole group) is seen by its closed, named connections, not its lease."""
+    _on_sentinels(stack, sentinels)
+    victim = stack.worker("victim")
+    run_id = stack.start(mixed("k", latency_ms=800))
+    deadline = time.monotonic() + 30
+    while stack.client.get(run_id).status != "running":
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.05)
+    victim.kill()
+    stack.worker("survivor")  # its main process runs the death watch
+    assert stack.wait(run_id, timeout=60).status == "succeeded"
+    judge_runs(stack, [run_id]).assert_clean()
+    seen = stack.rows(
+        "SELECT detail->>'seen' AS seen FROM audit_events WHERE run_id = :r "
+        "AND kind = 'agent.run.lost'",
+        r=run_id,
+    )
+    assert [r.seen for r in seen] == ["connection_closed"]
+
+
 def _until_in_flight(stack, run_ids: list[str], at_least: int, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while sum(stack.client.get(r).step >= 1 for r in run_ids) < at_least:
