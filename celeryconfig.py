@@ -5,10 +5,11 @@ Recovery is the lease sweeper's job, never the broker's: see `visibility_timeout
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from beat_schedule import schedule
-from runtime.settings import Settings, get_settings
+from runtime.settings import ConfigError, Settings, get_settings
 
 
 def config_for(settings: Settings) -> dict[str, Any]:
@@ -24,6 +25,9 @@ def config_for(settings: Settings) -> dict[str, Any]:
             "visibility_timeout": 6 * 3600,
             # Keeps deployments (and test runs) that share one Redis apart.
             "global_keyprefix": settings.namespace,
+            # With a sentinel:// URL, the master its Sentinels name (kombu asks them for it on
+            # every connection, so the broker follows a failover as the engine's clients do).
+            **({"master_name": settings.redis_master} if settings.redis_master else {}),
         },
         "task_default_queue": settings.queue,
         "task_routes": {
@@ -64,4 +68,14 @@ def config_for(settings: Settings) -> dict[str, Any]:
     }
 
 
-globals().update(config_for(get_settings()))
+def _settings_or_exit() -> Settings:
+    """This process's settings; a bad one stops it here, naming the variable (no traceback:
+    Celery reads this module while it parses its own command line)."""
+    try:
+        return get_settings()
+    except ConfigError as exc:
+        print(f"liyagent does not start: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+globals().update(config_for(_settings_or_exit()))

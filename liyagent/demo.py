@@ -115,6 +115,7 @@ def _settings(state: DemoState) -> Settings:
     return Settings(
         database_url=state.backends.database_url,
         redis_url=state.backends.redis_url,
+        redis_master=state.backends.redis_master,
         namespace=state.backends.namespace,
         timings=Timings(),
         agents_file=str(agents),

@@ -25,6 +25,7 @@ import redis
 import structlog
 
 from runtime.leases import CONNECTION_PREFIX
+from runtime.redis_clients import RedisTarget, client_for
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +53,9 @@ def _ms() -> int:
 class Presence:
     """This process's one blocked, named connection, and what its state means for sends."""
 
-    def __init__(self, url: str, namespace: str, holder: str, grace_ms: int = GRACE_MS) -> None:
+    def __init__(
+        self, url: RedisTarget | str, namespace: str, holder: str, grace_ms: int = GRACE_MS
+    ) -> None:
         self.url = url
         self.namespace = namespace
         self.holder = holder
@@ -109,7 +112,7 @@ class Presence:
         while not self._stop.is_set():
             client: redis.Redis[bytes] | None = None
             try:
-                client = self._client = redis.Redis.from_url(
+                client = self._client = client_for(
                     self.url,
                     client_name=connection_name(self.holder),
                     single_connection_client=True,  # one connection: the id below is its own

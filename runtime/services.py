@@ -20,6 +20,7 @@ from runtime.leases import Leases
 from runtime.models.base import ModelError, ModelProvider
 from runtime.models.scripted import ScriptedProvider
 from runtime.presence import Presence, close_sockets_here, connection_name
+from runtime.redis_clients import RedisTarget, client_for
 from runtime.sealing import Sealer, load_sealer
 from runtime.settings import Settings
 from runtime.tool_sources import load_registry
@@ -75,12 +76,15 @@ def holder_of(pid: int) -> str:
     return f"{socket.gethostname()}-{pid}"
 
 
-def redis_client(url: str, timeout_s: float = 2.0, holder: str | None = None) -> redis.Redis[bytes]:
+def redis_client(
+    target: RedisTarget | str, timeout_s: float = 2.0, holder: str | None = None
+) -> redis.Redis[bytes]:
     """The engine's Redis client: it fails fast (one immediate retry, not redis-py's default
     of ten with backoff, seconds per call), so the lease logic, not the client, decides. Each
-    connection is named after its holder, so the death watch sees when it has none left."""
-    return redis.Redis.from_url(
-        url,
+    connection is named after its holder, so the death watch sees when it has none left.
+    With Sentinels, every (re)connection goes to the master they name."""
+    return client_for(
+        target,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         health_check_interval=10,
@@ -96,10 +100,11 @@ def build(
     sealer: Sealer | None = None,
 ) -> Services:
     holder = holder_of(os.getpid())
-    client = redis_client(settings.redis_url, holder=holder)
+    target = RedisTarget.of(settings)
+    client = redis_client(target, holder=holder)
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
-    presence = Presence(settings.redis_url, settings.namespace, holder, t.death_grace_ms)
+    presence = Presence(target, settings.namespace, holder, t.death_grace_ms)
     return Services(
         settings=settings,
         engine=db.engine_for(settings.database_url),

@@ -6,6 +6,7 @@ The lease and sweep timings are coupled, so they live together in `Timings`.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -50,6 +51,8 @@ def _env_bool(name: str, default: bool) -> bool:
 
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+SENTINEL_SCHEME = "sentinel://"
+SENTINEL_PORT = 26379
 
 
 def database_url(raw: str, name: str = "LIYAGENT_DATABASE_URL") -> str:
@@ -73,13 +76,81 @@ def database_url(raw: str, name: str = "LIYAGENT_DATABASE_URL") -> str:
 
 
 def redis_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> str:
-    """A Redis URL redis-py can open; anything else is a ConfigError naming the variable."""
+    """A Redis URL redis-py can open, or a list of Sentinels (`sentinel_url`); anything else is
+    a ConfigError naming the variable."""
+    if raw.startswith(SENTINEL_SCHEME):
+        sentinel_url(raw, name)
+        return raw
     if not raw.startswith(REDIS_SCHEMES):
         raise ConfigError(
             f"{name}={raw[:60]!r} is not a Redis URL; use redis://host:port/db "
-            "(or rediss:// for TLS, unix:///path/to/socket)"
+            "(or rediss:// for TLS, unix:///path/to/socket, or "
+            "sentinel://host:26379;sentinel://host2:26379 with LIYAGENT_REDIS_MASTER)"
         )
     return raw
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """The Sentinels a `sentinel://h1:26379;sentinel://h2:26379/db` URL lists (kombu's form),
+    and the database, user and password of the master they name (from its first entry)."""
+
+    hosts: tuple[tuple[str, int], ...]
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def sentinel_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> SentinelUrl:
+    """Parse a Sentinel URL; a malformed entry is a ConfigError naming the variable."""
+    hosts: list[tuple[str, int]] = []
+    first: urllib.parse.SplitResult | None = None
+    first_db = 0
+    for entry in filter(None, (p.strip() for p in raw.split(";"))):
+        bad = ConfigError(
+            f"{name}: {entry[:60]!r} is not a Sentinel; each entry, separated by ';', is "
+            "sentinel://host[:port] (the first may add user:password@ and /db)"
+        )
+        if not entry.startswith(SENTINEL_SCHEME):
+            raise bad
+        try:
+            part = urllib.parse.urlsplit(entry)
+            host, port = part.hostname, part.port or SENTINEL_PORT
+            db = int(part.path.strip("/") or 0) if first is None else 0
+        except ValueError:
+            raise bad from None
+        if not host:
+            raise bad
+        hosts.append((host, port))
+        if first is None:
+            first, first_db = part, db
+    if first is None:
+        raise ConfigError(f"{name}={raw[:60]!r} lists no Sentinel")
+    return SentinelUrl(
+        hosts=tuple(hosts),
+        db=first_db,
+        username=urllib.parse.unquote(first.username) if first.username else None,
+        password=urllib.parse.unquote(first.password) if first.password else None,
+    )
+
+
+def redis_master(url: str, raw: str, name: str = "LIYAGENT_REDIS_MASTER") -> str:
+    """The name of the master the Sentinels of `url` watch: required with a Sentinel URL,
+    refused without one (it would be silently ignored)."""
+    master = raw.strip()
+    if url.startswith(SENTINEL_SCHEME) and not master:
+        raise ConfigError(
+            f"LIYAGENT_REDIS_URL names Sentinels but {name} is not set: set it to the name "
+            "of the master they watch (the name in their `sentinel monitor` line)"
+        )
+    if master and not url.startswith(SENTINEL_SCHEME):
+        raise ConfigError(
+            f"{name}={master!r} is set but LIYAGENT_REDIS_URL is not a sentinel:// URL: "
+            "list the Sentinels there, or unset it"
+        )
+    if any(c.isspace() for c in master):
+        raise ConfigError(f"{name}={master!r}: a master name has no spaces")
+    return master
 
 
 def _env_list(name: str) -> tuple[str, ...]:
@@ -228,6 +299,9 @@ class Settings:
 
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str = DEFAULT_REDIS_URL
+    # With a sentinel:// `redis_url`: the name of the master its Sentinels watch (every Redis
+    # client, the broker's included, follows that master through failovers).
+    redis_master: str = ""
     # Prefix for every Redis key we and the broker write, so deployments and test runs that
     # share one Redis never see each other's leases or messages.
     namespace: str = ""
@@ -295,11 +369,13 @@ class Settings:
         env = os.environ.get("LIYAGENT_ENV", "development").strip().lower()
         if env not in {"development", "production", "test"}:
             raise ConfigError(f"LIYAGENT_ENV={env!r}: use development, production or test")
+        redis = redis_url(os.environ.get("LIYAGENT_REDIS_URL") or DEFAULT_REDIS_URL)
         return cls(
             database_url=database_url(
                 os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL
             ),
-            redis_url=redis_url(os.environ.get("LIYAGENT_REDIS_URL") or DEFAULT_REDIS_URL),
+            redis_url=redis,
+            redis_master=redis_master(redis, os.environ.get("LIYAGENT_REDIS_MASTER", "")),
             namespace=os.environ.get("LIYAGENT_NAMESPACE", ""),
             queue=os.environ.get("LIYAGENT_QUEUE") or "liyagent",
             production=env == "production",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from runtime.outage import database_problem, schema_problem
+from runtime.redis_clients import check_reachable
 from runtime.sealing import load_sealer
 from runtime.services import registry_for
 from runtime.settings import ConfigError, Settings, get_settings
@@ -40,6 +41,7 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
         settings = settings or get_settings()
         load_sealer(settings.production)
         registry_for(settings)
+        check_reachable(settings)  # Sentinels that answer and know the master
     except (ConfigError, ToolDeclarationError) as exc:
         raise StartupRefused(str(exc)) from None
     if database:

@@ -40,6 +40,7 @@ from runtime import logs
 from runtime.adhoc import UnknownTool
 from runtime.client import BadRequest, resolve_run_id
 from runtime.models.scripted import ScriptError
+from runtime.redis_clients import RedisTarget
 from runtime.sealing import new_key_entry
 from runtime.settings import ConfigError, database_url, get_settings
 from runtime.tools import ToolDeclarationError, ToolError
@@ -293,8 +294,8 @@ def _classify(exc: BaseException) -> CliError | None:
         return CliError(schema_problem(exc), FAILED)
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return CliError(
-            f"cannot reach Redis at {get_settings().redis_url} ({exc}); start it or set "
-            "LIYAGENT_REDIS_URL",
+            f"cannot reach Redis at {RedisTarget.of(get_settings()).describe()} ({exc}); "
+            "start it or set LIYAGENT_REDIS_URL",
             UNREACHABLE,
         )
     if isinstance(exc, kombu.exceptions.OperationalError):

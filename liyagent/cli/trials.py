@@ -188,6 +188,7 @@ def _start(state: _State, request: TrialsRequest, console: Console) -> TrialDepl
     settings = Settings(
         database_url=b.database_url,
         redis_url=b.redis_url,
+        redis_master=b.redis_master,
         namespace=b.namespace,
         timings=TRIAL_TIMINGS,
     )

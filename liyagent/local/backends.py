@@ -19,6 +19,8 @@ import sqlalchemy as sa
 import structlog
 
 from liyagent.local.servers import PrivatePostgres, PrivateRedis, pg_bin, reachable
+from runtime.redis_clients import RedisTarget, client_for
+from runtime.settings import ConfigError, redis_master, redis_url
 from store import admin, migrate
 
 log = structlog.get_logger(__name__)
@@ -47,6 +49,8 @@ class Backends:
 
     database_url: str = ""
     redis_url: str = ""
+    # With a sentinel:// `redis_url`: the master's name (LIYAGENT_REDIS_MASTER).
+    redis_master: str = ""
     namespace: str = ""
     # The database the demo created on a server it did not start (kept for `inspect`).
     created_database: str | None = None
@@ -143,14 +147,15 @@ def _postgres(b: Backends, db_name: str, force_private: bool) -> None:
     migrate.upgrade(b.database_url)
 
 
-def _check_redis(url: str) -> None:
-    """Ping Redis at `url`; exit 3 if it does not answer."""
-    client: redis.Redis[bytes] = redis.Redis.from_url(url, socket_connect_timeout=3)
+def _check_redis(target: RedisTarget) -> None:
+    """Ping Redis (through its Sentinels, if it has them); exit 3 if it does not answer."""
+    client = client_for(target, socket_connect_timeout=3, socket_timeout=3)
     try:
         client.ping()
     except redis.exceptions.RedisError as exc:
         raise DemoError(
-            f"cannot reach Redis at {url} ({exc}); start it, or fix or unset LIYAGENT_REDIS_URL",
+            f"cannot reach Redis at {target.describe()} ({exc}); start it, or fix or unset "
+            "LIYAGENT_REDIS_URL",
             exit_code=3,
         ) from None
     finally:
@@ -162,6 +167,12 @@ def _redis(b: Backends, force_private: bool) -> None:
     configured = os.environ.get("LIYAGENT_REDIS_URL")
     if configured and not force_private:
         b.redis_url = configured
+        try:  # a Sentinel URL needs its master's name
+            b.redis_master = redis_master(
+                redis_url(configured), os.environ.get("LIYAGENT_REDIS_MASTER", "")
+            )
+        except ConfigError as exc:
+            raise DemoError(str(exc), exit_code=2) from None
         b.notes.append(f"Redis: {configured} (LIYAGENT_REDIS_URL)")
     elif not force_private and reachable("127.0.0.1", 6379):
         b.redis_url = MACHINE_REDIS
@@ -181,7 +192,7 @@ def _redis(b: Backends, force_private: bool) -> None:
             raise DemoError(f"could not start a private Redis: {exc}", exit_code=3) from None
         b.redis_url = server.url
         b.notes.append(f"Redis: a private server on port {server.port}")
-    _check_redis(b.redis_url)
+    _check_redis(RedisTarget(b.redis_url, b.redis_master))
     b.notes.append(f"Redis key namespace: {b.namespace} (deleted at the end)")
 
 
@@ -197,7 +208,7 @@ def close_backends(b: Backends) -> None:
     """Delete the demo's Redis keys and stop and remove any private server."""
     if b.redis_url and b.namespace:
         with contextlib.suppress(redis.exceptions.RedisError):
-            client: redis.Redis[bytes] = redis.Redis.from_url(b.redis_url, socket_timeout=3)
+            client = client_for(RedisTarget(b.redis_url, b.redis_master), socket_timeout=3)
             keys = list(client.scan_iter(match=f"{b.namespace}*", count=1000))
             if keys:
                 client.delete(*keys)

@@ -35,6 +35,7 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
         "LIYAGENT_ENV": "development",
         "LIYAGENT_DATABASE_URL": settings.database_url,
         "LIYAGENT_REDIS_URL": settings.redis_url,
+        "LIYAGENT_REDIS_MASTER": settings.redis_master,
         "LIYAGENT_NAMESPACE": settings.namespace,
         "LIYAGENT_QUEUE": settings.queue,
         "LIYAGENT_SEAL_KEYS": seal_keys,

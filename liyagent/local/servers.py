@@ -125,11 +125,13 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    """A throwaway Redis that keeps nothing on disk (a restart comes back empty)."""
+    """A throwaway Redis that keeps nothing on disk (a restart comes back empty); with
+    `replica_of`, a replica of the Redis on that loopback port."""
 
-    def __init__(self, base: Path, port: int | None = None) -> None:
+    def __init__(self, base: Path, port: int | None = None, replica_of: int | None = None) -> None:
         self.base = base
         self.port = port or free_port()
+        self.replica_of = replica_of
         self.pidfile = base / f"redis-{self.port}.pid"
 
     @property
@@ -138,18 +140,13 @@ class PrivateRedis:
 
     def start(self) -> PrivateRedis:
         self.base.mkdir(parents=True, exist_ok=True)
-        server = shutil.which("redis-server")
-        if not server:
-            raise RuntimeError("redis-server not found: install Redis (apt install redis-server)")
-        subprocess.run(
+        replica = (
+            [] if self.replica_of is None else ["--replicaof", "127.0.0.1", str(self.replica_of)]
+        )
+        _start_redis(
             [
-                server,
-                "--daemonize",
-                "yes",
                 "--port",
                 str(self.port),
-                "--bind",
-                "127.0.0.1",
                 "--save",
                 "",
                 "--appendonly",
@@ -158,18 +155,85 @@ class PrivateRedis:
                 str(self.pidfile),
                 "--dir",
                 str(self.base),
+                *replica,
             ],
-            check=True,
+            self.port,
         )
-        deadline = time.monotonic() + 10
-        while not reachable("127.0.0.1", self.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
         return self
 
     def stop(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(self.pidfile.read_text().strip())
-            os.kill(pid, 9)
-            deadline = time.monotonic() + 5
-            while reachable("127.0.0.1", self.port, 0.2) and time.monotonic() < deadline:
-                time.sleep(0.05)
+        """SIGKILL the server (no goodbye to its clients) and wait until its port is closed."""
+        _kill(self.pidfile, self.port)
+
+
+class PrivateSentinel:
+    """A throwaway Redis Sentinel on a free loopback port watching one master, with short
+    timings (`down_after_ms`, `failover_timeout_ms`) so a failover takes seconds."""
+
+    def __init__(
+        self,
+        base: Path,
+        master_port: int,
+        master_name: str = "liyagent",
+        quorum: int = 2,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+    ) -> None:
+        self.base = base
+        self.port = free_port()
+        self.pidfile = base / f"sentinel-{self.port}.pid"
+        self.conf = base / f"sentinel-{self.port}.conf"
+        self.lines = [
+            f"sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}",
+            f"sentinel down-after-milliseconds {master_name} {down_after_ms}",
+            f"sentinel failover-timeout {master_name} {failover_timeout_ms}",
+            f"sentinel parallel-syncs {master_name} 1",
+            f"logfile {base / f'sentinel-{self.port}.log'}",  # what it saw, for a failed test
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"sentinel://127.0.0.1:{self.port}"
+
+    def start(self) -> PrivateSentinel:
+        self.base.mkdir(parents=True, exist_ok=True)
+        # Sentinel rewrites its file as it learns the other Sentinels and replicas.
+        self.conf.write_text("\n".join(self.lines) + "\n")
+        _start_redis(
+            [
+                str(self.conf),
+                "--sentinel",
+                "--port",
+                str(self.port),
+                "--pidfile",
+                str(self.pidfile),
+            ],
+            self.port,
+        )
+        return self
+
+    def stop(self) -> None:
+        _kill(self.pidfile, self.port)
+
+
+def _start_redis(args: list[str], port: int) -> None:
+    server = shutil.which("redis-server")
+    if not server:
+        raise RuntimeError("redis-server not found: install Redis (apt install redis-server)")
+    if args and not args[0].startswith("--"):  # a config file comes first
+        args = [args[0], "--daemonize", "yes", "--bind", "127.0.0.1", *args[1:]]
+    else:
+        args = ["--daemonize", "yes", "--bind", "127.0.0.1", *args]
+    subprocess.run([server, *args], check=True)
+    deadline = time.monotonic() + 10
+    while not reachable("127.0.0.1", port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _kill(pidfile: Path, port: int) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 5
+        while reachable("127.0.0.1", port, 0.2) and time.monotonic() < deadline:
+            time.sleep(0.05)

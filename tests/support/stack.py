@@ -89,6 +89,7 @@ class Stack:
             "LIYAGENT_ENV": "test",
             "LIYAGENT_DATABASE_URL": s.database_url,
             "LIYAGENT_REDIS_URL": s.redis_url,
+            "LIYAGENT_REDIS_MASTER": s.redis_master,
             "LIYAGENT_NAMESPACE": s.namespace,
             "LIYAGENT_QUEUE": s.queue,
             "LIYAGENT_SEAL_KEYS": self.seal_keys,
