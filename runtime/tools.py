@@ -54,8 +54,9 @@ class CallContext:
     def check_send(self) -> None:
         """Raise `SendRefused` unless this attempt may still send (its lease's local deadline,
         no network). `ctx.http` does this as the bytes leave; a tool sending with a client of
-        its own (a vendor SDK) calls it right before its request."""
-        http.check_send()
+        its own (a vendor SDK) calls it right before its request, which from then on counts
+        the call as possibly sent (in doubt if it fails)."""
+        http.check_leaving()
 
 
 class ToolError(Exception):
@@ -67,8 +68,35 @@ class ToolError(Exception):
         self.status = status
 
 
+class ToolFailed(ToolError):
+    """The tool raised while no request of its call had left the send guard: it failed for
+    certain (nothing was sent, nothing changed). The model is told the error's type and
+    message; `cause` is what the tool raised, logged with its traceback."""
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    def outcome(self) -> Outcome:
+        return {
+            "error": str(self),
+            "failed": True,
+            "note": "The tool failed before any request of this call left the worker: nothing "
+            "was sent and nothing changed. Fix what the error names before calling it again.",
+        }
+
+
 class ToolInDoubt(Exception):
     """The call may or may not have reached its vendor (timeout, reset, 5xx)."""
+
+
+def failure(said: str, exc: BaseException) -> ToolFailed | ToolInDoubt:
+    """What an unexpected error of a tool means, by what the send guard saw of its call: failed
+    for certain while none of its requests had left, else in doubt (also when no call is
+    watched: unknown counts as in doubt)."""
+    if http.nothing_left():
+        return ToolFailed(said, exc)
+    return ToolInDoubt(said)
 
 
 class InvalidArguments(ToolError):
@@ -91,11 +119,12 @@ class InvalidArguments(ToolError):
 
 def vendor_json(what: str, send: Callable[[], httpx.Response]) -> Any:
     """Make one vendor request and read its JSON answer: a 4xx is a definite refusal
-    (`ToolError`); a 5xx, a timeout or a lost connection leaves the call in doubt."""
+    (`ToolError`); a 5xx, a timeout or a lost connection leaves the call in doubt, unless no
+    request of the call had left (a refused connection: `ToolFailed`)."""
     try:
         response = send()
     except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-        raise ToolInDoubt(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise failure(f"{what}: {type(exc).__name__}: {exc}", exc) from exc
     except httpx.HTTPError as exc:
         raise ToolError(f"{what}: {exc}") from exc
     if response.status_code >= 500:

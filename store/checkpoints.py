@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from store.db import sql
 from store.gates import gate_row, gates_of
-from store.rows import FencedOut, GateRow, MarkRow
+from store.rows import FencedOut, GateRow, MarkRow, MarkStatus
 from store.runs import OWNER_CTE
 
 _MARK_COLUMNS = (
@@ -86,7 +88,11 @@ def mark_in_doubt(
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, f"mark call {call_id} of step {step} in doubt")
-    return MarkRow(**row._mapping)
+    return _mark(row)
+
+
+def _mark(row: sa.Row[Any]) -> MarkRow:
+    return MarkRow(**{**row._mapping, "status": MarkStatus(row.status)})
 
 
 def record_outcome(
@@ -100,7 +106,9 @@ def record_outcome(
     settlement: str | None = None,
 ) -> None:
     """Record a marked call's result so a resume reuses it instead of settling it (fenced)."""
-    _finish_mark(conn, run_id, attempt, step, call_index, "done", sealed_outcome, settlement)
+    _finish_mark(
+        conn, run_id, attempt, step, call_index, MarkStatus.DONE, sealed_outcome, settlement
+    )
 
 
 def settle_mark(
@@ -111,11 +119,47 @@ def settle_mark(
     step: int,
     call_index: int,
     settlement: str,
+    sealed_outcome: bytes | None = None,
 ) -> None:
-    """Record that an in-doubt call was settled without an outcome (unknown, not found by its
-    reader, or refused by a gate) and was not sent again, audited in the same statement
-    (fenced, I2)."""
-    _finish_mark(conn, run_id, attempt, step, call_index, "settled", None, settlement, audit=True)
+    """Record that an in-doubt call was settled without its result (unknown, not found by its
+    reader, or refused by a gate; `sealed_outcome`, when given, is what the model was told)
+    and was not sent again, audited in the same statement (fenced, I2)."""
+    _finish_mark(
+        conn,
+        run_id,
+        attempt,
+        step,
+        call_index,
+        MarkStatus.SETTLED,
+        sealed_outcome,
+        settlement,
+        audit=True,
+    )
+
+
+def fail_mark(
+    conn: sa.Connection,
+    *,
+    run_id: str,
+    attempt: int,
+    step: int,
+    call_index: int,
+    sealed_outcome: bytes,
+) -> None:
+    """Record that a marked call failed before any request of it left (nothing was sent): its
+    error, sealed, for a resume to reuse, audited in the same statement. Only a mark still in
+    doubt moves (fenced, I2: a call that may have been sent is never recorded as failed)."""
+    _finish_mark(
+        conn,
+        run_id,
+        attempt,
+        step,
+        call_index,
+        MarkStatus.FAILED,
+        sealed_outcome,
+        MarkStatus.FAILED.value,
+        audit=True,
+    )
 
 
 def _finish_mark(
@@ -124,11 +168,13 @@ def _finish_mark(
     attempt: int,
     step: int,
     call_index: int,
-    status: str,
+    status: MarkStatus,
     outcome: bytes | None,
     settlement: str | None,
     audit: bool = False,
 ) -> None:
+    """Move a mark in doubt to `status` in one statement, fenced on the owner (I3); a mark
+    already finished is never finished again (I2)."""
     row = conn.execute(
         sql(
             f"""
@@ -139,13 +185,13 @@ def _finish_mark(
                        settled_at = now()
                 FROM owner
                 WHERE call_marks.run_id = owner.id AND call_marks.step = :step
-                  AND call_marks.call_index = :call_index
+                  AND call_marks.call_index = :call_index AND call_marks.status = 'in_doubt'
                 RETURNING call_marks.run_id, call_marks.step, call_marks.call_index,
                           call_marks.call_id, call_marks.tool, call_marks.kind,
                           call_marks.settlement),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
-                SELECT run_id, 'agent.call.settled', :attempt, step,
+                SELECT run_id, :audit_kind, :attempt, step,
                        jsonb_build_object('call_index', call_index, 'call_id', call_id,
                                           'tool', tool, 'kind', kind, 'settlement', settlement)
                 FROM u WHERE :audit)
@@ -157,10 +203,14 @@ def _finish_mark(
             "attempt": attempt,
             "step": step,
             "call_index": call_index,
-            "status": status,
+            "status": status.value,
             "outcome": outcome,
             "settlement": settlement,
             "audit": audit,
+            # A failed call's audit is its own kind: it was not settled, it never happened.
+            "audit_kind": "agent.call.failed"
+            if status is MarkStatus.FAILED
+            else "agent.call.settled",
         },
     ).first()
     if row is None:
@@ -178,7 +228,7 @@ def select_marks(conn: sa.Connection, run_id: str, step: int | None = None) -> l
         ),
         {"id": run_id, "step": step},
     ).all()
-    return [MarkRow(**r._mapping) for r in rows]
+    return [_mark(r) for r in rows]
 
 
 def marks_by_index(marks: list[MarkRow]) -> dict[int, MarkRow]:
