@@ -192,13 +192,15 @@ class CallRouter:
         )
 
     def _make(self, state: RunState, index: int, call: ToolCall, tool: Tool) -> Outcome:
+        if call.args_error is not None:  # unreadable arguments: told, not made, nothing marked
+            problem = {"field": "(arguments)", "message": call.args_error}
+            return self._invalid(call, InvalidArguments(call.name, [problem]))
         if tool.kind is ToolKind.DELEGATION:
             return self.waits.delegate(state, index, call)
         try:
             tool.validate(call.args)  # refused before anything is marked or sent
         except InvalidArguments as exc:
-            self.log.info("call.invalid_arguments", call_id=call.id, tool=call.name, why=str(exc))
-            return exc.outcome()
+            return self._invalid(call, exc)
         if tool.kind is ToolKind.APPROVAL_WRITE:
             return self.waits.approval(state, index, call, tool)
         key, stable = self.key_for(state, index, call)
@@ -217,6 +219,11 @@ class CallRouter:
             except ToolError as exc:
                 return {"error": str(exc)}
         return self.write(state, index, call, tool, key, stable, settlement=None)
+
+    def _invalid(self, call: ToolCall, exc: InvalidArguments) -> Outcome:
+        """The model's arguments do not fit: it is told what is wrong and may try again."""
+        self.log.info("call.invalid_arguments", call_id=call.id, tool=call.name, why=str(exc))
+        return exc.outcome()
 
     def write(
         self,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.scripts import call, final, step
+from tests.support.scripts import call, final, raw_call, step
 
 MODULE = "acme_failing_tools"
 SOURCE = '''
@@ -175,3 +175,34 @@ def test_a_resume_reuses_what_failed_and_what_was_settled_and_sends_nothing_agai
     assert told["acme.page"]["failed"] is True
     writes = stack.vendor_writes(run_id)
     assert [(w.vendor, w.path) for w in writes] == [("issues", "/issues/ENG-9/comments")]
+
+
+def test_broken_json_arguments_are_told_to_the_model_which_tries_again(stack) -> None:
+    broken = '{"ticket": "T-4"'  # the model's text ends before its object does
+    run_id = stack.start(
+        [
+            step(raw_call("toolu_j_1", "ticket.read", broken)),
+            step(call("toolu_j_2", "ticket.read", ticket="T-4")),
+            final("T-4 is open."),
+        ]
+    )
+    stack.worker()
+    view = stack.wait(run_id)
+    assert view.status == "succeeded", view  # not model_error
+    assert view.answer == "T-4 is open."
+    [told] = stack.told(run_id, 2)  # by the model server's records
+    assert told["error"] == "invalid arguments; the call was not made"
+    [problem] = told["problems"]
+    assert problem["field"] == "(arguments)" and "not valid JSON" in problem["message"]
+    [asked] = stack.vendor(
+        "SELECT body FROM sim.requests WHERE vendor = 'model' AND run_id = :r AND call = '2' "
+        "AND status = 200",
+        r=run_id,
+    )
+    [assistant] = [m for m in asked.body["messages"] if m["role"] == "assistant"]
+    assert assistant["tool_calls"][0]["function"]["arguments"] == broken  # as it wrote them
+    assert stack.told(run_id, 3)[0]["id"] == "T-4"  # the second try was made
+    reads = stack.vendor(
+        "SELECT path FROM sim.requests WHERE run_id = :r AND vendor <> 'model'", r=run_id
+    )
+    assert [r.path for r in reads] == ["/tickets/T-4"]  # the broken call was never made
