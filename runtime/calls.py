@@ -209,7 +209,7 @@ class CallRouter:
             state.count("reads")
             try:
                 with http.watched():
-                    return tool.invoke(call.args, self.ctx(state, call, key, stable))
+                    return tool.make(call.args, self.ctx(state, call, key, stable))
             except ToolFailed as exc:
                 self._log_failure(call, tool, exc, "call.failed")
                 return exc.outcome()
@@ -274,17 +274,17 @@ class CallRouter:
         may have sent it) is recorded failed: nothing was sent."""
         marked = time.monotonic() - marked_s_ago
         ctx = self.ctx(state, call, key, stable)
-        with http.watched(left=sent_before) as traffic:
+        with http.watched(left=sent_before):
             for attempt in range(1, KEYED_TRIES + 1):
                 self.lease.check()  # a stalled attempt taken over meanwhile must not send (I3)
                 faults.point("before_send")  # a pause here is what the send guard is for
                 doubt: ToolError | ToolInDoubt | None = None
                 try:
-                    outcome = tool.invoke(call.args, ctx)
+                    outcome = tool.make(call.args, ctx)
                 except ToolFailed as exc:
-                    if not traffic.left:  # no request of this call has ever left
+                    if not sent_before and attempt == 1:  # no try of this call ever sent
                         return self._failed(state, index, call, tool, exc), Settle.FAILED.value
-                    doubt = exc
+                    doubt = exc  # an earlier try may have sent it
                 except ToolError as exc:
                     outcome = {"error": str(exc)}
                 except ToolInDoubt as exc:
@@ -322,9 +322,7 @@ class CallRouter:
             )
         return outcome
 
-    def _log_failure(
-        self, call: ToolCall, tool: Tool, exc: ToolError | ToolInDoubt, event: str
-    ) -> None:
+    def _log_failure(self, call: ToolCall, tool: Tool, exc: Exception, event: str) -> None:
         """One line per failure, with what the tool raised and its traceback."""
         cause = exc.cause if isinstance(exc, ToolFailed) else (exc.__cause__ or exc)
         level = self.log.error if event == "call.failed" else self.log.warning
@@ -373,7 +371,9 @@ class CallRouter:
         self.lease.check()
         try:
             found = tool.reader(call.args, self.ctx(state, call, key))
-        except (ToolError, ToolInDoubt) as exc:
+        except http.SendRefused:
+            raise
+        except Exception as exc:  # the reader failed: the write stays unknown, never resent
             self._log_failure(call, tool, exc, "call.read_back_failed")
             return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN.value
         if found is None:

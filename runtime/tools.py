@@ -99,6 +99,16 @@ def failure(said: str, exc: BaseException) -> ToolFailed | ToolInDoubt:
     return ToolInDoubt(said)
 
 
+def classify(exc: Exception) -> ToolError | ToolInDoubt:
+    """What anything else a tool raised means: an `httpx` 4xx from `raise_for_status()` is a
+    definite refusal and a 5xx in doubt; any other error is a `failure`."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        said = f"{exc.request.method} {exc.request.url.path}: {status} {exc.response.text[:300]}"
+        return ToolInDoubt(said) if status >= 500 else ToolError(said, status)
+    return failure(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, exc)
+
+
 class InvalidArguments(ToolError):
     """The model's arguments do not fit the tool's parameters; the call was not made."""
 
@@ -174,6 +184,16 @@ class Tool:
                 f"tool {self.name} ({self.origin}): a read needs no reader; declare the write "
                 "it reads back"
             )
+
+    def make(self, args: dict[str, Any], ctx: CallContext) -> Outcome:
+        """Invoke the tool, whatever it raises told apart: `ToolError` (`ToolFailed` among
+        them) or `ToolInDoubt`; the send guard's refusal passes untouched, to stop the attempt."""
+        try:
+            return self.invoke(args, ctx)
+        except (ToolError, ToolInDoubt, http.SendRefused):
+            raise
+        except Exception as exc:
+            raise classify(exc) from exc
 
     def schema(self) -> dict[str, Any]:
         """The tool as a model sees it."""

@@ -26,7 +26,6 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, get_type_hints, overload
 
-import httpx
 import pydantic
 from pydantic_core import to_jsonable_python
 
@@ -41,7 +40,7 @@ from runtime.tools import (
     ToolError,
     ToolInDoubt,
     ToolKind,
-    failure,
+    classify,
 )
 from runtime.validation import problems
 
@@ -131,15 +130,8 @@ def call_user(fn: Fn, takes_ctx: bool, kwargs: dict[str, Any], ctx: CallContext)
         return result
     except (ToolError, ToolInDoubt, SendRefused):
         raise
-    except httpx.HTTPStatusError as exc:
-        status = exc.response.status_code
-        said = f"{exc.request.method} {exc.request.url.path}: {status} {exc.response.text[:300]}"
-        if status >= 500:
-            raise ToolInDoubt(said) from exc
-        raise ToolError(said) from exc
     except Exception as exc:
-        said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise failure(said, exc) from exc
+        raise classify(exc) from exc
 
 
 def as_outcome(value: Any) -> Outcome:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from runtime.adhoc import adhoc_call
 from tests.support.scripts import call, final, raw_call, step
 
 MODULE = "acme_failing_tools"
@@ -24,7 +25,7 @@ SOURCE = '''
 import os
 from typing import Any
 
-from liyagent import CallContext, tool
+from liyagent import CallContext, Tool, ToolKind, tool
 
 REFUNDS = {{"O-1": 10}}
 
@@ -58,6 +59,14 @@ async def page(ctx: CallContext, text: str) -> dict[str, Any]:
     """Page on-call through a pager nobody listens on: the connection is refused."""
     response = await ctx.http.apost("http://127.0.0.1:{closed_port}/page", json={{"text": text}})
     return response.json()
+
+
+def move(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+    return {{"moved": REFUNDS[args["account"]]}}
+
+
+# Declared as a plain Tool (its own invoke, no decorator): classified the same way.
+ledger = Tool("acme.ledger", ToolKind.WRITE, "Move money in the ledger.", move)
 '''
 STEPS = [
     step(
@@ -65,6 +74,7 @@ STEPS = [
         call("toolu_f_lookup", "acme.lookup", ticket="T-9"),
         call("toolu_f_note", "acme.note", issue="ENG-9", body="Investigating"),
         call("toolu_f_page", "acme.page", text="Checkout down"),
+        call("toolu_f_ledger", "acme.ledger", account="A-9"),
     ),
     final("Reported what failed."),
 ]
@@ -120,12 +130,13 @@ def test_a_tool_that_fails_before_sending_failed_and_one_that_sent_is_in_doubt(
         "acme.refund": ("failed", "failed"),  # KeyError before any request
         "acme.page": ("failed", "failed"),  # connection refused: nothing was sent
         "acme.note": ("settled", "unknown"),  # sent, then failed: in doubt, no reader
+        "acme.ledger": ("failed", "failed"),  # a plain Tool's KeyError, before any request
     }
     failed = stack.rows(
         "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.call.failed'",
         r=run_id,
     )
-    assert sorted(f.detail["tool"] for f in failed) == ["acme.page", "acme.refund"]
+    assert sorted(f.detail["tool"] for f in failed) == ["acme.ledger", "acme.page", "acme.refund"]
 
     told = stack.told_by_tool(run_id, 2)  # what the model server was sent
     assert told["acme.refund"]["error"] == "KeyError: 'O-9'"
@@ -134,6 +145,7 @@ def test_a_tool_that_fails_before_sending_failed_and_one_that_sent_is_in_doubt(
     assert told["acme.lookup"]["error"] == "RuntimeError: the lookup table has no T-9"
     assert told["acme.page"]["error"].startswith("ConnectError:")
     assert told["acme.page"]["failed"] is True
+    assert told["acme.ledger"]["error"] == "KeyError: 'A-9'"
     assert told["acme.note"]["outcome"] == "unknown"
     assert told["acme.note"]["error"] == "KeyError: 'no_such_field'"
     assert "stopped" not in told["acme.note"]["note"]  # no process stopped: the call failed
@@ -168,6 +180,7 @@ def test_a_resume_reuses_what_failed_and_what_was_settled_and_sends_nothing_agai
         "acme.lookup": "failed",  # a read is made again, and fails again before sending
         "acme.note": "reused",
         "acme.page": "reused",
+        "acme.ledger": "reused",
     }
     told = stack.told_by_tool(run_id, 2)  # the resumed attempt's request
     assert told["acme.refund"]["error"] == "KeyError: 'O-9'"
@@ -206,3 +219,12 @@ def test_broken_json_arguments_are_told_to_the_model_which_tries_again(stack) ->
         "SELECT path FROM sim.requests WHERE run_id = :r AND vendor <> 'model'", r=run_id
     )
     assert [r.path for r in reads] == ["/tickets/T-4"]  # the broken call was never made
+
+
+def test_an_adhoc_call_tells_a_failure_from_a_doubt(stack, failing_module) -> None:
+    failed = adhoc_call(stack.services, "acme.refund", {"order": "O-9"}, by="alice")
+    assert failed["status"] == "failed" and failed["outcome"]["error"] == "KeyError: 'O-9'"
+    doubt = adhoc_call(stack.services, "acme.note", {"issue": "ENG-5", "body": "x"}, by="alice")
+    assert doubt["status"] == "in_doubt"
+    audit = stack.rows("SELECT detail FROM audit_events WHERE kind = 'tool.adhoc_call'")
+    assert [a.detail["status"] for a in audit] == ["failed", "in_doubt"]
