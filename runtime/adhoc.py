@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime import http
+from runtime import traffic
 from runtime.call_http import CallHTTP
 from runtime.keys import fresh_key
 from runtime.services import Services
@@ -48,7 +48,7 @@ def adhoc_call(s: Services, tool_name: str, args: dict[str, Any], by: str) -> di
     )
     try:
         tool.validate(args)
-        with http.watched():  # what the send guard sees tells a failure from a doubt
+        with traffic.watched():  # what the send guard sees tells a failure from a doubt
             outcome: dict[str, Any] = tool.make(args, ctx)
         status = "made"
     except InvalidArguments as exc:

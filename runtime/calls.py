@@ -5,7 +5,7 @@ is marked or sent. A read is made directly, never marked. A changing call is mar
 (fenced), made with its step key through the send guard, then its outcome recorded (fenced), so
 a resume reuses it instead of settling it. A write left in doubt is settled by its kind
 (`settlement.py`); only a keyed write is ever sent again. A tool that fails while no request of
-its call has left the send guard (`http.watched`) failed for certain: the model is told its
+its call has left the send guard (`traffic.watched`) failed for certain: the model is told its
 error, the mark is recorded `failed`, the worker logs it with its traceback. Approval-held calls
 and delegations may suspend the run (`waiting.py`).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from runtime import faults, http
+from runtime import faults, http, traffic
 from runtime.call_http import CallHTTP
 from runtime.gates import call_refusal
 from runtime.heartbeat import RunLease
@@ -208,7 +208,7 @@ class CallRouter:
             self.lease.check()
             state.count("reads")
             try:
-                with http.watched():
+                with traffic.watched():
                     return tool.make(call.args, self.ctx(state, call, key, stable))
             except ToolFailed as exc:
                 self._log_failure(call, tool, exc, "call.failed")
@@ -274,7 +274,7 @@ class CallRouter:
         may have sent it) is recorded failed: nothing was sent."""
         marked = time.monotonic() - marked_s_ago
         ctx = self.ctx(state, call, key, stable)
-        with http.watched(left=sent_before):
+        with traffic.watched(left=sent_before):
             for attempt in range(1, KEYED_TRIES + 1):
                 self.lease.check()  # a stalled attempt taken over meanwhile must not send (I3)
                 faults.point("before_send")  # a pause here is what the send guard is for

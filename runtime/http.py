@@ -15,16 +15,14 @@ read-back is reported, never resent (see `settlement.py`).
 The guard in force is a context variable set for the duration of an attempt (`guarded`); a
 process that runs no attempt (the front, the CLI) sends with timeouts only.
 
-The guard also keeps, per tool call (`watched`), whether any request of that call may have
-left: a tool that fails while nothing of its call has left failed for certain (nothing was sent,
-nothing changed), and only a call that may have reached its server is in doubt.
+The guard also tells, per tool call (`traffic.py`), whether any request of that call may have
+left: the first request byte it lets through marks the call's traffic.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -33,6 +31,8 @@ from typing import Any, Protocol
 
 import httpcore
 import httpx
+
+from runtime import traffic
 
 # Idle keep-alive connections are reused for this long (a vendor closing them sooner is fine:
 # the pool notices a closed socket before reusing it).
@@ -64,93 +64,6 @@ _guard: ContextVar[SendGuard | None] = ContextVar("liyagent_send_guard", default
 _deadline: ContextVar[float | None] = ContextVar("liyagent_request_deadline", default=None)
 
 
-class Traffic:
-    """Whether any request of one tool call may have left this process.
-
-    `left` turns true, and never back, just before request bytes are written through the guard,
-    when a tool about to send with a client of its own calls `ctx.check_send()`, and when code
-    in the call connects or sends on a socket the guard did not open (an unguarded client). A
-    connection that was refused or timed out before any request byte was written leaves it
-    false. Started true for a call an earlier try may already have sent."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, left: bool = False) -> None:
-        self.left = left
-
-
-_traffic: ContextVar[Traffic | None] = ContextVar("liyagent_call_traffic", default=None)
-# True while the guard itself opens a connection (its socket events are not a tool's own).
-_guard_connecting: ContextVar[bool] = ContextVar("liyagent_guard_connecting", default=False)
-# Socket audit events (PEP 578) that mean a connection or datagram outside the guard.
-_SOCKET_EVENTS = frozenset({"socket.connect", "socket.sendto", "socket.sendmsg"})
-_audit_lock = threading.Lock()
-_audit_installed = False
-
-
-@contextlib.contextmanager
-def watched(left: bool = False) -> Iterator[Traffic]:
-    """Keep, for one tool call made in this context (and tasks it starts), whether any of its
-    requests may have left; `left=True` for a call an earlier try may have sent."""
-    _watch_sockets()
-    traffic = Traffic(left)
-    token = _traffic.set(traffic)
-    try:
-        yield traffic
-    finally:
-        _traffic.reset(token)
-
-
-def nothing_left() -> bool:
-    """True only when a call is watched and none of its requests may have left: it failed for
-    certain. Unwatched (an ad hoc call, a user's own test): unknown, so False (in doubt)."""
-    traffic = _traffic.get()
-    return traffic is not None and not traffic.left
-
-
-def check_leaving() -> None:
-    """`check_send`, then count a request of the call in force as possibly sent: for a tool
-    about to send with a client of its own (a vendor SDK) right before its request."""
-    check_send()
-    _leaving()
-
-
-def _leaving() -> None:
-    traffic = _traffic.get()
-    if traffic is not None:
-        traffic.left = True
-
-
-def _socket_event(event: str, args: tuple[Any, ...]) -> None:
-    """A socket opened or written outside the guard during a watched call: an unguarded client
-    may have sent a request, so the call is in doubt if it fails (conservative)."""
-    if event in _SOCKET_EVENTS and not _guard_connecting.get():
-        _leaving()
-
-
-@contextlib.contextmanager
-def _connecting() -> Iterator[None]:
-    """The guard opens a connection: no request byte has been written yet (a refused connect
-    leaves the call's traffic untouched); its first write is what counts."""
-    token = _guard_connecting.set(True)
-    try:
-        yield
-    finally:
-        _guard_connecting.reset(token)
-
-
-def _watch_sockets() -> None:
-    """Install the socket audit hook once per process (hooks cannot be removed; it costs a set
-    lookup per audit event and reads a context variable only on socket events)."""
-    global _audit_installed
-    if _audit_installed:
-        return
-    with _audit_lock:
-        if not _audit_installed:
-            sys.addaudithook(_socket_event)
-            _audit_installed = True
-
-
 @contextlib.contextmanager
 def guarded(guard: SendGuard) -> Iterator[None]:
     """Every request made in this context (and tasks it starts) passes `guard`."""
@@ -179,6 +92,13 @@ def check_send() -> None:
     guard = _guard.get()
     if guard is not None and guard.send_time_left_s() <= 0:
         raise SendRefused(guard.why_not())
+
+
+def check_leaving() -> None:
+    """`check_send`, then count a request of the call in force as possibly sent: for a tool
+    about to send with a client of its own (a vendor SDK) right before its request."""
+    check_send()
+    traffic.leaving()
 
 
 def _bound(timeout: float | None) -> float | None:
@@ -221,7 +141,7 @@ class GuardedStream(httpcore.NetworkStream):
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if buffer:
             check_send()  # the last moment before the bytes leave (I3 for vendors)
-            _leaving()  # from here the request may reach its server
+            traffic.leaving()  # from here the request may reach its server
         self._inner.write(buffer, _bound(timeout))
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -265,7 +185,7 @@ class GuardedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         check_send()
-        with _connecting():
+        with traffic.guard_connecting():
             stream = self._inner.connect_tcp(
                 host, port, _bound(timeout), local_address, socket_options
             )
@@ -278,7 +198,7 @@ class GuardedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         check_send()
-        with _connecting():
+        with traffic.guard_connecting():
             inner = self._inner.connect_unix_socket(path, _bound(timeout), socket_options)
         return GuardedStream(inner)
 
@@ -295,7 +215,7 @@ class GuardedAsyncStream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if buffer:
             check_send()
-            _leaving()
+            traffic.leaving()
         await self._inner.write(buffer, _bound(timeout))
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -338,7 +258,7 @@ class GuardedAsyncBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         check_send()
-        with _connecting():
+        with traffic.guard_connecting():
             stream = await self._inner.connect_tcp(
                 host, port, _bound(timeout), local_address, socket_options
             )
@@ -351,7 +271,7 @@ class GuardedAsyncBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         check_send()
-        with _connecting():
+        with traffic.guard_connecting():
             inner = await self._inner.connect_unix_socket(path, _bound(timeout), socket_options)
         return GuardedAsyncStream(inner)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from runtime import http
+from runtime import http, traffic
 from runtime.call_http import CallHTTP
 
 Outcome = dict[str, Any]
@@ -94,7 +94,7 @@ def failure(said: str, exc: BaseException) -> ToolFailed | ToolInDoubt:
     """What an unexpected error of a tool means, by what the send guard saw of its call: failed
     for certain while none of its requests had left, else in doubt (also when no call is
     watched: unknown counts as in doubt)."""
-    if http.nothing_left():
+    if traffic.nothing_left():
         return ToolFailed(said, exc)
     return ToolInDoubt(said)
 
