@@ -47,15 +47,8 @@ from runtime.tools import (
     ToolKind,
 )
 from runtime.waiting import WaitRouter
-from store.checkpoints import (
-    fail_mark,
-    mark_in_doubt,
-    marks_by_index,
-    record_outcome,
-    select_marks,
-    settle_mark,
-)
-from store.rows import GateRow, MarkRow, RunRow
+from store.checkpoints import finish_mark, mark_in_doubt, marks_by_index, select_marks
+from store.rows import GateRow, MarkRow, MarkStatus, RunRow
 
 log = structlog.get_logger(__name__)
 
@@ -309,17 +302,7 @@ class CallRouter:
         (sealed, a resume reuses it) and the mark is `failed`, never in doubt (I2)."""
         self._log_failure(call, tool, exc, "call.failed")
         outcome = exc.outcome()
-        sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
-        self.lease.check()
-        with self.s.engine.connect() as conn:
-            fail_mark(
-                conn,
-                run_id=self.run.id,
-                attempt=self.run.attempt,
-                step=state.step,
-                call_index=index,
-                sealed_outcome=sealed,
-            )
+        self._finish(state, index, MarkStatus.FAILED, outcome, Settle.FAILED.value)
         return outcome
 
     def _log_failure(self, call: ToolCall, tool: Tool, exc: Exception, event: str) -> None:
@@ -399,22 +382,12 @@ class CallRouter:
         failed in this attempt (no process stopped), so the model is told that error, and the
         outcome is kept for a resume to tell it again."""
         outcome = dict(NOT_FOUND) if settlement == Settle.NOT_FOUND else dict(UNKNOWN)
-        sealed = None
-        if error is not None:
-            note = not_found_note if settlement == Settle.NOT_FOUND else unknown_note
-            outcome = {"outcome": outcome["outcome"], "error": error, "note": note(error)}
-            sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
-        self.lease.check()
-        with self.s.engine.connect() as conn:
-            settle_mark(
-                conn,
-                run_id=self.run.id,
-                attempt=self.run.attempt,
-                step=state.step,
-                call_index=index,
-                settlement=settlement,
-                sealed_outcome=sealed,
-            )
+        if error is None:
+            self._finish(state, index, MarkStatus.SETTLED, None, settlement)
+            return outcome
+        note = not_found_note if settlement == Settle.NOT_FOUND else unknown_note
+        outcome = {"outcome": outcome["outcome"], "error": error, "note": note(error)}
+        self._finish(state, index, MarkStatus.SETTLED, outcome, settlement)
         return outcome
 
     def _reuse(self, state: RunState, mark: MarkRow) -> Outcome:
@@ -431,15 +404,30 @@ class CallRouter:
     def _record(
         self, state: RunState, index: int, outcome: Outcome, settlement: str | None
     ) -> None:
-        sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
+        """A marked call's result, for a resume to reuse instead of settling it."""
+        self._finish(state, index, MarkStatus.DONE, outcome, settlement)
+
+    def _finish(
+        self,
+        state: RunState,
+        index: int,
+        status: MarkStatus,
+        outcome: Outcome | None,
+        settlement: str | None,
+    ) -> None:
+        """Finish a mark in doubt, with what the model was told sealed (fenced)."""
+        sealed = None
+        if outcome is not None:
+            sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
         self.lease.check()  # after a long call: still ours? else the call stays in doubt
         with self.s.engine.connect() as conn:
-            record_outcome(
+            finish_mark(
                 conn,
                 run_id=self.run.id,
                 attempt=self.run.attempt,
                 step=state.step,
                 call_index=index,
+                status=status,
                 sealed_outcome=sealed,
                 settlement=settlement,
             )

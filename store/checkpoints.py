@@ -95,86 +95,29 @@ def _mark(row: sa.Row[Any]) -> MarkRow:
     return MarkRow(**{**row._mapping, "status": MarkStatus(row.status)})
 
 
-def record_outcome(
+# How finishing a mark is audited: a settlement and a failure are; a recorded result is not.
+_FINISH_AUDIT = {MarkStatus.SETTLED: "agent.call.settled", MarkStatus.FAILED: "agent.call.failed"}
+
+
+def finish_mark(
     conn: sa.Connection,
     *,
-    run_id: str,
-    attempt: int,
-    step: int,
-    call_index: int,
-    sealed_outcome: bytes,
-    settlement: str | None = None,
-) -> None:
-    """Record a marked call's result so a resume reuses it instead of settling it (fenced)."""
-    _finish_mark(
-        conn, run_id, attempt, step, call_index, MarkStatus.DONE, sealed_outcome, settlement
-    )
-
-
-def settle_mark(
-    conn: sa.Connection,
-    *,
-    run_id: str,
-    attempt: int,
-    step: int,
-    call_index: int,
-    settlement: str,
-    sealed_outcome: bytes | None = None,
-) -> None:
-    """Record that an in-doubt call was settled without its result (unknown, not found by its
-    reader, or refused by a gate; `sealed_outcome`, when given, is what the model was told)
-    and was not sent again, audited in the same statement (fenced, I2)."""
-    _finish_mark(
-        conn,
-        run_id,
-        attempt,
-        step,
-        call_index,
-        MarkStatus.SETTLED,
-        sealed_outcome,
-        settlement,
-        audit=True,
-    )
-
-
-def fail_mark(
-    conn: sa.Connection,
-    *,
-    run_id: str,
-    attempt: int,
-    step: int,
-    call_index: int,
-    sealed_outcome: bytes,
-) -> None:
-    """Record that a marked call failed before any request of it left (nothing was sent): its
-    error, sealed, for a resume to reuse, audited in the same statement. Only a mark still in
-    doubt moves (fenced, I2: a call that may have been sent is never recorded as failed)."""
-    _finish_mark(
-        conn,
-        run_id,
-        attempt,
-        step,
-        call_index,
-        MarkStatus.FAILED,
-        sealed_outcome,
-        MarkStatus.FAILED.value,
-        audit=True,
-    )
-
-
-def _finish_mark(
-    conn: sa.Connection,
     run_id: str,
     attempt: int,
     step: int,
     call_index: int,
     status: MarkStatus,
-    outcome: bytes | None,
+    sealed_outcome: bytes | None,
     settlement: str | None,
-    audit: bool = False,
 ) -> None:
-    """Move a mark in doubt to `status` in one statement, fenced on the owner (I3); a mark
-    already finished is never finished again (I2)."""
+    """Finish a mark in doubt in one statement, fenced on the owner (I3), audited in the same
+    statement unless `done`: `done`, its result recorded for a resume to reuse instead of
+    settling it; `settled`, not sent again (unknown, not found by its reader, refused by a
+    gate); `failed`, it raised before any request of it left (nothing was sent).
+    `sealed_outcome` is what the model was told (None: told by its settlement). Only a mark
+    still in doubt moves: a call is finished once (I2)."""
+    if status is MarkStatus.IN_DOUBT:
+        raise ValueError("a mark is finished as done, settled or failed, not in doubt")
     row = conn.execute(
         sql(
             f"""
@@ -204,13 +147,10 @@ def _finish_mark(
             "step": step,
             "call_index": call_index,
             "status": status.value,
-            "outcome": outcome,
+            "outcome": sealed_outcome,
             "settlement": settlement,
-            "audit": audit,
-            # A failed call's audit is its own kind: it was not settled, it never happened.
-            "audit_kind": "agent.call.failed"
-            if status is MarkStatus.FAILED
-            else "agent.call.settled",
+            "audit": status in _FINISH_AUDIT,
+            "audit_kind": _FINISH_AUDIT.get(status),
         },
     ).first()
     if row is None:

@@ -54,6 +54,19 @@ def note(ctx: CallContext, issue: str, body: str) -> dict[str, Any]:
     return {{"id": response.json()["no_such_field"]}}
 
 
+@tool.write(name="acme.memo")
+def memo(ctx: CallContext, issue: str, body: str) -> dict[str, Any]:
+    """The same as acme.note, but with a reader: the comment is found by its key."""
+    response = ctx.http.post(url(f"/issues/{{issue}}/comments"), json={{"body": body}})
+    return {{"id": response.json()["no_such_field"]}}
+
+
+@memo.read_back
+def find_memo(ctx: CallContext, issue: str, body: str) -> dict[str, Any] | None:
+    found = ctx.http.get(url("/comments"), params={{"key": ctx.key}}).json()
+    return found[0] if found else None
+
+
 @tool.write(name="acme.page")
 async def page(ctx: CallContext, text: str) -> dict[str, Any]:
     """Page on-call through a pager nobody listens on: the connection is refused."""
@@ -73,11 +86,14 @@ STEPS = [
         call("toolu_f_refund", "acme.refund", order="O-9"),
         call("toolu_f_lookup", "acme.lookup", ticket="T-9"),
         call("toolu_f_note", "acme.note", issue="ENG-9", body="Investigating"),
+        call("toolu_f_memo", "acme.memo", issue="ENG-10", body="Seen"),
         call("toolu_f_page", "acme.page", text="Checkout down"),
         call("toolu_f_ledger", "acme.ledger", account="A-9"),
     ),
     final("Reported what failed."),
 ]
+
+COMMENTS = [("issues", "/issues/ENG-9/comments"), ("issues", "/issues/ENG-10/comments")]
 
 
 def closed_port() -> int:
@@ -130,6 +146,7 @@ def test_a_tool_that_fails_before_sending_failed_and_one_that_sent_is_in_doubt(
         "acme.refund": ("failed", "failed"),  # KeyError before any request
         "acme.page": ("failed", "failed"),  # connection refused: nothing was sent
         "acme.note": ("settled", "unknown"),  # sent, then failed: in doubt, no reader
+        "acme.memo": ("done", "read_back"),  # the same, but its reader found it
         "acme.ledger": ("failed", "failed"),  # a plain Tool's KeyError, before any request
     }
     failed = stack.rows(
@@ -149,17 +166,19 @@ def test_a_tool_that_fails_before_sending_failed_and_one_that_sent_is_in_doubt(
     assert told["acme.note"]["outcome"] == "unknown"
     assert told["acme.note"]["error"] == "KeyError: 'no_such_field'"
     assert "stopped" not in told["acme.note"]["note"]  # no process stopped: the call failed
+    assert told["acme.memo"]["body"] == "Seen"  # what its reader found
 
-    writes = stack.vendor_writes(run_id)  # only the comment left, once
-    assert [(w.vendor, w.path) for w in writes] == [("issues", "/issues/ENG-9/comments")]
+    writes = stack.vendor_writes(run_id)  # only the comments left, once each
+    assert [(w.vendor, w.path) for w in writes] == COMMENTS
 
     log = stack.tmp / "w1.log"
     for tool, raised in (("acme.refund", "KeyError"), ("acme.lookup", "RuntimeError")):
         [line] = [e for e in log_events(log, "call.failed", run_id) if e["tool"] == tool]
         assert "Traceback" in line["exception"] and raised in line["exception"], line
         assert f"{MODULE}.py" in line["exception"]  # the user's own frame is in it
-    [doubt] = log_events(log, "call.in_doubt", run_id)
-    assert doubt["tool"] == "acme.note" and "Traceback" in doubt["exception"]
+    doubts = log_events(log, "call.in_doubt", run_id)
+    assert sorted(d["tool"] for d in doubts) == ["acme.memo", "acme.note"]
+    assert all("Traceback" in d["exception"] for d in doubts)
 
 
 @pytest.mark.kill
@@ -179,6 +198,7 @@ def test_a_resume_reuses_what_failed_and_what_was_settled_and_sends_nothing_agai
         "acme.refund": "reused",
         "acme.lookup": "failed",  # a read is made again, and fails again before sending
         "acme.note": "reused",
+        "acme.memo": "reused",
         "acme.page": "reused",
         "acme.ledger": "reused",
     }
@@ -187,7 +207,7 @@ def test_a_resume_reuses_what_failed_and_what_was_settled_and_sends_nothing_agai
     assert told["acme.note"]["error"] == "KeyError: 'no_such_field'"  # its sealed outcome
     assert told["acme.page"]["failed"] is True
     writes = stack.vendor_writes(run_id)
-    assert [(w.vendor, w.path) for w in writes] == [("issues", "/issues/ENG-9/comments")]
+    assert [(w.vendor, w.path) for w in writes] == COMMENTS
 
 
 def test_broken_json_arguments_are_told_to_the_model_which_tries_again(stack) -> None:
