@@ -45,6 +45,7 @@ SETTLEMENT_COLOURS = {
     "not_found": "#CC79A7",
     "unknown": "#D55E00",
     "refused": "#555555",
+    "failed": "#F0E442",
     "in_doubt": "#FFFFFF",
 }
 SETTLEMENT_MEANING = {
@@ -55,6 +56,7 @@ SETTLEMENT_MEANING = {
     "not_found": "not found by read-back, not sent again",
     "unknown": "outcome unknown, not sent again",
     "refused": "refused by a gate",
+    "failed": "failed before anything was sent",
     "in_doubt": "marked, never settled",
 }
 OTHER_COLOUR = "#999999"

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime import traffic
 from runtime.call_http import CallHTTP
 from runtime.keys import fresh_key
 from runtime.services import Services
-from runtime.tools import CallContext, InvalidArguments, ToolError, ToolInDoubt, ToolKind
+from runtime.tools import (
+    CallContext,
+    InvalidArguments,
+    ToolError,
+    ToolFailed,
+    ToolInDoubt,
+    ToolKind,
+)
 from store.records import insert_audit
 
 
@@ -40,10 +48,13 @@ def adhoc_call(s: Services, tool_name: str, args: dict[str, Any], by: str) -> di
     )
     try:
         tool.validate(args)
-        outcome: dict[str, Any] = tool.invoke(args, ctx)
+        with traffic.watched():  # what the send guard sees tells a failure from a doubt
+            outcome: dict[str, Any] = tool.make(args, ctx)
         status = "made"
     except InvalidArguments as exc:
         outcome, status = exc.outcome(), "refused"
+    except ToolFailed as exc:  # raised before any request left: nothing was sent
+        outcome, status = exc.outcome(), "failed"
     except ToolError as exc:
         outcome, status = {"error": str(exc)}, "refused"
     except ToolInDoubt as exc:

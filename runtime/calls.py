@@ -4,8 +4,10 @@ Every call passes the gates as they stand now, and its arguments are validated b
 is marked or sent. A read is made directly, never marked. A changing call is marked in doubt
 (fenced), made with its step key through the send guard, then its outcome recorded (fenced), so
 a resume reuses it instead of settling it. A write left in doubt is settled by its kind
-(`settlement.py`); only a keyed write is ever sent again. Approval-held calls and delegations
-may suspend the run (`waiting.py`).
+(`settlement.py`); only a keyed write is ever sent again. A tool that fails while no request of
+its call has left the send guard (`traffic.watched`) failed for certain: the model is told its
+error, the mark is recorded `failed`, the worker logs it with its traceback. Approval-held calls
+and delegations may suspend the run (`waiting.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from runtime import faults
+from runtime import faults, http, traffic
 from runtime.call_http import CallHTTP
 from runtime.gates import call_refusal
 from runtime.heartbeat import RunLease
@@ -29,7 +31,9 @@ from runtime.settlement import (
     MarkFacts,
     Settle,
     decide,
+    not_found_note,
     taken_up_as,
+    unknown_note,
 )
 from runtime.state import Message, RunState, ToolCall
 from runtime.tools import (
@@ -38,18 +42,13 @@ from runtime.tools import (
     Outcome,
     Tool,
     ToolError,
+    ToolFailed,
     ToolInDoubt,
     ToolKind,
 )
 from runtime.waiting import WaitRouter
-from store.checkpoints import (
-    mark_in_doubt,
-    marks_by_index,
-    record_outcome,
-    select_marks,
-    settle_mark,
-)
-from store.rows import GateRow, MarkRow, RunRow
+from store.checkpoints import finish_mark, mark_in_doubt, marks_by_index, select_marks
+from store.rows import GateRow, MarkRow, MarkStatus, RunRow
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +110,7 @@ class CallRouter:
         self.lease = lease
         self.key_for = key_for or agent_key(run)
         self.waits = WaitRouter(services, run, self.write)
+        self.log = log.bind(run_id=run.id, attempt=run.attempt)
 
     def route(
         self, state: RunState, resuming: bool, gates: GateRow
@@ -155,7 +155,9 @@ class CallRouter:
             return outcome, taken_up_as(outcome).value, kind
         assert mark is not None
         if decision is Settle.RESEND:
-            outcome, how = self._send(state, index, call, tool, mark.idem_key, True, mark.age_s)
+            outcome, how = self._send(
+                state, index, call, tool, mark.idem_key, True, mark.age_s, sent_before=True
+            )
             return outcome, how or Settle.RESEND.value, kind
         if decision is Settle.READ_BACK:
             outcome, how = self._read_back(state, index, call, tool, mark.idem_key)
@@ -183,13 +185,15 @@ class CallRouter:
         )
 
     def _make(self, state: RunState, index: int, call: ToolCall, tool: Tool) -> Outcome:
+        if call.args_error is not None:  # unreadable arguments: told, not made, nothing marked
+            problem = {"field": "(arguments)", "message": call.args_error}
+            return self._invalid(call, InvalidArguments(call.name, [problem]))
         if tool.kind is ToolKind.DELEGATION:
             return self.waits.delegate(state, index, call)
         try:
             tool.validate(call.args)  # refused before anything is marked or sent
         except InvalidArguments as exc:
-            log.info("call.invalid_arguments", call_id=call.id, tool=call.name, why=str(exc))
-            return exc.outcome()
+            return self._invalid(call, exc)
         if tool.kind is ToolKind.APPROVAL_WRITE:
             return self.waits.approval(state, index, call, tool)
         key, stable = self.key_for(state, index, call)
@@ -197,10 +201,22 @@ class CallRouter:
             self.lease.check()
             state.count("reads")
             try:
-                return tool.invoke(call.args, self.ctx(state, call, key, stable))
-            except (ToolError, ToolInDoubt) as exc:
+                with traffic.watched():
+                    return tool.make(call.args, self.ctx(state, call, key, stable))
+            except ToolFailed as exc:
+                self._log_failure(call, tool, exc, "call.failed")
+                return exc.outcome()
+            except ToolInDoubt as exc:  # a read is harmless to make again: just say so
+                self._log_failure(call, tool, exc, "call.read_failed")
+                return {"error": str(exc)}
+            except ToolError as exc:
                 return {"error": str(exc)}
         return self.write(state, index, call, tool, key, stable, settlement=None)
+
+    def _invalid(self, call: ToolCall, exc: InvalidArguments) -> Outcome:
+        """The model's arguments do not fit: it is told what is wrong and may try again."""
+        self.log.info("call.invalid_arguments", call_id=call.id, tool=call.name, why=str(exc))
+        return exc.outcome()
 
     def write(
         self,
@@ -229,7 +245,7 @@ class CallRouter:
             )
         faults.point("after_mark")
         state.count("writes")
-        outcome, _ = self._send(state, index, call, tool, key, stable, 0.0, settlement)
+        outcome, _ = self._send(state, index, call, tool, key, stable, 0.0, settlement, False)
         return outcome
 
     def _send(
@@ -242,31 +258,65 @@ class CallRouter:
         stable: bool,
         marked_s_ago: float,
         settlement: str | None = Settle.RESEND.value,
+        sent_before: bool = True,
     ) -> tuple[Outcome, str | None]:
         """Send a marked write and record its outcome. A keyed write that fails in doubt is
         sent again with its key, a bounded number of times inside its dedupe window; any
-        other doubt is settled by a reader, or reported unknown (never sent again, I2)."""
+        other doubt is settled by a reader, or reported unknown (never sent again, I2). A
+        write that fails while no request of it ever left (`sent_before`: an earlier attempt
+        may have sent it) is recorded failed: nothing was sent."""
         marked = time.monotonic() - marked_s_ago
         ctx = self.ctx(state, call, key, stable)
-        for attempt in range(1, KEYED_TRIES + 1):
-            self.lease.check()  # a stalled attempt taken over meanwhile must not send (I3)
-            faults.point("before_send")  # a pause here is what the send guard is for
-            try:
-                outcome = tool.invoke(call.args, ctx)
-            except ToolError as exc:
-                outcome = {"error": str(exc)}
-            except ToolInDoubt as exc:
-                log.warning("call.in_doubt", call_id=call.id, tool=call.name, error=str(exc))
-                pause = self._keyed_pause(tool, stable, attempt, time.monotonic() - marked)
-                if pause is not None:
-                    time.sleep(pause)  # backoff before sending again with the same key
-                    continue
-                return self._settle_doubt(state, index, call, tool, key, stable)
-            faults.point("after_send")
-            self._record(state, index, outcome, settlement if attempt == 1 else "resent")
-            faults.point("after_outcome")
-            return outcome, settlement
+        with traffic.watched(left=sent_before):
+            for attempt in range(1, KEYED_TRIES + 1):
+                self.lease.check()  # a stalled attempt taken over meanwhile must not send (I3)
+                faults.point("before_send")  # a pause here is what the send guard is for
+                doubt: ToolError | ToolInDoubt | None = None
+                try:
+                    outcome = tool.make(call.args, ctx)
+                except ToolFailed as exc:
+                    if not sent_before and attempt == 1:  # no try of this call ever sent
+                        return self._failed(state, index, call, tool, exc), Settle.FAILED.value
+                    doubt = exc  # an earlier try may have sent it
+                except ToolError as exc:
+                    outcome = {"error": str(exc)}
+                except ToolInDoubt as exc:
+                    doubt = exc
+                if doubt is not None:
+                    self._log_failure(call, tool, doubt, "call.in_doubt")
+                    pause = self._keyed_pause(tool, stable, attempt, time.monotonic() - marked)
+                    if pause is not None:
+                        time.sleep(pause)  # backoff before sending again with the same key
+                        continue
+                    return self._settle_doubt(state, index, call, tool, key, str(doubt))
+                faults.point("after_send")
+                self._record(state, index, outcome, settlement if attempt == 1 else "resent")
+                faults.point("after_outcome")
+                return outcome, settlement
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _failed(
+        self, state: RunState, index: int, call: ToolCall, tool: Tool, exc: ToolFailed
+    ) -> Outcome:
+        """A marked write that failed before any request of it left: its error is recorded
+        (sealed, a resume reuses it) and the mark is `failed`, never in doubt (I2)."""
+        self._log_failure(call, tool, exc, "call.failed")
+        outcome = exc.outcome()
+        self._finish(state, index, MarkStatus.FAILED, outcome, Settle.FAILED.value)
+        return outcome
+
+    def _log_failure(self, call: ToolCall, tool: Tool, exc: Exception, event: str) -> None:
+        """One line per failure, with what the tool raised and its traceback."""
+        cause = exc.cause if isinstance(exc, ToolFailed) else (exc.__cause__ or exc)
+        level = self.log.error if event == "call.failed" else self.log.warning
+        level(
+            event,
+            tool=tool.name,
+            kind=tool.kind.value,
+            call_id=call.id,
+            error=str(exc),
+            exc_info=cause,
+        )
 
     def _keyed_pause(self, tool: Tool, stable: bool, tries: int, age_s: float) -> float | None:
         """The pause before sending a keyed write again, or None when it may not be resent."""
@@ -281,15 +331,22 @@ class CallRouter:
         return pause
 
     def _settle_doubt(
-        self, state: RunState, index: int, call: ToolCall, tool: Tool, key: str, stable: bool
+        self, state: RunState, index: int, call: ToolCall, tool: Tool, key: str, error: str
     ) -> tuple[Outcome, str]:
-        """A write in doubt in this attempt: read it back if a reader exists, else unknown."""
+        """A write in doubt in this attempt (it failed with `error` after its request may have
+        left): read it back if a reader exists, else unknown."""
         if tool.reader is not None:
-            return self._read_back(state, index, call, tool, key)
-        return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN.value
+            return self._read_back(state, index, call, tool, key, error)
+        return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN.value
 
     def _read_back(
-        self, state: RunState, index: int, call: ToolCall, tool: Tool, key: str
+        self,
+        state: RunState,
+        index: int,
+        call: ToolCall,
+        tool: Tool,
+        key: str,
+        error: str | None = None,
     ) -> tuple[Outcome, str]:
         """Look a write in doubt up by its key. Found: its outcome. Not found: the model is
         told so, and it is not sent again (the vendor may still be processing it)."""
@@ -297,11 +354,13 @@ class CallRouter:
         self.lease.check()
         try:
             found = tool.reader(call.args, self.ctx(state, call, key))
-        except (ToolError, ToolInDoubt) as exc:
-            log.warning("call.read_back_failed", call_id=call.id, error=str(exc))
-            return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN.value
+        except http.SendRefused:
+            raise
+        except Exception as exc:  # the reader failed: the write stays unknown, never resent
+            self._log_failure(call, tool, exc, "call.read_back_failed")
+            return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN.value
         if found is None:
-            return self._settle(state, index, Settle.NOT_FOUND), Settle.NOT_FOUND.value
+            return self._settle(state, index, Settle.NOT_FOUND, error), Settle.NOT_FOUND.value
         self._record(state, index, found, Settle.READ_BACK.value)
         return found, Settle.READ_BACK.value
 
@@ -316,21 +375,20 @@ class CallRouter:
             "target before the process making it stopped; it was not sent again.",
         }
 
-    def _settle(self, state: RunState, index: int, settlement: str) -> Outcome:
-        """Record, with an audit event, that a call in doubt was not sent again."""
-        self.lease.check()
-        with self.s.engine.connect() as conn:
-            settle_mark(
-                conn,
-                run_id=self.run.id,
-                attempt=self.run.attempt,
-                step=state.step,
-                call_index=index,
-                settlement=settlement,
-            )
-        if settlement == Settle.NOT_FOUND:
-            return dict(NOT_FOUND)
-        return dict(UNKNOWN)
+    def _settle(
+        self, state: RunState, index: int, settlement: str, error: str | None = None
+    ) -> Outcome:
+        """Record, with an audit event, that a call in doubt was not sent again. `error`: it
+        failed in this attempt (no process stopped), so the model is told that error, and the
+        outcome is kept for a resume to tell it again."""
+        outcome = dict(NOT_FOUND) if settlement == Settle.NOT_FOUND else dict(UNKNOWN)
+        if error is None:
+            self._finish(state, index, MarkStatus.SETTLED, None, settlement)
+            return outcome
+        note = not_found_note if settlement == Settle.NOT_FOUND else unknown_note
+        outcome = {"outcome": outcome["outcome"], "error": error, "note": note(error)}
+        self._finish(state, index, MarkStatus.SETTLED, outcome, settlement)
+        return outcome
 
     def _reuse(self, state: RunState, mark: MarkRow) -> Outcome:
         """A recorded outcome (opened against its seal: a tampered one fails the run, I6)."""
@@ -346,15 +404,30 @@ class CallRouter:
     def _record(
         self, state: RunState, index: int, outcome: Outcome, settlement: str | None
     ) -> None:
-        sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
+        """A marked call's result, for a resume to reuse instead of settling it."""
+        self._finish(state, index, MarkStatus.DONE, outcome, settlement)
+
+    def _finish(
+        self,
+        state: RunState,
+        index: int,
+        status: MarkStatus,
+        outcome: Outcome | None,
+        settlement: str | None,
+    ) -> None:
+        """Finish a mark in doubt, with what the model was told sealed (fenced)."""
+        sealed = None
+        if outcome is not None:
+            sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
         self.lease.check()  # after a long call: still ours? else the call stays in doubt
         with self.s.engine.connect() as conn:
-            record_outcome(
+            finish_mark(
                 conn,
                 run_id=self.run.id,
                 attempt=self.run.attempt,
                 step=state.step,
                 call_index=index,
+                status=status,
                 sealed_outcome=sealed,
                 settlement=settlement,
             )

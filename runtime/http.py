@@ -14,6 +14,9 @@ read-back is reported, never resent (see `settlement.py`).
 
 The guard in force is a context variable set for the duration of an attempt (`guarded`); a
 process that runs no attempt (the front, the CLI) sends with timeouts only.
+
+The guard also tells, per tool call (`traffic.py`), whether any request of that call may have
+left: the first request byte it lets through marks the call's traffic.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any, Protocol
 
 import httpcore
 import httpx
+
+from runtime import traffic
 
 # Idle keep-alive connections are reused for this long (a vendor closing them sooner is fine:
 # the pool notices a closed socket before reusing it).
@@ -89,6 +94,13 @@ def check_send() -> None:
         raise SendRefused(guard.why_not())
 
 
+def check_leaving() -> None:
+    """`check_send`, then count a request of the call in force as possibly sent: for a tool
+    about to send with a client of its own (a vendor SDK) right before its request."""
+    check_send()
+    traffic.leaving()
+
+
 def _bound(timeout: float | None) -> float | None:
     """`timeout` shortened to the time the guard and the request's deadline leave."""
     limits = [t for t in (timeout, _left()) if t is not None]
@@ -129,6 +141,7 @@ class GuardedStream(httpcore.NetworkStream):
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if buffer:
             check_send()  # the last moment before the bytes leave (I3 for vendors)
+            traffic.leaving()  # from here the request may reach its server
         self._inner.write(buffer, _bound(timeout))
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -172,7 +185,10 @@ class GuardedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         check_send()
-        stream = self._inner.connect_tcp(host, port, _bound(timeout), local_address, socket_options)
+        with traffic.guard_connecting():
+            stream = self._inner.connect_tcp(
+                host, port, _bound(timeout), local_address, socket_options
+            )
         return GuardedStream(stream)
 
     def connect_unix_socket(
@@ -182,7 +198,9 @@ class GuardedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         check_send()
-        return GuardedStream(self._inner.connect_unix_socket(path, _bound(timeout), socket_options))
+        with traffic.guard_connecting():
+            inner = self._inner.connect_unix_socket(path, _bound(timeout), socket_options)
+        return GuardedStream(inner)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
@@ -197,6 +215,7 @@ class GuardedAsyncStream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if buffer:
             check_send()
+            traffic.leaving()
         await self._inner.write(buffer, _bound(timeout))
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -239,9 +258,10 @@ class GuardedAsyncBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         check_send()
-        stream = await self._inner.connect_tcp(
-            host, port, _bound(timeout), local_address, socket_options
-        )
+        with traffic.guard_connecting():
+            stream = await self._inner.connect_tcp(
+                host, port, _bound(timeout), local_address, socket_options
+            )
         return GuardedAsyncStream(stream)
 
     async def connect_unix_socket(
@@ -251,7 +271,8 @@ class GuardedAsyncBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         check_send()
-        inner = await self._inner.connect_unix_socket(path, _bound(timeout), socket_options)
+        with traffic.guard_connecting():
+            inner = await self._inner.connect_unix_socket(path, _bound(timeout), socket_options)
         return GuardedAsyncStream(inner)
 
     async def sleep(self, seconds: float) -> None:

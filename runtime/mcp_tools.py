@@ -14,7 +14,9 @@ in the call's `_meta` (`liyagent/idempotency_key`), through the guarded pooled c
 `http.py` (`sdk_http.py`). Its outcome is classified like any other vendor call: a result is the
 outcome, an `isError` result or a refusal the server answered (4xx, a JSON-RPC error saying the
 call was not taken) is a definite `ToolError` the model is told, and anything else once the call
-may have left (a timeout, a lost connection, a 5xx) is `ToolInDoubt`, settled by its kind.
+may have left (a timeout, a lost connection, a 5xx) is `ToolInDoubt`, settled by its kind; a
+failure before its `tools/call` left (the server unreachable, its session refused) is
+`ToolFailed`: nothing was sent.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from runtime.tools import (
     Tool,
     ToolDeclarationError,
     ToolError,
+    ToolFailed,
     ToolInDoubt,
     ToolKind,
 )
@@ -268,8 +271,8 @@ class McpCall:
             if isinstance(leaf, SendRefused | KeyboardInterrupt | SystemExit):
                 return leaf
         said = f"{self.name} (MCP server {self.server.name}): {_why(exc)}"
-        if not watch.sent:
-            return ToolError(f"{said}; the call was not made")
+        if not watch.sent:  # its `tools/call` never left: it failed for certain
+            return ToolFailed(f"{said}; the call was not made", exc)
         if watch.status is not None and 400 <= watch.status < 500:
             return ToolError(f"{said} (HTTP {watch.status})", watch.status)
         if watch.status is not None and watch.status < 400:

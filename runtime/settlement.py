@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from runtime.tools import ToolKind
+from store.rows import MarkStatus
 
 # Kinds sent with a key their vendor may dedupe on: a keyed write's step key, an approved
 # call's approval id.
@@ -23,12 +24,16 @@ class Settle(StrEnum):
     NOT_FOUND = "not_found"  # the reader found nothing: not sent again, the model is told
     UNKNOWN = "unknown"  # not sent again; the model is told the outcome is unknown
     DENIED = "denied"  # an approval-held call a person denied: not made; the model is told
+    FAILED = "failed"  # the tool raised before any request of it left: nothing was sent
 
 
 def taken_up_as(outcome: dict[str, object]) -> Settle:
     """How a call routed as on a first pass (MAKE) was taken up, by what routing it gave: a
-    denied approval was not made, so it is never reported as made."""
-    return Settle.DENIED if outcome.get("denied") is True else Settle.MAKE
+    denied approval was not made and a call that failed before sending sent nothing, so
+    neither is ever reported as made."""
+    if outcome.get("denied") is True:
+        return Settle.DENIED
+    return Settle.FAILED if outcome.get("failed") is True else Settle.MAKE
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class MarkFacts:
     """What the call's mark says: its kind at marking time (a write stays a write, I7)."""
 
     kind: ToolKind
-    status: str  # in_doubt | done | settled
+    status: MarkStatus
     stable_key: bool
     age_s: float
 
@@ -53,7 +58,7 @@ def decide(
     if mark is None:
         # Never marked: a write was not sent (the mark precedes the send); a read is harmless.
         return Settle.MAKE
-    if mark.status != "in_doubt":
+    if mark.status != MarkStatus.IN_DOUBT:
         return Settle.REUSE
     if mark.kind is ToolKind.READ:  # pragma: no cover - reads are never marked
         return Settle.MAKE
@@ -81,3 +86,23 @@ UNKNOWN_NOTE = (
     "The outcome of this call is unknown: the process making it stopped while it was in "
     "flight. It was not sent again. Check the target system before repeating it."
 )
+
+
+def unknown_note(error: str) -> str:
+    """The model's note for a call that failed in this attempt after its request may have
+    reached its target (no process stopped: the call itself failed)."""
+    return (
+        f"The outcome of this call is unknown: it failed ({error}) after its request may have "
+        "reached the target. It was not sent again. Check the target system before repeating "
+        "it."
+    )
+
+
+def not_found_note(error: str) -> str:
+    """The model's note for such a call that its reader then did not find."""
+    return (
+        f"This call was not found by read-back: it failed ({error}) after its request may have "
+        "reached the target, and the target has no record of it under its key yet. It was not "
+        "sent again (the target may still be processing it). Check the target before asking "
+        "for it again; a new call gets a new key."
+    )

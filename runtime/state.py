@@ -15,13 +15,29 @@ class ToolCall:
     id: str
     name: str
     args: dict[str, Any]
+    # Why the model's arguments could not be read (not JSON, not an object): the call is not
+    # made and the model is told, as for arguments that fail their schema. `raw_args` is what
+    # the model sent, given back to it as it was.
+    args_error: str | None = None
+    raw_args: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "args": self.args}
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "args": self.args}
+        if self.args_error is not None:
+            out["args_error"] = self.args_error
+            out["raw_args"] = self.raw_args
+        return out
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ToolCall:
-        return cls(id=str(raw["id"]), name=str(raw["name"]), args=dict(raw.get("args") or {}))
+        error, text = raw.get("args_error"), raw.get("raw_args")
+        return cls(
+            id=str(raw["id"]),
+            name=str(raw["name"]),
+            args=dict(raw.get("args") or {}),
+            args_error=None if error is None else str(error),
+            raw_args=None if text is None else str(text),
+        )
 
 
 @dataclass

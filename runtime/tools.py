@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from runtime import http
+from runtime import http, traffic
 from runtime.call_http import CallHTTP
 
 Outcome = dict[str, Any]
@@ -54,8 +54,9 @@ class CallContext:
     def check_send(self) -> None:
         """Raise `SendRefused` unless this attempt may still send (its lease's local deadline,
         no network). `ctx.http` does this as the bytes leave; a tool sending with a client of
-        its own (a vendor SDK) calls it right before its request."""
-        http.check_send()
+        its own (a vendor SDK) calls it right before its request, which from then on counts
+        the call as possibly sent (in doubt if it fails)."""
+        http.check_leaving()
 
 
 class ToolError(Exception):
@@ -67,8 +68,45 @@ class ToolError(Exception):
         self.status = status
 
 
+class ToolFailed(ToolError):
+    """The tool raised while no request of its call had left the send guard: it failed for
+    certain (nothing was sent, nothing changed). The model is told the error's type and
+    message; `cause` is what the tool raised, logged with its traceback."""
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    def outcome(self) -> Outcome:
+        return {
+            "error": str(self),
+            "failed": True,
+            "note": "The tool failed before any request of this call left the worker: nothing "
+            "was sent and nothing changed. Fix what the error names before calling it again.",
+        }
+
+
 class ToolInDoubt(Exception):
     """The call may or may not have reached its vendor (timeout, reset, 5xx)."""
+
+
+def failure(said: str, exc: BaseException) -> ToolFailed | ToolInDoubt:
+    """What an unexpected error of a tool means, by what the send guard saw of its call: failed
+    for certain while none of its requests had left, else in doubt (also when no call is
+    watched: unknown counts as in doubt)."""
+    if traffic.nothing_left():
+        return ToolFailed(said, exc)
+    return ToolInDoubt(said)
+
+
+def classify(exc: Exception) -> ToolError | ToolInDoubt:
+    """What anything else a tool raised means: an `httpx` 4xx from `raise_for_status()` is a
+    definite refusal and a 5xx in doubt; any other error is a `failure`."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        said = f"{exc.request.method} {exc.request.url.path}: {status} {exc.response.text[:300]}"
+        return ToolInDoubt(said) if status >= 500 else ToolError(said, status)
+    return failure(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, exc)
 
 
 class InvalidArguments(ToolError):
@@ -91,11 +129,12 @@ class InvalidArguments(ToolError):
 
 def vendor_json(what: str, send: Callable[[], httpx.Response]) -> Any:
     """Make one vendor request and read its JSON answer: a 4xx is a definite refusal
-    (`ToolError`); a 5xx, a timeout or a lost connection leaves the call in doubt."""
+    (`ToolError`); a 5xx, a timeout or a lost connection leaves the call in doubt, unless no
+    request of the call had left (a refused connection: `ToolFailed`)."""
     try:
         response = send()
     except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-        raise ToolInDoubt(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise failure(f"{what}: {type(exc).__name__}: {exc}", exc) from exc
     except httpx.HTTPError as exc:
         raise ToolError(f"{what}: {exc}") from exc
     if response.status_code >= 500:
@@ -145,6 +184,16 @@ class Tool:
                 f"tool {self.name} ({self.origin}): a read needs no reader; declare the write "
                 "it reads back"
             )
+
+    def make(self, args: dict[str, Any], ctx: CallContext) -> Outcome:
+        """Invoke the tool, whatever it raises told apart: `ToolError` (`ToolFailed` among
+        them) or `ToolInDoubt`; the send guard's refusal passes untouched, to stop the attempt."""
+        try:
+            return self.invoke(args, ctx)
+        except (ToolError, ToolInDoubt, http.SendRefused):
+            raise
+        except Exception as exc:
+            raise classify(exc) from exc
 
     def schema(self) -> dict[str, Any]:
         """The tool as a model sees it."""

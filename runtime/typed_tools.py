@@ -13,7 +13,8 @@ The decorator declares the kind the engine settles a call by; the parameters' JS
 the validation of the model's arguments come from the type hints through pydantic, the
 description from the docstring. A first parameter annotated `CallContext` receives the call's
 context. Whatever the function raises after its request may have left is in doubt, settled by
-its kind; `ToolError` is a definite refusal the model is told.
+its kind; what it raises while no request of the call has left (the send guard knows) failed
+for certain; `ToolError` is a definite refusal the model is told.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, get_type_hints, overload
 
-import httpx
 import pydantic
 from pydantic_core import to_jsonable_python
 
@@ -40,6 +40,7 @@ from runtime.tools import (
     ToolError,
     ToolInDoubt,
     ToolKind,
+    classify,
 )
 from runtime.validation import problems
 
@@ -120,8 +121,8 @@ def validate_args(model: type[pydantic.BaseModel], tool: str, args: Any) -> dict
 
 def call_user(fn: Fn, takes_ctx: bool, kwargs: dict[str, Any], ctx: CallContext) -> Any:
     """Run a user's function (awaiting it if async) and classify what it raises: a definite
-    refusal stays `ToolError`, the send guard's refusal stops the attempt, anything else after
-    the request may have left is `ToolInDoubt`."""
+    refusal stays `ToolError`, the send guard's refusal stops the attempt, anything else is
+    `ToolFailed` while no request of the call has left and `ToolInDoubt` once one may have."""
     try:
         result = fn(ctx, **kwargs) if takes_ctx else fn(**kwargs)
         if inspect.isawaitable(result):
@@ -129,14 +130,8 @@ def call_user(fn: Fn, takes_ctx: bool, kwargs: dict[str, Any], ctx: CallContext)
         return result
     except (ToolError, ToolInDoubt, SendRefused):
         raise
-    except httpx.HTTPStatusError as exc:
-        status = exc.response.status_code
-        said = f"{exc.request.method} {exc.request.url.path}: {status} {exc.response.text[:300]}"
-        if status >= 500:
-            raise ToolInDoubt(said) from exc
-        raise ToolError(said) from exc
     except Exception as exc:
-        raise ToolInDoubt(f"{type(exc).__name__}: {exc}") from exc
+        raise classify(exc) from exc
 
 
 def as_outcome(value: Any) -> Outcome:

@@ -3,9 +3,11 @@
 `POST /v1/scripts` keeps a script (`{"steps": [{"calls": [{"id", "tool", "args"}],
 "latency_ms"}, {"final": "text"}]}`) under a name derived from its content and answers
 `{"model": "script-<digest>"}`; `POST /v1/chat/completions` with that model plays step n, where
-n is one more than the assistant turns in the conversation, after the step's latency. Every
-request is recorded (with the run, attempt and step its headers name), so what a model was asked
-is judged from the model server's own records, never from the engine's (I5).
+n is one more than the assistant turns in the conversation, after the step's latency. A call's
+`"arguments"`, when given, is sent as that raw text instead of its `args` (a model that writes
+broken JSON). Every request is recorded (with the run, attempt and step its headers name), so
+what a model was asked is judged from the model server's own records, never from the engine's
+(I5).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def check_script(script: Any) -> list[dict[str, Any]]:
                 raise HttpError(400, f'step {i}: each call needs "id" and "tool"')
             if not isinstance(call.get("args", {}), dict):
                 raise HttpError(400, f'step {i}: "args" of {call["id"]} must be an object')
+            if not isinstance(call.get("arguments", ""), str):
+                raise HttpError(400, f'step {i}: "arguments" of {call["id"]} must be text')
     return steps
 
 
@@ -93,7 +97,9 @@ def _completion(model: str, step: int, entry: dict[str, Any]) -> dict[str, Any]:
                 "type": "function",
                 "function": {
                     "name": str(c["tool"]).replace(".", "__"),
-                    "arguments": json.dumps(c.get("args") or {}, sort_keys=True),
+                    "arguments": c["arguments"]
+                    if "arguments" in c
+                    else json.dumps(c.get("args") or {}, sort_keys=True),
                 },
             }
             for c in entry["calls"]

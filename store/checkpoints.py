@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from store.db import sql
 from store.gates import gate_row, gates_of
-from store.rows import FencedOut, GateRow, MarkRow
+from store.rows import FencedOut, GateRow, MarkRow, MarkStatus
 from store.runs import OWNER_CTE
 
 _MARK_COLUMNS = (
@@ -86,49 +88,36 @@ def mark_in_doubt(
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, f"mark call {call_id} of step {step} in doubt")
-    return MarkRow(**row._mapping)
+    return _mark(row)
 
 
-def record_outcome(
+def _mark(row: sa.Row[Any]) -> MarkRow:
+    return MarkRow(**{**row._mapping, "status": MarkStatus(row.status)})
+
+
+# How finishing a mark is audited: a settlement and a failure are; a recorded result is not.
+_FINISH_AUDIT = {MarkStatus.SETTLED: "agent.call.settled", MarkStatus.FAILED: "agent.call.failed"}
+
+
+def finish_mark(
     conn: sa.Connection,
     *,
     run_id: str,
     attempt: int,
     step: int,
     call_index: int,
-    sealed_outcome: bytes,
-    settlement: str | None = None,
-) -> None:
-    """Record a marked call's result so a resume reuses it instead of settling it (fenced)."""
-    _finish_mark(conn, run_id, attempt, step, call_index, "done", sealed_outcome, settlement)
-
-
-def settle_mark(
-    conn: sa.Connection,
-    *,
-    run_id: str,
-    attempt: int,
-    step: int,
-    call_index: int,
-    settlement: str,
-) -> None:
-    """Record that an in-doubt call was settled without an outcome (unknown, not found by its
-    reader, or refused by a gate) and was not sent again, audited in the same statement
-    (fenced, I2)."""
-    _finish_mark(conn, run_id, attempt, step, call_index, "settled", None, settlement, audit=True)
-
-
-def _finish_mark(
-    conn: sa.Connection,
-    run_id: str,
-    attempt: int,
-    step: int,
-    call_index: int,
-    status: str,
-    outcome: bytes | None,
+    status: MarkStatus,
+    sealed_outcome: bytes | None,
     settlement: str | None,
-    audit: bool = False,
 ) -> None:
+    """Finish a mark in doubt in one statement, fenced on the owner (I3), audited in the same
+    statement unless `done`: `done`, its result recorded for a resume to reuse instead of
+    settling it; `settled`, not sent again (unknown, not found by its reader, refused by a
+    gate); `failed`, it raised before any request of it left (nothing was sent).
+    `sealed_outcome` is what the model was told (None: told by its settlement). Only a mark
+    still in doubt moves: a call is finished once (I2)."""
+    if status is MarkStatus.IN_DOUBT:
+        raise ValueError("a mark is finished as done, settled or failed, not in doubt")
     row = conn.execute(
         sql(
             f"""
@@ -139,13 +128,13 @@ def _finish_mark(
                        settled_at = now()
                 FROM owner
                 WHERE call_marks.run_id = owner.id AND call_marks.step = :step
-                  AND call_marks.call_index = :call_index
+                  AND call_marks.call_index = :call_index AND call_marks.status = 'in_doubt'
                 RETURNING call_marks.run_id, call_marks.step, call_marks.call_index,
                           call_marks.call_id, call_marks.tool, call_marks.kind,
                           call_marks.settlement),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
-                SELECT run_id, 'agent.call.settled', :attempt, step,
+                SELECT run_id, :audit_kind, :attempt, step,
                        jsonb_build_object('call_index', call_index, 'call_id', call_id,
                                           'tool', tool, 'kind', kind, 'settlement', settlement)
                 FROM u WHERE :audit)
@@ -157,10 +146,11 @@ def _finish_mark(
             "attempt": attempt,
             "step": step,
             "call_index": call_index,
-            "status": status,
-            "outcome": outcome,
+            "status": status.value,
+            "outcome": sealed_outcome,
             "settlement": settlement,
-            "audit": audit,
+            "audit": status in _FINISH_AUDIT,
+            "audit_kind": _FINISH_AUDIT.get(status),
         },
     ).first()
     if row is None:
@@ -178,7 +168,7 @@ def select_marks(conn: sa.Connection, run_id: str, step: int | None = None) -> l
         ),
         {"id": run_id, "step": step},
     ).all()
-    return [MarkRow(**r._mapping) for r in rows]
+    return [_mark(r) for r in rows]
 
 
 def marks_by_index(marks: list[MarkRow]) -> dict[int, MarkRow]:

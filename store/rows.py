@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, NewType
 
 RunId = NewType("RunId", str)
 Attempt = NewType("Attempt", int)
+
+
+class MarkStatus(StrEnum):
+    """Where a marked call (`call_marks.status`) stands."""
+
+    IN_DOUBT = "in_doubt"  # marked just before it was made; it may or may not have landed
+    DONE = "done"  # its outcome is recorded (sealed); a resume reuses it
+    SETTLED = "settled"  # not sent again: unknown, not found by its reader, or refused
+    FAILED = "failed"  # the tool raised before any request of it left: nothing was sent
 
 
 class StoreError(RuntimeError):
@@ -115,7 +125,7 @@ class MarkRow:
     kind: str
     idem_key: str
     stable_key: bool
-    status: str
+    status: MarkStatus
     outcome: bytes | None
     settlement: str | None
     attempt: int

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
+from store.rows import MarkStatus
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -16,7 +18,7 @@ NAMING = {
 metadata = sa.MetaData(naming_convention=NAMING)
 
 RUN_STATUSES = ("queued", "running", "waiting", "answered", "succeeded", "failed")
-CALL_STATUSES = ("in_doubt", "done", "settled")
+CALL_STATUSES = tuple(s.value for s in MarkStatus)
 
 
 def _now() -> sa.TextClause:
@@ -153,7 +155,9 @@ call_marks = sa.Table(
     sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("settled_at", sa.DateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint("run_id", "step", "call_index"),
-    sa.CheckConstraint("status IN ('in_doubt','done','settled')", name="status"),
+    sa.CheckConstraint(
+        "status IN (" + ",".join(f"'{s}'" for s in CALL_STATUSES) + ")", name="status"
+    ),
 )
 
 audit_events = sa.Table(

@@ -100,9 +100,9 @@ class TimelineCall:
     call_id: str
     tool: str
     kind: str
-    # in_doubt | done | settled
+    # in_doubt | done | settled | failed (store.rows.MarkStatus)
     status: str
-    # resent, read_back, not_found, unknown, refused; None when made on its first pass.
+    # resent, read_back, not_found, unknown, refused, failed; None when made on its first pass.
     settlement: str | None
     # The attempt that last wrote the mark.
     attempt: int

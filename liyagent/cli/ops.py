@@ -233,6 +233,8 @@ def _call_verdict(tool: str, result: dict[str, Any]) -> int:
         return OK
     if status == "refused":
         raise CliError(f"{tool} with key {key} was refused by its vendor: {error}", FAILED)
+    if status == "failed":
+        raise CliError(f"{tool} failed before sending anything ({error}); nothing was sent", FAILED)
     raise CliError(
         f"{tool} with key {key} may or may not have been made ({error}); check the vendor's "
         f"records for key {key} before calling again",

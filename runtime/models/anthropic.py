@@ -261,10 +261,12 @@ def _tool_call(run_id: str, block: dict[str, Any]) -> ToolCall:
         raise ModelError(
             f"run {run_id}: the model asked for a tool_use without an id or name", retryable=False
         )
-    if not isinstance(args, dict):
-        raise ModelError(
-            f"run {run_id}: tool_use {call_id} has an input that is a JSON "
-            f"{type(args).__name__}, not an object: {json.dumps(args)[:200]}",
-            retryable=False,
+    if not isinstance(args, dict):  # the model is told, as for arguments unlike its schema
+        return ToolCall(
+            id=call_id,
+            name=tool_name(name),
+            args={},
+            args_error=f"the input is a JSON {type(args).__name__}, not an object",
+            raw_args=json.dumps(args),
         )
     return ToolCall(id=call_id, name=tool_name(name), args=args)

@@ -86,12 +86,15 @@ def _chat_message(message: Message) -> dict[str, Any]:
 
 
 def _chat_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    raw = call.get("raw_args")  # arguments that could not be read go back as the model sent them
     return {
         "id": call["id"],
         "type": "function",
         "function": {
             "name": checked_wire_name(str(call["name"])),
-            "arguments": json.dumps(call.get("args") or {}, sort_keys=True),
+            "arguments": raw
+            if isinstance(raw, str)
+            else json.dumps(call.get("args") or {}, sort_keys=True),
         },
     }
 
@@ -306,31 +309,28 @@ def _tool_call(run_id: str, raw: Any) -> ToolCall:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise ModelError(f"run {run_id}: tool call {call_id} has no function name", retryable=False)
-    return ToolCall(id=call_id, name=tool_name(name), args=_arguments(run_id, call_id, function))
-
-
-def _arguments(run_id: str, call_id: str, function: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments: a JSON object in a string; anything else fails the step."""
-    raw = function.get("arguments")
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}  # some compatible servers send "" for a function without parameters
-    if not isinstance(raw, str):
+    text = function.get("arguments")
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return ToolCall(id=call_id, name=tool_name(name), args={})  # "" for no parameters
+    if not isinstance(text, str):
         raise ModelError(
             f"run {run_id}: tool call {call_id} has arguments that are not a JSON string",
             retryable=False,
         )
+    args, error = read_arguments(text)
+    raw_args = None if error is None else text
+    return ToolCall(
+        id=call_id, name=tool_name(name), args=args, args_error=error, raw_args=raw_args
+    )
+
+
+def read_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """A model's arguments text as an object, or why it is not one: the model wrote them, so
+    it is told and tries again (the step limit bounds it); the run does not fail."""
     try:
         args = json.loads(raw)
     except ValueError as exc:
-        raise ModelError(
-            f"run {run_id}: tool call {call_id} has arguments that are not JSON ({exc}): "
-            f"{raw[:200]!r}",
-            retryable=False,
-        ) from None
+        return {}, f"the arguments are not valid JSON ({exc})"
     if not isinstance(args, dict):
-        raise ModelError(
-            f"run {run_id}: tool call {call_id} has arguments that are a JSON "
-            f"{type(args).__name__}, not an object",
-            retryable=False,
-        )
-    return args
+        return {}, f"the arguments are a JSON {type(args).__name__}, not an object"
+    return args, None

@@ -326,3 +326,17 @@ def assert_settled(stack, run_id: str, how: str) -> None:
     if how == "unknown":
         told = stack.told_by_tool(run_id, 2)[write]
         assert told["outcome"] == "unknown" and "not sent again" in told["note"]
+
+
+def test_an_mcp_call_whose_server_cannot_be_reached_failed_and_sent_nothing(stack, orders) -> None:
+    with_mcp(stack, orders)
+    stack.worker()  # it lists the tools while the server is up
+    orders.close()  # then the server goes away: every connection is refused
+    run_id = stack.start(refund_script("gone"))
+    view = stack.wait(run_id)
+    assert view.status == "succeeded", view
+    marks = stack.rows("SELECT tool, status FROM call_marks WHERE run_id = :r", r=run_id)
+    assert [(m.tool, m.status) for m in marks] == [("orders.refund_order", "failed")]
+    told = stack.told_by_tool(run_id, 2)
+    assert told["orders.refund_order"]["failed"] is True
+    assert "the call was not made" in told["orders.refund_order"]["error"]

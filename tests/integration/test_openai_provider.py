@@ -154,12 +154,11 @@ def test_a_server_slower_than_the_timeout_is_retryable(serve, api_key) -> None:
     assert "ReadTimeout" in str(info.value)
 
 
-def test_malformed_arguments_fail_naming_the_run(serve, api_key) -> None:
+def test_malformed_arguments_are_kept_for_the_model_to_be_told(serve, api_key) -> None:
     server = serve(Reply("bad_arguments"))
-    with pytest.raises(ModelError) as info:
-        provider_for(server).next_step(first_step())
-    assert not info.value.retryable
-    assert "run run-1" in str(info.value) and "not JSON" in str(info.value)
+    [call] = provider_for(server).next_step(first_step()).calls
+    assert call.args == {} and call.raw_args
+    assert call.args_error is not None and "not valid JSON" in call.args_error
 
 
 def test_a_closed_port_is_a_retryable_connection_error(serve, api_key) -> None:

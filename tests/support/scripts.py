@@ -9,6 +9,11 @@ def call(call_id: str, tool: str, **args: Any) -> dict[str, Any]:
     return {"id": call_id, "tool": tool, "args": args}
 
 
+def raw_call(call_id: str, tool: str, arguments: str) -> dict[str, Any]:
+    """A call whose arguments the model sends as this raw text (broken JSON, say)."""
+    return {"id": call_id, "tool": tool, "arguments": arguments}
+
+
 def step(*calls: dict[str, Any], latency_ms: int = 0) -> dict[str, Any]:
     return {"calls": list(calls), "latency_ms": latency_ms}
 

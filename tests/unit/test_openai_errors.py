@@ -364,24 +364,25 @@ def test_a_final_text_parses() -> None:
     assert answer.text == "Ticket T-1 is open with priority p2."
 
 
-def test_arguments_that_are_not_json_fail_the_step() -> None:
-    with pytest.raises(ModelError) as info:
-        parse_answer("run-42", json.loads(fixture("bad_arguments")))
-    assert not info.value.retryable
-    assert "run run-42" in str(info.value)
-    assert "call_Zr4Nw8Qe1Tm6Yk3Vp9Lb2Hs7" in str(info.value)
-    assert "not JSON" in str(info.value)
+def test_arguments_that_are_not_json_are_kept_for_the_model_to_be_told() -> None:
+    payload = json.loads(fixture("bad_arguments"))
+    raw = payload["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    [call] = parse_answer("run-42", payload).calls
+    assert call.id == "call_Zr4Nw8Qe1Tm6Yk3Vp9Lb2Hs7" and call.args == {}
+    assert call.args_error is not None and "not valid JSON" in call.args_error
+    assert call.raw_args == raw
+    # Given back to the model as it wrote them, not as an empty object.
+    [echoed] = to_chat_messages([{"role": "assistant", "tool_calls": [call.to_json()]}])
+    assert echoed["tool_calls"][0]["function"]["arguments"] == raw
 
 
 @pytest.mark.parametrize(("arguments", "kind"), [("[1, 2]", "list"), ('"T-1"', "str")])
-def test_arguments_that_are_not_an_object_fail_the_step(arguments: str, kind: str) -> None:
+def test_arguments_that_are_not_an_object_are_kept_for_the_model(arguments: str, kind: str) -> None:
     payload = json.loads(fixture("ticket_read_call"))
     payload["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
-    with pytest.raises(ModelError) as info:
-        parse_answer("run-42", payload)
-    assert not info.value.retryable
-    assert "run run-42" in str(info.value)
-    assert f"JSON {kind}, not an object" in str(info.value)
+    [call] = parse_answer("run-42", payload).calls
+    assert call.args_error == f"the arguments are a JSON {kind}, not an object"
+    assert call.raw_args == arguments
 
 
 def test_a_response_without_choices_fails_the_step() -> None:

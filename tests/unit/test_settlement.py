@@ -6,12 +6,13 @@ import pytest
 
 from runtime.settlement import MarkFacts, Settle, decide
 from runtime.tools import ToolKind
+from store.rows import MarkStatus
 
 BOUND = 3600.0
 
 
 def doubt(kind: ToolKind, stable: bool = True, age: float = 10.0) -> MarkFacts:
-    return MarkFacts(kind=kind, status="in_doubt", stable_key=stable, age_s=age)
+    return MarkFacts(kind=kind, status=MarkStatus.IN_DOUBT, stable_key=stable, age_s=age)
 
 
 def test_read_is_made_again() -> None:
@@ -40,8 +41,8 @@ def test_unmarked_write_was_never_sent_so_it_is_made() -> None:
     )
 
 
-@pytest.mark.parametrize("status", ["done", "settled"])
-def test_recorded_outcome_is_reused(status: str) -> None:
+@pytest.mark.parametrize("status", [MarkStatus.DONE, MarkStatus.SETTLED, MarkStatus.FAILED])
+def test_recorded_outcome_is_reused(status: MarkStatus) -> None:
     mark = MarkFacts(ToolKind.WRITE, status, True, 5.0)
     assert (
         decide(
