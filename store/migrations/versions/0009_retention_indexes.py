@@ -1,8 +1,8 @@
 """retention indexes: finished runs by finish time, audit rows by age, teams rows and stops by
 run, so each retention batch finds its oldest rows and their dependents without a scan
 
-Revision ID: 0008_retention_indexes
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-01 21:15:00
 """
 
@@ -10,8 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = "0008_retention_indexes"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
