@@ -142,6 +142,7 @@ class Client:
                 agent=f"job:{kind}",
                 user_input=f"{kind} {json.dumps(params, sort_keys=True)}"[:2000],
                 job={"kind": kind, "params": params},
+                tools=list(job_kind.tools),
                 entry_kind="job",
                 channel="jobs",
                 owner=owner,

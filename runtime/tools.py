@@ -205,6 +205,11 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def schemas(self, allowed: list[str] | None = None) -> list[dict[str, Any]]:
-        names = self.names() if allowed is None else [n for n in allowed if n in self._tools]
-        return [self._tools[n].schema() for n in names]
+    def unknown(self, names: Iterable[str]) -> list[str]:
+        """The names among `names` that no loaded tool has, sorted."""
+        return sorted({n for n in names if n not in self._tools})
+
+    def schemas(self, allowed: list[str] | None) -> list[dict[str, Any]]:
+        """The schemas of exactly the tools a run may use: none when it names none (fail
+        closed; a run's list is checked against this registry when it is stored)."""
+        return [self._tools[n].schema() for n in allowed or () if n in self._tools]
