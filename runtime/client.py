@@ -101,7 +101,9 @@ class Client:
     ) -> RunId:
         """Insert the run with its first checkpoint, then publish its message; a request key
         makes this idempotent (the same key with the same request returns the same run and
-        publishes nothing; with another request it raises RequestConflict)."""
+        publishes nothing; with another request it raises RequestConflict). The run may use
+        exactly `tools=[...]` (none without it); an unknown tool or a bad or secret-bearing
+        model spec is a BadRequest and nothing is stored."""
         new = NewRun(agent=parse_agent(agent), model=model, user_input=user_input, **options)
         return enqueue(self.s, new)[0]
 
