@@ -102,7 +102,9 @@ class Client:
     ) -> RunId:
         """Insert the run with its first checkpoint, then publish its message; a request key
         makes this idempotent (the same key with the same request returns the same run and
-        publishes nothing; with another request it raises RequestConflict)."""
+        publishes nothing; with another request it raises RequestConflict). The run may use
+        exactly `tools=[...]` (none without it); an unknown tool or a bad or secret-bearing
+        model spec is a BadRequest and nothing is stored."""
         new = NewRun(agent=parse_agent(agent), model=model, user_input=user_input, **options)
         return enqueue(self.s, new)[0]
 
@@ -143,6 +145,7 @@ class Client:
                 agent=f"job:{kind}",
                 user_input=f"{kind} {json.dumps(params, sort_keys=True)}"[:2000],
                 job={"kind": kind, "params": params},
+                tools=list(job_kind.tools),
                 entry_kind="job",
                 channel="jobs",
                 owner=owner,

@@ -11,9 +11,11 @@ from typing import Any
 
 import structlog
 
-from runtime.models.scripted import validate_script
+from runtime.models import specs
+from runtime.models.base import ModelError
 from runtime.services import Services
 from runtime.state import RunState
+from runtime.tools import AgentDef
 from runtime.workflow_spec import validate_workflow
 from store.db import to_json
 from store.entries import EntryLink
@@ -82,18 +84,57 @@ class NewRun:
     resumable: bool | None = None
 
 
-def _validate(new: NewRun) -> None:
+def _validate(s: Services, new: NewRun) -> list[str]:
+    """Check the request before anything is stored (BadRequest otherwise); returns the tools
+    the run may use, exactly."""
     if not new.agent.strip():
         raise BadRequest("agent must be a non-empty name")
     if not new.user_input.strip():
         raise BadRequest("user_input must be non-empty")
+    if new.job is not None:
+        return checked_tools(s, new.tools, f"job {new.job.get('kind')}")
+    if new.workflow is not None:
+        try:
+            steps = validate_workflow(new.workflow)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        # A workflow's own steps name the tools it calls, and only those.
+        return checked_tools(s, sorted({step.tool for step in steps.values()}), "workflow")
+    check_model(new.model)
+    return checked_tools(s, new.tools, "tools")
+
+
+def check_model(model: Any) -> None:
+    """A model spec a worker can use, and no secret in it (specs.py); BadRequest otherwise,
+    naming the field and never its value."""
     try:
-        if new.workflow is not None:
-            validate_workflow(new.workflow)
-        elif new.job is None and new.model.get("provider", "scripted") == "scripted":
-            validate_script(new.model.get("script"))
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+        specs.check(model)
+    except ModelError as exc:
+        raise BadRequest(f"{exc}; nothing was stored") from None
+
+
+def checked_tools(s: Services, tools: Any, what: str = "tools") -> list[str]:
+    """The tools a run may use, fail closed: exactly the names given (none when none are);
+    a name this deployment has not loaded is refused, listing the known ones."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools):
+        raise BadRequest(f"{what} must be a list of tool names; nothing was stored")
+    unknown = s.tools.unknown(tools)
+    if unknown:
+        raise BadRequest(
+            f"{what} names tools this deployment has not loaded: {', '.join(unknown)}; known: "
+            f"{', '.join(s.tools.names())} (tools come from the modules LIYAGENT_TOOLS names, "
+            "entry points and LIYAGENT_MCP_SERVERS); nothing was stored"
+        )
+    return list(dict.fromkeys(tools))
+
+
+def check_definition(s: Services, definition: AgentDef) -> None:
+    """An agent definition (the catalog's or one declared in Python) a run can be started
+    from: its model spec and its tools checked as `enqueue` checks them."""
+    check_model(definition.model)
+    checked_tools(s, definition.tools, f"agent {definition.name}: tools")
 
 
 def request_digest(new: NewRun) -> str:
@@ -120,14 +161,14 @@ def request_digest(new: NewRun) -> str:
 def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
     """Create the run (or find the one its request key already made) and publish it. The
     same key with another request is refused (RequestConflict) and stores nothing."""
-    _validate(new)
+    tools = _validate(s, new)
     run_id = str(uuid.uuid4())
     state = RunState.initial(new.agent, new.system, new.user_input)
     sealed = s.sealer.seal(run_id, "checkpoint", 0, state.to_payload())
     may_wait = new.may_wait if new.may_wait is not None else new.entry_kind in WAITING_KINDS
     spec: dict[str, Any] = {
         "model": new.model,
-        "tools": new.tools,
+        "tools": tools,
         "system": new.system,
         "may_wait": may_wait,
         "entry": new.entry or {},

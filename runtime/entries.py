@@ -11,7 +11,7 @@ from urllib.parse import quote
 from runtime import catalog, teams_graph
 from runtime.bot_connector import BotConnector
 from runtime.call_http import CallHTTP
-from runtime.enqueue import BadRequest, NewRun, enqueue
+from runtime.enqueue import BadRequest, NewRun, check_definition, enqueue
 from runtime.services import Services
 from runtime.teams_graph import ADAPTIVE_CARD
 from runtime.tools import ToolError, vendor_json
@@ -101,9 +101,10 @@ def receive_teams(s: Services, turn: TeamsTurn, agent: str) -> tuple[int, bool]:
     """Put a Teams turn in the durable inbox (once per conversation and activity id), for
     `agent` to answer."""
     try:
-        s_catalog(s).agent(agent)
+        definition = s_catalog(s).agent(agent)
     except catalog.CatalogError as exc:
         raise BadRequest(str(exc)) from None
+    check_definition(s, definition)  # refused now, not when the inbox row becomes a run
     with s.engine.connect() as conn:
         return insert_teams_message(
             conn,

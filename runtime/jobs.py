@@ -89,6 +89,8 @@ class JobKind:
     resumable: bool
     run: Callable[[JobRun, RunState, dict[str, Any]], str]
     params: type[_Params]
+    # The tools its runs may call, and only those (a run is offered no tool it does not name).
+    tools: tuple[str, ...] = ()
 
     def check(self, params: dict[str, Any]) -> None:
         """Refuse parameters this kind cannot run with (JobError naming each field)."""
@@ -277,7 +279,7 @@ def red_team(job: JobRun, state: RunState, params: dict[str, Any]) -> str:
         job._boundary(state)
         faults.point("in_job_batch")
         tool = str(probe.get("forbidden_tool"))
-        if target.tools is None or tool in target.tools:
+        if tool in (target.tools or ()):  # an agent that names no tools may use none
             findings.append({"probe": probe.get("prompt"), "reachable_tool": tool})
     return json.dumps({"agent": target.name, "findings": findings}, sort_keys=True)
 
@@ -286,7 +288,9 @@ JOB_KINDS: dict[str, JobKind] = {
     k.name: k
     for k in (
         JobKind("source_sync", True, source_sync, SourceSyncParams),
-        JobKind("fine_tune", True, fine_tune, FineTuneParams),
+        JobKind(
+            "fine_tune", True, fine_tune, FineTuneParams, ("finetune.submit", "finetune.status")
+        ),
         JobKind("classifier_training", False, classifier_training, ClassifierParams),
         JobKind("red_team", False, red_team, RedTeamParams),
     )

@@ -9,6 +9,7 @@ a message naming the module and the tool.
 from __future__ import annotations
 
 import importlib
+import os
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -84,13 +85,22 @@ def import_module(name: str, setting: str) -> ModuleType:
         ) from None
 
 
-def _from_entry_points() -> Iterable[tuple[list[Tool], list[AgentDef]]]:
+def module_key(module: ModuleType) -> str:
+    """What makes a module one: its file (resolved), so a module imported under two names
+    (`acme.tools` and `tools`, from two entries of sys.path) or named twice is loaded once."""
+    file = getattr(module, "__file__", None)
+    return os.path.realpath(file) if file else module.__name__
+
+
+def _from_entry_points(seen: set[str]) -> Iterable[tuple[list[Tool], list[AgentDef]]]:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         setting = f"entry point {ep.name} ({ENTRY_POINT_GROUP})"
         module, _, attr = ep.value.partition(":")
         loaded = import_module(module.strip(), setting)
         if not attr:
-            yield declared_in(loaded)
+            if module_key(loaded) not in seen:
+                seen.add(module_key(loaded))
+                yield declared_in(loaded)
             continue
         target = getattr(loaded, attr.strip(), None)
         if target is None:
@@ -114,8 +124,13 @@ def load_registry(
     (`LIYAGENT_TOOL_KINDS`); raises ToolDeclarationError naming what is wrong."""
     tools = engine_tools()
     agents: list[AgentDef] = []
+    seen: set[str] = set()
     for name in modules:
-        found_tools, found_agents = declared_in(import_module(name, "LIYAGENT_TOOLS"))
+        module = import_module(name, "LIYAGENT_TOOLS")
+        if module_key(module) in seen:
+            continue  # the same module, named again or under another name
+        seen.add(module_key(module))
+        found_tools, found_agents = declared_in(module)
         if not found_tools and not found_agents:
             raise ToolDeclarationError(
                 f"LIYAGENT_TOOLS: module {name} declares no tools or agents (declare them at "
@@ -124,12 +139,20 @@ def load_registry(
         tools += found_tools
         agents += found_agents
     if use_entry_points:
-        for found_tools, found_agents in _from_entry_points():
+        for found_tools, found_agents in _from_entry_points(seen):
             tools += found_tools
             agents += found_agents
     for source in extra:
         tools += source()
-    return ToolRegistry(_reclassified(tools, kinds or {}), agents)
+    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents)
+    for agent in registry.agents.values():
+        unknown = registry.unknown(agent.tools or ())
+        if unknown:
+            raise ToolDeclarationError(
+                f"agent {agent.name} ({agent.origin}) names tools no module declares: "
+                f"{', '.join(unknown)}; known: {', '.join(registry.names())}"
+            )
+    return registry
 
 
 def _reclassified(tools: list[Tool], kinds: dict[str, str]) -> list[Tool]:

@@ -9,7 +9,7 @@ reader or dedupe window) and uses the `CallContext` it is given.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -172,6 +172,9 @@ class Tool:
     validate: Validate = _no_check
     # Where it was declared (a module, an MCP server), for start-up errors.
     origin: str = "liyagent"
+    # The source location of a function tool (file:line): one declaration loaded twice (a
+    # module under two names, or named by LIYAGENT_TOOLS and an entry point) is one tool.
+    declared_at: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind is ToolKind.KEYED_WRITE and not self.dedupe_window_s:
@@ -232,16 +235,24 @@ class ToolRegistry:
             self.add_agent(agent)
 
     def register(self, tool: Tool) -> None:
-        if tool.name in self._tools:
-            first = self._tools[tool.name].origin
+        first = self._tools.get(tool.name)
+        if first is not None:
+            if tool.declared_at is not None and tool.declared_at == first.declared_at:
+                return  # the same declaration, reached twice: one tool
+            where = ""
+            if first.origin == tool.origin:  # two functions of one module: say where each is
+                where = f" (at {first.declared_at} and at {tool.declared_at})"
             raise ToolDeclarationError(
-                f"tool {tool.name} is registered twice: by {first} and by {tool.origin}; "
-                "rename one of them"
+                f"tool {tool.name} is registered twice: by {first.origin} and by "
+                f"{tool.origin}{where}; rename one of them"
             )
         self._tools[tool.name] = tool
 
     def add_agent(self, agent: AgentDef) -> None:
-        if agent.name in self.agents:
+        known = self.agents.get(agent.name)
+        if known is not None and replace(known, origin="") == replace(agent, origin=""):
+            return  # one declaration reached twice (a module under two names)
+        if known is not None:
             raise ToolDeclarationError(
                 f"agent {agent.name} is declared twice: by {self.agents[agent.name].origin} and "
                 f"by {agent.origin}"
@@ -254,6 +265,11 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def schemas(self, allowed: list[str] | None = None) -> list[dict[str, Any]]:
-        names = self.names() if allowed is None else [n for n in allowed if n in self._tools]
-        return [self._tools[n].schema() for n in names]
+    def unknown(self, names: Iterable[str]) -> list[str]:
+        """The names among `names` that no loaded tool has, sorted."""
+        return sorted({n for n in names if n not in self._tools})
+
+    def schemas(self, allowed: list[str] | None) -> list[dict[str, Any]]:
+        """The schemas of exactly the tools a run may use: none when it names none (fail
+        closed; a run's list is checked against this registry when it is stored)."""
+        return [self._tools[n].schema() for n in allowed or () if n in self._tools]

@@ -11,10 +11,12 @@
 
 The decorator declares the kind the engine settles a call by; the parameters' JSON schema and
 the validation of the model's arguments come from the type hints through pydantic, the
-description from the docstring. A first parameter annotated `CallContext` receives the call's
-context. Whatever the function raises after its request may have left is in doubt, settled by
-its kind; what it raises while no request of the call has left (the send guard knows) failed
-for certain; `ToolError` is a definite refusal the model is told.
+description from the docstring, each parameter's description from its `Args:` (Google),
+`Parameters` (NumPy) or `:param x:` (Sphinx) entry (`docstring_parser`). A first parameter
+annotated `CallContext` receives the call's context. Whatever the function raises after its
+request may have left is in doubt, settled by its kind; what it raises while no request of the
+call has left (the send guard knows) failed for certain; `ToolError` is a definite refusal the
+model is told.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import os
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints, overload
 
+import docstring_parser
+import httpx
 import pydantic
+import structlog
 from pydantic_core import to_jsonable_python
 
 from runtime.http import SendRefused
@@ -43,6 +50,8 @@ from runtime.tools import (
     classify,
 )
 from runtime.validation import problems
+
+log = structlog.get_logger(__name__)
 
 Fn = Callable[..., Any]
 R = TypeVar("R", bound=Callable[..., Any])
@@ -66,10 +75,13 @@ class FunctionTool:
         self.fn = fn
         self.kind = kind
         self.name = name or fn.__name__
-        self.description = description or _doc(fn) or self.name
+        doc = _doc(fn)
+        # Undocumented: the model sees only its name; said when the tool is loaded.
+        self.documented = bool(description or doc.description)
+        self.description = description or doc.description or self.name
         self.dedupe_window_s = dedupe_window_s
         self.reader_fn: Fn | None = None
-        self.takes_ctx, self.args_model = _signature(fn, self.name)
+        self.takes_ctx, self.args_model = _signature(fn, self.name, doc.params)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -85,6 +97,14 @@ class FunctionTool:
         return reader
 
     def to_tool(self, origin: str) -> Tool:
+        """The tool the registry holds; an undocumented one is logged (a warning naming it)."""
+        if not self.documented:
+            log.warning(
+                "tool.undocumented",
+                tool=self.name,
+                origin=origin,
+                next="add a docstring saying what the tool does: the model sees only its name",
+            )
         reader = None
         if self.reader_fn is not None:
             reader = _reader(self.reader_fn, self.name)
@@ -98,6 +118,7 @@ class FunctionTool:
             parameters=self.args_model.model_json_schema(),
             validate=self._validate,
             origin=origin,
+            declared_at=declared_at(self.fn),
         )
 
     def _validate(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +173,11 @@ def _reader(fn: Fn, tool: str) -> Callable[[dict[str, Any], CallContext], Outcom
     return read
 
 
-def _signature(fn: Fn, name: str) -> tuple[bool, type[pydantic.BaseModel]]:
-    """Whether the function takes the context first, and a model of its other parameters."""
+def _signature(
+    fn: Fn, name: str, described: dict[str, str] | None = None
+) -> tuple[bool, type[pydantic.BaseModel]]:
+    """Whether the function takes the context first, and a model of its other parameters
+    (each with its docstring's description, unless its type hint carries one)."""
     try:
         hints = get_type_hints(fn, include_extras=True)
     except Exception as exc:
@@ -171,6 +195,10 @@ def _signature(fn: Fn, name: str) -> tuple[bool, type[pydantic.BaseModel]]:
                 f"tool {name}: parameter {param.name} needs a type hint (it is the schema)"
             )
         default = ... if param.default is param.empty else param.default
+        text = (described or {}).get(param.name)
+        hinted = pydantic.fields.FieldInfo.from_annotation(hints[param.name]).description
+        if text and not hinted:
+            default = pydantic.Field(default, description=text)
         fields[param.name] = (hints[param.name], default)
     model = pydantic.create_model(
         f"{name.replace('.', '_')}_arguments",
@@ -180,8 +208,35 @@ def _signature(fn: Fn, name: str) -> tuple[bool, type[pydantic.BaseModel]]:
     return takes_ctx, model
 
 
-def _doc(fn: Fn) -> str:
-    return inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].strip()
+@dataclass(frozen=True)
+class Doc:
+    """What a function's docstring says: its description, and each parameter's."""
+
+    description: str
+    params: dict[str, str]
+
+
+def _doc(fn: Fn) -> Doc:
+    """The docstring read by `docstring_parser` (Google, NumPy, Sphinx or plain): its first
+    paragraph is the description (the rest is for readers), its parameter entries the
+    parameters'."""
+    parsed = docstring_parser.parse(inspect.getdoc(fn) or "")
+    params = {
+        p.arg_name: " ".join(p.description.split())
+        for p in parsed.params
+        if p.description and p.description.strip()
+    }
+    first = (parsed.description or "").strip().split("\n\n")[0]
+    return Doc(" ".join(first.split()), params)
+
+
+def declared_at(fn: Fn) -> str | None:
+    """Where a function is defined (its file, resolved, and first line): the same declaration
+    reached through two module names, or a module and an entry point, is one tool."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None
+    return f"{os.path.realpath(code.co_filename)}:{code.co_firstlineno}"
 
 
 _runners = threading.local()

@@ -127,6 +127,21 @@ class WaitRouter:
                 publish_quietly(self.s, claim.run_id, claim.attempt)
         raise Suspend(f"child:{child.id}")
 
+    def _child_tools(self, asked: Any) -> list[str]:
+        """The tools a sub-agent may use: those asked for, each one its parent may use (a
+        delegation never widens what a run can do); none when none are asked for."""
+        if asked is None:
+            return []
+        if not isinstance(asked, list) or not all(isinstance(t, str) for t in asked):
+            raise BadRequest('a delegation\'s "tools" is a list of tool names')
+        parent = set(self.run.spec.get("tools") or [])
+        beyond = sorted(set(asked) - parent)
+        if beyond:
+            raise BadRequest(
+                f"a sub-agent may use only tools its parent run may use; not {', '.join(beyond)}"
+            )
+        return list(asked)
+
     def _child(self, call: ToolCall, key: str) -> NewRun:
         args = call.args
         agent, text = args.get("agent"), args.get("input")
@@ -138,7 +153,6 @@ class WaitRouter:
             if script is not None
             else dict(self.run.spec.get("model") or {})
         )
-        tools = args.get("tools")
         return NewRun(
             agent=agent,
             user_input=text,
@@ -147,7 +161,7 @@ class WaitRouter:
             entry_kind="delegation",
             channel=self.run.channel,
             run_as=self.run.run_as,
-            tools=tools if isinstance(tools, list) else None,
+            tools=self._child_tools(args.get("tools")),
             request_key=key,
             parent_run_id=self.run.id,
             may_wait=True,

@@ -178,7 +178,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--input", required=True, metavar="TEXT", help="the user's message")
     p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
     p.add_argument(
-        "--tools", metavar="a,b", help="the tools the run may use (default: the agent's, or all)"
+        "--tools",
+        metavar="a,b",
+        help="the tools the run may use (default: the agent's; with --script and no --tools, none)",
     )
     add_wait(p)
     add_json(p)

@@ -18,56 +18,23 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import anthropic
-import pydantic
 
 from runtime import http, sdk_http
 from runtime.http import SendRefused
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
 from runtime.models.openai import checked_wire_name, tool_name
+from runtime.models.specs import AnthropicSpec
 from runtime.state import Message, ToolCall
-from runtime.validation import described
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
-DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 PROVIDER = "an Anthropic model"
 # The SDK adds /v1/messages itself, so a base_url ending in /v1 is the usual 404.
 HINTS = {404: "check base_url (the host only, e.g. https://api.anthropic.com) and the model name"}
 
 Block = dict[str, Any]
-
-
-class AnthropicSpec(pydantic.BaseModel):
-    """The provider settings a run's spec carries; never the key itself."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-
-    provider: Literal["anthropic"] = "anthropic"
-    model: str = pydantic.Field(min_length=1)
-    api_key_env: str = pydantic.Field(default=DEFAULT_KEY_ENV, min_length=1)
-    base_url: str = pydantic.Field(default=DEFAULT_BASE_URL, pattern=r"^https?://")
-    # When set, the endpoint is read from this environment variable at call time.
-    base_url_env: str | None = None
-    # Required by the API: the most tokens one step may generate.
-    max_tokens: pydantic.StrictInt = pydantic.Field(default=1024, ge=1)
-    temperature: float | None = pydantic.Field(default=None, ge=0, le=1)
-    timeout_s: float = pydantic.Field(default=60.0, gt=0)
-
-    @classmethod
-    def parse(cls, spec: Mapping[str, Any]) -> AnthropicSpec:
-        """Read and check the spec's `model` object, so a bad one fails before any request."""
-        try:
-            return cls.model_validate(dict(spec))
-        except pydantic.ValidationError as exc:
-            raise ModelError(
-                f"anthropic model spec: {described(exc, '(spec)')}; "
-                f"known keys: {sorted(cls.model_fields)} (the "
-                "API key is never put in the spec: name its variable in api_key_env)",
-                retryable=False,
-            ) from None
 
 
 def to_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:

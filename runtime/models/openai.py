@@ -8,10 +8,8 @@ not retry; `classify` turns each failure into a ModelError and the engine decide
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -19,23 +17,9 @@ import httpx
 from runtime import http
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
+from runtime.models.specs import OpenAISpec
 from runtime.state import Message, ToolCall
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-DEFAULT_TIMEOUT_S = 30.0
-CONFIG_KEYS = frozenset(
-    {
-        "provider",
-        "base_url",
-        "base_url_env",
-        "model",
-        "api_key_env",
-        "temperature",
-        "max_tokens",
-        "timeout_s",
-    }
-)
 # What OpenAI accepts as a function name; our registry's dotted names are mapped onto it.
 _WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -114,78 +98,13 @@ def to_chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-@dataclass(frozen=True)
-class OpenAIConfig:
-    """The provider settings a run's spec carries; never the key itself."""
-
-    base_url: str
-    # When set, the endpoint is read from this environment variable at call time (like the key),
-    # so one catalog serves deployments whose model endpoints differ.
-    base_url_env: str | None
-    model: str
-    api_key_env: str
-    timeout_s: float
-    temperature: float | None
-    max_tokens: int | None
-
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> OpenAIConfig:
-        """Read and check the spec's `model` object, so a bad one fails before any request."""
-        unknown = sorted(set(spec) - CONFIG_KEYS)
-        if unknown:
-            raise ModelError(
-                f"openai model spec: unknown keys {unknown}; known: {sorted(CONFIG_KEYS)} "
-                "(the API key is never put in the spec: name its variable in api_key_env)",
-                retryable=False,
-            )
-        return cls(
-            base_url=_text(spec, "base_url", DEFAULT_BASE_URL).rstrip("/"),
-            base_url_env=_text(spec, "base_url_env", None) if "base_url_env" in spec else None,
-            model=_text(spec, "model", None),
-            api_key_env=_text(spec, "api_key_env", DEFAULT_KEY_ENV),
-            timeout_s=_positive(spec.get("timeout_s", DEFAULT_TIMEOUT_S), "timeout_s"),
-            temperature=_optional_number(spec.get("temperature"), "temperature"),
-            max_tokens=_optional_count(spec.get("max_tokens"), "max_tokens"),
-        )
-
-
-def _text(spec: dict[str, Any], key: str, default: str | None) -> str:
-    value = spec.get(key, default)
-    if not isinstance(value, str) or not value.strip():
-        raise ModelError(f'openai model spec: "{key}" must be non-empty text', retryable=False)
-    return value.strip()
-
-
-def _positive(value: Any, key: str) -> float:
-    number = _optional_number(value, key)
-    if number is None or number <= 0:
-        raise ModelError(f'openai model spec: "{key}" must be a positive number', retryable=False)
-    return number
-
-
-def _optional_number(value: Any, key: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ModelError(f'openai model spec: "{key}" must be a number', retryable=False)
-    return float(value)
-
-
-def _optional_count(value: Any, key: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelError(f'openai model spec: "{key}" must be a positive integer', retryable=False)
-    return value
-
-
 class OpenAIProvider:
     """Answers each step with one chat-completions request to the configured endpoint."""
 
     name = "openai"
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        self.config = OpenAIConfig.from_spec(spec)
+        self.config = OpenAISpec.parse(spec)
 
     def next_step(self, request: StepRequest) -> StepAnswer:
         key = self._api_key()

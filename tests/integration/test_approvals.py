@@ -105,6 +105,7 @@ def test_a_run_that_cannot_wait_is_told_the_call_is_held(stack) -> None:
         user_input="page them",
         entry_kind="webhook",
         model=stack.model(PAGE),
+        tools=["incident.page"],
     )
     assert stack.wait(run_id).status == "succeeded"
     [request] = _approvals(stack, run_id)

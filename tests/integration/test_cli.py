@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from liyagent.local.procs import ROOT, Proc, python
 from runtime.sealing import parse_keys
 from tests.support.scripts import call, final, mixed, step
+from tests.support.stack import script_tools
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
@@ -30,6 +31,10 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
     )
 
 
+# The tools `mixed` calls: a run is offered only the tools it names.
+MIXED_TOOLS = "ticket.read,incident.create,issue.comment,chat.reply"
+
+
 def script_file(tmp_path: Path, tag: str = "c") -> Path:
     path = tmp_path / f"script-{tag}.json"
     path.write_text(json.dumps({"steps": mixed(tag)}))
@@ -39,7 +44,7 @@ def script_file(tmp_path: Path, tag: str = "c") -> Path:
 def start(stack, path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return cli(
         "run", "--agent", "support-bot", "--script", str(path), "--input", "help",
-        "--json", *extra, env=stack.env,
+        "--json", "--tools", MIXED_TOOLS, *extra, env=stack.env,
     )  # fmt: skip
 
 
@@ -135,7 +140,8 @@ def test_resumed_run_shows_its_loss_in_inspect(stack, tmp_path: Path) -> None:
     stack.worker("victim", fault="after_checkpoint:kill")
     waiting = subprocess.Popen(
         [sys.executable, "-m", "liyagent.cli.main", "run", "--agent", "support-bot", "--script",
-         str(script_file(tmp_path, "k")), "--input", "help", "--wait", "--json"],
+         str(script_file(tmp_path, "k")), "--input", "help", "--tools", MIXED_TOOLS, "--wait",
+         "--json"],
         env=stack.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     stack.fault_hit("victim")
@@ -300,9 +306,11 @@ def start_steps(stack, tmp_path: Path, steps, *extra: str) -> str:
     """Start a run through `liyagent run` with these scripted steps; returns its id."""
     path = tmp_path / f"steps-{uuid.uuid4().hex[:6]}.json"
     path.write_text(json.dumps({"steps": steps}))
+    tools = ["--tools", ",".join(script_tools(steps))] if script_tools(steps) else []
     done = cli(
-        "run", "--agent", "pager", "--script", str(path), "--input", "page", *extra, env=stack.env
-    )
+        "run", "--agent", "pager", "--script", str(path), "--input", "page", *tools, *extra,
+        env=stack.env,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

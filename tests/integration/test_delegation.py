@@ -30,10 +30,15 @@ def _parent(child_latency_ms: int = 0) -> list[dict]:
                 agent="triage-bot",
                 input="Is T-5 a duplicate?",
                 script=child_script,
+                tools=["ticket.read"],  # the child may use only tools its parent may use
             )
         ),
         final("Closed as duplicate."),
     ]
+
+
+# The parent delegates and lets its child read tickets.
+PARENT_TOOLS = ["agent.delegate", "ticket.read"]
 
 
 def _children(stack, parent_id):
@@ -48,7 +53,7 @@ def _told(stack, run_id: str) -> dict:
 
 def test_parent_waits_without_a_worker_and_gets_the_childs_answer(stack) -> None:
     stack.worker("w1", concurrency=1)  # one slot: the parent must give it up for the child
-    parent = stack.start(_parent(child_latency_ms=300))
+    parent = stack.start(_parent(child_latency_ms=300), tools=PARENT_TOOLS)
     view = stack.wait(parent)
     assert view.status == "succeeded" and view.answer == "Closed as duplicate."
     [child] = _children(stack, parent)
@@ -63,7 +68,7 @@ def test_parent_waits_without_a_worker_and_gets_the_childs_answer(stack) -> None
 
 def test_parent_lost_after_creating_the_child_asks_again_by_key(stack) -> None:
     stack.worker("victim", fault="after_request:kill")
-    parent = stack.start(_parent())
+    parent = stack.start(_parent(), tools=PARENT_TOOLS)
     stack.fault_hit("victim")
     stack.worker("survivor")
     stack.beat()
@@ -75,7 +80,7 @@ def test_parent_lost_after_creating_the_child_asks_again_by_key(stack) -> None:
 
 def test_parent_and_child_lost_together_child_is_claimed_once(stack) -> None:
     victim = stack.worker("victim", fault="after_request:stop", concurrency=2)
-    parent = stack.start(_parent(child_latency_ms=1500))
+    parent = stack.start(_parent(child_latency_ms=1500), tools=PARENT_TOOLS)
     stack.fault_hit("victim")  # the parent's process is stopped just after filing the child
     deadline = time.monotonic() + 30
     while not any(c.status == "running" for c in _children(stack, parent)):
@@ -124,3 +129,25 @@ def test_resumed_parent_takes_over_its_childs_lapsed_lease_itself(stack) -> None
     assert [s.seen for s in seen] == ["parent_asked_again"]  # claimed by the parent, once
     assert _told(stack, parent)["answer"] == "Ticket T-5 is a duplicate."
     assert parent_worker.popen.poll() is None  # the parent's worker lived on throughout
+
+
+def test_a_child_may_not_use_tools_its_parent_may_not(stack) -> None:
+    stack.worker("w1")
+    wider = [
+        step(
+            call(
+                "toolu_dw",
+                "agent.delegate",
+                agent="pager-bot",
+                input="Open an incident.",
+                script={"steps": [final("Opened.")]},
+                tools=["incident.create"],
+            )
+        ),
+        final("Could not delegate."),
+    ]
+    parent = stack.start(wider)  # it may use agent.delegate only
+    assert stack.wait(parent).status == "succeeded"
+    told = _told(stack, parent)
+    assert "may use only tools its parent run may use; not incident.create" in told["error"]
+    assert _children(stack, parent) == []

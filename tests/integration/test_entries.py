@@ -72,6 +72,7 @@ def test_managed_a2a_run_resumes_and_its_answer_lands_on_the_task(entries) -> No
                 agent="helper",
                 user_input="look at T-3",
                 model=agent["model"],
+                tools=agent["tools"],
                 entry_kind="a2a",
                 channel="a2a",
                 request_key="a2a:task-1",
@@ -205,7 +206,13 @@ def test_flag_false_still_resumes_runs_that_may_wait(entries) -> None:
     def start() -> str:
         return enqueue(
             entries.services,
-            NewRun(agent="helper", user_input="go", model=agent["model"], entry_kind="playground"),
+            NewRun(
+                agent="helper",
+                user_input="go",
+                model=agent["model"],
+                tools=agent["tools"],
+                entry_kind="playground",
+            ),
         )[0]
 
     run_id = entries.kill_then_resume("after_mark:kill", start)
@@ -298,6 +305,7 @@ def test_a_run_lost_past_the_limit_tells_its_a2a_task(entries) -> None:
                 agent="helper",
                 user_input="look at T-3",
                 model=helper_agent(entries.sim_url)["model"],
+                tools=["ticket.read", "issue.comment"],
                 entry_kind="a2a",
                 channel="a2a",
                 request_key="a2a:task-lost",

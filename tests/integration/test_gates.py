@@ -8,6 +8,7 @@ import pytest
 
 from store.gates import set_agent_tools, set_channel, set_principal
 from tests.support.scripts import call, final, mixed, step
+from tests.support.stack import script_tools
 
 pytestmark = pytest.mark.kill
 
@@ -20,6 +21,7 @@ def _kill_after_checkpoint(stack, **options) -> str:
             agent="support-bot",
             user_input="help",
             model=stack.model(script["steps"]),
+            tools=script_tools(script["steps"]),
             **options,
         ),
     )

@@ -133,7 +133,7 @@ def test_gauges_and_failure_codes_match_the_database(stack) -> None:
     unpublished = services_with(stack, RecordingPublisher())
     queued = Client(unpublished).start_run(
         agent="support-bot", model=stack.model(PAGE),
-        user_input="later",
+        user_input="later", tools=["incident.page"],
     )  # fmt: skip
     stack.services.redis.incrby(f"{stack.settings.namespace}metrics:fenced_total", 2)
 

@@ -224,8 +224,9 @@ def test_bad_urls_exit_2_without_a_traceback() -> None:
 
 def test_user_text_in_a_sql_error_reaches_no_log_or_audit_row(stack) -> None:
     secret = f"s3cret-{uuid.uuid4().hex}"
-    tools = "liyagent.vendor_tools,tests.support.sql_tools"
-    stack.worker("w1", env={"LIYAGENT_TOOLS": tools})
+    # Every process loads the same tools: the client checks the run's list against them.
+    stack.reconfigure(tool_modules=("liyagent.vendor_tools", "tests.support.sql_tools"))
+    stack.worker("w1")
     run_id = stack.start(
         [step(call("toolu_l", "ledger.lookup", account=secret)), final("x")], user_input="hi"
     )

@@ -57,6 +57,12 @@ def timings_env(t: Timings) -> dict[str, str]:
     }
 
 
+def script_tools(steps: list[dict[str, Any]]) -> list[str]:
+    """The tools a script's steps call, in order of first call."""
+    names = [c["tool"] for s in steps for c in s.get("calls") or []]
+    return list(dict.fromkeys(names))
+
+
 @dataclass
 class Stack:
     settings: Settings
@@ -225,13 +231,29 @@ class Stack:
         *,
         user_input: str = "help",
         request_key: str | None = None,
+        tools: list[str] | None = None,
     ) -> str:
+        """Start a run of `steps`; it may use `tools`, by default exactly the tools its
+        steps call (a run is offered only the tools it names)."""
         return self.client.start_run(
             agent="support-bot",
             model=self.model(steps),
             user_input=user_input,
             request_key=request_key,
+            tools=script_tools(steps) if tools is None else tools,
         )
+
+    def offered(self, run_id: str, step: int) -> list[str]:
+        """The tool names the model was offered when asked for `step`, from the model
+        server's record of that request (wire names mapped back)."""
+        rows = self.vendor(
+            "SELECT body FROM sim.requests WHERE vendor = 'model' AND run_id = :r "
+            "AND call = :s ORDER BY id DESC LIMIT 1",
+            r=run_id,
+            s=str(step),
+        )
+        assert rows, f"the model was never asked for step {step} of run {run_id}"
+        return [t["function"]["name"].replace("__", ".") for t in rows[0].body.get("tools", [])]
 
     def wait(self, run_id: str, timeout: float = 60.0) -> RunView:
         return self.client.wait(run_id, timeout_s=timeout)

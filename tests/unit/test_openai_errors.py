@@ -317,11 +317,12 @@ def test_the_request_body_carries_the_config() -> None:
 @pytest.mark.parametrize(
     ("spec", "says"),
     [
-        ({"provider": "openai"}, '"model"'),
+        ({"provider": "openai"}, "model: Field required"),
         ({"provider": "openai", "model": "m", "api_key": "sk-123"}, "api_key_env"),
-        ({"provider": "openai", "model": "m", "timeout_s": 0}, '"timeout_s"'),
-        ({"provider": "openai", "model": "m", "max_tokens": "many"}, '"max_tokens"'),
-        ({"provider": "openai", "model": "m", "temperature": True}, '"temperature"'),
+        ({"provider": "openai", "model": "m", "timeout_s": 0}, "timeout_s: Input should be"),
+        ({"provider": "openai", "model": "m", "max_tokens": "many"}, "max_tokens: Input should"),
+        ({"provider": "openai", "model": "m", "temperature": True}, "temperature: Input should"),
+        ({"provider": "openai", "model": "m", "base_url": "ftp://x/v1"}, "base_url: String should"),
     ],
 )
 def test_a_bad_config_is_refused_before_any_request(spec: dict[str, Any], says: str) -> None:
@@ -392,7 +393,7 @@ def test_a_response_without_choices_fails_the_step() -> None:
     assert "choices[0].message" in str(info.value)
 
 
-@pytest.mark.parametrize("base_url", ["ftp://models.example/v1", "http://127.0.0.1:port/v1"])
+@pytest.mark.parametrize("base_url", ["http://127.0.0.1:port/v1"])
 def test_an_unusable_base_url_fails_without_retrying(
     base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
+from structlog.testing import capture_logs
 
 from liyagent import CallContext, InvalidArguments, ToolDeclarationError, ToolKind, agent, tool
 from runtime.call_http import CallHTTP
@@ -320,3 +321,159 @@ def test_a_tool_imported_by_another_module_is_loaded_once(user_package) -> None:
     registry = load_registry(["lyt_user_home", "lyt_user_reuse"], use_entry_points=False)
     assert registry.get("home.read").origin == "module lyt_user_home"
     assert registry.get("reuse.read") is not None
+
+
+@tool.read(name="doc.google")
+def google_style(order: str, note: Annotated[str, Field(description="from the hint")] = "") -> dict:
+    """Read an order.
+
+    Args:
+        order: The order's id,
+            e.g. O-17.
+        note: Not used: the type hint's own description wins.
+
+    Returns:
+        The order.
+    """
+    return {}
+
+
+@tool.read(name="doc.numpy")
+def numpy_style(order: str, limit: int = 5) -> dict:
+    """Read an order.
+
+    Parameters
+    ----------
+    order : str
+        The order's id.
+    limit : int
+        At most this many lines.
+    """
+    return {}
+
+
+@tool.read(name="doc.sphinx")
+def sphinx_style(order: str, limit: int = 5) -> dict:
+    """Read an order.
+
+    :param order: The order's id.
+    :param limit: At most this many lines.
+    """
+    return {}
+
+
+@pytest.mark.parametrize("declared", [google_style, numpy_style, sphinx_style])
+def test_args_sections_become_the_parameters_descriptions(declared) -> None:
+    schema = declared.to_tool("module tests").schema()
+    assert schema["description"] == "Read an order."
+    props = schema["parameters"]["properties"]
+    assert props["order"]["description"].startswith("The order's id")
+    if "limit" in props:
+        assert props["limit"]["description"] == "At most this many lines."
+    if "note" in props:
+        assert props["note"]["description"] == "from the hint"
+    assert google_style.to_tool("t").schema()["parameters"]["properties"]["order"][
+        "description"
+    ] == ("The order's id, e.g. O-17.")
+
+
+def test_a_tool_without_a_docstring_is_loaded_with_a_warning_naming_it(user_package) -> None:
+    _module(
+        user_package,
+        "lyt_user_nodoc",
+        """
+        from liyagent import tool
+
+        @tool.read(name="nodoc.read")
+        def read(x: int) -> dict:
+            return {}
+
+        @tool.read(name="doc.read")
+        def documented(x: int) -> dict:
+            '''Read x.'''
+            return {}
+        """,
+    )
+    with capture_logs() as logs:
+        registry = load_registry(["lyt_user_nodoc"], use_entry_points=False)
+    assert registry.get("nodoc.read") is not None
+    warned = [e for e in logs if e["event"] == "tool.undocumented"]
+    assert [(e["log_level"], e["tool"], e["origin"]) for e in warned] == [
+        ("warning", "nodoc.read", "module lyt_user_nodoc")
+    ]
+    assert "docstring" in warned[0]["next"]
+
+
+TWICE = """
+from liyagent import agent, tool
+
+@tool.write(name="twice.write")
+def write(x: int) -> dict:
+    '''Write x.'''
+    return {}
+
+bot = agent("twice-bot", model={"provider": "openai", "model": "m"}, tools=[write])
+"""
+
+
+def test_a_module_loaded_under_two_names_is_one(user_package, monkeypatch) -> None:
+    package = user_package / "lyt_user_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "lyt_user_twice.py").write_text(TWICE)
+    monkeypatch.syspath_prepend(str(package))  # also importable as plain `lyt_user_twice`
+    registry = load_registry(
+        ["lyt_user_pkg.lyt_user_twice", "lyt_user_twice", "lyt_user_twice"],
+        use_entry_points=False,
+    )
+    assert sys.modules["lyt_user_twice"] is not sys.modules["lyt_user_pkg.lyt_user_twice"]
+    assert registry.get("twice.write") is not None
+    assert registry.agents["twice-bot"].tools == ["twice.write"]
+    # Reached once through a module and once through an entry point's list: one tool too.
+    again = sys.modules["lyt_user_twice"].write.to_tool("entry point twice (liyagent.tools)")
+    registry.register(again)
+    assert registry.get("twice.write").origin == "module lyt_user_pkg.lyt_user_twice"
+
+
+def test_two_functions_with_one_name_in_one_module_say_where_each_is(user_package) -> None:
+    _module(
+        user_package,
+        "lyt_user_same",
+        """
+        from liyagent import tool
+
+        @tool.read(name="same.read")
+        def one(x: int) -> dict:
+            '''One.'''
+            return {}
+
+        @tool.read(name="same.read")
+        def two(x: int) -> dict:
+            '''Two.'''
+            return {}
+        """,
+    )
+    with pytest.raises(ToolDeclarationError) as info:
+        load_registry(["lyt_user_same"], use_entry_points=False)
+    message = str(info.value)
+    assert "by module lyt_user_same and by module lyt_user_same (at " in message
+    assert "lyt_user_same.py:4 and at " in message and "lyt_user_same.py:9)" in message
+
+
+def test_an_agent_naming_a_tool_no_module_declares_stops_the_load(user_package) -> None:
+    _module(
+        user_package,
+        "lyt_user_agent",
+        """
+        from liyagent import agent
+
+        bot = agent("typo-bot", model={"provider": "openai", "model": "m"},
+                    tools=["agent.delegat"])
+        """,
+    )
+    with pytest.raises(ToolDeclarationError) as info:
+        load_registry(["lyt_user_agent"], use_entry_points=False)
+    assert str(info.value) == (
+        "agent typo-bot (module lyt_user_agent) names tools no module declares: agent.delegat; "
+        "known: agent.delegate"
+    )

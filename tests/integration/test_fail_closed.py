@@ -1,0 +1,158 @@
+"""Runs fail closed at every door: a run is offered exactly the tools it names (none when it
+names none), an unknown tool name or a bad model spec is refused before anything is stored, and
+a secret never reaches `runs.spec`, an error message or a log line. Judged from Postgres (rows
+counted) and from the model server's record of what the model was offered."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.exceptions import StarletteDeprecationWarning
+
+from front.app import create_app
+from runtime import services as runtime_services
+from runtime.client import BadRequest
+from runtime.entries import TeamsTurn, receive_teams, start_entry
+from tests.integration.test_cli import cli
+from tests.support.scripts import call, final, step
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
+
+SECRET = "sk-live-0123456789abcdefSECRET"
+READ = [step(call("toolu_fc_r", "ticket.read", ticket="T-7")), final("Read T-7.")]
+TOKEN = "fc-token"
+
+
+def _counts(stack) -> tuple[int, int]:
+    """Runs and Teams inbox rows stored: what a refusal must leave at zero."""
+    runs = stack.rows("SELECT count(*) AS n FROM runs")[0].n
+    inbox = stack.rows("SELECT count(*) AS n FROM teams_inbox")[0].n
+    return runs, inbox
+
+
+def _catalog(tmp_path: Path, agents: dict[str, Any]) -> str:
+    path = tmp_path / "fail-closed-agents.json"
+    path.write_text(json.dumps({"agents": agents}))
+    return str(path)
+
+
+def _openai(**fields: Any) -> dict[str, Any]:
+    return {"provider": "openai", "model": "gpt-test", **fields}
+
+
+def test_a_run_that_names_no_tools_is_offered_none(stack) -> None:
+    stack.worker("w1")
+    bare = stack.client.start_run(agent="bare", model=stack.model(READ), user_input="T-7?")
+    named = stack.client.start_run(
+        agent="named", model=stack.model(READ), user_input="T-7?", tools=["ticket.read"]
+    )
+    assert stack.wait(bare).status == "succeeded" and stack.wait(named).status == "succeeded"
+    # What the model server was sent: no tool at all, then exactly the one named.
+    assert stack.offered(bare, 1) == []
+    assert stack.offered(named, 1) == ["ticket.read"]
+    # The call the model made anyway was refused and never reached the vendor.
+    refused = stack.told_by_tool(bare, 2)["ticket.read"]
+    assert "not among the tools this run may use" in refused["refused"]
+    reads = "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor <> 'model'"
+    assert stack.vendor(reads, r=bare)[0].n == 0
+    assert stack.vendor(reads, r=named)[0].n == 1
+    [spec] = stack.rows("SELECT spec FROM runs WHERE id = :r", r=bare)
+    assert spec.spec["tools"] == []
+
+
+@pytest.mark.parametrize(
+    ("start", "says"),
+    [
+        (
+            {"tools": ["ticket.read", "rm.rf"]},
+            "names tools this deployment has not loaded: rm.rf; known: agent.delegate",
+        ),
+        ({"model": _openai(api_key=SECRET)}, "model.api_key: a secret is never put"),
+        ({"model": _openai(api_key_env=SECRET)}, "looks like an API key"),
+        ({"model": _openai(headers={"Authorization": "x"})}, "model.headers: a secret"),
+        ({"model": {"provider": "opnai", "model": "m"}}, "known: anthropic, openai, scripted"),
+        ({"model": _openai(temprature=0.2)}, "temprature: Extra inputs are not permitted"),
+        ({"model": _openai(api_key_env="MY KEY")}, "api_key_env: String should match"),
+        ({"model": {"provider": "anthropic"}}, "anthropic model spec: model: Field required"),
+    ],
+)
+def test_a_bad_request_through_the_client_stores_nothing(stack, start, says) -> None:
+    options = {"model": stack.model(READ), "tools": ["ticket.read"], **start}
+    with pytest.raises(BadRequest) as info:
+        stack.client.start_run(agent="bad", user_input="T-7?", **options)
+    message = str(info.value)
+    assert says in message and "nothing was stored" in message
+    assert SECRET not in message
+    if "api_key" in says or "looks like" in says:
+        assert "api_key_env" in message  # says what to do instead
+    assert _counts(stack) == (0, 0)
+
+
+def test_a_workflow_may_call_only_the_tools_its_steps_name(stack) -> None:
+    bad = {"start": "a", "steps": {"a": {"tool": "rm.rf", "args": {}}}}
+    with pytest.raises(BadRequest, match=r"rm\.rf; known: "):
+        stack.client.start_workflow(name="wf", workflow=bad)
+    assert _counts(stack) == (0, 0)
+    good = {"start": "a", "steps": {"a": {"tool": "ticket.read", "args": {"ticket": "T-1"}}}}
+    run_id = stack.client.start_workflow(name="wf", workflow=good)
+    [row] = stack.rows("SELECT spec FROM runs WHERE id = :r", r=run_id)
+    assert row.spec["tools"] == ["ticket.read"]
+
+
+def test_catalog_agents_are_checked_at_every_entry_point(stack, tmp_path: Path) -> None:
+    agents = {
+        "typo": {"tools": ["ticket.raed"], "model": {"script": {"steps": [final("x")]}}},
+        "leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)},
+    }
+    stack.reconfigure(agents_file=_catalog(tmp_path, agents))
+    turn = TeamsTurn("a-1", "conv-1", stack.sim_url, "ann", "hi", {"id": "a-1"})
+    for agent, says in (("typo", "ticket.raed"), ("leaky", "model.api_key")):
+        with pytest.raises(BadRequest, match=re.escape(says)) as info:
+            start_entry(
+                stack.services,
+                entry_kind="webhook",
+                agent=agent,
+                user_input="x",
+                request_key=f"webhook:{agent}:e1",
+                owner="hooks",
+                channel="webhook",
+            )
+        assert SECRET not in str(info.value)
+        with pytest.raises(BadRequest, match=re.escape(says)):
+            receive_teams(stack.services, turn, agent)
+    assert _counts(stack) == (0, 0)
+
+
+def test_the_front_refuses_a_bad_catalog_agent_with_400(stack, tmp_path: Path) -> None:
+    agents = {"leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)}}
+    settings = replace(stack.settings, agents_file=_catalog(tmp_path, agents), front_token=TOKEN)
+    services = runtime_services.build(settings, stack.services.publisher, sealer=stack.sealer)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(create_app(services), headers=headers) as front:
+        done = front.post("/webhooks/leaky", json={"event_id": "e1", "input": "x"})
+    assert done.status_code == 400, done.text
+    assert "model.api_key" in done.text and SECRET not in done.text
+    assert _counts(stack) == (0, 0)
+
+
+def test_the_cli_refuses_unknown_tools_and_inline_keys_with_exit_2(stack, tmp_path: Path) -> None:
+    agents = {
+        "typo": {"tools": ["ticket.raed"], "model": {"script": {"steps": [final("x")]}}},
+        "leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)},
+    }
+    env = {**stack.env, "LIYAGENT_AGENTS_FILE": _catalog(tmp_path, agents)}
+    typo = cli("run", "--agent", "typo", "--input", "x", env=env)
+    assert typo.returncode == 2, typo.stderr
+    assert "ticket.raed; known: agent.delegate" in typo.stderr and "ticket.read" in typo.stderr
+    leaky = cli("run", "--agent", "leaky", "--input", "x", env=env)
+    assert leaky.returncode == 2, leaky.stderr
+    assert "api_key_env" in leaky.stderr and SECRET not in leaky.stderr + leaky.stdout
+    assert _counts(stack) == (0, 0)
