@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints, overload
 
 import docstring_parser
-import httpx
 import pydantic
 import structlog
 from pydantic_core import to_jsonable_python
