@@ -40,7 +40,7 @@ def _secret_run(
     model = {"provider": "scripted", "script": {"steps": steps}} if scripted else stack.model(steps)
     return stack.client.start_run(
         agent="support-bot", model=model, user_input=f"{secret}-input", owner=owner,
-        system=f"{secret}-system",
+        system=f"{secret}-system", tools=["incident.create"],
     )  # fmt: skip
 
 
@@ -215,7 +215,10 @@ def test_erasing_a_run_waiting_on_an_approval_fails_it_and_drops_the_held_call(s
     steps = [step(call("toolu_p1", "incident.page", title=f"{secret}-title", severity="sev1")),
              final(f"{secret}-answer")]  # fmt: skip
     run_id = stack.client.start_run(
-        agent="support-bot", model=stack.model(steps), user_input=f"{secret}-input"
+        agent="support-bot",
+        model=stack.model(steps),
+        user_input=f"{secret}-input",
+        tools=["incident.page"],
     )
     stack.client.wait(run_id, timeout_s=60, until=frozenset({"waiting"}))
     [held] = stack.client.approvals(run_id)

@@ -49,6 +49,7 @@ def _finished_run(stack, tag: str, **options) -> str:
         agent="support-bot",
         model=stack.model([step(call(f"toolu_{tag}", "incident.create", title=tag)), final()]),
         user_input=f"input {tag}",
+        tools=["incident.create"],
         **options,
     )
     assert stack.wait(run_id).status == "succeeded"
