@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from runtime import pools
 from runtime.heartbeat import Heartbeat
 from runtime.leases import Leases
 from runtime.models.base import ModelError, ModelProvider
@@ -75,12 +76,20 @@ def holder_of(pid: int) -> str:
     return f"{socket.gethostname()}-{pid}"
 
 
-def redis_client(url: str, timeout_s: float = 2.0, holder: str | None = None) -> redis.Redis[bytes]:
+def redis_client(
+    url: str,
+    timeout_s: float = 2.0,
+    holder: str | None = None,
+    max_connections: int = db.DEFAULT_POOL_MAX,
+) -> redis.Redis[bytes]:
     """The engine's Redis client: it fails fast (one immediate retry, not redis-py's default
     of ten with backoff, seconds per call), so the lease logic, not the client, decides. Each
-    connection is named after its holder, so the death watch sees when it has none left."""
+    connection is named after its holder, so the death watch sees when it has none left. Its
+    pool opens at most `max_connections` (redis-py's default, 100, would fail the commands of
+    a `-c 200` thread pool with "Too many connections"; runtime/pools.py sizes it)."""
     return redis.Redis.from_url(
         url,
+        max_connections=max_connections,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         health_check_interval=10,
@@ -96,13 +105,16 @@ def build(
     sealer: Sealer | None = None,
 ) -> Services:
     holder = holder_of(os.getpid())
-    client = redis_client(settings.redis_url, holder=holder)
+    name = connection_name(holder)
+    client = redis_client(
+        settings.redis_url, holder=holder, max_connections=pools.pool_max(settings.redis_pool_max)
+    )
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
     presence = Presence(settings.redis_url, settings.namespace, holder, t.death_grace_ms)
     return Services(
         settings=settings,
-        engine=db.engine_for(settings.database_url),
+        engine=db.engine_for(settings.database_url, pools.pool_max(settings.db_pool_max), name),
         redis=client,
         leases=leases,
         heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms, presence),

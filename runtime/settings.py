@@ -30,6 +30,13 @@ def _env_int(name: str, default: int) -> int:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
 
 
+def _env_count(name: str) -> int:
+    value = _env_int(name, 0)
+    if value < 0:
+        raise ConfigError(f"{name}={value} must be 0 (the default) or a positive count")
+    return value
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -226,6 +233,12 @@ class Settings:
     # Read a turn's reply back by its key before posting it (the connector must list posts by
     # key); off posts without looking (see the README for what each leaves open).
     teams_read_back: bool = True
+    # The most connections one process's pools may open to Postgres and to Redis; 0 follows
+    # the worker's pool (runtime/pools.py: a `-P threads -c N` worker N plus its main
+    # process's threads, any other process 15). A smaller database pool makes threads take
+    # turns (each holds a connection for one statement); a Redis pool must cover every thread.
+    db_pool_max: int = 0
+    redis_pool_max: int = 0
     timings: Timings = field(default_factory=Timings)
 
     @classmethod
@@ -264,6 +277,8 @@ class Settings:
             teams_token_url=os.environ.get("LIYAGENT_TEAMS_TOKEN_URL") or cls.teams_token_url,
             teams_token_scope=os.environ.get("LIYAGENT_TEAMS_TOKEN_SCOPE") or cls.teams_token_scope,
             teams_read_back=_env_bool("LIYAGENT_TEAMS_READ_BACK", cls.teams_read_back),
+            db_pool_max=_env_count("LIYAGENT_DB_POOL_MAX"),
+            redis_pool_max=_env_count("LIYAGENT_REDIS_POOL_MAX"),
             timings=Timings.from_env(),
         )
 

@@ -14,7 +14,7 @@ from store import db
 app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps", "tasks.entries"])
 app.config_from_object("celeryconfig")
 
-from tasks import worker  # noqa: E402  (the worker glue needs the app configured first)
+from tasks import pools, worker  # noqa: E402  (the worker glue needs the app configured first)
 
 
 def _refuse_unless_ready(what: str) -> None:
@@ -28,9 +28,10 @@ def _refuse_unless_ready(what: str) -> None:
 
 
 @signals.worker_init.connect
-def _on_worker_init(**_: Any) -> None:
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
     logs.configure()
     _refuse_unless_ready("worker")
+    pools.size_and_check(sender)  # before the pool forks or any connection opens
     drain.install()  # before the pool forks, so children share the flag
     worker.note_main_process()
 

@@ -1,0 +1,154 @@
+"""Hundreds of runs per process: a `-P threads` worker holds many runs in one process, so its
+connection pools are sized from its concurrency and bounded, no run holds a connection while
+it waits on the model, a worker Postgres cannot serve refuses to start with the numbers, and a
+SIGKILL that loses every run the process held at once loses none of them (judged from Postgres
+and the simulator's records)."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from liyagent.local.cluster import worker_argv
+from runtime.presence import connection_name
+from runtime.services import holder_of
+from store import db
+from store.trials import claims, losses, resumed_at
+from tests.support.judge import judge_runs, wait_all
+from tests.support.scripts import call, final, mixed, step
+
+pytestmark = pytest.mark.kill
+
+# Runs one threads worker holds when it is killed, and its thread count (the issue's trial).
+HELD = 30
+THREADS = 40
+
+
+def _until(check, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def _held_by(stack, runs: list[str], holder: str) -> int:
+    return stack.rows(
+        "SELECT count(*) AS n FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+        "AND status = 'running' AND claimed_by = :h",
+        ids=runs,
+        h=holder,
+    )[0].n
+
+
+def test_a_killed_threads_worker_loses_none_of_the_thirty_runs_it_held(
+    stack, publish_figures: list[str]
+) -> None:
+    victim = stack.worker("victim", pool="threads", concurrency=THREADS)
+    holder = holder_of(victim.popen.pid)
+    runs = [stack.start(mixed(f"t{i}", latency_ms=1500)) for i in range(HELD)]
+    _until(lambda: _held_by(stack, runs, holder) == HELD, "the victim never held all 30 runs")
+    # The survivor is up before the kill (no beat: its death watch is what recovers them).
+    stack.worker("survivor", pool="threads", concurrency=THREADS)
+    assert _held_by(stack, runs, holder) == HELD, "a run ended before the kill"
+    killed_at = datetime.now(tz=UTC)
+    victim.kill()
+    wait_all(stack, runs, timeout=120)
+
+    judge_runs(stack, runs).assert_clean()  # 0 lost, 0 duplicates, nothing stale
+    rows = stack.rows(
+        "SELECT r.id, r.status, r.attempt, r.lost_count, "
+        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
+        " AND a.kind = 'agent.run.lost') AS claimed, "
+        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
+        " AND a.kind = 'agent.run.crash_resumed') AS resumed "
+        "FROM runs r WHERE r.id = ANY(CAST(:ids AS uuid[]))",
+        ids=runs,
+    )
+    for r in rows:
+        assert (r.status, r.attempt, r.lost_count, r.claimed, r.resumed) == (
+            "succeeded",
+            2,
+            1,
+            1,
+            1,
+        ), r
+    resumes = []
+    with stack.engine.connect() as conn:
+        for run_id, (loss,) in losses(conn, runs).items():
+            at = resumed_at(loss, claims(conn, run_id))
+            assert at is not None, f"run {run_id} was never resumed"
+            resumes.append((at - killed_at).total_seconds())
+    publish_figures.append(
+        f"threads kill ({HELD} runs in one -P threads -c {THREADS} worker): kill to resumed "
+        f"attempt p50 {statistics.median(resumes):.2f} s, max {max(resumes):.2f} s"
+    )
+
+
+def test_runs_waiting_on_the_model_hold_no_connection_each(stack) -> None:
+    # Six connections for thirty runs in flight: each run holds one only inside a statement,
+    # never while it waits on the model, or the others could not go on.
+    pool_max = 6
+    worker = stack.worker(
+        "w1", pool="threads", concurrency=THREADS, env={"LIYAGENT_DB_POOL_MAX": str(pool_max)}
+    )
+    name = connection_name(holder_of(worker.popen.pid))
+    script = [
+        step(call("toolu_a", "ticket.read", ticket="T-1"), latency_ms=1500),
+        step(call("toolu_b", "ticket.read", ticket="T-2"), latency_ms=1500),
+        final("Read twice.", latency_ms=1500),
+    ]
+    peak, in_flight, done = [0], [0], threading.Event()
+
+    def watch() -> None:
+        # Connections the worker has open (named after its holder), and its runs in flight.
+        while not done.is_set():
+            (row,) = stack.rows(
+                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE application_name = :a) "
+                "AS conns, (SELECT count(*) FROM runs WHERE status = 'running') AS running",
+                a=name,
+            )
+            peak[0], in_flight[0] = max(peak[0], row.conns), max(in_flight[0], row.running)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        runs = [stack.start(script, user_input=f"read {i}") for i in range(HELD)]
+        wait_all(stack, runs, timeout=90)
+    finally:
+        done.set()
+        watcher.join()
+    assert in_flight[0] >= 3 * pool_max, f"only {in_flight[0]} runs were in flight at once"
+    judge_runs(stack, runs).assert_clean()
+    assert 0 < peak[0] <= pool_max, f"the worker had {peak[0]} connections (bound {pool_max})"
+
+
+def _start_refused(stack, concurrency: int, env: dict[str, str]) -> str:
+    argv = worker_argv("refused", stack.settings.queue, concurrency, pool="threads")
+    done = subprocess.run(
+        argv, env={**stack.env, **env}, capture_output=True, text=True, timeout=90, check=False
+    )
+    assert done.returncode == 2, (
+        f"the worker started (exit {done.returncode}): {done.stderr[-800:]}"
+    )
+    (line,) = [x for x in done.stderr.splitlines() if "does not start" in x]
+    return line
+
+
+def test_a_thread_pool_postgres_cannot_serve_is_refused_at_start_with_the_numbers(stack) -> None:
+    limits = db.connection_limits(stack.settings.database_url)
+    too_many = limits.for_clients - 3  # with the main process's threads, one over
+    line = _start_refused(stack, too_many, {})
+    assert f"-P threads -c {too_many} can open {too_many + 4} Postgres connections" in line
+    assert f"max_connections={limits.max_connections}" in line
+    assert "LIYAGENT_DB_POOL_MAX" in line and "raise max_connections" in line
+
+
+def test_a_redis_pool_under_the_threads_is_refused_at_start(stack) -> None:
+    line = _start_refused(stack, THREADS, {"LIYAGENT_REDIS_POOL_MAX": "10"})
+    assert f"LIYAGENT_REDIS_POOL_MAX=10 is under what -P threads -c {THREADS} needs: 44" in line
