@@ -28,6 +28,7 @@ test: lint typecheck
 demo: install
 	$(PY) -m liyagent demo
 
+# The kill trials, 200 by default, under LIYAGENT_TRIALS_POOL (prefork, or threads).
 trials: install
 	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} LIYAGENT_TRIALS_POOL=$${LIYAGENT_TRIALS_POOL:-prefork} $(PY) -m pytest tests/unit/test_kill_trials.py -q
 

@@ -118,6 +118,8 @@ def _request(args: argparse.Namespace) -> TrialsRequest:
         raise CliError(f"--trials must be between 1 and {MAX_TRIALS}", USAGE)
     if args.seed is not None and args.seed < 0:
         raise CliError("--seed must be 0 or more", USAGE)
+    if args.pool not in POOLS:  # a default from LIYAGENT_TRIALS_POOL is not checked by argparse
+        raise CliError(f"--pool (LIYAGENT_TRIALS_POOL) must be one of {', '.join(POOLS)}", USAGE)
     return TrialsRequest(
         trials=args.trials,
         seed=args.seed,
