@@ -85,8 +85,9 @@ def redis_client(
     """The engine's Redis client: it fails fast (one immediate retry, not redis-py's default
     of ten with backoff, seconds per call), so the lease logic, not the client, decides. Each
     connection is named after its holder, so the death watch sees when it has none left. Its
-    pool opens at most `max_connections` (redis-py's default, 100, would fail the commands of
-    a `-c 200` thread pool with "Too many connections"; runtime/pools.py sizes it)."""
+    pool opens at most `max_connections` (redis-py's default, 100, fails with "Too many
+    connections" the command of a 101st thread of a `-c 200` pool in a command at once;
+    runtime/pools.py sizes it)."""
     return redis.Redis.from_url(
         url,
         max_connections=max_connections,
