@@ -6,6 +6,8 @@ and the simulator's records)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import subprocess
 import threading
@@ -15,9 +17,11 @@ from datetime import UTC, datetime
 import pytest
 
 from liyagent.local.cluster import worker_argv
+from runtime import executor
 from runtime.presence import connection_name
 from runtime.services import holder_of
 from store import db
+from store.runs import claim_delivery, claim_lost
 from store.trials import claims, losses, resumed_at
 from tests.support.judge import judge_runs, wait_all
 from tests.support.scripts import call, final, mixed, step
@@ -87,6 +91,52 @@ def test_a_killed_threads_worker_loses_none_of_the_thirty_runs_it_held(
         f"threads kill ({HELD} runs in one -P threads -c {THREADS} worker): kill to resumed "
         f"attempt p50 {statistics.median(resumes):.2f} s, max {max(resumes):.2f} s"
     )
+
+
+def test_a_stalled_threads_worker_writes_nothing_for_any_run_after_takeover(stack) -> None:
+    # SIGSTOP at the third checkpoint stops the whole process with every run it holds (its
+    # heartbeat and death watch too): each lease lapses, each run is taken over, and on
+    # waking every one of its threads is fenced or refused by the send guard.
+    victim = stack.worker("victim", pool="threads", concurrency=10, fault="after_checkpoint:stop:3")
+    holder = holder_of(victim.popen.pid)
+    runs = [stack.start(mixed(f"s{i}", latency_ms=300)) for i in range(5)]
+    stopped = int(stack.fault_hit("victim").split()[1])
+    assert stopped == victim.popen.pid  # one process: the whole worker stopped
+    held = _held_by(stack, runs, holder)
+    assert held >= 2, f"the stopped worker held {held} runs"
+    stack.worker("survivor", pool="threads", concurrency=10)
+    stack.beat()
+    wait_all(stack, runs, timeout=90)
+    os.kill(stopped, signal.SIGCONT)
+    # Each stale attempt ends fenced out, or as an error when the pause broke its database
+    # connection (a connect that timed out while stopped).
+    _until(
+        lambda: (
+            sum(victim.output().count(f'"run.{end}"') for end in ("fenced_out", "error")) >= held
+        ),
+        f"not every one of the {held} stale attempts stopped on waking",
+        timeout=30,
+    )
+    judge_runs(stack, runs).assert_clean()  # nothing written or sent after any takeover
+    lost = stack.rows(
+        "SELECT count(*) AS n FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) AND lost_count = 1",
+        ids=runs,
+    )[0].n
+    assert lost == held
+
+
+def test_an_attempt_that_fails_after_its_takeover_writes_no_audit(stack) -> None:
+    # What a thread of a paused worker meets on waking when the pause broke its connection:
+    # its attempt ends as an error, after another attempt took the run over (I3).
+    run_id = stack.start(mixed("e"))  # no worker runs: it stays queued for the claims below
+    with stack.db() as conn:
+        claimed = claim_delivery(conn, run_id, 1, "stale-worker")
+        assert claimed is not None
+        assert claim_lost(conn, run_id, 1, loss_limit=2) is not None
+    audits = "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND attempt = 1"
+    before = stack.rows(audits, r=run_id)[0].n
+    executor._audit_quietly(stack.services, claimed.run, "agent.run.error", {"error": "x"})
+    assert stack.rows(audits, r=run_id)[0].n == before, "the taken-over attempt wrote audit"
 
 
 def test_runs_waiting_on_the_model_hold_no_connection_each(stack) -> None:
