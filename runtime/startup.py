@@ -36,11 +36,12 @@ def check_connections(settings: Settings, pool: WorkerPool) -> str | None:
     try:
         limits = connection_limits(settings.database_url)
     except sa.exc.SQLAlchemyError as exc:
-        raise StartupRefused(
-            f"Postgres ({_where(settings.database_url)}) cannot be reached to read its "
-            f"connection limits ({type(exc).__name__}); check LIYAGENT_DATABASE_URL and that "
-            "the server is up"
-        ) from None
+        # Whether a worker starts without its database is the reachability check's to say;
+        # this one can only not be made.
+        return (
+            f"Postgres ({_where(settings.database_url)}) could not be asked for its connection "
+            f"limits ({type(exc).__name__}): {pool.describe()} was not checked against them"
+        )
     refusal = connection_refusal(settings, pool, limits)
     if refusal is not None:
         raise StartupRefused(refusal)

@@ -41,7 +41,7 @@ def size_and_check(worker: Any) -> None:
         print(f"liyagent worker does not start: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     if warning is not None:
-        log.warning("worker.connections_short", why=warning)
+        log.warning("worker.connections_warning", why=warning)
     log.info(
         "worker.pools",
         pool=pool.name,
