@@ -32,7 +32,8 @@ def check(settings: Settings | None = None) -> Settings:
 def check_connections(settings: Settings, pool: WorkerPool) -> str | None:
     """Refuse a worker whose pool the connection pools or Postgres's `max_connections` cannot
     serve, naming the numbers and what to set, instead of failing its runs later; returns a
-    warning when the server is only short of free connections right now."""
+    warning when the server is only short of free connections right now, or could not be
+    asked."""
     try:
         limits = connection_limits(settings.database_url)
     except sa.exc.SQLAlchemyError as exc:
