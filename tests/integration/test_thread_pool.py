@@ -59,7 +59,7 @@ def test_a_killed_threads_worker_loses_none_of_the_thirty_runs_it_held(
     stack.reconfigure(queue=f"{stack.settings.queue}.victim")
     victim = stack.worker("victim", pool="threads", concurrency=THREADS)
     holder = holder_of(victim.popen.pid)
-    runs = [stack.start(mixed(f"t{i}", latency_ms=2000)) for i in range(HELD)]
+    runs = [stack.start(mixed(f"t{i}", latency_ms=3000)) for i in range(HELD)]
     _until(lambda: _held_by(stack, runs, holder) == HELD, "the victim never held all 30 runs")
     killed_at = datetime.now(tz=UTC)
     victim.kill()
