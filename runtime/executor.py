@@ -23,7 +23,7 @@ from runtime.redact import error_facts, frames
 from runtime.services import Services
 from runtime.workflow import WorkflowRun
 from store import db
-from store.records import insert_audit
+from store.records import insert_owned_audit
 from store.rows import Claimed, FencedOut, RunRow
 from store.runs import claim_delivery, fail_run
 
@@ -193,11 +193,21 @@ def _count_quietly(s: Services, name: str) -> None:
 
 
 def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) -> None:
-    """Record what ended an attempt for operators; never masks the original failure."""
+    """Record what ended an attempt for operators, only while the attempt still owns the run
+    (I3): an attempt that fails after another took the run over (a thread of a paused
+    process whose connection broke while it was stopped) writes nothing, it only logs. Never
+    masks the original failure."""
     try:
         with s.engine.connect() as conn:
-            insert_audit(
-                conn, kind=kind, run_id=row.id, attempt=row.attempt, step=row.step, detail=detail
+            owned = insert_owned_audit(
+                conn,
+                run_id=row.id,
+                attempt=row.attempt,
+                kind=kind,
+                step=row.step,
+                detail=detail,
             )
+        if not owned:
+            log.info("audit.fenced_out", kind=kind)
     except Exception:
         log.warning("audit.write_failed", kind=kind)

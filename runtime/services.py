@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from runtime import pools
 from runtime.heartbeat import Heartbeat
 from runtime.leases import Leases
 from runtime.models.base import ModelError, ModelProvider
@@ -77,14 +78,20 @@ def holder_of(pid: int) -> str:
 
 
 def redis_client(
-    target: RedisTarget | str, timeout_s: float = 2.0, holder: str | None = None
+    target: RedisTarget | str,
+    timeout_s: float = 2.0,
+    holder: str | None = None,
+    max_connections: int = db.DEFAULT_POOL_MAX,
 ) -> redis.Redis[bytes]:
     """The engine's Redis client: it fails fast (one immediate retry, not redis-py's default
     of ten with backoff, seconds per call), so the lease logic, not the client, decides. Each
     connection is named after its holder, so the death watch sees when it has none left.
-    With Sentinels, every (re)connection goes to the master they name."""
+    With Sentinels, every (re)connection goes to the master they name. Its pool opens at most
+    `max_connections` (redis-py's default, 100, fails the command of a 101st thread of a
+    `-c 200` pool in a command at once; runtime/pools.py sizes it)."""
     return client_for(
         target,
+        max_connections=max_connections,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         health_check_interval=10,
@@ -100,14 +107,17 @@ def build(
     sealer: Sealer | None = None,
 ) -> Services:
     holder = holder_of(os.getpid())
+    name = connection_name(holder)
     target = RedisTarget.of(settings)
-    client = redis_client(target, holder=holder)
+    client = redis_client(
+        target, holder=holder, max_connections=pools.pool_max(settings.redis_pool_max)
+    )
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
     presence = Presence(target, settings.namespace, holder, t.death_grace_ms)
     return Services(
         settings=settings,
-        engine=db.engine_for(settings.database_url),
+        engine=db.engine_for(settings.database_url, pools.pool_max(settings.db_pool_max), name),
         redis=client,
         leases=leases,
         heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms, presence),

@@ -361,6 +361,12 @@ class Settings:
     teams_graph_token_url: str = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
     teams_graph_scope: str = "https://graph.microsoft.com/.default"
     teams_graph_settle_ms: int = 5000
+    # The most connections one process's pools may open to Postgres and to Redis; 0 follows
+    # the worker's pool (runtime/pools.py: a `-P threads -c N` worker N plus its main
+    # process's threads, any other process 15). A smaller database pool makes threads take
+    # turns (each holds a connection for one statement); a Redis pool must cover every thread.
+    db_pool_max: int = 0
+    redis_pool_max: int = 0
     timings: Timings = field(default_factory=Timings)
     retention: Retention = field(default_factory=Retention)
 
@@ -411,6 +417,8 @@ class Settings:
             teams_graph_settle_ms=_env_nonnegative(
                 "LIYAGENT_TEAMS_GRAPH_SETTLE_MS", cls.teams_graph_settle_ms
             ),
+            db_pool_max=_env_nonnegative("LIYAGENT_DB_POOL_MAX", 0),
+            redis_pool_max=_env_nonnegative("LIYAGENT_REDIS_POOL_MAX", 0),
             timings=Timings.from_env(),
             retention=Retention.from_env(),
         )

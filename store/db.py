@@ -7,6 +7,7 @@ import json
 import os
 import select
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,8 +48,22 @@ def _discard_if_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
         raise sa.exc.DisconnectionError("the server closed the pooled connection")
 
 
-def create(url: str, pool_size: int = 5) -> sa.Engine:
-    """A new engine for `url` in autocommit mode with the server-side safety bounds above."""
+# Connections one process's engine may open when nothing sizes it (a prefork child, the CLI, the
+# front): five kept open, ten more opened for a burst and closed again.
+DEFAULT_POOL_MAX = 15
+
+
+def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "") -> sa.Engine:
+    """A new engine for `url` in autocommit mode with the server-side safety bounds above,
+    opening at most `pool_max` connections: each is checked out for one statement only (never
+    across a model or tool call), so a thread waits for the pool only when more threads than
+    that are inside a statement at once. About an eighth of them (at least 5) are kept open;
+    the rest are opened for a burst and closed again. `application_name` names them in
+    `pg_stat_activity` (the process's holder)."""
+    keep = min(pool_max, max(5, pool_max // 8))
+    connect_args: dict[str, Any] = {"options": _SESSION_OPTIONS, "connect_timeout": 5}
+    if application_name:
+        connect_args["application_name"] = application_name[:63]
     engine = sa.create_engine(
         url,
         isolation_level="AUTOCOMMIT",
@@ -58,22 +73,23 @@ def create(url: str, pool_size: int = 5) -> sa.Engine:
         # SQL parameters carry users' text: never put them in exception messages, which reach
         # logs and audit rows.
         hide_parameters=True,
-        pool_size=pool_size,
-        max_overflow=10,
-        connect_args={"options": _SESSION_OPTIONS, "connect_timeout": 5},
+        pool_size=keep,
+        max_overflow=pool_max - keep,
+        connect_args=connect_args,
     )
     sa.event.listen(engine, "connect", _uuid_as_text)
     sa.event.listen(engine, "checkout", _discard_if_closed)
     return engine
 
 
-def engine_for(url: str) -> sa.Engine:
-    """The engine for `url` in this process; a forked child gets its own, never its parent's."""
+def engine_for(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "") -> sa.Engine:
+    """The engine for `url` in this process; a forked child gets its own, never its parent's.
+    The first caller in a process sizes and names it (the process's services)."""
     key = (os.getpid(), url)
     with _lock:
         engine = _engines.get(key)
         if engine is None:
-            engine = _engines[key] = create(url)
+            engine = _engines[key] = create(url, pool_max, application_name)
         return engine
 
 
@@ -132,3 +148,39 @@ def unreachable(exc: BaseException) -> bool:
 def shown(url: str) -> str:
     """The URL with any password hidden, fit for messages and logs."""
     return str(sa.make_url(url).render_as_string(hide_password=True))
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How many client connections the server takes, and how many it has now."""
+
+    max_connections: int
+    # Slots only superusers (and, from Postgres 16, roles with pg_use_reserved_connections) get.
+    reserved: int
+    in_use: int
+
+    @property
+    def for_clients(self) -> int:
+        return self.max_connections - self.reserved
+
+
+def connection_limits(url: str) -> ConnectionLimits:
+    """The server's connection limits, read over one connection of its own (not a pool's, so
+    the process's engine is still sized by whoever builds it)."""
+    engine = sa.create_engine(
+        url, poolclass=sa.pool.NullPool, hide_parameters=True, connect_args={"connect_timeout": 5}
+    )
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sql(
+                    "SELECT current_setting('max_connections')::int AS max_connections, "
+                    "current_setting('superuser_reserved_connections')::int + "
+                    "coalesce(current_setting('reserved_connections', true), '0')::int "
+                    "AS reserved, (SELECT count(*) FROM pg_stat_activity "
+                    "WHERE backend_type = 'client backend') AS in_use"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    return ConnectionLimits(row.max_connections, row.reserved, row.in_use)

@@ -14,7 +14,7 @@ from store import db
 app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps", "tasks.entries"])
 app.config_from_object("celeryconfig")
 
-from tasks import worker  # noqa: E402  (the worker glue needs the app configured first)
+from tasks import pools, worker  # noqa: E402  (the worker glue needs the app configured first)
 
 
 def _refuse_unless_ready(what: str, *, database: bool = False, controller: Any = None) -> None:
@@ -35,6 +35,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     logs.configure()
     _refuse_unless_ready("worker", database=True, controller=sender)
     worker.warn_unless_consuming_runs(sender)
+    pools.size_and_check(sender)  # before the pool forks or any connection opens
     drain.install()  # before the pool forks, so children share the flag
     worker.note_main_process()
 

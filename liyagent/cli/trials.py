@@ -26,6 +26,7 @@ import structlog
 from rich.console import Console
 
 from liyagent.cli.common import OK, USAGE, CliError, add_json, print_json
+from liyagent.local.cluster import POOLS
 from liyagent.local.procs import sigterm_as_interrupt
 from liyagent.local.verdict import RECOVERY_BOUND_S
 from runtime import logs
@@ -59,6 +60,8 @@ class TrialsRequest:
     database: str = DEFAULT_DATABASE
     # Drop the trials database at the end when it was made on the machine's server (benches).
     drop_database: bool = False
+    # The workers' Celery pool (-P).
+    pool: str = "prefork"
 
 
 @dataclass
@@ -115,11 +118,14 @@ def _request(args: argparse.Namespace) -> TrialsRequest:
         raise CliError(f"--trials must be between 1 and {MAX_TRIALS}", USAGE)
     if args.seed is not None and args.seed < 0:
         raise CliError("--seed must be 0 or more", USAGE)
+    if args.pool not in POOLS:  # a default from LIYAGENT_TRIALS_POOL is not checked by argparse
+        raise CliError(f"--pool (LIYAGENT_TRIALS_POOL) must be one of {', '.join(POOLS)}", USAGE)
     return TrialsRequest(
         trials=args.trials,
         seed=args.seed,
         report=None if args.report is None else Path(args.report),
         database=os.environ.get("LIYAGENT_TRIALS_DATABASE") or DEFAULT_DATABASE,
+        pool=args.pool,
     )
 
 
@@ -142,10 +148,10 @@ def execute(request: TrialsRequest, console: Console) -> TrialsOutcome:
         log_dir=Path(tempfile.mkdtemp(prefix="liyagent-trials-")),
         backends=Backends(namespace=f"trials:{tag}:"),
         vendor_db=f"liyagent_trials_sim_{tag}",
-        options=TrialOptions(trials=request.trials, seed=request.seed),
+        options=TrialOptions(trials=request.trials, seed=request.seed, pool=request.pool),
         report=report,
     )
-    console.print(f"[bold]liyagent kill trials[/]: {request.trials} trials")
+    console.print(f"[bold]liyagent kill trials[/]: {request.trials} trials, -P {request.pool}")
     console.print(f"  Logs of every process: {state.log_dir}")
     with _logs_to(state.log_dir / "trials.log"):
         try:
@@ -373,6 +379,12 @@ def add_parsers(sub: Any) -> None:
         "--trials", type=int, default=DEFAULT_TRIALS, help=f"trials (default {DEFAULT_TRIALS})"
     )
     p.add_argument("--seed", type=int, help="repeat the kill timings of an earlier seed")
+    p.add_argument(
+        "--pool",
+        choices=POOLS,
+        default=os.environ.get("LIYAGENT_TRIALS_POOL") or "prefork",
+        help="the workers' Celery pool (-P; default LIYAGENT_TRIALS_POOL, else prefork)",
+    )
     p.add_argument(
         "--report",
         help="JSON report path (default reports/kill-trials-<timestamp>.json); the PNG "

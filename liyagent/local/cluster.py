@@ -71,11 +71,18 @@ def flower_command(
     return argv, env
 
 
-def worker_argv(name: str, queues: str, concurrency: int, app: str = "tasks") -> list[str]:
-    """The command of one real prefork worker on `queues` (comma-separated), as tests, the
-    demo and the trials start it: no gossip or mingle chatter between workers. Its event
-    heartbeats stay on: they keep it listed in Flower, which turns task events on through them.
-    `app` is the Celery app module (the bench also starts a plain-Celery baseline's)."""
+# The Celery pools the trials run under: a process per run slot, or threads in one process.
+POOLS = ("prefork", "threads")
+
+
+def worker_argv(
+    name: str, queues: str, concurrency: int, app: str = "tasks", pool: str = "prefork"
+) -> list[str]:
+    """The command of one real worker on `queues` (comma-separated), as tests, the demo and
+    the trials start it: no gossip or mingle chatter between workers. Its event heartbeats
+    stay on: they keep it listed in Flower, which turns task events on through them. `app` is
+    the Celery app module (the bench also starts a plain-Celery baseline's); `pool` is
+    Celery's `-P` (prefork: a process per slot; threads: every slot a thread of one process)."""
     return python(
         "-m",
         "celery",
@@ -89,7 +96,7 @@ def worker_argv(name: str, queues: str, concurrency: int, app: str = "tasks") ->
         "-n",
         f"{name}@%h",
         "-P",
-        "prefork",
+        pool,
         "--without-gossip",
         "--without-mingle",
         "-l",
@@ -134,10 +141,12 @@ class Cluster:
         concurrency: int = 3,
         ops: bool = True,
         app: str = "tasks",
+        pool: str = "prefork",
     ) -> Proc:
-        """A real `celery -A tasks worker` (prefork) on the run queue (and its ops queue);
+        """A real `celery -A tasks worker` (`-P pool`) on the run queue (and its ops queue);
         `app` names another Celery app module (the bench's plain-Celery baseline)."""
-        argv = worker_argv(name, f"{queue},{queue}.ops" if ops else queue, concurrency, app)
+        queues = f"{queue},{queue}.ops" if ops else queue
+        argv = worker_argv(name, queues, concurrency, app, pool)
         proc, _ = self._start(name, argv, env, r"ready\.")
         self.pids.update(proc.children())
         return proc

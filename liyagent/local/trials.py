@@ -58,6 +58,9 @@ class TrialOptions:
     survivor_concurrency: int = 6
     step_latency_ms: int = 400
     drain_timeout_s: float = 180.0
+    # Celery's pool for the victims and the survivor (cluster.POOLS): under threads a kill
+    # loses every run the victim's one process held at once.
+    pool: str = "prefork"
 
 
 def _step(call_id: str, tool: str, latency: int, **args: Any) -> dict[str, Any]:
@@ -138,7 +141,11 @@ class TrialDeployment:
         self.bot_env = self.channel.worker_env(vendor_url)
         survivor_env = {**child_env(self.settings, self.seal_keys), **self.bot_env}
         self.cluster.worker(
-            "survivor", self.settings.queue, survivor_env, concurrency=options.survivor_concurrency
+            "survivor",
+            self.settings.queue,
+            survivor_env,
+            concurrency=options.survivor_concurrency,
+            pool=options.pool,
         )
         self.cluster.beat(survivor_env)
         self.front_url = self.cluster.front({**self.victim_env(), **self.channel.env(TEAMS)})
@@ -183,6 +190,7 @@ class TrialSession:
             d.victim_env(),
             concurrency=self.options.victim_concurrency,
             ops=False,
+            pool=self.options.pool,
         )
         up, up_at = time.monotonic(), datetime.now(tz=UTC)
         delay = rng.uniform(*self.options.kill_window_s)
@@ -263,7 +271,12 @@ def run_trials(
     vendor = sa.create_engine(deployment.vendor_db_url, hide_parameters=True)
     try:
         return judge_trials(
-            deployment.services.engine, vendor, session.trials, session.victims, seed
+            deployment.services.engine,
+            vendor,
+            session.trials,
+            session.victims,
+            seed,
+            pool=options.pool,
         )
     finally:
         vendor.dispose()

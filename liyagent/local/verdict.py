@@ -73,6 +73,8 @@ class Verdict:
     stale_writes: int = 0
     stale_detail: list[str] = field(default_factory=list)
     seed: int = 0
+    # The Celery pool the victims and the survivor ran (`-P`): prefork or threads.
+    pool: str = "prefork"
     unfinished: int = 0
     # Rounds whose victim led the death watch when it was killed.
     rounds_led: int = 0
@@ -116,6 +118,7 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "pool": self.pool,
             "trials": self.trials,
             "rounds": self.rounds,
             "caught_in_flight": self.caught_in_flight,
@@ -162,11 +165,20 @@ class Victim:
 
 
 def judge_trials(
-    engine: sa.Engine, vendor: sa.Engine, trials: list[Trial], victims: list[Victim], seed: int
+    engine: sa.Engine,
+    vendor: sa.Engine,
+    trials: list[Trial],
+    victims: list[Victim],
+    seed: int,
+    pool: str = "prefork",
 ) -> Verdict:
     """Judge every trial from the database: how it ended, what it wrote, how fast it came back."""
     verdict = Verdict(
-        trials=len(trials), rounds=len(victims), seed=seed, rounds_led=sum(v.led for v in victims)
+        trials=len(trials),
+        rounds=len(victims),
+        seed=seed,
+        rounds_led=sum(v.led for v in victims),
+        pool=pool,
     )
     with engine.connect() as conn, vendor.connect() as vconn:
         ends = {t: trial_end(conn, t) for t in trials}
@@ -293,6 +305,7 @@ def report_extra(timings: Any, options: Any) -> dict[str, Any]:
         "recovery_bound_s": RECOVERY_BOUND_S,
         "kill_window_s": list(options.kill_window_s),
         "timings": asdict(timings),
+        "pool": options.pool,
         "victim_concurrency": options.victim_concurrency,
         "survivor_concurrency": options.survivor_concurrency,
         "step_latency_ms": options.step_latency_ms,
@@ -415,7 +428,7 @@ def _histogram(verdict: Verdict, png: Path, target: float | None) -> None:
     ax.set_ylabel("trials caught in flight")
     ax.set_ylim(bottom=0)
     ax.set_title(
-        f"{verdict.trials} trials, {verdict.caught_in_flight} caught in flight, "
+        f"-P {verdict.pool}: {verdict.trials} trials, {verdict.caught_in_flight} caught in flight, "
         f"{len(verdict.lost)} lost, {verdict.duplicates} duplicate writes"
     )
     fig.tight_layout()
@@ -464,7 +477,7 @@ def _by_victim_words(verdict: Verdict) -> str:
 def summary_line(verdict: Verdict) -> str:
     data = verdict.to_json()
     return (
-        f"trials {data['trials']} (rounds {data['rounds']}), caught in flight "
+        f"pool {data['pool']}, trials {data['trials']} (rounds {data['rounds']}), caught in flight "
         f"{data['caught_in_flight']} (+{data['caught_before_claim']} reserved, not claimed), "
         f"lost {data['lost']}, duplicate writes "
         f"{data['duplicate_writes']}, stale writes {data['stale_writes']}, "

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
+from liyagent.local.cluster import POOLS
 from runtime.deaths import death_watch_leader
 from runtime.services import holder_of
 from store.trials import losses
@@ -53,7 +54,7 @@ def test_a_pool_child_killed_under_a_living_parent_is_claimed_by_the_parent(stac
     # The death watch would see the child's closed connections too (often first: Celery's
     # pool notices a dead child within seconds); it is slowed down here to show the parent's
     # own path, which needs no grace at all.
-    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"})
+    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"}, pool="prefork")
     run_id = stack.start(mixed("p", latency_ms=800))
     _until(lambda: stack.client.get(run_id).step >= 1, "the run never got going")
     child = _holder_pid(stack, run_id)
@@ -70,7 +71,7 @@ def test_a_pool_child_whose_lease_lapsed_before_its_death_was_seen_is_still_clai
 ) -> None:
     # On a loaded machine the parent can see a child's death after the child's lease has
     # lapsed: the run is still the parent's to claim (the claim is fenced by the attempt).
-    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"})
+    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"}, pool="prefork")
     run_id = stack.start(mixed("q", latency_ms=800))
     _until(lambda: stack.client.get(run_id).step >= 1, "the run never got going")
     child = _holder_pid(stack, run_id)
@@ -84,12 +85,13 @@ def test_a_pool_child_whose_lease_lapsed_before_its_death_was_seen_is_still_clai
     judge_runs(stack, [run_id]).assert_clean()
 
 
-def test_a_killed_worker_is_seen_by_its_closed_connections(stack) -> None:
-    victim = stack.worker("victim")
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_killed_worker_is_seen_by_its_closed_connections(stack, pool: str) -> None:
+    victim = stack.worker("victim", pool=pool)
     runs = [stack.start(mixed(f"d{i}", latency_ms=800)) for i in range(2)]
     _until(lambda: all(stack.client.get(r).status == "running" for r in runs), "not running")
     victim.kill()  # the whole process group, as a lost machine
-    stack.worker("survivor")  # its main process runs the death watch
+    stack.worker("survivor", pool=pool)  # its main process runs the death watch
     wait_all(stack, runs)
     for run_id in runs:
         assert stack.client.get(run_id).lost_count == 1
@@ -176,7 +178,7 @@ LEADER_DEATH_CLAIM_S = 2.2
 def test_a_killed_death_watch_leader_is_claimed_by_the_survivors_watch_within_the_grace(
     stack,
 ) -> None:
-    leader = stack.worker("leader")
+    leader = stack.worker("leader", pool="prefork")  # its run is held by a pool child
     holder = holder_of(leader.popen.pid)
     _until(lambda: death_watch_leader(stack.services) == holder, "the first worker never led")
     run_id = stack.start(mixed("lead", latency_ms=2500))

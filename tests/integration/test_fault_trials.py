@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from liyagent.local.cluster import POOLS
 from liyagent.local.servers import PrivatePostgres, PrivateRedis
 from runtime.sealing import new_key_entry, parse_keys
 from runtime.settings import Timings
@@ -88,15 +89,17 @@ def test_redis_restarted_empty_mid_run(stack, tmp_path) -> None:
         redis.stop()
 
 
-def test_postgres_restarted_mid_run(stack, tmp_path) -> None:
+# Under threads too: every run's thread shares its process's pool, whose connections all drop.
+@pytest.mark.parametrize("pool", POOLS)
+def test_postgres_restarted_mid_run(stack, tmp_path, pool: str) -> None:
     pg = PrivatePostgres().init().start()
     try:
         create_database(pg.url, "liyagent_fault")
         url = database_url(pg.url, "liyagent_fault")
         migrate.upgrade(url)
         stack.reconfigure(database_url=url)
-        stack.worker("w1")
-        stack.worker("w2")
+        stack.worker("w1", pool=pool)
+        stack.worker("w2", pool=pool)
         stack.beat()
         runs = _start_runs(stack, 4)
         _until_in_flight(stack, runs)
@@ -151,14 +154,17 @@ def test_two_beats_claim_each_loss_once(stack) -> None:
         assert lost <= 1 and audited == lost
 
 
-def test_worker_cut_off_from_redis_stops_writing_within_a_lease(stack, servers) -> None:
+# Under threads too: one process's cut connections stop every run it holds.
+@pytest.mark.parametrize("pool", POOLS)
+def test_worker_cut_off_from_redis_stops_writing_within_a_lease(stack, servers, pool: str) -> None:
     host, port = servers[1].split("//")[1].split("/")[0].split(":")
     proxy = CuttableProxy(host, int(port))
-    stack.worker("survivor")  # recovers on the stack's queue
+    stack.worker("survivor", pool=pool)  # recovers on the stack's queue
     stack.beat()
     # The isolated worker alone consumes the queue the runs start on, so they start on it.
     stack.reconfigure(queue=f"{stack.settings.queue}.isolated")
-    stack.worker("isolated", env={"LIYAGENT_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"})
+    cut = {"LIYAGENT_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}
+    stack.worker("isolated", env=cut, pool=pool)
     runs = _start_runs(stack, 2, latency_ms=1500)
     _until_in_flight(stack, runs)
     cut_at = datetime.now(tz=UTC)

@@ -22,21 +22,25 @@ STALE_WRITES = {
 
 @pytest.mark.kill
 @pytest.mark.parametrize(
-    "fault",
+    ("fault", "pool"),
     [
-        "after_mark:stop",
-        "after_checkpoint:stop",
-        "after_send:stop",
+        ("after_mark:stop", "prefork"),
+        ("after_checkpoint:stop", "prefork"),
+        ("after_send:stop", "prefork"),
         # Stopped after its lease check, just before the request leaves: on waking, the send
         # guard (the lease's local deadline, checked as the bytes leave) refuses it.
-        "before_send:stop",
+        ("before_send:stop", "prefork"),
+        # Under threads the whole worker stops (its heartbeat and death watch with it): the
+        # lease lapses, and on waking every thread is fenced or refused by the send guard.
+        ("after_mark:stop", "threads"),
+        ("before_send:stop", "threads"),
     ],
 )
-def test_stalled_worker_writes_nothing_after_takeover(stack, fault: str) -> None:
-    victim = stack.worker("victim", fault=fault)
+def test_stalled_worker_writes_nothing_after_takeover(stack, fault: str, pool: str) -> None:
+    victim = stack.worker("victim", fault=fault, pool=pool)
     run_id = stack.start(mixed("s"))
     stopped_pid = int(stack.fault_hit("victim").split()[1])
-    stack.worker("survivor")
+    stack.worker("survivor", pool=pool)
     stack.beat()
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded" and view.attempt == 2 and view.lost_count == 1

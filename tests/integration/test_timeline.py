@@ -47,7 +47,7 @@ FAULT = "after_mark:kill:3"
 def _killed_and_resumed(stack) -> tuple[str, str, list[int], KillNote]:
     """A run killed on `victim` and resumed on `survivor`, and a run that was never lost;
     returns both ids, the victim's pool pids and the kill (by the database clock)."""
-    victim = stack.worker("victim", fault=FAULT)
+    victim = stack.worker("victim", fault=FAULT, pool="prefork")  # its pool children's pids
     pool = victim.children()
     killed = stack.start(mixed("k", latency_ms=200))
     stack.fault_hit("victim")

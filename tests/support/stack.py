@@ -18,7 +18,7 @@ from celery import Celery
 
 import celeryconfig
 from liyagent.local import sim_model as sim_model_module
-from liyagent.local.cluster import worker_argv
+from liyagent.local.cluster import POOLS, worker_argv
 from liyagent.local.procs import Proc, python
 from runtime import services as runtime_services
 from runtime.client import Client, RunView
@@ -44,6 +44,13 @@ FAST = Timings(
     requeue_after_ms=6000,
     full_scan_every=5,
 )
+
+
+# The Celery pool of every worker a test starts without naming one: the fault trials run under
+# prefork, or all of them under threads with LIYAGENT_TRIALS_POOL=threads.
+POOL = os.environ.get("LIYAGENT_TRIALS_POOL") or "prefork"
+if POOL not in POOLS:
+    raise ValueError(f"LIYAGENT_TRIALS_POOL={POOL!r}: use one of {', '.join(POOLS)}")
 
 
 def timings_env(t: Timings) -> dict[str, str]:
@@ -127,15 +134,17 @@ class Stack:
         env: dict[str, str] | None = None,
         ops: bool = True,
         runs: bool = True,
+        pool: str | None = None,
     ) -> Proc:
-        """A real `celery -A tasks worker` (prefork), ready to take messages."""
+        """A real `celery -A tasks worker` under `pool` (default `POOL`), ready to take
+        messages."""
         q = self.settings.queue
         extra = dict(env or {})
         if fault:
             extra["LIYAGENT_FAULT"] = fault
             extra["LIYAGENT_FAULT_FILE"] = str(self.tmp / f"{name}.fault")
         queues = ",".join([*([q] if runs else []), *([f"{q}.ops"] if ops else [])])
-        argv = worker_argv(name, queues, concurrency)
+        argv = worker_argv(name, queues, concurrency, pool=pool or POOL)
         proc = Proc(name, argv, {**self.env, **extra}, self.tmp / f"{name}.log")
         self.procs.append(proc)
         proc.wait_for(r"ready\.", timeout=60)
@@ -148,10 +157,10 @@ class Stack:
         proc.wait_for(r"beat: Starting", timeout=60)
         return proc
 
-    def kill_at(self, fault: str, start: Callable[[], str]) -> str:
+    def kill_at(self, fault: str, start: Callable[[], str], pool: str | None = None) -> str:
         """Start a victim worker armed with `fault`, start work with `start`, and return once
         the fault has SIGKILLed the victim's whole process group."""
-        self.worker("victim", fault=fault)
+        self.worker("victim", fault=fault, pool=pool)
         run_id = start()
         self.fault_hit("victim")
         self.procs[-1].popen.wait(timeout=10)

@@ -4,6 +4,9 @@ while they run cron fires, Teams turns and webhook calls; a survivor and beat re
 Judged from Postgres and the vendor simulator's records only. The default count runs in a
 few minutes for CI; `LIYAGENT_KILL_TRIALS=200` is the full proof, `LIYAGENT_KILL_SEED` repeats
 the kill timings, `LIYAGENT_KILL_REPORT=PATH` writes the JSON report and a PNG histogram.
+`LIYAGENT_TRIALS_POOL=prefork|threads` runs them under that Celery pool only; unset, the suite
+runs both: the full count under prefork and a shorter set under threads, where each kill loses
+every run the victim's one process held.
 The spec's table is the verdict: no trial lost, no duplicate or stale write, and every trial
 caught in flight (claimed by the killed worker, or only reserved by it) ended within 15 s of its
 kill. The trials run on the product's own timings; the figures are printed in the test
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from liyagent.local.cluster import POOLS
 from liyagent.local.trials import TrialDeployment, TrialOptions, run_trials
 from liyagent.local.verdict import report_extra, summary_line, write_report
 from runtime.sealing import parse_keys
@@ -27,14 +31,28 @@ from store.admin import create_database, database_url, drop_database
 TRIALS = int(os.environ.get("LIYAGENT_KILL_TRIALS") or 90)
 SEED = os.environ.get("LIYAGENT_KILL_SEED")
 REPORT = os.environ.get("LIYAGENT_KILL_REPORT")
+POOL = os.environ.get("LIYAGENT_TRIALS_POOL") or None
+if POOL is not None and POOL not in POOLS:
+    raise ValueError(f"LIYAGENT_TRIALS_POOL={POOL!r}: use one of {', '.join(POOLS)}")
+# Trials under threads when the suite runs both pools (a few rounds, within its budget).
+THREADS_TRIALS = int(os.environ.get("LIYAGENT_KILL_THREADS_TRIALS") or 12)
+RUNS = [(POOL, TRIALS)] if POOL else [("prefork", TRIALS), ("threads", THREADS_TRIALS)]
 # The spec's table: a trial caught in flight fails when it ends more than 15 s after its kill.
 RECOVERY_BOUND_S = 15.0
 
 
 @pytest.mark.kill
 @pytest.mark.timeout(300 + TRIALS * 4)
+@pytest.mark.parametrize(("pool", "trials"), RUNS, ids=[pool for pool, _ in RUNS])
 def test_kill_trials(
-    servers, db_url, namespace, seal_keys, tmp_path: Path, publish_figures: list[str]
+    servers,
+    db_url,
+    namespace,
+    seal_keys,
+    tmp_path: Path,
+    publish_figures: list[str],
+    pool: str,
+    trials: int,
 ) -> None:
     admin_url, redis_url = servers
     vendor_db = f"lyt_trials_sim_{uuid.uuid4().hex[:10]}"
@@ -52,7 +70,8 @@ def test_kill_trials(
         vendor_db_url=database_url(admin_url, vendor_db),
         log_dir=tmp_path,
     )
-    options = TrialOptions(trials=TRIALS, seed=None if SEED is None else int(SEED))
+    seed = None if SEED is None else int(SEED)
+    options = TrialOptions(trials=trials, seed=seed, pool=pool)
     try:
         deployment.start(options)
         verdict = run_trials(deployment, options)
@@ -61,8 +80,10 @@ def test_kill_trials(
         drop_database(admin_url, vendor_db)
     lines = [f"kill trials: {summary_line(verdict)}"]
     if REPORT:
-        png = write_report(verdict, Path(REPORT), report_extra(settings.timings, options))
-        lines.append(f"kill trials: report {REPORT}, histogram {png}")
+        # Both pools in one session: each its own report, the pool in its name.
+        path = Path(REPORT) if POOL else Path(REPORT).with_stem(f"{Path(REPORT).stem}-{pool}")
+        png = write_report(verdict, path, report_extra(settings.timings, options))
+        lines.append(f"kill trials: report {path}, histogram {png}")
     publish_figures.extend(lines)  # printed in the test command's own summary
     assert verdict.lost == [], f"lost trials: {verdict.lost} (seed {verdict.seed})"
     assert verdict.duplicates == 0, f"duplicate writes {verdict.duplicate_writes}"

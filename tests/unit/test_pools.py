@@ -1,0 +1,67 @@
+"""A process's connection pools follow its worker's pool, and a worker whose threads the pools
+or Postgres cannot serve is refused with the numbers (pure: no server involved)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from runtime import pools
+from runtime import services as runtime_services
+from runtime.sealing import new_key_entry, parse_keys
+from runtime.settings import Settings
+from runtime.startup import connection_refusal
+from store.db import ConnectionLimits
+from tests.support.stack import RecordingPublisher
+
+SERVER = ConnectionLimits(max_connections=100, reserved=3, in_use=10)
+
+
+@pytest.fixture
+def threads_worker() -> Iterator[None]:
+    pools.note_worker(pools.WorkerPool("threads", 200))
+    yield
+    pools.note_worker(None)
+
+
+def _built(settings: Settings) -> runtime_services.Services:
+    # Never connects: an engine and a Redis client open connections on first use only.
+    return runtime_services.build(
+        settings, RecordingPublisher(), sealer=parse_keys(new_key_entry("k1"))
+    )
+
+
+@pytest.mark.parametrize(("configured", "db_max"), [(0, 204), (60, 60)])
+def test_a_thread_pool_worker_sizes_its_pools_from_its_concurrency(
+    threads_worker: None, configured: int, db_max: int
+) -> None:
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/lyt_pools_{configured}"
+    s = _built(Settings(database_url=url, db_pool_max=configured))
+    pool = s.engine.pool
+    assert pool.size() + pool._max_overflow == db_max  # type: ignore[attr-defined]
+    assert s.redis.connection_pool.max_connections == 204
+    assert s.engine.url.database == f"lyt_pools_{configured}"
+
+
+def test_other_processes_keep_the_default_bounds() -> None:
+    s = _built(Settings(database_url="postgresql+psycopg://postgres@127.0.0.1:5432/lyt_pools_d"))
+    assert s.engine.pool.size() + s.engine.pool._max_overflow == 15  # type: ignore[attr-defined]
+    assert s.redis.connection_pool.max_connections == 15
+
+
+def test_a_prefork_worker_is_counted_one_connection_a_child() -> None:
+    assert connection_refusal(Settings(), pools.WorkerPool("prefork", 93), SERVER) is None
+    refused = connection_refusal(Settings(), pools.WorkerPool("prefork", 94), SERVER)
+    assert refused is not None and "lower -c to 93 or less" in refused
+
+
+def test_a_smaller_database_pool_lets_threads_take_turns() -> None:
+    # 500 threads, 60 connections: served (each thread holds one for a statement only).
+    settings = Settings(db_pool_max=60)
+    assert connection_refusal(settings, pools.WorkerPool("threads", 500), SERVER) is None
+    refused = connection_refusal(Settings(), pools.WorkerPool("threads", 500), SERVER)
+    assert refused is not None
+    assert "-P threads -c 500 can open 504 Postgres connections" in refused
+    assert "max_connections=100, 3 of them reserved" in refused
+    assert "set LIYAGENT_DB_POOL_MAX to at most 97" in refused
