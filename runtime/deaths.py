@@ -123,7 +123,7 @@ class DeathWatch:
             del self._absent[gone]
         for holder in holders - connected:
             if self._due(holder, now):
-                self._take(holder, report)
+                self._take(holder, epoch.id, report)
         for holder in holders & connected:
             self._absent.pop(holder, None)
         report.duration_ms = (time.perf_counter() - started) * 1000
@@ -169,11 +169,17 @@ class DeathWatch:
             return False
         return now - seen.since_ms >= self.grace_ms
 
-    def _take(self, holder: str, report: DeathReport) -> None:
+    def _take(self, holder: str, store_epoch: str, report: DeathReport) -> None:
         epoch = self._absent.pop(holder).epoch
         taken = self.s.leases.take_dead(holder, epoch)
         if taken is None:
             return  # it came back between the look and the take: alive after all
+        if self.s.leases.store_epoch().id != store_epoch:
+            # Redis lost its data right after the take: the holder may be taking its leases
+            # back in the new one, where this take fences nothing. Its runs are left to the
+            # sweeper's reconcile, which fences each missing key before it claims (I3).
+            log.warning("deaths.take_abandoned", holder=holder, why="store epoch changed")
+            return
         tokens, reserved = taken
         report.dead.append(holder)
         report.claimed += claim_and_publish(self.s, tokens, "connection_closed")
