@@ -122,17 +122,17 @@ class Sweeper:
         requeued = requeue_lost_messages(self.s, epoch)
         report.republished += [run_id for run_id, _ in requeued]
         self._sent = set(requeued)  # one message per run and attempt from one sweep
-        # Until a full reconcile ran in this epoch (Redis lost its data: leases and the index
-        # are gone), every sweep reconciles running runs against Redis.
-        report.full_scan = (
-            not epoch.reconciled or count % self.s.settings.timings.full_scan_every == 1
-        )
         # Right after Redis came back without its data, live holders are still taking their
         # leases back: no run is claimed for having none until the grace has passed. (Lapsed
         # leases are this epoch's own, and no holder can take one back: they are claimed.)
         report.settling = epoch.data_settling(self.s.settings.timings.store_grace_ms)
+        # Until a full reconcile ran in this epoch (Redis lost its data: leases and the index
+        # are gone), every sweep after the grace reconciles running runs against Redis.
+        report.full_scan = not report.settling and (
+            not epoch.reconciled or count % self.s.settings.timings.full_scan_every == 1
+        )
         candidates = {(t.run_id, t.attempt): t for t in self.s.leases.lapsed()}
-        if report.full_scan and not report.settling:
+        if report.full_scan:
             with self.s.engine.connect() as conn:
                 live = select_live(conn)
             alive = self.s.leases.alive([run_id for run_id, _ in live])
@@ -140,7 +140,7 @@ class Sweeper:
                 if run_id not in alive:
                     candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
         self._take(list(candidates.values()), report)
-        if report.full_scan and not report.settling and not epoch.reconciled:
+        if report.full_scan and not epoch.reconciled:
             self.s.leases.mark_epoch(epoch, "reconciled")
         with self.s.engine.connect() as conn:
             woken = wake_ready(conn)
