@@ -253,6 +253,31 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
     return Attempt(row.attempt)
 
 
+# What every claim statement ends with, after its update `c`: a failed run's notice on its
+# transcript and its end on its entry points, in the same statement, then the claims.
+_CLAIMED_TAIL = f"""t AS (
+                INSERT INTO transcript_messages (run_id, role, content)
+                SELECT id, 'notice', 'This run failed: ' || failure_reason
+                FROM c WHERE status = 'failed')
+            {
+    ends_cte("c", success=False, outcome_sql="c.failure_reason", where="c.status = 'failed'")
+}
+            SELECT id, attempt, status, lost_count, step FROM c"""
+
+
+def _claim_results(rows: Any) -> list[ClaimResult]:
+    return [
+        ClaimResult(
+            run_id=RunId(r.id),
+            attempt=Attempt(r.attempt),
+            status=r.status,
+            lost_count=r.lost_count,
+            step=r.step,
+        )
+        for r in rows
+    ]
+
+
 def claim_lost(
     conn: sa.Connection, run_id: str, attempt: int, loss_limit: int, seen: str = "lease_lapsed"
 ) -> ClaimResult | None:
@@ -344,16 +369,7 @@ def claim_lost_many(
                                                        WHEN NOT resumable THEN 'interrupted'
                                                        ELSE 'loss_limit' END)
                 FROM c),
-            t AS (
-                INSERT INTO transcript_messages (run_id, role, content)
-                SELECT id, 'notice', 'This run failed: ' || failure_reason
-                FROM c WHERE status = 'failed')
-            {
-                ends_cte(
-                    "c", success=False, outcome_sql="c.failure_reason", where="c.status = 'failed'"
-                )
-            }
-            SELECT id, attempt, status, lost_count, step FROM c
+            {_CLAIMED_TAIL}
             """
         ),
         {
@@ -363,16 +379,7 @@ def claim_lost_many(
             "seen": seen,
         },
     ).all()
-    return [
-        ClaimResult(
-            run_id=RunId(r.id),
-            attempt=Attempt(r.attempt),
-            status=r.status,
-            lost_count=r.lost_count,
-            step=r.step,
-        )
-        for r in rows
-    ]
+    return _claim_results(rows)
 
 
 def claim_store_faulted_many(
@@ -437,16 +444,7 @@ def claim_store_faulted_many(
                                           'code', CASE WHEN status = 'failed'
                                                        THEN 'interrupted' END)
                 FROM c),
-            t AS (
-                INSERT INTO transcript_messages (run_id, role, content)
-                SELECT id, 'notice', 'This run failed: ' || failure_reason
-                FROM c WHERE status = 'failed')
-            {
-                ends_cte(
-                    "c", success=False, outcome_sql="c.failure_reason", where="c.status = 'failed'"
-                )
-            }
-            SELECT id, attempt, status, lost_count, step FROM c
+            {_CLAIMED_TAIL}
             """
         ),
         {
@@ -455,16 +453,7 @@ def claim_store_faulted_many(
             "present": present,
         },
     ).all()
-    return [
-        ClaimResult(
-            run_id=RunId(r.id),
-            attempt=Attempt(r.attempt),
-            status=r.status,
-            lost_count=r.lost_count,
-            step=r.step,
-        )
-        for r in rows
-    ]
+    return _claim_results(rows)
 
 
 def touch_queued_before(
