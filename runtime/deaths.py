@@ -23,6 +23,13 @@ nothing.
 A pool child that dies while its main process lives is seen sooner still, by that parent
 (`claim_dead_child`). The lease remains the only judge of a process that is alive but stalled:
 its connections stay open, so the watch leaves it alone.
+
+A store blip is not a death: when Redis itself restarts or fails over, every holder vanishes at
+once. After Redis comes back with its data (a new server run id, `leases._EPOCH`) the watch
+claims nothing for `store_grace_ms`, and forgets whom it saw absent before, so only holders
+that never come back are claimed (after a data loss no holder of before is left in Redis to
+judge: the sweeper's reconcile takes those); it also publishes again, at once, the queued runs
+whose messages an empty Redis lost (`sweeper.requeue_lost_messages`).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import structlog
 from runtime.leases import Token
 from runtime.presence import connection_name
 from runtime.services import Services
+from runtime.sweeper import requeue_lost_messages
 from store.runs import attempt_statuses, claim_lost_many
 
 log = structlog.get_logger(__name__)
@@ -85,6 +93,7 @@ class DeathWatch:
     def __init__(self, services: Services) -> None:
         self.s = services
         self.grace_ms = services.settings.timings.death_grace_ms
+        self.store_grace_ms = services.settings.timings.store_grace_ms
         ns = services.settings.namespace
         self.leader_key = leader_key(ns)
         self._lead = services.redis.register_script(_LEAD)
@@ -99,6 +108,14 @@ class DeathWatch:
             self._absent.clear()  # another watcher leads; its view is the one that counts
             return DeathReport(ran=False)
         report = DeathReport()
+        epoch = self.s.leases.store_epoch()
+        report.republished += [run_id for run_id, _ in requeue_lost_messages(self.s, epoch)]
+        if epoch.restart_settling(self.store_grace_ms):
+            # Redis just restarted or failed over: every holder is reconnecting; absences seen
+            # so far (or now) say nothing about any process, none counts until the grace.
+            self._absent.clear()
+            report.duration_ms = (time.perf_counter() - started) * 1000
+            return report
         connected = self.s.leases.connected_holders()
         holders = self.s.leases.holders_with_work()
         now = _ms()
@@ -106,13 +123,17 @@ class DeathWatch:
             del self._absent[gone]
         for holder in holders - connected:
             if self._due(holder, now):
-                self._take(holder, report)
+                self._take(holder, epoch.id, report)
         for holder in holders & connected:
             self._absent.pop(holder, None)
         report.duration_ms = (time.perf_counter() - started) * 1000
         if report.dead:
             log.info("deaths.taken", **report.__dict__)
         return report
+
+    def forget(self) -> None:
+        """A look failed (Redis unreachable): absences seen before say nothing any more."""
+        self._absent.clear()
 
     def _leads(self) -> bool:
         """Whether this watcher leads now: it takes the lead when free, or at once when the
@@ -148,11 +169,17 @@ class DeathWatch:
             return False
         return now - seen.since_ms >= self.grace_ms
 
-    def _take(self, holder: str, report: DeathReport) -> None:
+    def _take(self, holder: str, store_epoch: str, report: DeathReport) -> None:
         epoch = self._absent.pop(holder).epoch
         taken = self.s.leases.take_dead(holder, epoch)
         if taken is None:
             return  # it came back between the look and the take: alive after all
+        if self.s.leases.store_epoch().id != store_epoch:
+            # Redis lost its data right after the take: the holder may be taking its leases
+            # back in the new one, where this take fences nothing. Its runs are left to the
+            # sweeper's reconcile, which fences each missing key before it claims (I3).
+            log.warning("deaths.take_abandoned", holder=holder, why="store epoch changed")
+            return
         tokens, reserved = taken
         report.dead.append(holder)
         report.claimed += claim_and_publish(self.s, tokens, "connection_closed")
@@ -261,6 +288,7 @@ class DeathWatchThread:
             try:
                 self.watch.poll()
             except (redis.RedisError, OSError) as exc:
+                self.watch.forget()
                 log.warning("deaths.poll_failed", error=str(exc))
             except Exception:  # the watch must outlive any one bad poll
                 log.exception("deaths.poll_error")

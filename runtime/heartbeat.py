@@ -3,12 +3,25 @@
 A lease is renewed only while its run's own thread shows progress: a hung run stops being
 renewed, its lease lapses and the sweeper hands it to another worker. A run that learns its
 lease is lost stops at its next step (I3).
+
+A store blip is not a death. While this process's presence is down, and after it came back
+until Redis confirms the lease again, the lease counts for at most the death watch's grace from
+the loss (`RunLease.send_time_left_s`); a run that reaches a write or a send in that time waits
+for the confirmation (`RunLease.check`) instead of giving its attempt up. The presence wakes the
+heartbeat the moment it is back. When Redis lost its data meanwhile (a new store epoch), the
+lease key is gone: the heartbeat takes it back with SET NX of its own token
+(`Leases.renew_or_take_back`) and trusts it only once Postgres says its attempt still owns the
+run (one read). The sweeper fences a missing key before it claims the run (`_FENCE_MISSING`),
+so a take-back and a claim exclude each other, and it claims nothing until `store_grace_ms`
+after Redis came back, which exceeds a heartbeat: live holders keep their runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -23,6 +36,13 @@ log = structlog.get_logger(__name__)
 # Bytes never leave, and writes are never made, within this much of the local lease deadline:
 # room for the write itself and for the two clocks (ours, Redis's) running a little apart.
 SAFETY_MARGIN_MS = 500
+
+
+# Where each of these runs stands in Postgres now: its attempt and status (store.runs
+# `attempt_statuses`); what a lease taken back after Redis lost its data is checked against.
+Owners = Callable[[list[str]], dict[str, tuple[int, str]]]
+# The statuses in which an attempt owns its run (the fence's, store.runs OWNER_CTE).
+OWNING = ("running", "answered")
 
 
 class LeaseLost(Exception):
@@ -57,6 +77,15 @@ class RunLease:
     # (half a heartbeat; 0 renews at every boundary): a fast run costs the heartbeat's one
     # round trip, not one per step.
     fresh_ms: int = 0
+    # When the last renewal Redis confirmed, and this process trusted, was sent (monotonic
+    # ms), and the store epoch it was confirmed in ("" until known): a presence loss after
+    # it, or a new epoch, means Redis must confirm the lease again before it counts in full.
+    confirmed_ms: int = 0
+    epoch: str = ""
+    # How long a run waits, from the presence's loss, for its lease to be confirmed again
+    # before it gives its attempt up (the lease TTL plus the sweeper's store grace).
+    blip_wait_ms: int = 0
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     def progress(self) -> None:
         """The run's thread is alive and moving: the heartbeat may keep renewing."""
@@ -65,17 +94,51 @@ class RunLease:
     def renewed(self, started_ms: int) -> None:
         if self.presence is not None and not self.presence.trusts(started_ms):
             return  # sent while (or before) this process was absent: proves nothing
-        self.valid_until_ms = max(self.valid_until_ms, started_ms + self.leases.ttl_ms)
+        with self._cond:
+            self.valid_until_ms = max(self.valid_until_ms, started_ms + self.leases.ttl_ms)
+            self.confirmed_ms = max(self.confirmed_ms, started_ms)
+            if self.presence is not None and not self.epoch:
+                self.epoch = self.presence.store_epoch
+            self._cond.notify_all()
+
+    def lose(self, why: str) -> None:
+        """The lease is lost for good: this attempt stops at its next write or send."""
+        with self._cond:
+            self.lost_why = self.lost_why or why
+            self._cond.notify_all()
+
+    def blipped(self) -> bool:
+        """Whether this process's presence is down, or was lost after Redis last confirmed
+        the lease: until a renewal sent after the reconnect is confirmed, the lease counts
+        only to the loss plus the grace."""
+        p = self.presence
+        return p is not None and (not p.up or p.up_since_ms > self.confirmed_ms)
 
     def send_time_left_s(self) -> float:
         """Seconds this attempt may still write or send, by the local clock (no network)."""
         if self.lost_why is not None:
             return 0.0
         until = self.valid_until_ms
-        cap = None if self.presence is None else self.presence.cap_ms()
-        if cap is not None:
-            until = min(until, cap)
+        if self.presence is not None and self.blipped():
+            # Down now, or back but not yet confirmed: a death watch that saw this process
+            # absent claims after the grace from the loss, so sends stop before it (I3).
+            until = min(until, self.presence.lost_at_ms + self.presence.grace_ms)
         return (until - SAFETY_MARGIN_MS - monotonic_ms()) / 1000
+
+    def _await_confirmation(self) -> bool:
+        """Wait, through a store blip, until the heartbeat confirms the lease again or loses
+        it, at most `blip_wait_ms` from the presence's loss (a condition, woken by the
+        heartbeat). True when the lease may be used again."""
+        p = self.presence
+        if p is None or self.blip_wait_ms <= 0:
+            return False
+        with self._cond:
+            while self.lost_why is None and self.blipped():
+                left_ms = p.lost_at_ms + self.blip_wait_ms - monotonic_ms()
+                if left_ms <= 0:
+                    break
+                self._cond.wait(min(left_ms, 500) / 1000)
+        return self.lost_why is None and self.send_time_left_s() > 0
 
     def why_not(self) -> str:
         why = self.lost_why or "its lease may have lapsed (no renewal reached Redis in time)"
@@ -86,7 +149,10 @@ class RunLease:
         called right before every write and every call that leaves the process (I3)."""
         self.progress()
         if self.send_time_left_s() <= 0:
-            self.lost_why = self.lost_why or "its local lease deadline passed without a renewal"
+            if self.lost_why is None and self.blipped() and self._await_confirmation():
+                return  # Redis blinked and confirmed the lease again: the attempt goes on
+            self.lose("its local lease deadline passed without a renewal")
+            assert self.lost_why is not None
             raise LeaseLost(self.token, self.lost_why)
 
     def renew(self) -> None:
@@ -103,36 +169,58 @@ class RunLease:
         confirmed_ms = self.valid_until_ms - self.leases.ttl_ms
         if started - confirmed_ms < self.fresh_ms and self.send_time_left_s() > 0:
             return
+        if self.blipped():
+            # The heartbeat confirms (or takes back) leases after a store blip, with the
+            # Postgres check a take-back needs; this boundary waits for it if it must.
+            self.check()
+            return
         try:
             ok = self.leases.renew(self.token)
         except redis.RedisError as exc:
             # Unreachable Redis: the lease is ours only until its local deadline, so this
             # attempt stops writing within one lease of losing Redis.
             if self.send_time_left_s() <= 0:
-                self.lost_why = f"Redis unreachable past the lease: {exc}"
-                raise LeaseLost(self.token, self.lost_why) from exc
+                self.lose(f"Redis unreachable past the lease: {exc}")
+                raise LeaseLost(self.token, self.lost_why or "") from exc
             return
         if not ok:
-            self.lost_why = "the lease key is gone or holds another attempt"
-            raise LeaseLost(self.token, self.lost_why)
+            if self.blipped():  # Redis went away meanwhile: the heartbeat judges it
+                self.check()
+                return
+            self.lose("the lease key is gone or holds another attempt")
+            raise LeaseLost(self.token, self.lost_why or "")
         self.renewed(started)
 
 
 class Heartbeat:
-    """Renews every lease this process holds, about every TTL/3."""
+    """Renews every lease this process holds, about every TTL/3, and at once when this
+    process's presence comes back after a store blip."""
 
     def __init__(
-        self, leases: Leases, interval_ms: int, stall_ms: int, presence: Presence | None = None
+        self,
+        leases: Leases,
+        interval_ms: int,
+        stall_ms: int,
+        presence: Presence | None = None,
+        owners: Owners | None = None,
+        blip_wait_ms: int = 0,
     ) -> None:
         self.leases = leases
         self.interval_ms = interval_ms
         self.stall_ms = stall_ms
         self.presence = presence
+        # Postgres's word on who owns a run: a lease taken back after Redis lost its data is
+        # trusted only with it (None: such a lease is given up, fail closed).
+        self.owners = owners
+        self.blip_wait_ms = blip_wait_ms
         self._held: dict[str, RunLease] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        if presence is not None:
+            presence.on_up(self._wake.set)
 
     def hold(self, token: Token, acquired_ms: int) -> RunLease:
         if self.presence is not None:
@@ -143,6 +231,9 @@ class Heartbeat:
             valid_until_ms=acquired_ms + self.leases.ttl_ms,
             presence=self.presence,
             fresh_ms=self.interval_ms // 2,
+            confirmed_ms=acquired_ms,
+            epoch="" if self.presence is None else self.presence.store_epoch,
+            blip_wait_ms=self.blip_wait_ms,
         )
         with self._lock:
             self._held[str(token)] = lease
@@ -162,9 +253,11 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def beat(self) -> None:
-        """Renew, in one pipeline, every lease whose run made progress within the stall bound."""
+        """Renew, in one pipeline, every lease whose run made progress within the stall bound;
+        leases confirmed before Redis lost its data are taken back (`_take_back`)."""
         now = monotonic_ms()
         with self._lock:
             held = list(self._held.values())
@@ -177,25 +270,74 @@ class Heartbeat:
                     attempt=h.token.attempt,
                     stalled_ms=now - h.last_progress_ms,
                 )
+        p = self.presence
+        if p is not None and not p.up:
+            # Absent: no renewal sent now would be trusted, and one that reaches a Redis this
+            # process has not yet seen come back must not be read as a lost lease. The runs
+            # wait (`RunLease.check`); the presence wakes this beat when it is back.
+            return
+        epoch = "" if p is None else p.store_epoch
+        back = [h for h in due if h.epoch and epoch and h.epoch != epoch]
+        due = [h for h in due if h not in back]
+        if back:
+            self._take_back(back, now, epoch)
         if not due:
             return
         try:
             results = self.leases.renew_many([h.token for h in due])
         except redis.RedisError as exc:
             for h in due:
-                if now >= h.valid_until_ms - SAFETY_MARGIN_MS:
-                    h.lost_why = f"Redis unreachable past the lease: {exc}"
+                if now >= h.valid_until_ms - SAFETY_MARGIN_MS and not h.blipped():
+                    h.lose(f"Redis unreachable past the lease: {exc}")
             log.warning("lease.renew_failed", error=str(exc), leases=len(due))
             return
         for h, ok in zip(due, results, strict=True):
             if ok:
                 h.renewed(now)
+            elif p is not None and (not p.up or p.up_since_ms > now or p.store_epoch != epoch):
+                continue  # Redis went away during this beat: judged at the next one
             else:
-                h.lost_why = "the lease key is gone or holds another attempt"
+                h.lose("the lease key is gone or holds another attempt")
                 log.warning("lease.lost", run_id=h.token.run_id, attempt=h.token.attempt)
 
+    def _take_back(self, back: list[RunLease], now: int, epoch: str) -> None:
+        """Redis lost its data since these leases were confirmed: renew them, or take back with
+        SET NX of their own token the keys it forgot, then trust each only once Postgres says
+        its attempt still owns the run (I3); one claimed meanwhile is lost and let go."""
+        try:
+            results = self.leases.renew_or_take_back([h.token for h in back])
+        except redis.RedisError as exc:
+            log.warning("lease.take_back_failed", error=str(exc), leases=len(back))
+            return
+        got = [h for h, r in zip(back, results, strict=True) if r]
+        for h, r in zip(back, results, strict=True):
+            if not r:  # a fence or a newer attempt holds it: the run was claimed
+                h.lose("its run was claimed while Redis was away")
+        if not got:
+            return
+        try:
+            owners = None if self.owners is None else self.owners([h.token.run_id for h in got])
+        except Exception as exc:  # Postgres away too: keep them untrusted, ask at the next beat
+            log.warning("lease.take_back_unchecked", error=str(exc), leases=len(got))
+            return
+        for h in got:
+            now_at = None if owners is None else owners.get(h.token.run_id)
+            if now_at is not None and now_at[0] == h.token.attempt and now_at[1] in OWNING:
+                h.epoch = epoch
+                h.renewed(now)
+                log.info("lease.taken_back", run_id=h.token.run_id, attempt=h.token.attempt)
+                continue
+            h.lose("its run was claimed while Redis was away")
+            # Let it go so the run's next attempt takes its lease at once (else it lapses).
+            with contextlib.suppress(redis.RedisError):
+                self.leases.release(h.token)
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_ms / 1000):
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_ms / 1000)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.beat()
             except Exception:  # the heartbeat must outlive any one bad renewal

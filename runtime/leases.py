@@ -12,6 +12,7 @@ itself lets anyone write: Postgres's attempt fence does that (I3).
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 
 import redis
@@ -114,6 +115,116 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(AR
 """
 
 
+# KEYS[1] = lease key, KEYS[2] = deadlines zset, KEYS[3] = the holder's leases set,
+# KEYS[4] = holders set; ARGV[1] = token, ARGV[2] = ttl ms, ARGV[3] = holder.
+# A lease last confirmed before Redis lost its data (a new store epoch): renewed while the key
+# still holds this token (1); taken back with `SET NX` of this same token, and indexed as an
+# acquire does, when the key is absent (2: Redis lost it, and nobody claimed the run since,
+# or a claimer's fence would hold the key); left alone when another token holds it (0). A
+# taken-back lease is trusted only once Postgres says its attempt still owns the run (I3).
+_RENEW_OR_TAKE_BACK = """
+local held = redis.call('GET', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+  return 1
+end
+if held ~= false then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[3])
+return 2
+"""
+
+# KEYS = the lease keys of runs found running with no lease; ARGV[1] = ttl ms, ARGV[2..] = the
+# fence token for each key (`<run id>:<attempt>:~sweep`). Before the sweeper claims such a run
+# it holds the key itself, only where it is still absent: a holder taking its lease back after
+# Redis lost its data (`_RENEW_OR_TAKE_BACK`, SET NX) and the claim exclude each other, so a
+# claimed attempt never holds a lease again. Returns 1 per key fenced, 0 per key someone holds.
+_FENCE_MISSING = """
+local got = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('SET', key, ARGV[i + 1], 'NX', 'PX', ARGV[1]) then
+    got[i] = 1
+  else
+    got[i] = 0
+  end
+end
+return got
+"""
+
+# KEYS = lease keys; ARGV = the fence token for each. Drops each fence `_FENCE_MISSING` set,
+# once its claim is done, so the run's next attempt takes its lease at once (a fence left by a
+# sweeper that died lapses by its TTL).
+_UNFENCE = """
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i] then redis.call('DEL', key) end
+end
+return 1
+"""
+
+# KEYS[1] = the store epoch hash; ARGV[1] = a fresh epoch id. What Redis this is: the hash's
+# `id` names the data (created here when absent, so a Redis that lost its data, restarted
+# empty or failed over to an empty replica, shows a new id), `born_ms` when that id was
+# created, `run_id` the server's own run id (INFO server: a restart or a failover changes it)
+# and `back_ms` when a new data id or run id was first seen, by Redis's clock. Returns
+# {id, born_ms, back_ms, now_ms, reconciled, requeued} (the last two: marks set once per
+# epoch by `_EPOCH_MARK`). Every process calls it on its own (re)connects and looks; the
+# first caller after the store came back stamps `back_ms`.
+_EPOCH = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+local id = redis.call('HGET', KEYS[1], 'id')
+if not id then
+  id = ARGV[1]
+  redis.call('HSET', KEYS[1], 'id', id, 'born_ms', now, 'run_id', run, 'back_ms', now)
+elseif redis.call('HGET', KEYS[1], 'run_id') ~= run then
+  redis.call('HSET', KEYS[1], 'run_id', run, 'back_ms', now)
+end
+local f = redis.call('HMGET', KEYS[1], 'born_ms', 'back_ms', 'reconciled', 'requeued')
+return {id, tonumber(f[1]), tonumber(f[2]), now, f[3] and 1 or 0, f[4] and 1 or 0}
+"""
+
+# KEYS[1] = the store epoch hash; ARGV[1] = the epoch id the caller saw, ARGV[2] = a mark
+# (`reconciled`: a full reconcile ran after the grace; `requeued`: queued runs were published
+# again). 1 for the one caller that set it in this epoch, 0 if set already or the epoch moved.
+_EPOCH_MARK = """
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+return redis.call('HSETNX', KEYS[1], ARGV[2], '1')
+"""
+
+# The fence token's holder part: no process is named so (holders are host-pid).
+FENCE_HOLDER = "~sweep"
+
+
+@dataclass(frozen=True)
+class StoreEpoch:
+    """Which Redis this is (see `_EPOCH`): its data id and when it came back, by its clock."""
+
+    id: str
+    born_ms: int
+    back_ms: int
+    now_ms: int
+    reconciled: bool
+    requeued: bool
+
+    def data_settling(self, grace_ms: int) -> bool:
+        """Within the grace after Redis came back without its data (or first started): live
+        holders are still taking back the leases it forgot, so no run found without one is
+        claimed yet."""
+        return self.now_ms - self.born_ms < grace_ms
+
+    def restart_settling(self, grace_ms: int) -> bool:
+        """Within the grace after Redis restarted or failed over with its data (a new server
+        run id): every holder's connections dropped at once and are coming back, so none is
+        judged dead by them yet. (After a data loss no stale holder is left to judge.)"""
+        return self.back_ms > self.born_ms and self.now_ms - self.back_ms < grace_ms
+
+
 @dataclass(frozen=True)
 class Token:
     """Names one attempt of one run: `<run id>:<attempt>:<holder>`."""
@@ -147,6 +258,12 @@ class Leases:
         self._reserve = client.register_script(_RESERVE)
         self._take_dead = client.register_script(_TAKE_DEAD)
         self._take_token = client.register_script(_TAKE_TOKEN)
+        self._renew_or_take_back = client.register_script(_RENEW_OR_TAKE_BACK)
+        self._fence_missing = client.register_script(_FENCE_MISSING)
+        self._unfence = client.register_script(_UNFENCE)
+        self._epoch_mark = client.register_script(_EPOCH_MARK)
+        self._epoch = client.register_script(_EPOCH)
+        self.epoch_key = store_epoch_key(namespace)
 
     def key(self, run_id: str) -> str:
         return f"{self.namespace}checkpoint:{run_id}"
@@ -279,6 +396,52 @@ class Leases:
             )
         )
 
+    def renew_or_take_back(self, tokens: list[Token]) -> list[int]:
+        """Renew leases last confirmed before Redis lost its data, taking back with SET NX of
+        their own token those whose key is gone (one round trip; see `_RENEW_OR_TAKE_BACK`):
+        1 renewed, 2 taken back (to be confirmed in Postgres), 0 held by another token."""
+        pipe = self.client.pipeline(transaction=False)
+        for token in tokens:
+            self._renew_or_take_back(
+                keys=[
+                    self.key(token.run_id),
+                    self.deadlines,
+                    self.leases_of(token.holder),
+                    self.holders_key,
+                ],
+                args=[str(token), self.ttl_ms, token.holder],
+                client=pipe,
+            )
+        return [int(r) for r in pipe.execute()]
+
+    def fence_missing(self, tokens: list[Token]) -> list[Token]:
+        """Hold the lease key of each run found running with no lease, where it is still
+        absent (see `_FENCE_MISSING`); returns the tokens fenced (the fence tokens' runs)."""
+        if not tokens:
+            return []
+        fences = [fence_token(t) for t in tokens]
+        got = self._fence_missing(
+            keys=[self.key(t.run_id) for t in tokens],
+            args=[self.ttl_ms, *[str(f) for f in fences]],
+        )
+        return [t for t, ok in zip(tokens, got, strict=True) if int(ok)]
+
+    def unfence(self, tokens: list[Token]) -> None:
+        """Drop the fences `fence_missing` set for these tokens (see `_UNFENCE`)."""
+        if tokens:
+            self._unfence(
+                keys=[self.key(t.run_id) for t in tokens],
+                args=[str(fence_token(t)) for t in tokens],
+            )
+
+    def store_epoch(self) -> StoreEpoch:
+        """Which Redis this is and when it came back (one round trip, see `_EPOCH`)."""
+        return _epoch_of(self._epoch(keys=[self.epoch_key], args=[uuid.uuid4().hex]))
+
+    def mark_epoch(self, epoch: StoreEpoch, mark: str) -> bool:
+        """Set a once-per-epoch mark; True for the one caller that set it (see `_EPOCH_MARK`)."""
+        return bool(self._epoch_mark(keys=[self.epoch_key], args=[epoch.id, mark]))
+
     def holder(self, run_id: str) -> str | None:
         raw = self.client.get(self.key(run_id))
         return None if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -328,3 +491,29 @@ def _text(raw: bytes | str) -> str:
 
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def store_epoch_key(namespace: str) -> str:
+    return f"{namespace}store:epoch"
+
+
+def fence_token(token: Token) -> Token:
+    """The token a sweeper holds a missing lease key with while it claims the run."""
+    return Token(token.run_id, token.attempt, FENCE_HOLDER)
+
+
+def read_store_epoch(client: redis.Redis[bytes], namespace: str) -> StoreEpoch:
+    """Run `_EPOCH` on this client (the presence's own connection, or the shared client)."""
+    script = client.register_script(_EPOCH)
+    return _epoch_of(script(keys=[store_epoch_key(namespace)], args=[uuid.uuid4().hex]))
+
+
+def _epoch_of(raw: list[bytes | int]) -> StoreEpoch:
+    return StoreEpoch(
+        id=_text(raw[0]),  # type: ignore[arg-type]
+        born_ms=int(raw[1]),
+        back_ms=int(raw[2]),
+        now_ms=int(raw[3]),
+        reconciled=bool(int(raw[4])),
+        requeued=bool(int(raw[5])),
+    )

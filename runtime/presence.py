@@ -12,6 +12,11 @@ it before any claim can happen; and when it reconnects it bumps its presence epo
 (`presence:epoch:<holder>`) before trusting any renewal again. The death watch deletes a
 holder's leases only while that epoch is unchanged (one Lua script), so either the holder came
 back first (its leases are left alone) or its leases are gone and its renewals fail.
+
+On every (re)connect it also reads the store epoch (`leases.read_store_epoch`): a Redis that
+lost its data (restarted empty, an empty replica promoted) shows a new epoch id, and only then
+may the heartbeat take back, with SET NX of their own tokens, the leases Redis forgot
+(`heartbeat.py`). Whoever waits on a reconnect (the heartbeat) is woken at once.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 import structlog
 
-from runtime.leases import CONNECTION_PREFIX
+from runtime.leases import CONNECTION_PREFIX, read_store_epoch
 from runtime.redis_clients import RedisTarget, client_for
 
 log = structlog.get_logger(__name__)
@@ -68,6 +74,10 @@ class Presence:
         # when it is up again (monotonic ms).
         self.lost_at_ms = _ms()
         self.up_since_ms = 0
+        # The store epoch id Redis showed at the last (re)connect ("" before the first): a
+        # change means Redis lost its data meanwhile (see leases._EPOCH).
+        self.store_epoch = ""
+        self._on_up: list[Callable[[], None]] = []
         self._pid = os.getpid()
         self._started = threading.Event()
         self._stop = threading.Event()
@@ -88,6 +98,10 @@ class Presence:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def on_up(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (it must not block) each time the presence is (re)established."""
+        self._on_up.append(wake)
 
     def close_inherited(self) -> None:
         """In a forked child: close the parent's presence socket here, so the parent's death
@@ -122,11 +136,14 @@ class Presence:
                 )
                 # The epoch first: a renewal is trusted only if sent after this.
                 client.incr(epoch_key(self.namespace, self.holder))
+                self.store_epoch = read_store_epoch(client, self.namespace).id
                 self.connection_id = int(client.client_id())
                 self.up_since_ms = _ms()
                 self.up = True
                 self._started.set()
-                log.info("presence.up", holder=self.holder)
+                log.info("presence.up", holder=self.holder, store_epoch=self.store_epoch)
+                for woken in self._on_up:
+                    woken()
                 wake = f"{self.namespace}presence:wake:{self.holder}"
                 while not self._stop.is_set():
                     client.blpop([wake], timeout=BLOCK_S)

@@ -16,7 +16,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from runtime import pools
-from runtime.heartbeat import Heartbeat
+from runtime.heartbeat import Heartbeat, Owners
 from runtime.leases import Leases
 from runtime.models.base import ModelError, ModelProvider
 from runtime.models.scripted import ScriptedProvider
@@ -28,6 +28,7 @@ from runtime.tool_sources import load_registry
 from runtime.tools import ToolRegistry
 from store import db
 from store.rows import RunRow
+from store.runs import attempt_statuses
 
 
 class Publisher(Protocol):
@@ -115,18 +116,38 @@ def build(
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
     presence = Presence(target, settings.namespace, holder, t.death_grace_ms)
+    engine = db.engine_for(settings.database_url, pools.pool_max(settings.db_pool_max), name)
+    heartbeat = Heartbeat(
+        leases,
+        t.heartbeat_ms,
+        t.stall_ms,
+        presence,
+        owners=owners_in(engine),
+        blip_wait_ms=t.lease_ttl_ms + t.store_grace_ms,
+    )
     return Services(
         settings=settings,
-        engine=db.engine_for(settings.database_url, pools.pool_max(settings.db_pool_max), name),
+        engine=engine,
         redis=client,
         leases=leases,
-        heartbeat=Heartbeat(leases, t.heartbeat_ms, t.stall_ms, presence),
+        heartbeat=heartbeat,
         sealer=sealer or load_sealer(settings.production),
         tools=tools or registry_for(settings),
         publisher=publisher,
         holder=holder,
         presence=presence,
     )
+
+
+def owners_in(engine: sa.Engine) -> Owners:
+    """Postgres's word on where runs stand (one read): what a lease taken back after Redis
+    lost its data is checked against before it is trusted (runtime/heartbeat.py)."""
+
+    def owners(run_ids: list[str]) -> dict[str, tuple[int, str]]:
+        with engine.connect() as conn:
+            return {str(k): (int(a), st) for k, (a, st) in attempt_statuses(conn, run_ids).items()}
+
+    return owners
 
 
 _registry_lock = threading.Lock()

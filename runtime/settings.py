@@ -207,8 +207,21 @@ class Timings:
     # a fast step reads them once, with its checkpoint, not again before the next model step.
     # Calls always go through the gates their step's checkpoint read; 0 reads at every boundary.
     gates_fresh_ms: int = 250
+    # After Redis comes back (restarted, failed over, or empty: a new store epoch), nothing is
+    # claimed for this long: live holders re-establish presence and take their leases back
+    # within it, and only runs whose holders never came back are claimed. It must exceed a
+    # heartbeat; 0 means the heartbeat plus the death grace.
+    store_grace_ms: int = 0
 
     def __post_init__(self) -> None:
+        if self.store_grace_ms == 0:
+            object.__setattr__(self, "store_grace_ms", self.heartbeat_ms + self.death_grace_ms)
+        if self.store_grace_ms <= self.heartbeat_ms:
+            raise ConfigError(
+                "LIYAGENT_STORE_GRACE_MS must exceed LIYAGENT_HEARTBEAT_MS (live holders take "
+                f"their leases back within a heartbeat; got {self.store_grace_ms} and "
+                f"{self.heartbeat_ms})"
+            )
         if self.heartbeat_ms * 2 >= self.lease_ttl_ms:
             raise ConfigError(
                 "LIYAGENT_HEARTBEAT_MS must be under half of LIYAGENT_LEASE_TTL_MS "
@@ -244,6 +257,7 @@ class Timings:
             death_grace_ms=_env_int("LIYAGENT_DEATH_GRACE_MS", cls.death_grace_ms),
             death_poll_ms=_env_int("LIYAGENT_DEATH_POLL_MS", cls.death_poll_ms),
             gates_fresh_ms=_env_int("LIYAGENT_GATES_FRESH_MS", cls.gates_fresh_ms),
+            store_grace_ms=_env_int("LIYAGENT_STORE_GRACE_MS", cls.store_grace_ms),
         )
 
 

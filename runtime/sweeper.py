@@ -4,6 +4,15 @@ It runs every few seconds from beat under a Redis lock (two beats are harmless);
 Postgres is the real guard: one conditional update per lapsed run, of two sweeps one wins (I4).
 Lapsed leases are found through the deadline index; a periodic full reconcile (and one after
 Redis loses its data) also finds running runs that hold no lease at all.
+
+A store blip is not a death. After Redis comes back without its data (a new store epoch),
+no run is claimed for having no lease for `store_grace_ms`: live holders re-establish presence
+and take their leases back meanwhile (runtime/heartbeat.py). A run then found running with no
+lease has its key fenced first (`Leases.fence_missing`: a take-back and the claim exclude each
+other), and is claimed as a store fault, with no loss charged, while its holder's process is
+connected to Redis, or as a loss when that process is gone. Queued runs whose messages Redis
+lost are published again as soon as the new epoch is seen (`requeue_lost_messages`), not after
+the outbox's `requeue_after_ms`.
 """
 
 from __future__ import annotations
@@ -11,13 +20,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import redis
 import structlog
 
-from runtime.leases import Token
+from runtime.leases import StoreEpoch, Token
 from runtime.services import Services
-from store.runs import attempt_statuses, claim_lost_many, select_live, touch_stale_queued
+from store.rows import Attempt, RunId
+from store.runs import (
+    attempt_statuses,
+    claim_lost_many,
+    claim_store_faulted_many,
+    db_now,
+    select_live,
+    touch_queued_before,
+    touch_stale_queued,
+)
 from store.waits import wake_ready
 
 log = structlog.get_logger(__name__)
@@ -34,13 +53,20 @@ class SweepReport:
     claimed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     republished: list[str] = field(default_factory=list)
+    # Claimed as a store fault (Redis lost the lease; the holder lives): no loss charged.
+    store_faulted: list[str] = field(default_factory=list)
+    # Within the grace after Redis came back without its data: no run was claimed for having
+    # no lease.
+    settling: bool = False
     duration_ms: float = 0.0
 
     def to_json(self) -> dict[str, object]:
         return {
             "ran": self.ran,
             "full_scan": self.full_scan,
+            "settling": self.settling,
             "claimed": self.claimed,
+            "store_faulted": self.store_faulted,
             "failed": self.failed,
             "republished": self.republished,
             "duration_ms": round(self.duration_ms, 2),
@@ -54,7 +80,7 @@ class Sweeper:
         ns = services.settings.namespace
         self.lock_key = f"{ns}sweeper:lock"
         self.count_key = f"{ns}sweeper:count"
-        self.epoch_key = f"{ns}sweeper:epoch"
+        self._sent: set[tuple[str, int]] = set()
 
     def sweep(self) -> SweepReport:
         """One sweep, if no other sweep holds the lock."""
@@ -74,7 +100,7 @@ class Sweeper:
                 log.warning("sweep.lock_expired")
         report.duration_ms = (time.perf_counter() - started) * 1000
         self._record_duration(report.duration_ms)
-        if report.claimed or report.failed or report.republished:
+        if report.claimed or report.failed or report.republished or report.store_faulted:
             log.info("sweep.done", **report.to_json())
         return report
 
@@ -92,9 +118,19 @@ class Sweeper:
     def _sweep(self) -> SweepReport:
         report = SweepReport()
         count = int(self.s.redis.incr(self.count_key))
-        # A missing epoch marker means Redis lost its data: leases and the index are gone.
-        fresh_redis = bool(self.s.redis.set(self.epoch_key, "1", nx=True))
-        report.full_scan = fresh_redis or count % self.s.settings.timings.full_scan_every == 1
+        epoch = self.s.leases.store_epoch()
+        requeued = requeue_lost_messages(self.s, epoch)
+        report.republished += [run_id for run_id, _ in requeued]
+        self._sent = set(requeued)  # one message per run and attempt from one sweep
+        # Right after Redis came back without its data, live holders are still taking their
+        # leases back: no run is claimed for having none until the grace has passed. (Lapsed
+        # leases are this epoch's own, and no holder can take one back: they are claimed.)
+        report.settling = epoch.data_settling(self.s.settings.timings.store_grace_ms)
+        # Until a full reconcile ran in this epoch (Redis lost its data: leases and the index
+        # are gone), every sweep after the grace reconciles running runs against Redis.
+        report.full_scan = not report.settling and (
+            not epoch.reconciled or count % self.s.settings.timings.full_scan_every == 1
+        )
         candidates = {(t.run_id, t.attempt): t for t in self.s.leases.lapsed()}
         if report.full_scan:
             with self.s.engine.connect() as conn:
@@ -104,15 +140,24 @@ class Sweeper:
                 if run_id not in alive:
                     candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
         self._take(list(candidates.values()), report)
+        if report.full_scan and not epoch.reconciled:
+            self.s.leases.mark_epoch(epoch, "reconciled")
         with self.s.engine.connect() as conn:
             woken = wake_ready(conn)
             stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
         again: list[tuple[str, int]] = [*woken, *stale]
         again += self._orphaned({run_id for run_id, _ in stale})
         for run, attempt_no in again:
-            self.s.publisher.publish(run, attempt_no)
-            report.republished.append(run)
+            self._publish_again(run, attempt_no, report)
         return report
+
+    def _publish_again(self, run_id: str, attempt: int, report: SweepReport) -> None:
+        """Publish a queued run's message again, unless this sweep did already."""
+        if (run_id, attempt) in self._sent:
+            return
+        self._sent.add((run_id, attempt))
+        self.s.publisher.publish(run_id, attempt)
+        report.republished.append(run_id)
 
     def _orphaned(self, stale: set[str]) -> list[tuple[str, int]]:
         """Runs whose message a worker took off the queue more than the death grace ago and
@@ -140,34 +185,48 @@ class Sweeper:
         return [(r, a) for r, a in left if now.get(r) == (a, "queued")]
 
     def _take(self, tokens: list[Token], report: SweepReport) -> None:
-        """Claim, in one statement, every candidate whose lease is really gone (I4)."""
-        holders = self.s.leases.holders([t.run_id for t in tokens])
-        gone = [t for t, holder in zip(tokens, holders, strict=True) if holder is None]
+        """Claim, in one statement each, every candidate whose lease is really gone (I4): a
+        lapsed lease as a loss; a missing one (found by the full reconcile) once its key is
+        fenced, as a store fault while its holder's process is connected, else as a loss."""
+        known = [t for t in tokens if t.holder != "?"]
+        holders = self.s.leases.holders([t.run_id for t in known])
+        gone = [t for t, holder in zip(known, holders, strict=True) if holder is None]
         # Renewed since the index was read (alive), or held by a newer attempt (stale entry).
-        newer = [t for t, h in zip(tokens, holders, strict=True) if h not in (None, str(t))]
+        newer = [t for t, h in zip(known, holders, strict=True) if h not in (None, str(t))]
+        # Running with no lease at all (Redis lost it): held by the sweeper while it claims,
+        # so a holder taking its lease back meanwhile and this claim exclude each other.
+        fenced = self.s.leases.fence_missing([t for t in tokens if t.holder == "?"])
+        present = sorted(self.s.leases.connected_holders()) if fenced else []
         limit = self.s.settings.timings.loss_limit
-        with self.s.engine.connect() as conn:
-            claims = [
-                *claim_lost_many(
-                    conn, [(t.run_id, t.attempt) for t in gone if t.holder != "?"], limit
-                ),
-                # Found by the full reconcile: running, with no lease at all (Redis lost it).
-                *claim_lost_many(
-                    conn,
-                    [(t.run_id, t.attempt) for t in gone if t.holder == "?"],
-                    limit,
-                    seen="lease_missing",
-                ),
-            ]
-            won = {c.run_id for c in claims}
-            left = [t for t in gone if t.run_id not in won]
-            now = attempt_statuses(conn, [t.run_id for t in left]) if left else {}
+        missing = [(t.run_id, t.attempt) for t in fenced]
+        try:
+            with self.s.engine.connect() as conn:
+                faulted = claim_store_faulted_many(conn, missing, present)
+                won = {c.run_id for c in faulted}
+                claims = [
+                    *claim_lost_many(conn, [(t.run_id, t.attempt) for t in gone], limit),
+                    *claim_lost_many(
+                        conn, [p for p in missing if p[0] not in won], limit, seen="lease_missing"
+                    ),
+                ]
+                won |= {c.run_id for c in claims}
+                left = [t for t in [*gone, *fenced] if t.run_id not in won]
+                now = attempt_statuses(conn, [t.run_id for t in left]) if left else {}
+        finally:
+            self.s.leases.unfence(fenced)  # the claims are committed: next attempts may lease
         self.s.leases.forget_many(gone + newer)
         for token in left:
             # Died between taking the lease and claiming the queued run: publish it again.
             if now.get(token.run_id) == (token.attempt, "queued"):
-                self.s.publisher.publish(token.run_id, token.attempt)
-                report.republished.append(token.run_id)
+                self._publish_again(token.run_id, token.attempt, report)
+        for claim in faulted:
+            if claim.status == "failed":
+                report.failed.append(claim.run_id)
+                log.warning("sweep.run_failed", run_id=claim.run_id, reason="store_fault")
+                continue
+            report.store_faulted.append(claim.run_id)
+            log.info("sweep.store_faulted", run_id=claim.run_id, attempt=claim.attempt)
+            self.s.publisher.publish(claim.run_id, claim.attempt)
         for claim in claims:
             if claim.status == "failed":
                 report.failed.append(claim.run_id)
@@ -182,3 +241,34 @@ class Sweeper:
                 step=claim.step,
             )
             self.s.publisher.publish(claim.run_id, claim.attempt)
+
+
+def requeue_lost_messages(s: Services, epoch: StoreEpoch) -> list[tuple[str, int]]:
+    """Once per store epoch, as soon as it is seen (by a sweep or the death watch): publish
+    again every run queued since before this Redis's data was born, whose message went to the
+    Redis that is gone (or to none, while Redis was away). The cut-off is Postgres's clock read
+    first, less the epoch's age by Redis's clock read after it: it errs towards leaving a run
+    queued at the very moment Redis came back to the outbox, never towards publishing one
+    queued (or claimed) after. Each run is stamped by one statement so that only one caller
+    publishes it (a message that arrives anyway is dropped by the lease and the claim, I4)."""
+    if epoch.requeued:
+        return []
+    again: list[tuple[RunId, Attempt]] = []
+    with s.engine.connect() as conn:
+        now = db_now(conn)
+        epoch = s.leases.store_epoch()  # after Postgres's clock: the age is no shorter
+        if epoch.requeued:
+            return []
+        # Never later than now: a run stamped by this loop (queued_at = now()) is not matched
+        # again.
+        cutoff = min(now, now - timedelta(milliseconds=epoch.now_ms - epoch.born_ms))
+        while batch := touch_queued_before(conn, cutoff):
+            again += batch
+    for run_id, attempt in again:
+        s.publisher.publish(run_id, attempt)
+    # Marked after publishing: a caller that fails first leaves the runs it did not stamp to
+    # the next one (those it stamped are the outbox's).
+    s.leases.mark_epoch(epoch, "requeued")
+    if again:
+        log.info("sweep.requeued_lost_messages", runs=len(again), store_epoch=epoch.id)
+    return [(str(run_id), int(attempt)) for run_id, attempt in again]

@@ -253,6 +253,31 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
     return Attempt(row.attempt)
 
 
+# What every claim statement ends with, after its update `c`: a failed run's notice on its
+# transcript and its end on its entry points, in the same statement, then the claims.
+_CLAIMED_TAIL = f"""t AS (
+                INSERT INTO transcript_messages (run_id, role, content)
+                SELECT id, 'notice', 'This run failed: ' || failure_reason
+                FROM c WHERE status = 'failed')
+            {
+    ends_cte("c", success=False, outcome_sql="c.failure_reason", where="c.status = 'failed'")
+}
+            SELECT id, attempt, status, lost_count, step FROM c"""
+
+
+def _claim_results(rows: Any) -> list[ClaimResult]:
+    return [
+        ClaimResult(
+            run_id=RunId(r.id),
+            attempt=Attempt(r.attempt),
+            status=r.status,
+            lost_count=r.lost_count,
+            step=r.step,
+        )
+        for r in rows
+    ]
+
+
 def claim_lost(
     conn: sa.Connection, run_id: str, attempt: int, loss_limit: int, seen: str = "lease_lapsed"
 ) -> ClaimResult | None:
@@ -344,16 +369,7 @@ def claim_lost_many(
                                                        WHEN NOT resumable THEN 'interrupted'
                                                        ELSE 'loss_limit' END)
                 FROM c),
-            t AS (
-                INSERT INTO transcript_messages (run_id, role, content)
-                SELECT id, 'notice', 'This run failed: ' || failure_reason
-                FROM c WHERE status = 'failed')
-            {
-                ends_cte(
-                    "c", success=False, outcome_sql="c.failure_reason", where="c.status = 'failed'"
-                )
-            }
-            SELECT id, attempt, status, lost_count, step FROM c
+            {_CLAIMED_TAIL}
             """
         ),
         {
@@ -363,16 +379,111 @@ def claim_lost_many(
             "seen": seen,
         },
     ).all()
-    return [
-        ClaimResult(
-            run_id=RunId(r.id),
-            attempt=Attempt(r.attempt),
-            status=r.status,
-            lost_count=r.lost_count,
-            step=r.step,
-        )
-        for r in rows
-    ]
+    return _claim_results(rows)
+
+
+def claim_store_faulted_many(
+    conn: sa.Connection, faulted: list[tuple[str, int]], present: list[str]
+) -> list[ClaimResult]:
+    """Claim runs that lost their lease to a store fault (Redis lost it) while their holder's
+    process lives (its holder is in `present`, connected to Redis now): each exactly once (I4),
+    in one statement, matching only at that attempt while running or answered and still
+    claimed by a present holder. The attempt goes up and the run is queued again (an answered
+    one stays answered to hand its answer on), with no loss charged: `lost_count` is left as
+    it is, so a store blip never counts toward the loss limit; the resume is audited as
+    `agent.run.store_fault` (detail reason `store_fault`). A run not written ahead cannot
+    resume and is failed with the reason. Runs whose holder is gone are `claim_lost_many`'s."""
+    if not faulted or not present:
+        return []
+    faulted = sorted(faulted)  # one lock order for every claimer (see claim_lost_many)
+    rows = conn.execute(
+        sql(
+            f"""
+            WITH picked AS MATERIALIZED (
+                SELECT r.id FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]))
+                    AS l(faulted_id, faulted_attempt)
+                CROSS JOIN LATERAL (
+                    SELECT id FROM runs
+                    WHERE id = l.faulted_id AND attempt = l.faulted_attempt
+                      AND status IN ('running', 'answered')
+                      AND claimed_by = ANY(CAST(:present AS text[]))
+                    FOR UPDATE) AS r),
+            c AS (
+                UPDATE runs SET
+                    attempt = runs.attempt + 1,
+                    deliveries = 0,
+                    resume_reason = 'store_fault',
+                    queued_at = now(),
+                    updated_at = now(),
+                    status = CASE
+                        WHEN status = 'answered' THEN 'answered'
+                        WHEN NOT resumable THEN 'failed'
+                        ELSE 'queued' END,
+                    failure_reason = CASE
+                        WHEN status <> 'answered' AND NOT resumable
+                        THEN 'interrupted: Redis lost its lease while it ran and it was not '
+                             || 'written ahead, so it cannot resume; start it again'
+                        ELSE failure_reason END,
+                    finished_at = CASE
+                        WHEN status <> 'answered' AND NOT resumable THEN now()
+                        ELSE finished_at END
+                WHERE runs.id = ANY(ARRAY(SELECT id FROM picked))
+                  AND status IN ('running', 'answered')
+                RETURNING runs.id, runs.attempt, status, lost_count, step, failure_reason,
+                          resumable, claimed_by, claimed_at),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
+                                ELSE 'agent.run.store_fault' END,
+                       attempt, step,
+                       jsonb_build_object('reason', 'store_fault', 'lost_count', lost_count,
+                                          'faulted_attempt', attempt - 1,
+                                          'holder', claimed_by, 'seen', 'lease_missing',
+                                          'faulted_claimed_at', claimed_at,
+                                          'failure', failure_reason,
+                                          'code', CASE WHEN status = 'failed'
+                                                       THEN 'interrupted' END)
+                FROM c),
+            {_CLAIMED_TAIL}
+            """
+        ),
+        {
+            "ids": [r for r, _ in faulted],
+            "attempts": [a for _, a in faulted],
+            "present": present,
+        },
+    ).all()
+    return _claim_results(rows)
+
+
+def touch_queued_before(
+    conn: sa.Connection, before: Any, limit: int = 500
+) -> list[tuple[RunId, Attempt]]:
+    """Runs queued since before `before` (a Postgres timestamp), stamped now so that only one
+    caller publishes each again: after Redis came back empty, every queued run's message may
+    be gone with it. Stamped rows are not matched again, so a caller loops until none are
+    left."""
+    rows = conn.execute(
+        sql(
+            """
+            UPDATE runs SET queued_at = now()
+            WHERE id IN (
+                SELECT id FROM runs
+                WHERE status = 'queued' AND queued_at < :before
+                ORDER BY queued_at
+                LIMIT :limit
+                FOR UPDATE SKIP LOCKED)
+            RETURNING id, attempt
+            """
+        ),
+        {"before": before, "limit": limit},
+    ).all()
+    return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
+
+
+def db_now(conn: sa.Connection) -> Any:
+    """Postgres's clock now (the cut-off `touch_queued_before` compares with)."""
+    return conn.execute(sql("SELECT now() AS now")).scalar_one()
 
 
 def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:

@@ -38,6 +38,25 @@ def test_acquire_is_exclusive_and_renew_release_compare_the_token(leases) -> Non
     assert leases.lapsed() == []  # the index entry left with the lease
 
 
+def test_a_lease_redis_forgot_is_taken_back_by_its_token_unless_a_claimer_fenced_it(
+    leases,
+) -> None:
+    mine = Token("r9", 1, "a")
+    assert leases.acquire(mine)
+    leases.client.delete(leases.key("r9"))  # Redis lost it
+    assert leases.renew_or_take_back([mine]) == [2]  # taken back, SET NX of its own token
+    assert leases.holder("r9") == str(mine)
+    assert leases.renew_or_take_back([mine]) == [1]  # now a plain renewal
+    leases.client.delete(leases.key("r9"))
+    assert leases.fence_missing([mine]) == [mine]  # the sweeper holds the key to claim it
+    assert leases.renew_or_take_back([mine]) == [0]  # so the holder cannot take it back
+    assert leases.fence_missing([mine]) == []  # and one fence at a time
+    leases.unfence([mine])
+    assert leases.holder("r9") is None
+    assert leases.acquire(Token("r9", 2, "b"))  # the run's next attempt
+    assert leases.renew_or_take_back([mine]) == [0]
+
+
 def test_lapsed_lease_is_indexed_until_forgotten(leases) -> None:
     token = Token("r2", 1, "a")
     assert leases.acquire(token)

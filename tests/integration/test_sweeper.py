@@ -172,6 +172,24 @@ def test_worker_dead_between_lease_and_claim_is_republished(stack) -> None:
     assert stack.client.get(run_id).attempt == 1  # not a loss: it never ran
 
 
+def _forget_everything(services) -> None:
+    """Redis restarted empty: every lease, index entry and the store epoch are gone (the
+    services' own presence connection stays, as a live process reconnects)."""
+    client = redis.Redis.from_url(services.settings.redis_url)
+    keys = list(client.scan_iter(match=f"{services.settings.namespace}*"))
+    client.delete(*keys)
+
+
+def _sweep_after_the_store_grace(services, sweeper: Sweeper):
+    """Sweep, within the grace after Redis came back (nothing without a lease is claimed),
+    then once the grace has passed."""
+    first = sweeper.sweep()
+    assert first.settling and first.claimed == first.store_faulted == []
+    grace_s = services.settings.timings.store_grace_ms / 1000
+    time.sleep(grace_s)  # the test waits out the grace; the engine never sleeps on it
+    return sweeper.sweep()
+
+
 def test_redis_losing_its_data_is_reconciled_from_postgres(stack) -> None:
     publisher = RecordingPublisher()
     services = services_with(stack, publisher)
@@ -184,14 +202,62 @@ def test_redis_losing_its_data_is_reconciled_from_postgres(stack) -> None:
     assert services.leases.acquire(lease)
     with stack.db() as conn:
         claim_delivery(conn, run_id, 1, "test-worker")
-    # Redis restarted empty: the lease, its index entry and the epoch marker are all gone.
-    client = redis.Redis.from_url(services.settings.redis_url)
-    keys = list(client.scan_iter(match=f"{services.settings.namespace}*"))
-    client.delete(*keys)
+    _forget_everything(services)
     publisher.sent.clear()
-    report = sweeper.sweep()
+    report = _sweep_after_the_store_grace(services, sweeper)
     assert report.full_scan and report.claimed == [run_id]
     assert publisher.sent == [(run_id, 2)]
+    # Its holder never came back (no connection of it): a loss, charged.
+    assert stack.client.get(run_id).lost_count == 1
+
+
+def test_a_run_whose_live_holder_lost_its_lease_with_redis_is_resumed_uncharged(stack) -> None:
+    """Redis lost its data and the holder's process lives (connected) but did not take its
+    lease back: the run is claimed as a store fault, audited so, with no loss charged."""
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    services.presence.start()  # this process is the live holder
+    sweeper = Sweeper(services)
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    assert services.leases.acquire(Token(run_id, 1, services.holder))
+    with stack.db() as conn:
+        claim_delivery(conn, run_id, 1, services.holder)
+    _forget_everything(services)
+    publisher.sent.clear()
+    report = _sweep_after_the_store_grace(services, sweeper)
+    assert report.store_faulted == [run_id] and report.claimed == []
+    assert publisher.sent == [(run_id, 2)]
+    run = stack.client.get(run_id)
+    assert (run.attempt, run.lost_count) == (2, 0)
+    audits = stack.rows(
+        "SELECT kind, detail->>'reason' AS reason FROM audit_events WHERE run_id = :r "
+        "AND kind IN ('agent.run.lost', 'agent.run.store_fault')",
+        r=run_id,
+    )
+    assert [(a.kind, a.reason) for a in audits] == [("agent.run.store_fault", "store_fault")]
+    # The fence is gone once the claim is done: the next attempt takes its lease at once.
+    assert services.leases.acquire(Token(run_id, 2, "next-worker"))
+
+
+def test_queued_runs_are_published_again_as_soon_as_redis_comes_back_empty(stack) -> None:
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    sweeper = Sweeper(services)
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    sweeper.sweep()  # this Redis's epoch: the run's message is in it
+    publisher.sent.clear()
+    sweeper.sweep()
+    assert publisher.sent == []
+    _forget_everything(services)  # and its message with it
+    report = sweeper.sweep()  # long before the outbox's requeue_after_ms
+    assert publisher.sent == [(run_id, 1)] and report.republished == [run_id]
+    publisher.sent.clear()
+    sweeper.sweep()
+    assert publisher.sent == []  # once per epoch
 
 
 def test_live_lease_is_never_claimed(stack) -> None:

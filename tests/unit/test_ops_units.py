@@ -148,6 +148,15 @@ def test_gate_freshness_is_read_from_the_environment_and_checked(monkeypatch) ->
         Timings.from_env()
 
 
+def test_the_store_grace_defaults_above_a_heartbeat_and_must_exceed_one(monkeypatch) -> None:
+    t = Timings(lease_ttl_ms=3000, heartbeat_ms=900, death_grace_ms=1000)
+    assert t.store_grace_ms == 1900  # a heartbeat plus the death grace
+    monkeypatch.setenv("LIYAGENT_HEARTBEAT_MS", "900")
+    monkeypatch.setenv("LIYAGENT_STORE_GRACE_MS", "900")
+    with pytest.raises(ConfigError, match="LIYAGENT_STORE_GRACE_MS must exceed"):
+        Timings.from_env()
+
+
 def _settings(**changes: str) -> Settings:
     return Settings(**changes)  # type: ignore[arg-type]
 
