@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+from runtime import chain
+from store.checkpoints import select_step_records
+from store.runs import get_run
 from tests.support.scripts import mixed
 
 KILL_AT_SECOND_RECORD = "after_checkpoint:kill:2"
@@ -85,3 +88,30 @@ def test_intact_chain_resumes_and_finishes(stack) -> None:
     assert stack.asked(run_id) == {1: 1, 2: 1, 3: 1, 4: 1}
     steps = stack.rows("SELECT step FROM run_steps WHERE run_id = :r ORDER BY step", r=run_id)
     assert [s.step for s in steps] == [1, 2, 3]
+
+
+@pytest.mark.kill
+def test_run_checkpointed_before_the_upgrade_resumes_from_its_whole_state(stack) -> None:
+    """A run in flight during the upgrade has its latest whole state in `runs.checkpoint` (as
+    the code before step records sealed it: purpose `checkpoint`, the run's step) and no step
+    records: it resumes from that state, and its next steps add records chained to it."""
+    run_id = stack.kill_at(KILL_AT_SECOND_RECORD, lambda: stack.start(mixed("u")))
+    with stack.db() as conn:
+        run = get_run(conn, run_id)
+        state = chain.rebuild(stack.sealer, run, select_step_records(conn, run_id))
+    whole = stack.sealer.seal(run_id, "checkpoint", state.step, state.to_payload())
+    stack.rows(
+        "UPDATE runs SET checkpoint = :c WHERE id = :r AND step = 2 RETURNING 1", c=whole, r=run_id
+    )
+    stack.rows("DELETE FROM run_steps WHERE run_id = :r RETURNING 1", r=run_id)
+
+    stack.worker("survivor")
+    stack.beat()
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded", view
+    # Step 2's comment was taken up from the whole state; step 3 was asked once and recorded.
+    assert stack.asked(run_id) == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert [
+        s.step for s in stack.rows("SELECT step FROM run_steps WHERE run_id = :r", r=run_id)
+    ] == [3]
+    assert stack.posts_by_vendor(run_id) == {"incidents": 1, "issues": 1, "chat": 1}
