@@ -3,14 +3,15 @@ JSON: a run's story read from Postgres, and what an operator's action did. Every
 carries its time; the transcript shows each tool call (liyagent/transcript.py) between the
 run's input and its answer.
 
-The run's latest checkpoint is opened with the sealer to show what each step asked for (its
-history lists every step written); one that fails its seal is reported as such (never used,
-never crashed on), exactly as a resume would treat it.
+The run's checkpoints (its base and step records, runtime/chain.py) are opened with the sealer
+to show what each step asked for (its history lists every step written); one that fails its seal
+is reported as such (never used, never crashed on), exactly as a resume would treat it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,9 +23,10 @@ from rich.table import Table
 from rich.text import Text
 
 from liyagent.transcript import CallEntry, tool_calls
+from runtime import chain
 from runtime.client import RunView
 from runtime.sealing import Sealer, SealError
-from store.checkpoints import select_marks
+from store.checkpoints import StepRecord, select_marks, select_step_records
 from store.records import select_audit, select_transcript
 from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, StopRow, TranscriptRow
 from store.runs import get_run
@@ -61,7 +63,9 @@ class RunReport:
     calls: list[CallEntry]
 
 
-def open_checkpoints(sealer: Sealer, run: RunRow) -> list[CheckpointView]:
+def open_checkpoints(
+    sealer: Sealer, run: RunRow, records: Sequence[StepRecord] = ()
+) -> list[CheckpointView]:
     """The steps the run's latest checkpoint holds, oldest first; a checkpoint that does not
     verify is reported (one row saying why), never raised."""
     if run.checkpoint is None:
@@ -69,7 +73,7 @@ def open_checkpoints(sealer: Sealer, run: RunRow) -> list[CheckpointView]:
     written = run.checkpointed_at
     attempt = run.checkpoint_attempt or run.attempt
     try:
-        payload = sealer.open(run.id, "checkpoint", run.step, run.checkpoint)
+        payload = chain.rebuild(sealer, run, records).to_payload()
         asked = [
             [{"id": str(c["id"]), "tool": str(c["name"])} for c in m.get("tool_calls") or []]
             for m in payload.get("messages", [])
@@ -105,11 +109,12 @@ def inspect_run(engine: sa.Engine, sealer: Sealer, run_id: str) -> RunReport:
     with engine.connect() as conn:
         run = get_run(conn, run_id)
         marks = select_marks(conn, run_id)
+        records = select_step_records(conn, run_id)
         audit = select_audit(conn, run_id)
         transcript = select_transcript(conn, run_id)
     answer, answer_error = _answer(sealer, run)
-    checkpoints = open_checkpoints(sealer, run)
-    calls = tool_calls(sealer, run, marks, audit)
+    checkpoints = open_checkpoints(sealer, run, records)
+    calls = tool_calls(sealer, run, marks, audit, records)
     return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript, calls)
 
 

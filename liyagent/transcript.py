@@ -1,11 +1,12 @@
 """The tool calls of a run, for `inspect`'s transcript: each call a model step asked for, with
 its tool, kind, arguments, how it was settled and its result, read from what Postgres holds.
 
-The run's latest checkpoint (opened against its seal) holds every step's calls and the results
-of every step but the last; a marked call (a write) adds its kind, its settlement and, once
-recorded, its sealed outcome; a resume's audit names how it took each call up. A read's result
-in the last step went only to the model, so none is shown. Secrets never reach the screen:
-values under secret-looking names, and values shaped like credentials, are replaced.
+The run's checkpoints (its base and step records, opened against their seals) hold every step's
+calls and the results of every step but the last; a marked call (a write) adds its kind, its
+settlement and, once recorded, its sealed outcome; a resume's audit names how it took each call
+up. A read's result in the last step went only to the model, so none is shown. Secrets never
+reach the screen: values under secret-looking names, and values shaped like credentials, are
+replaced.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runtime import chain
 from runtime.sealing import Sealer, SealError
+from store.checkpoints import StepRecord
 from store.rows import AuditRow, MarkRow, RunRow
 
 # A summary is cut to this many characters (the whole record stays in Postgres).
@@ -167,14 +170,18 @@ def _kind(
 
 
 def tool_calls(
-    sealer: Sealer, run: RunRow, marks: list[MarkRow], audit: list[AuditRow]
+    sealer: Sealer,
+    run: RunRow,
+    marks: list[MarkRow],
+    audit: list[AuditRow],
+    records: Sequence[StepRecord] = (),
 ) -> list[CallEntry]:
     """Every call the run's steps asked for, oldest first; none when its checkpoint does not
     verify (the checkpoints' own table says why)."""
     if run.checkpoint is None:
         return []
     try:
-        payload = sealer.open(run.id, "checkpoint", run.step, run.checkpoint)
+        payload = chain.rebuild(sealer, run, records).to_payload()
         steps = _steps(payload)
     except (SealError, ValueError, KeyError, TypeError, AttributeError):
         return []

@@ -7,19 +7,19 @@ from typing import Any, NoReturn
 
 import structlog
 
-from runtime import drain, faults, http
+from runtime import chain, drain, faults, http
 from runtime.calls import CallRouter, KeyFn, Settled
 from runtime.enqueue import publish_quietly
 from runtime.entries import post_teams_reply
 from runtime.gates import run_refusal
 from runtime.heartbeat import RunLease
 from runtime.leases import monotonic_ms
-from runtime.sealing import SealError
+from runtime.sealing import SealError, digest
 from runtime.services import Services
 from runtime.state import RunState
 from runtime.tools import ToolError
 from runtime.waiting import Suspend
-from store.checkpoints import write_checkpoint
+from store.checkpoints import StepRecord, select_step_records, write_checkpoint
 from store.entries import answer_and_deliver, deliver
 from store.gates import select_gates
 from store.records import insert_owned_audit
@@ -144,33 +144,48 @@ class RunAttempt:
         return False
 
     def _load_state(self) -> RunState:
-        """The run's latest checkpoint, from the row the claim returned (no extra read),
-        opened against its seal: one that does not verify is never used (I6)."""
+        """The run's state rebuilt from its base checkpoint (on the row the claim returned) and
+        its step records (one query, none at step 0), each opened against its seal and its
+        place in the chain: a chain that does not verify is never used (I6)."""
         if self.run.checkpoint is None:
             self._fail("it has no checkpoint to start from", "no_checkpoint")
-        step = self.run.step
-        payload = self.s.sealer.open(self.run.id, "checkpoint", step, self.run.checkpoint)
+        records: list[StepRecord] = []
+        if self.run.step > 0:
+            with self.s.engine.connect() as conn:
+                records = select_step_records(conn, self.run.id)
         try:
-            return RunState.from_payload(payload)
+            return chain.rebuild(self.s.sealer, self.run, records)
         except (ValueError, KeyError, TypeError) as exc:
             self._fail(
-                f"its checkpoint of step {step} does not verify ({exc}); it was not used",
+                f"its checkpoint of step {self.run.step} does not verify ({exc}); it was not used",
                 "seal_failed",
-                step=step,
+                step=self.run.step,
             )
 
     def _checkpoint(self, state: RunState) -> GateRow:
-        """Write the step's sealed checkpoint before any of its calls is made (fenced), reading
-        the gates the calls go through in the same statement; returns them. A run not written
-        ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false) writes none (lost, it fails): its calls go
-        through the gates as `_gates` has them."""
+        """Write the step's sealed record (what it added, chained to the last one) before any of
+        its calls is made (fenced), reading the gates the calls go through in the same
+        statement; returns them. A run not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false)
+        writes none (lost, it fails): its calls go through the gates as `_gates` has them. A
+        step that asks more than LIYAGENT_STEP_MAX_BYTES is refused whole: the run fails."""
         self.lease.check()  # writes stop within one lease of losing it, even if Redis is gone
+        limit = self.s.settings.step_max_bytes
+        asked = state.asked_bytes()
+        if asked > limit:
+            self._fail(
+                f"step {state.step} asked {asked} bytes (its answer and calls), more than "
+                f"LIYAGENT_STEP_MAX_BYTES={limit}; nothing of it was written or made: raise the "
+                "limit or have the model answer in smaller steps",
+                "step_too_large",
+                step=state.step,
+            )
         if not self.run.resumable:
             return self._gates()
-        sealed = self.s.sealer.seal(self.run.id, "checkpoint", state.step, state.to_payload())
+        sealed = chain.seal_step(self.s.sealer, self.run.id, state)
         with self.s.engine.connect() as conn:
             gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
-        self.log.info("run.checkpoint", step=state.step, calls=len(state.calls))
+        state.mark_written(digest(sealed))
+        self.log.info("run.checkpoint", step=state.step, calls=len(state.calls), bytes=len(sealed))
         return self._take(gates, lasting=True)
 
     def _open_answer(self) -> str:

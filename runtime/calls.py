@@ -111,6 +111,9 @@ class CallRouter:
         self.key_for = key_for or agent_key(run)
         self.waits = WaitRouter(services, run, self.write)
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
+        # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
+        # answer and the results kept so far), set by `route`.
+        self._left = services.settings.step_max_bytes
 
     def route(
         self, state: RunState, resuming: bool, gates: GateRow
@@ -121,9 +124,12 @@ class CallRouter:
                 marks = marks_by_index(select_marks(conn, self.run.id, state.step))
         results: list[Message] = []
         settled: list[Settled] = []
+        self._left = self.s.settings.step_max_bytes - state.asked_bytes()
         for index, call in enumerate(state.calls):
             outcome, how, kind = self._one(state, index, call, marks.get(index), gates)
-            results.append(tool_message(call, outcome))
+            message = tool_message(call, self._bounded(state, call, outcome))
+            self._left -= len(message["content"].encode())
+            results.append(message)
             settled.append(Settled(call.id, call.name, kind, how))
         return results, settled
 
@@ -401,10 +407,30 @@ class CallRouter:
         )
         return outcome
 
+    def _bounded(self, state: RunState, call: ToolCall, outcome: Outcome) -> Outcome:
+        """The outcome, or a refusal the model reads when it would take the step past
+        LIYAGENT_STEP_MAX_BYTES: a result too large is never kept, whole or in part. The same
+        outcome at the same place in the step is judged the same way (recorded, then routed)."""
+        size = len(json.dumps(outcome, sort_keys=True, default=str).encode())
+        if size <= self._left:
+            return outcome
+        limit = self.s.settings.step_max_bytes
+        log.warning("call.result_too_large", call_id=call.id, tool=call.name, bytes=size)
+        return {
+            "refused": (
+                f"the result of {call.name} (call {call.id}) was {size} bytes, more than the "
+                f"{max(self._left, 0)} bytes step {state.step} may still add "
+                f"(LIYAGENT_STEP_MAX_BYTES={limit}); it was not kept"
+            ),
+            "note": "The call was made. Ask for less at a time (a narrower query, one page).",
+        }
+
     def _record(
         self, state: RunState, index: int, outcome: Outcome, settlement: str | None
     ) -> None:
-        """A marked call's result, for a resume to reuse instead of settling it."""
+        """A marked call's result, for a resume to reuse instead of settling it; a result larger
+        than what the step has left is replaced by a refusal the model reads."""
+        outcome = self._bounded(state, state.calls[index], outcome)
         self._finish(state, index, MarkStatus.DONE, outcome, settlement)
 
     def _finish(

@@ -164,7 +164,15 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
     tools = _validate(s, new)
     run_id = str(uuid.uuid4())
     state = RunState.initial(new.agent, new.system, new.user_input)
-    sealed = s.sealer.seal(run_id, "checkpoint", 0, state.to_payload())
+    payload = state.to_payload()
+    size = len(to_json(payload).encode())
+    if size > s.settings.step_max_bytes:
+        raise BadRequest(
+            f"the run's input and system prompt are {size} bytes, more than "
+            f"LIYAGENT_STEP_MAX_BYTES={s.settings.step_max_bytes}; nothing was stored: send "
+            "less, or raise the limit"
+        )
+    sealed = s.sealer.seal(run_id, "checkpoint", 0, payload)
     may_wait = new.may_wait if new.may_wait is not None else new.entry_kind in WAITING_KINDS
     spec: dict[str, Any] = {
         "model": new.model,

@@ -1,4 +1,6 @@
-"""Sealing: AES-GCM with the run id, purpose and step bound in as associated data (I6).
+"""Sealing: AES-GCM with the run id, purpose and step bound in as associated data (I6). A
+chained blob (a run's step records) also binds the digest of the record before it, so a record
+removed, reordered, moved between runs or replaced by an older one does not verify.
 
 A blob is `b"LS1" | len(kid) | kid | nonce(12) | ciphertext+tag`. The key id lets keys rotate:
 the first key seals, every listed key still opens what it sealed.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import secrets
@@ -44,8 +47,15 @@ class NoSealKeys(ConfigError):
     (or sealed) here. Not a seal failure: nothing was found not to verify."""
 
 
-def _aad(run_id: str, purpose: str, step: int) -> bytes:
-    return f"liyagent|{run_id}|{purpose}|{step}".encode()
+def _aad(run_id: str, purpose: str, step: int, chain: bytes | None) -> bytes:
+    if chain is None:
+        return f"liyagent|{run_id}|{purpose}|{step}".encode()
+    return f"liyagent|{run_id}|{purpose}|{step}|{chain.hex()}".encode()
+
+
+def digest(blob: bytes) -> bytes:
+    """What the next record of a chain binds: the SHA-256 of this sealed blob."""
+    return hashlib.sha256(blob).digest()
 
 
 @dataclass(frozen=True)
@@ -57,15 +67,24 @@ class Sealer:
     # Why there are no keys (a read-only opening found none); empty when keys exist.
     missing: str = ""
 
-    def seal(self, run_id: str, purpose: str, step: int, payload: Any) -> bytes:
+    def seal(
+        self, run_id: str, purpose: str, step: int, payload: Any, chain: bytes | None = None
+    ) -> bytes:
+        """Seal `payload` for (run, purpose, step), and for `chain` (the digest of the record
+        before it) when given."""
         self._require_keys()
         data = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
         nonce = secrets.token_bytes(12)
         kid = self.current.encode()
-        body = AESGCM(self.keys[self.current]).encrypt(nonce, data, _aad(run_id, purpose, step))
+        body = AESGCM(self.keys[self.current]).encrypt(
+            nonce, data, _aad(run_id, purpose, step, chain)
+        )
         return MAGIC + bytes([len(kid)]) + kid + nonce + body
 
-    def open(self, run_id: str, purpose: str, step: int, blob: bytes) -> Any:
+    def open(
+        self, run_id: str, purpose: str, step: int, blob: bytes, chain: bytes | None = None
+    ) -> Any:
+        """The payload sealed for exactly (run, purpose, step, chain); SealError otherwise."""
         self._require_keys()
         if len(blob) < 5 or blob[:3] != MAGIC:
             raise SealError(run_id, purpose, "not a sealed blob")
@@ -76,7 +95,7 @@ class Sealer:
             raise SealError(run_id, purpose, f"key id {kid!r} is not configured")
         nonce, body = blob[4 + n : 16 + n], blob[16 + n :]
         try:
-            data = AESGCM(key).decrypt(nonce, body, _aad(run_id, purpose, step))
+            data = AESGCM(key).decrypt(nonce, body, _aad(run_id, purpose, step, chain))
         except InvalidTag:
             raise SealError(run_id, purpose, "authentication failed") from None
         return json.loads(data)

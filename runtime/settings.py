@@ -31,6 +31,15 @@ def _env_int(name: str, default: int) -> int:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
 
 
+def _env_step_max_bytes() -> int:
+    value = _env_int("LIYAGENT_STEP_MAX_BYTES", 1 << 20)
+    if value < 4096:
+        raise ConfigError(
+            f"LIYAGENT_STEP_MAX_BYTES={value}: a step needs at least 4096 bytes (default 1048576)"
+        )
+    return value
+
+
 def _env_nonnegative(name: str, default: int) -> int:
     value = _env_int(name, default)
     if value < 0:
@@ -323,6 +332,11 @@ class Settings:
     production: bool = False
     vendor_url: str = "http://127.0.0.1:8765"
     step_limit: int = 25
+    # The most new content one step may add to its run's checkpoints (LIYAGENT_STEP_MAX_BYTES,
+    # 1 MiB): the model's answer with its calls, plus its calls' results. A result that does not
+    # fit is replaced by a refusal the model reads; an answer or an input that does not fit is
+    # refused (the run fails, the enqueue is a BadRequest). Nothing is written half.
+    step_max_bytes: int = 1 << 20
     crash_resume_entries: bool = True
     # Modules whose tools and agents every process loads (LIYAGENT_TOOLS, comma-separated),
     # the way Celery's `include` names task modules.
@@ -401,6 +415,7 @@ class Settings:
             production=env == "production",
             vendor_url=os.environ.get("LIYAGENT_VENDOR_URL") or "http://127.0.0.1:8765",
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
+            step_max_bytes=_env_step_max_bytes(),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             tool_modules=_env_list("LIYAGENT_TOOLS"),
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),

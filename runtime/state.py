@@ -1,7 +1,13 @@
-"""The run state a checkpoint seals: conversation, the calls asked, counters, history, keys."""
+"""The run state a checkpoint seals: conversation, the calls asked, counters, history, keys.
+
+The whole state is sealed once, at enqueue (the run's base); each step after seals only what
+it added (`delta`), and a resume rebuilds the state by applying the step records in order
+(`apply`, runtime/chain.py). The conversation and history only ever grow at their end.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +46,22 @@ class ToolCall:
         )
 
 
+@dataclass(frozen=True)
+class Written:
+    """What the last sealed record (base or step) held, so the next holds only what is new."""
+
+    digest: bytes
+    messages: int
+    history: int
+    counters: dict[str, int]
+    delegation_keys: dict[str, str]
+    cursor: str
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
 @dataclass
 class RunState:
     """What a resume needs to continue from the last written step (and nothing else)."""
@@ -53,6 +75,8 @@ class RunState:
     delegation_keys: dict[str, str] = field(default_factory=dict)
     # Where a workflow stands: the step to execute next and how often each loop went back.
     cursor: dict[str, Any] = field(default_factory=dict)
+    # The last record written (None until the state is loaded from its records).
+    written: Written | None = field(default=None, compare=False, repr=False)
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -81,6 +105,60 @@ class RunState:
             delegation_keys=dict(raw.get("delegation_keys", {})),
             cursor=dict(raw.get("cursor", {})),
         )
+
+    def mark_written(self, digest: bytes) -> None:
+        """The state as it stands is now sealed in the record whose digest is `digest`."""
+        self.written = Written(
+            digest=digest,
+            messages=len(self.messages),
+            history=len(self.history),
+            counters=dict(self.counters),
+            delegation_keys=dict(self.delegation_keys),
+            cursor=_canonical(self.cursor),
+        )
+
+    def delta(self) -> dict[str, Any]:
+        """What the state gained since the last record: the messages that arrived (tool results,
+        the model's answer), the calls asked now, the history entries, the counters and
+        delegation keys that changed, the cursor if it moved."""
+        w = self.written
+        if w is None:
+            raise ValueError("the state was not loaded from its records: no delta to take")
+        out: dict[str, Any] = {
+            "v": 2,
+            "step": self.step,
+            "messages": self.messages[w.messages :],
+            "calls": [c.to_json() for c in self.calls],
+            "history": self.history[w.history :],
+            "counters": {k: v for k, v in self.counters.items() if w.counters.get(k) != v},
+            "delegation_keys": {
+                k: v for k, v in self.delegation_keys.items() if w.delegation_keys.get(k) != v
+            },
+        }
+        if _canonical(self.cursor) != w.cursor:
+            out["cursor"] = self.cursor
+        return out
+
+    def apply(self, delta: dict[str, Any]) -> None:
+        """Add one step record's delta, as `delta` took it."""
+        if delta.get("v") != 2:
+            raise ValueError(f"step record format {delta.get('v')!r} is not supported")
+        self.step = int(delta["step"])
+        self.messages.extend(delta["messages"])
+        self.calls = [ToolCall.from_json(c) for c in delta["calls"]]
+        self.history.extend(delta["history"])
+        self.counters.update(delta["counters"])
+        self.delegation_keys.update(delta["delegation_keys"])
+        if "cursor" in delta:
+            self.cursor = dict(delta["cursor"])
+
+    def asked_bytes(self) -> int:
+        """The size of what the current step asked: the model's answer with its calls (or, for
+        a workflow or job step, its calls), as sealed."""
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.get("role") == "assistant":
+            return len(_canonical(last).encode())
+        return len(_canonical([c.to_json() for c in self.calls]).encode())
 
     @classmethod
     def initial(cls, loop: str, system: str | None, user_input: str) -> RunState:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,23 +18,35 @@ _MARK_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """One sealed step record of a run, as stored."""
+
+    step: int
+    sealed: bytes
+
+
 def write_checkpoint(
     conn: sa.Connection, run_id: str, attempt: int, step: int, sealed: bytes
 ) -> GateRow:
-    """Write step `step`'s sealed checkpoint and advance the run's step counter, in one
-    statement on the run's row (one row write a step) that matches only while this attempt owns
-    the run (I3) and only for the step after the one written last: a step is written once (I5).
-    The same statement reads the run's gates as they stand now, for the step's calls (I7)."""
+    """Write step `step`'s sealed record (what the step added) and advance the run's step
+    counter, in one statement that matches only while this attempt owns the run (I3) and only
+    for the step after the one written last: a step is written once (I5). The record is
+    inserted only if the run's row matched. The same statement reads the run's gates as they
+    stand now, for the step's calls (I7)."""
     row = conn.execute(
         sql(
             f"""
             WITH w AS (
-                UPDATE runs SET checkpoint = :sealed, step = :step,
+                UPDATE runs SET step = :step,
                        checkpoint_attempt = :attempt, checkpointed_at = now(),
                        updated_at = now()
                 WHERE id = :run_id AND attempt = :attempt AND status = 'running'
                   AND step = :step - 1
-                RETURNING id, agent, owner, run_as, channel, attempt, status)
+                RETURNING id, agent, owner, run_as, channel, attempt, status),
+            rec AS (
+                INSERT INTO run_steps (run_id, step, attempt, sealed)
+                SELECT id, :step, :attempt, :sealed FROM w)
             {gates_of("w")}
             """
         ),
@@ -42,6 +55,16 @@ def write_checkpoint(
     if row is None:
         raise FencedOut(run_id, attempt, f"write the checkpoint of step {step}")
     return gate_row(row)
+
+
+def select_step_records(conn: sa.Connection, run_id: str) -> list[StepRecord]:
+    """Every step record of the run, in step order: the chain a resume verifies and rebuilds
+    the state from (one query)."""
+    rows = conn.execute(
+        sql("SELECT step, sealed FROM run_steps WHERE run_id = :id ORDER BY step"),
+        {"id": run_id},
+    ).all()
+    return [StepRecord(int(r.step), bytes(r.sealed)) for r in rows]
 
 
 def mark_in_doubt(

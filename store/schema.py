@@ -67,8 +67,10 @@ runs = sa.Table(
     sa.Column("step", sa.Integer, nullable=False, server_default="0"),
     # What the run was asked (the first line of its transcript).
     sa.Column("input", sa.Text, nullable=False, server_default=""),
-    # The latest checkpoint, sealed with the run id and its step bound in; written before any
-    # call of the step is made, together with the step counter, in one fenced statement.
+    # The run's base checkpoint: its whole state, sealed with the run id and its step bound in,
+    # written at enqueue (step 0). Each step after adds a record to `run_steps` (what it added,
+    # chained); a run checkpointed before step records existed keeps its whole latest state
+    # here, and its step records continue from it.
     sa.Column("checkpoint", sa.LargeBinary, nullable=True),
     # The attempt that wrote it and when (inspect, the stale-write judge).
     sa.Column("checkpoint_attempt", sa.Integer, nullable=True),
@@ -130,6 +132,23 @@ runs = sa.Table(
         "id",
         postgresql_where=sa.text("status IN ('succeeded','failed')"),
     ),
+)
+
+run_steps = sa.Table(
+    "run_steps",
+    metadata,
+    # One sealed record per model step: only what the step added since the record before (the
+    # model's answer, the calls it asked, the tool results that arrived since, the counters that
+    # changed), sealed with the run id, its step and the digest of the record before bound in
+    # (I6). Written before any call of the step is made, with the run's step counter, in one
+    # fenced statement (I3, I5); a resume reads them in one query and rebuilds the state.
+    sa.Column("run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE")),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("sealed", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.PrimaryKeyConstraint("run_id", "step"),
+    sa.CheckConstraint("step >= 1", name="step_positive"),
 )
 
 call_marks = sa.Table(
