@@ -24,6 +24,7 @@ from runtime.call_http import CallHTTP
 from runtime.gates import call_refusal
 from runtime.heartbeat import RunLease
 from runtime.keys import agent_call_key, fresh_key
+from runtime.redact import error_facts, frames
 from runtime.services import Services
 from runtime.settlement import (
     NOT_FOUND_NOTE,
@@ -312,7 +313,9 @@ class CallRouter:
         return outcome
 
     def _log_failure(self, call: ToolCall, tool: Tool, exc: Exception, event: str) -> None:
-        """One line per failure, with what the tool raised and its traceback."""
+        """One line per failure, with what the tool raised and its traceback, never its
+        message: it may carry user text (a database error quotes the value it refused); the
+        model is the one told the message."""
         cause = exc.cause if isinstance(exc, ToolFailed) else (exc.__cause__ or exc)
         level = self.log.error if event == "call.failed" else self.log.warning
         level(
@@ -320,8 +323,8 @@ class CallRouter:
             tool=tool.name,
             kind=tool.kind.value,
             call_id=call.id,
-            error=str(exc),
-            exc_info=cause,
+            **error_facts(cause),
+            frames=frames(cause),
         )
 
     def _keyed_pause(self, tool: Tool, stable: bool, tries: int, age_s: float) -> float | None:

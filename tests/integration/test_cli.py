@@ -211,7 +211,8 @@ def test_inspect_shows_a_call_with_its_secrets_redacted(stack, tmp_path: Path) -
     (entry,) = json.loads(shown.stdout)["tool_calls"]
     assert (entry["tool"], entry["kind"], entry["step"]) == ("ticket.read", "read", 1)
     assert '"api_key": "[redacted]"' in entry["args"] and '"ticket": "T-s"' in entry["args"]
-    human = cli("inspect", run_id, env=stack.env)
+    # Piped, no width asked for (pytest-xdist's workers export COLUMNS=80).
+    human = cli("inspect", run_id, env={k: v for k, v in stack.env.items() if k != "COLUMNS"})
     assert human.returncode == 0 and "ticket.read (read)" in human.stdout
     assert secret not in shown.stdout + human.stdout + human.stderr
 

@@ -305,8 +305,8 @@ def test_seal_keys_rotated_while_runs_are_in_flight(stack) -> None:
     kids = {
         bytes(r.sealed)[4:6]
         for r in stack.rows(
-            "SELECT checkpoint AS sealed FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) AND "
-            "checkpoint_attempt > 1",
+            "SELECT sealed FROM run_steps WHERE run_id = ANY(CAST(:ids AS uuid[])) AND "
+            "attempt > 1",  # the step records the resumed attempts wrote
             ids=runs,
         )
     }

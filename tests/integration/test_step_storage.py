@@ -55,7 +55,10 @@ def _script(steps: int, size: int) -> dict:
 def test_bytes_per_step_stay_flat_and_the_chain_rebuilds(stack, publish_figures) -> None:
     services = _services(stack)
     run_id = Client(services).start_run(
-        agent="bulk-reader", model=_script(STEPS, RESULT_BYTES), user_input="read"
+        agent="bulk-reader",
+        model=_script(STEPS, RESULT_BYTES),
+        user_input="read",
+        tools=["bulk.read"],
     )
     assert run_message(services, run_id, 1) == "succeeded"
 
@@ -108,7 +111,9 @@ def test_a_tool_result_over_the_limit_is_refused_to_the_model(stack) -> None:
             ]
         },
     }
-    run_id = Client(services).start_run(agent="bulk-reader", model=model, user_input="read")
+    run_id = Client(services).start_run(
+        agent="bulk-reader", model=model, user_input="read", tools=["bulk.read"]
+    )
     assert run_message(services, run_id, 1) == "succeeded"
     (largest,) = stack.rows(
         "SELECT max(octet_length(sealed)) AS n FROM run_steps WHERE run_id = :r", r=run_id
@@ -133,7 +138,9 @@ def test_an_answer_over_the_limit_fails_the_run_unwritten(stack) -> None:
             "steps": [step(call("toolu_x", "bulk.read", size=1, seed="x" * 10_000)), final()]
         },
     }
-    run_id = Client(services).start_run(agent="bulk-reader", model=model, user_input="read")
+    run_id = Client(services).start_run(
+        agent="bulk-reader", model=model, user_input="read", tools=["bulk.read"]
+    )
     assert run_message(services, run_id, 1) == "failed"
     view = Client(services).get(run_id)
     assert "LIYAGENT_STEP_MAX_BYTES=8192" in view.failure_reason
