@@ -108,7 +108,7 @@ def test_resumed_parent_takes_over_its_childs_lapsed_lease_itself(stack) -> None
     process alone), only the resumed parent, asking again by its delegation key, can claim the
     child: it does, once, and the child's loss audit names that path."""
     parent_worker = stack.worker("parent", fault="after_request:stop", concurrency=1, ops=False)
-    parent = stack.start(_parent())
+    parent = stack.start(_parent(), tools=PARENT_TOOLS)
     stopped = int(stack.fault_hit("parent").split()[1])  # the pool process that filed the child
     stack.worker("child", fault="after_checkpoint:stop", concurrency=1, ops=False)
     stack.fault_hit("child")  # the child is checkpointed, then its process stalls
