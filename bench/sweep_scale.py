@@ -82,10 +82,21 @@ def pipelined(
     return taken
 
 
+def settled_epoch(s: Services) -> None:
+    """Redis as it is in a steady fleet: its store epoch began long ago (no store grace holds
+    claims back), was reconciled and its lost messages requeued (runtime/leases.py `_EPOCH`)."""
+    leases = s.leases
+    epoch = leases.store_epoch()
+    key = leases.epoch_key
+    s.redis.hset(key, mapping={"born_ms": 0, "back_ms": 0, "reconciled": "1", "requeued": "1"})
+    if leases.store_epoch().id != epoch.id:
+        raise RuntimeError("Redis's store epoch moved while the bench settled it")
+
+
 def sweep(sweeper: Sweeper, full: bool) -> SweepReport:
     """One sweep, sent down the index-only path or into the full reconcile by setting the sweep
     counter (a count of 1 mod full_scan_every reconciles) and Redis's epoch marker."""
-    sweeper.s.redis.set(sweeper.epoch_key, "1")  # Redis kept its data: no forced reconcile
+    settled_epoch(sweeper.s)  # Redis kept its data: no forced reconcile, no grace
     sweeper.s.redis.set(sweeper.count_key, 0 if full else 1)  # next count: 1 full, 2 index
     report = sweeper.sweep()
     if not report.ran or report.full_scan != full:
