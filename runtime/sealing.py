@@ -14,10 +14,11 @@ import hashlib
 import json
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import redis
 import structlog
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -66,6 +67,8 @@ class Sealer:
     keys: dict[str, bytes]
     # Why there are no keys (a read-only opening found none); empty when keys exist.
     missing: str = ""
+    # The development key file these keys came from; empty for LIYAGENT_SEAL_KEYS.
+    dev_file: str = ""
 
     def seal(
         self, run_id: str, purpose: str, step: int, payload: Any, chain: bytes | None = None
@@ -131,8 +134,10 @@ def new_key_entry(kid: str) -> str:
     return f"{kid}:{base64.b64encode(secrets.token_bytes(32)).decode()}"
 
 
-# Development key files this process has already warned about.
-_warned: set[Path] = set()
+# Development key files this process has already warned about (or left to another process).
+_warned: set[str] = set()
+# How long one deployment start stays quiet after its first process said the warning.
+DEV_KEY_QUIET_S = 900
 
 
 def _dev_file() -> Path:
@@ -174,9 +179,9 @@ def open_sealer(production: bool) -> Sealer:
 
 
 def load_sealer(production: bool) -> Sealer:
-    """Keys from LIYAGENT_SEAL_KEYS; outside production a local dev key is made, loudly (for
-    processes that seal: workers, the front, commands that start runs; reads use
-    `open_sealer`)."""
+    """Keys from LIYAGENT_SEAL_KEYS; outside production a local dev key is made (for processes
+    that seal: workers, the front, commands that start runs; reads use `open_sealer`), and
+    `say_dev_key_once` warns of it."""
     configured = _configured(production)
     if configured is not None:
         return configured
@@ -192,14 +197,30 @@ def load_sealer(production: bool) -> Sealer:
             pass
         finally:
             tmp.unlink()
-    if path not in _warned:
-        # Once per process start: a worker says it in its main process before the pool forks,
-        # and its pool children inherit that it was said (a second building of the services
-        # is silent too).
-        _warned.add(path)
+    return replace(parse_keys(path.read_text().strip()), dev_file=str(path))
+
+
+def say_dev_key_once(sealer: Sealer, client: redis.Redis[bytes], namespace: str) -> None:
+    """Warn that a development key seals, once per deployment start rather than once per
+    process: the first process of the deployment (its Redis namespace) to build its services
+    in DEV_KEY_QUIET_S takes a marker (SET NX) naming the key's fingerprint and says it; the
+    others, a worker's pool children, beat, the front and CLI commands, stay silent. A second
+    machine's different development key is said too. Redis out of reach: said anyway."""
+    if not sealer.dev_file or sealer.dev_file in _warned:
+        return
+    _warned.add(sealer.dev_file)
+    fingerprint = hashlib.sha256(sealer.keys[sealer.current]).hexdigest()[:16]
+    try:
+        first = client.set(
+            f"{namespace}seal:dev-key-said:{fingerprint}", os.getpid(), nx=True, ex=DEV_KEY_QUIET_S
+        )
+    except redis.RedisError:
+        first = True
+    if first:
         log.warning(
             "seal.dev_key_in_use",
-            path=str(path),
+            path=sealer.dev_file,
+            fingerprint=fingerprint,
             advice=f"set {ENV_KEYS} before production; this key exists only on this machine",
+            repeats=f"said once per deployment start (then quiet for {DEV_KEY_QUIET_S // 60} min)",
         )
-    return parse_keys(path.read_text().strip())

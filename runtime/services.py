@@ -22,7 +22,7 @@ from runtime.models.base import ModelError, ModelProvider
 from runtime.models.scripted import ScriptedProvider
 from runtime.presence import Presence, close_sockets_here, connection_name
 from runtime.redis_clients import RedisTarget, client_for
-from runtime.sealing import Sealer, load_sealer
+from runtime.sealing import Sealer, load_sealer, say_dev_key_once
 from runtime.settings import Settings
 from runtime.tool_sources import load_registry
 from runtime.tools import ToolRegistry
@@ -125,13 +125,16 @@ def build(
         owners=owners_in(engine),
         blip_wait_ms=t.lease_ttl_ms + t.store_grace_ms,
     )
+    if sealer is None:
+        sealer = load_sealer(settings.production)
+        say_dev_key_once(sealer, client, settings.namespace)
     return Services(
         settings=settings,
         engine=engine,
         redis=client,
         leases=leases,
         heartbeat=heartbeat,
-        sealer=sealer or load_sealer(settings.production),
+        sealer=sealer,
         tools=tools or registry_for(settings),
         publisher=publisher,
         holder=holder,

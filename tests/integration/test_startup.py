@@ -4,6 +4,7 @@ consume, a development seal key) it says once, not once per process."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -156,3 +157,27 @@ def test_the_development_key_warning_is_given_once_across_a_worker_s_processes(
     assert len(worker.children()) == 2
     assert all(f"ForkPoolWorker-{n}] Task liyagent.run" in said for n in (1, 2)), said[-3000:]
     assert said.count("seal.dev_key_in_use") == 1
+
+
+def test_the_development_key_warning_is_given_once_per_deployment_not_per_process(
+    stack, tmp_path
+) -> None:
+    dev = {"LIYAGENT_SEAL_KEYS": "", "LIYAGENT_DEV_SEAL_FILE": str(tmp_path / "dev-seal-keys")}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": mixed("d")}))
+    start = [
+        "liyagent.cli.main", "run", "--agent", "support-bot", "--script", str(script),
+        "--input", "help", "--json", "--tools",
+        "ticket.read,incident.create,issue.comment,chat.reply",
+    ]  # fmt: skip
+    worker = stack.worker("dev", env=dev)
+    assert worker.output().count("seal.dev_key_in_use") == 1
+    # The deployment's next processes (here two CLI commands that seal) stay silent...
+    for _ in range(2):
+        said = _run(start, _env(stack, **dev))
+        assert said.returncode == 0, said.stderr[-2000:]
+        assert "seal.dev_key_in_use" not in said.stderr + said.stdout
+    # ...while another deployment (its own namespace) using the same key file is told.
+    elsewhere = _run(start, _env(stack, **dev, LIYAGENT_NAMESPACE=f"lyt:{uuid.uuid4().hex[:8]}:"))
+    assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]
+    assert (elsewhere.stderr + elsewhere.stdout).count("seal.dev_key_in_use") == 1
