@@ -397,8 +397,12 @@ def test_stop_fails_queued_runs_now(stack, tmp_path: Path) -> None:
 
 def test_stop_reaches_a_running_run_at_its_next_step(stack, tmp_path: Path) -> None:
     stack.worker("w1")
-    # Long enough that the stop (a CLI process starting up) comes while the run is running.
-    slow = [step(call("toolu_r", "ticket.read", ticket="T-1"), latency_ms=6000), final("x")]
+    # Long enough that the stop (a CLI process starting up, slow on a loaded machine) comes
+    # while the run is running: four 4 s steps, and the stop lands at the first boundary after it.
+    slow = [
+        *(step(call(f"toolu_{n}", "ticket.read", ticket="T-1"), latency_ms=4000) for n in range(4)),
+        final("x"),
+    ]
     run_id = start_steps(stack, tmp_path, slow)
     stack.client.wait(run_id, timeout_s=60, until=frozenset({"running"}))
     stopped = out_json(
