@@ -34,9 +34,9 @@ trials: install
 
 # Every figure of issue 12 side by side in one run, against the targets: throughput and added
 # latency vs plain Celery, server-counted Postgres/Redis work per step, scaling, sweeps at 100k
-# running runs, recovery from kill trials. Private Postgres and Redis, removed at the end; a
-# table per section, one JSON and one PNG in reports/bench/. BENCH_ARGS="--quick" or
-# "--only counts" (see `python -m bench --help`).
+# running runs, recovery from kill trials, storage (WAL and table sizes per step, a retention
+# soak). Private Postgres and Redis, removed at the end; a table per section, one JSON and one
+# PNG in reports/bench/. BENCH_ARGS="--quick" or "--only counts" (see `python -m bench --help`).
 bench: install
 	$(PY) -m bench $(BENCH_ARGS)
 

@@ -22,8 +22,8 @@ from liyagent.local.procs import ROOT
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(300)]
 
-SECTIONS = {"throughput", "counts", "scaling", "sweeps", "recovery"}
-GROUPS = (["throughput", "counts", "scaling", "sweeps"], ["recovery"])
+SECTIONS = {"throughput", "counts", "scaling", "sweeps", "recovery", "storage"}
+GROUPS = (["throughput", "counts", "scaling", "sweeps"], ["recovery", "storage"])
 # A seed whose kill comes 1.2 s after the victim is up, while its runs are in flight.
 SEED = "13"
 # Figures that may honestly be absent, each with its note saying why.
@@ -77,3 +77,6 @@ def test_quick_bench_reports_every_section_with_numbers(tmp_path: Path) -> None:
     counts = sections["counts"]["figures"]
     for key in ("read_step_write_statements", "read_step_pg_round_trips", "run_row_writes"):
         assert counts[key]["target"] is not None and counts[key]["verdict"] in ("PASS", "MISS")
+    storage = sections["storage"]["figures"]
+    for key in ("wal_flat_ratio", "written_to_kept", "rebuild_p50_ms", "soak_growth"):
+        assert storage[key]["target"] is not None and storage[key]["verdict"] in ("PASS", "MISS")

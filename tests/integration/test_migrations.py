@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -14,6 +15,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from store import migrate
+from store.bench import finish_runs, insert_running_runs
 from store.schema import metadata
 
 CATALOG = """
@@ -73,3 +75,30 @@ def test_downgrade_to_base_and_back(admin_engine, servers) -> None:
         command.downgrade(cfg, "base")
         assert {r[2] for r in _catalog(url)} == set()
         migrate.upgrade(url)
+
+
+def test_downgrade_past_step_records_waits_for_runs_that_have_them(admin_engine, servers) -> None:
+    """The code before step records reads only a whole-state checkpoint: a downgrade past
+    `step_records` is refused while an unfinished run has records, and goes once it finished."""
+    with _database(admin_engine, servers) as url:
+        migrate.upgrade(url)
+        cfg = migrate.config(url)
+        cfg.set_main_option("sqlalchemy.url", url)
+        engine = sa.create_engine(url, hide_parameters=True)
+        with engine.begin() as conn:
+            (run_id,) = insert_running_runs(conn, 1)
+            conn.execute(
+                sa.text(
+                    "INSERT INTO run_steps (run_id, step, attempt, sealed) VALUES (:r, 1, 1, 'x')"
+                ),
+                {"r": run_id},
+            )
+        with pytest.raises(RuntimeError, match="1 unfinished runs have step records"):
+            command.downgrade(cfg, "0009")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM run_steps")).scalar() == 1
+        with engine.begin() as conn:
+            finish_runs(conn, [run_id])
+        engine.dispose()
+        command.downgrade(cfg, "0009")
+        assert "run_steps" not in {r[1] for r in _catalog(url)}
