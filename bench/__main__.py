@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import counts, kill_trials, sweep_scale, throughput
+from bench import counts, density, kill_trials, sweep_scale, throughput
 from bench.lab import Lab, LabError, open_lab, pg_settings, redis_client
 from bench.report import (
     Section,
@@ -38,7 +38,7 @@ from bench.report import (
 )
 from runtime.settings import Timings
 
-SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery")
+SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery", "density")
 INTERRUPTED = 130
 CANNOT_START = 3
 
@@ -167,6 +167,9 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
         "recovery": lambda lab: kill_trials.measure_recovery(
             lab, opts.trials, opts.seed, out_dir / f"kill-trials-{stamp}.json"
         ),
+        "density": lambda lab: density.measure_density(
+            lab, density.DensityOptions.quick() if opts.quick else density.DensityOptions()
+        ),
     }
 
 
@@ -246,6 +249,7 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
             "scaling": throughput.__doc__,
             "sweeps": sweep_scale.__doc__,
             "recovery": kill_trials.__doc__,
+            "density": density.__doc__,
         },
         "sections": {k: s.to_json() for k, s in sections.items()},
         "chart": str(chart),
