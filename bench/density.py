@@ -163,6 +163,7 @@ class _Burst:
     postgres_cpu_s: float
     simulator_cpu_s: float
     idle_cpu_s: float
+    start_s: float  # how long the bench took to start every run (within `seconds`)
     peaks: _Peaks = field(default_factory=_Peaks)
 
     @property
@@ -189,6 +190,7 @@ class _Burst:
             "postgres_cpu_s": round(self.postgres_cpu_s, 3),
             "simulator_cpu_s": round(self.simulator_cpu_s, 3),
             "idle_cpu_s": round(self.idle_cpu_s, 3),
+            "start_s": round(self.start_s, 3),
             "peak_rss_mib": round(self.peaks.rss_mib, 1),
             "peak_pg_connections": self.peaks.connections,
             "peak_pg_active": self.peaks.active,
@@ -210,6 +212,7 @@ def _burst(
     with _Sampler(lab, worker.popen.pid, database) as peaks:
         started = time.time()
         ids = _start_many(side, steps, runs)
+        started_all = time.time() - started
         ends = wait_ended(side, ids, opts.timeout_s)
     after = [procstat.cpu_seconds(p) for p in pids]
     idle = procstat.MachineTimes.now().idle - machine.idle
@@ -224,6 +227,7 @@ def _burst(
         postgres_cpu_s=used[1],
         simulator_cpu_s=used[2],
         idle_cpu_s=idle,
+        start_s=started_all,
         peaks=peaks,
     )
 
