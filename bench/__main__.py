@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import counts, kill_trials, storage, sweep_scale, throughput
+from bench import counts, density, kill_trials, storage, sweep_scale, throughput
 from bench.lab import Lab, LabError, open_lab, pg_settings, redis_client
 from bench.report import (
     Section,
@@ -38,7 +38,7 @@ from bench.report import (
 )
 from runtime.settings import Timings
 
-SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery", "storage")
+SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery", "storage", "density")
 INTERRUPTED = 130
 CANNOT_START = 3
 
@@ -168,6 +168,9 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
             lab, opts.trials, opts.seed, out_dir / f"kill-trials-{stamp}.json"
         ),
         "storage": lambda lab: storage.measure_storage(lab, storage.StorageOptions.of(opts.quick)),
+        "density": lambda lab: density.measure_density(
+            lab, density.DensityOptions.quick() if opts.quick else density.DensityOptions()
+        ),
     }
 
 
@@ -248,6 +251,7 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
             "sweeps": sweep_scale.__doc__,
             "recovery": kill_trials.__doc__,
             "storage": storage.__doc__,
+            "density": density.__doc__,
         },
         "sections": {k: s.to_json() for k, s in sections.items()},
         "chart": str(chart),

@@ -62,6 +62,9 @@ class RecordingPublisher:
     def publish(self, run_id: str, attempt: int) -> None:
         self.sent.append((run_id, attempt))
 
+    def publish_many(self, runs: list[tuple[str, int]]) -> None:
+        self.sent += runs
+
 
 def pipelined(
     s: Services, ttl_ms: int, tokens: list[Token], release: list[Token] | None = None

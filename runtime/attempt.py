@@ -185,7 +185,9 @@ class RunAttempt:
         with self.s.engine.connect() as conn:
             gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
         state.mark_written(digest(sealed))
-        self.log.info("run.checkpoint", step=state.step, calls=len(state.calls), bytes=len(sealed))
+        # Debug only: a line per step costs a thread-pool worker a JSON encode and the log
+        # handler's lock per model step; the step, its calls and bytes are in Postgres.
+        self.log.debug("run.checkpoint", step=state.step, calls=len(state.calls), bytes=len(sealed))
         return self._take(gates, lasting=True)
 
     def _open_answer(self) -> str:

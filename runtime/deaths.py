@@ -50,6 +50,10 @@ from store.runs import attempt_statuses, claim_lost_many
 log = structlog.get_logger(__name__)
 
 LEADER_TTL_MS = 2000
+# Lost runs claimed per statement (and published per round trip) when a process dies holding
+# many: small enough that the first are on their way within milliseconds and one statement
+# never locks a whole process's runs, large enough that 1,000 runs take a handful.
+CLAIM_BATCH = 100
 
 # KEYS[1] = leader key; ARGV[1] = this watcher's holder, ARGV[2] = the id of its presence
 # connection, ARGV[3] = ttl ms, ARGV[4] = a leader value this watcher saw dead ("" if none).
@@ -223,26 +227,29 @@ def _text(raw: bytes | str | int) -> str:
 
 
 def claim_and_publish(s: Services, tokens: list[Token], seen: str) -> list[str]:
-    """Claim each lost attempt in Postgres (one statement; of two claims one wins, I4) and
-    publish the new attempts. Audited as lost, with how the death was seen."""
-    if not tokens:
-        return []
-    with s.engine.connect() as conn:
-        claims = claim_lost_many(
-            conn, [(t.run_id, t.attempt) for t in tokens], s.settings.timings.loss_limit, seen=seen
-        )
-    for claim in claims:
-        if claim.status != "failed":
-            s.publisher.publish(claim.run_id, claim.attempt)
-        log.debug(  # `deaths.taken` and `deaths.pool_child` sum the claims up
-            "deaths.claimed",
-            run_id=claim.run_id,
-            attempt=claim.attempt,
-            status=claim.status,
-            lost_count=claim.lost_count,
-            seen=seen,
-        )
-    return [c.run_id for c in claims]
+    """Claim the lost attempts in Postgres in bounded batches (one statement each; of two
+    claims one wins each run, I4) and publish each batch's new attempts in one round trip as
+    soon as it commits, so a process that died holding hundreds of runs has its first ones
+    resumed while the rest are claimed, with no statement locking them all at once. Audited
+    as lost, with how the death was seen."""
+    claimed: list[str] = []
+    limit = s.settings.timings.loss_limit
+    for start in range(0, len(tokens), CLAIM_BATCH):
+        batch = [(t.run_id, t.attempt) for t in tokens[start : start + CLAIM_BATCH]]
+        with s.engine.connect() as conn:
+            claims = claim_lost_many(conn, batch, limit, seen=seen)
+        s.publisher.publish_many([(c.run_id, c.attempt) for c in claims if c.status != "failed"])
+        for claim in claims:
+            log.debug(  # `deaths.taken` and `deaths.pool_child` sum the claims up
+                "deaths.claimed",
+                run_id=claim.run_id,
+                attempt=claim.attempt,
+                status=claim.status,
+                lost_count=claim.lost_count,
+                seen=seen,
+            )
+        claimed += [c.run_id for c in claims]
+    return claimed
 
 
 def republish_reserved(s: Services, reserved: list[tuple[str, int]]) -> list[str]:
@@ -254,8 +261,7 @@ def republish_reserved(s: Services, reserved: list[tuple[str, int]]) -> list[str
     with s.engine.connect() as conn:
         now = attempt_statuses(conn, [run_id for run_id, _ in reserved])
     again = [(r, a) for r, a in reserved if now.get(r) == (a, "queued")]
-    for run_id, attempt in again:
-        s.publisher.publish(run_id, attempt)
+    s.publisher.publish_many(again)
     return [r for r, _ in again]
 
 

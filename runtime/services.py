@@ -36,6 +36,11 @@ class Publisher(Protocol):
 
     def publish(self, run_id: str, attempt: int) -> None: ...
 
+    def publish_many(self, runs: list[tuple[str, int]]) -> None:
+        """Publish several attempts' messages at once (one round trip where the broker
+        batches): a process recovering hundreds of runs must not pay one each."""
+        ...
+
 
 @dataclass
 class Services:

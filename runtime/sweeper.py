@@ -219,6 +219,7 @@ class Sweeper:
             # Died between taking the lease and claiming the queued run: publish it again.
             if now.get(token.run_id) == (token.attempt, "queued"):
                 self._publish_again(token.run_id, token.attempt, report)
+        resumed: list[tuple[str, int]] = []  # published together, in one round trip
         for claim in faulted:
             if claim.status == "failed":
                 report.failed.append(claim.run_id)
@@ -226,7 +227,7 @@ class Sweeper:
                 continue
             report.store_faulted.append(claim.run_id)
             log.info("sweep.store_faulted", run_id=claim.run_id, attempt=claim.attempt)
-            self.s.publisher.publish(claim.run_id, claim.attempt)
+            resumed.append((claim.run_id, claim.attempt))
         for claim in claims:
             if claim.status == "failed":
                 report.failed.append(claim.run_id)
@@ -240,7 +241,8 @@ class Sweeper:
                 lost_count=claim.lost_count,
                 step=claim.step,
             )
-            self.s.publisher.publish(claim.run_id, claim.attempt)
+            resumed.append((claim.run_id, claim.attempt))
+        self.s.publisher.publish_many(resumed)
 
 
 def requeue_lost_messages(s: Services, epoch: StoreEpoch) -> list[tuple[str, int]]:
@@ -264,8 +266,7 @@ def requeue_lost_messages(s: Services, epoch: StoreEpoch) -> list[tuple[str, int
         cutoff = min(now, now - timedelta(milliseconds=epoch.now_ms - epoch.born_ms))
         while batch := touch_queued_before(conn, cutoff):
             again += batch
-    for run_id, attempt in again:
-        s.publisher.publish(run_id, attempt)
+    s.publisher.publish_many([(str(r), int(a)) for r, a in again])
     # Marked after publishing: a caller that fails first leaves the runs it did not stamp to
     # the next one (those it stamped are the outbox's).
     s.leases.mark_epoch(epoch, "requeued")

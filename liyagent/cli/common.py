@@ -111,6 +111,9 @@ class _NoPublisher:
     def publish(self, run_id: str, attempt: int) -> None:
         raise RuntimeError(f"a read-only command tried to publish run {run_id}")
 
+    def publish_many(self, runs: list[tuple[str, int]]) -> None:
+        raise RuntimeError(f"a read-only command tried to publish {len(runs)} runs")
+
 
 def read_client() -> Client:
     """A client for commands that only read (`status`): it opens the seal keys that exist and

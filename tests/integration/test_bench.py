@@ -2,9 +2,9 @@
 number for every figure (the values are not judged: a shared machine is noisy, and the targets
 are the bench's to report, never a test's to assert).
 
-The harness runs as two `python -m bench --quick` processes side by side, the kill trials in
-one and the other sections in the other, so the test stays near a minute; each starts and
-removes its own private Postgres and Redis.
+The harness runs as two `python -m bench --quick` processes side by side, the kill trials and
+the density section in one and the other sections in the other, so the test stays near a
+minute or two; each starts and removes its own private Postgres and Redis.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from liyagent.local.procs import ROOT
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(300)]
 
-SECTIONS = {"throughput", "counts", "scaling", "sweeps", "recovery", "storage"}
-GROUPS = (["throughput", "counts", "scaling", "sweeps"], ["recovery", "storage"])
+SECTIONS = {"throughput", "counts", "scaling", "sweeps", "recovery", "storage", "density"}
+GROUPS = (["throughput", "counts", "scaling", "sweeps", "storage"], ["recovery", "density"])
 # A seed whose kill comes 1.2 s after the victim is up, while its runs are in flight.
 SEED = "13"
 # Figures that may honestly be absent, each with its note saying why.
@@ -74,6 +74,9 @@ def test_quick_bench_reports_every_section_with_numbers(tmp_path: Path) -> None:
                 assert absent_ok and figure["note"], (name, key, figure)
                 continue
             assert isinstance(value, int | float) and math.isfinite(value), (name, key, value)
+    density = sections["density"]["figures"]
+    for key in ("threads_cpu_ms_per_step", "mass_resume_p50_s", "mass_lost", "mass_duplicates"):
+        assert density[key]["target"] is not None and density[key]["verdict"] in ("PASS", "MISS")
     counts = sections["counts"]["figures"]
     for key in ("read_step_write_statements", "read_step_pg_round_trips", "run_row_writes"):
         assert counts[key]["target"] is not None and counts[key]["verdict"] in ("PASS", "MISS")

@@ -15,12 +15,15 @@ import pytest
 import sqlalchemy as sa
 
 from liyagent.local.cluster import POOLS
-from runtime.deaths import death_watch_leader
+from runtime.deaths import CLAIM_BATCH, claim_and_publish, death_watch_leader
+from runtime.leases import Token
 from runtime.services import holder_of
+from store.runs import claim_delivery
 from store.trials import losses
 from tests.support.judge import judge_runs, wait_all
 from tests.support.proxy import CuttableProxy
 from tests.support.scripts import mixed
+from tests.support.stack import RecordingPublisher, services_with
 
 pytestmark = pytest.mark.kill
 
@@ -198,3 +201,31 @@ def test_a_killed_death_watch_leader_is_claimed_by_the_survivors_watch_within_th
     view = stack.wait(run_id)
     assert view.status == "succeeded" and view.lost_count == 1
     judge_runs(stack, [run_id]).assert_clean()
+
+
+def test_a_death_holding_hundreds_of_runs_is_claimed_in_bounded_batches_each_published_once(
+    stack,
+) -> None:
+    # What the death watch does with a dead holder's 250 tokens: claims of at most
+    # CLAIM_BATCH runs a statement, each batch's messages published in one call as soon as it
+    # commits; every run claimed once (I4), so a second pass over the same tokens claims none.
+    held = 2 * CLAIM_BATCH + 50
+    runs = [stack.start(mixed(f"b{i}")) for i in range(held)]  # no worker: they stay queued
+    with stack.db() as conn:
+        for run_id in runs:
+            assert claim_delivery(conn, run_id, 1, "dead-holder") is not None
+    publisher = RecordingPublisher()
+    s = services_with(stack, publisher)
+    tokens = [Token(run_id, 1, "dead-holder") for run_id in runs]
+    claimed = claim_and_publish(s, tokens, "connection_closed")
+    assert sorted(claimed) == sorted(runs)
+    assert [len(b) for b in publisher.batches] == [CLAIM_BATCH, CLAIM_BATCH, 50]
+    assert sorted(publisher.sent) == sorted((run_id, 2) for run_id in runs)
+    assert claim_and_publish(s, tokens, "connection_closed") == []
+    assert len(publisher.sent) == held
+    lost = stack.rows(
+        "SELECT count(*) AS n FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+        "AND status = 'queued' AND attempt = 2 AND lost_count = 1",
+        ids=runs,
+    )[0].n
+    assert lost == held

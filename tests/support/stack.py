@@ -304,11 +304,17 @@ class RecordingPublisher:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.sent: list[tuple[str, int]] = []
+        self.batches: list[list[tuple[str, int]]] = []  # each publish_many call's messages
 
     def publish(self, run_id: str, attempt: int) -> None:
         if self.fail:
             raise ConnectionError("broker unreachable")
         self.sent.append((run_id, attempt))
+
+    def publish_many(self, runs: list[tuple[str, int]]) -> None:
+        self.batches.append(list(runs))
+        for run_id, attempt in runs:
+            self.publish(run_id, attempt)
 
 
 def services_with(stack: Stack, publisher: Any, timings: Timings | None = None) -> Services:

@@ -1,0 +1,465 @@
+"""Section 6: density: hundreds of runs in one worker process, and one such process lost.
+
+Throughput: one worker process with `-P threads -c C` (500; quick 20) runs 2C runs of a 4-step
+agent (a read, a comment, a read, the answer) at 2 s model latency (quick 0.5 s), all started
+at once; then one prefork worker with the same memory budget (`-c 3`: about 125 MiB a slot fits
+3 in 400 MiB; quick 2) runs 2 x its slots of the same agent. Ideal = two waves of the agent's
+model time (2 x 4 x latency); throughput vs ideal = ideal / (the last run's end - the first
+start). Worker CPU per model step = the worker's CPU (/proc/PID/stat: user + system of the
+process, its children, and the children it reaped) over the burst / model steps run. RSS is the
+peak of the process tree's VmRSS sampled every 0.2 s; Postgres connections are the worker's
+(pg_stat_activity by the holder names its connections carry), peak open and peak inside a
+statement, against the pool's bound (`-c` + 4). CPU left: what Postgres (the server and its
+backends), the simulators and the idle machine had over the burst, in cores.
+
+Mass loss: a `-P threads` victim on a queue of its own holds R runs (300; quick 20) of the same
+agent while a `-P threads -c C` survivor serves the main queue; the victim is SIGKILLed once it
+has claimed all R. The survivor's death watch sees its connections gone, claims the runs in
+batches and publishes them, and the survivor's free threads take them. Kill to resume = kill ->
+the resumed attempt's claim (Postgres's clock, the kill trials' measure); lost = runs not
+succeeded; duplicates from the simulator's records (a call site that created twice); stale =
+anything a lost attempt wrote after its takeover.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench import procstat
+from bench.lab import Lab, WorkerSpec
+from bench.report import Figure, Section, Target, quantile
+from bench.sides import LiyagentSide, wait_ended
+from liyagent.local.cluster import START_TIMEOUT_S, worker_argv
+from liyagent.local.procs import Proc
+from runtime.services import holder_of
+from store import trials as judge
+
+CPU_PER_STEP_MS = Target("<=", 2.0, "issue 18")
+THROUGHPUT = Target(">=", 0.9, "issue 18")
+RSS_MIB = Target("<=", 400, "issue 18")
+RESUME_P50_S = Target("<=", 2.0, "issue 18")
+RESUME_MAX_S = Target("<=", 5.0, "issue 18")
+ZERO = Target("<=", 0, "issue 18")
+MODEL_STEPS = 4
+# Threads the main process adds to a worker's pools (heartbeat, death watch, consumer).
+MAIN_THREADS = 4
+TOOLS = ["ticket.read", "issue.comment"]
+STARTERS = 4  # bench threads starting runs at once
+# A threads worker's Postgres pool: what a worker of -c 500 is given where Postgres serves
+# several (the statements of 500 runs waiting on their models need a handful at once).
+DB_POOL_MAX = 100
+
+
+@dataclass(frozen=True)
+class DensityOptions:
+    threads: int = 500
+    prefork: int = 3
+    latency_ms: int = 2000
+    mass_runs: int = 300
+    timeout_s: float = 180.0
+
+    @classmethod
+    def quick(cls) -> DensityOptions:
+        return cls(threads=20, prefork=2, latency_ms=500, mass_runs=20, timeout_s=90.0)
+
+
+def four_step(latency_ms: int) -> list[dict[str, Any]]:
+    """A read, a comment, a read, the answer: 4 model steps, one write."""
+
+    def calls(c: dict[str, Any]) -> dict[str, Any]:
+        return {"calls": [c], "latency_ms": latency_ms}
+
+    return [
+        calls({"id": "toolu_read_1", "tool": "ticket.read", "args": {"ticket": "T-1"}}),
+        calls(
+            {
+                "id": "toolu_comment_1",
+                "tool": "issue.comment",
+                "args": {"issue": "ENG-1", "body": "Investigating."},
+            }
+        ),
+        calls({"id": "toolu_read_2", "tool": "ticket.read", "args": {"ticket": "T-2"}}),
+        {"final": "Read, commented, read again.", "latency_ms": latency_ms},
+    ]
+
+
+@dataclass
+class _Peaks:
+    """What a sampler saw of one worker while a burst ran."""
+
+    rss_mib: float = 0.0
+    connections: int = 0
+    active: int = 0
+    samples: int = 0
+
+
+class _Sampler:
+    """Samples a worker's resident memory and its Postgres connections every 0.2 s."""
+
+    def __init__(self, lab: Lab, pid: int, database: str) -> None:
+        self.lab, self.pid, self.database = lab, pid, database
+        self.peaks = _Peaks()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> _Peaks:
+        self._thread.start()
+        return self.peaks
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        with self.lab.admin() as conn:
+            while not self._done.wait(0.2):
+                names = [f"lya:{holder_of(p)}" for p in [self.pid, *procstat.descendants(self.pid)]]
+                row = conn.execute(
+                    sa.text(
+                        "SELECT count(*) AS open, count(*) FILTER (WHERE state <> 'idle') "
+                        "AS active FROM pg_stat_activity "
+                        "WHERE datname = :db AND application_name = ANY(:names)"
+                    ),
+                    {"db": self.database, "names": names},
+                ).one()
+                p = self.peaks
+                p.rss_mib = max(p.rss_mib, procstat.rss_mib(self.pid))
+                p.connections = max(p.connections, int(row.open))
+                p.active = max(p.active, int(row.active))
+                p.samples += 1
+
+
+def _launch(lab: Lab, spec: WorkerSpec, pool: str, concurrency: int) -> Proc:
+    if pool == "threads":
+        spec = replace(spec, env={**spec.env, "LIYAGENT_DB_POOL_MAX": str(DB_POOL_MAX)})
+    argv = worker_argv(spec.name, spec.queue, concurrency, spec.app, pool)
+    proc = Proc(spec.name, argv, spec.env, lab.cluster.log_dir / f"{spec.name}.log")
+    lab.cluster.procs[spec.name] = proc
+    proc.wait_for(r"ready\.", timeout=START_TIMEOUT_S)
+    return proc
+
+
+def _start_many(side: LiyagentSide, steps: list[dict[str, Any]], n: int) -> list[str]:
+    side.models.spec(steps)  # registered once, before the threads share the cache
+    with ThreadPoolExecutor(STARTERS) as pool:
+        return list(pool.map(lambda _: side.start(steps), range(n)))
+
+
+@dataclass
+class _Burst:
+    pool: str
+    concurrency: int
+    runs: int
+    seconds: float
+    ideal_s: float
+    worker_cpu_s: float
+    postgres_cpu_s: float
+    simulator_cpu_s: float
+    idle_cpu_s: float
+    start_s: float  # how long the bench took to start every run (within `seconds`)
+    peaks: _Peaks = field(default_factory=_Peaks)
+
+    @property
+    def ratio(self) -> float:
+        return self.ideal_s / self.seconds
+
+    @property
+    def cpu_ms_per_step(self) -> float:
+        return self.worker_cpu_s * 1000 / (self.runs * MODEL_STEPS)
+
+    def cores(self, cpu_s: float) -> float:
+        return cpu_s / self.seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "concurrency": self.concurrency,
+            "runs": self.runs,
+            "seconds": round(self.seconds, 3),
+            "ideal_s": self.ideal_s,
+            "ratio": round(self.ratio, 3),
+            "worker_cpu_s": round(self.worker_cpu_s, 3),
+            "cpu_ms_per_step": round(self.cpu_ms_per_step, 3),
+            "postgres_cpu_s": round(self.postgres_cpu_s, 3),
+            "simulator_cpu_s": round(self.simulator_cpu_s, 3),
+            "idle_cpu_s": round(self.idle_cpu_s, 3),
+            "start_s": round(self.start_s, 3),
+            "peak_rss_mib": round(self.peaks.rss_mib, 1),
+            "peak_pg_connections": self.peaks.connections,
+            "peak_pg_active": self.peaks.active,
+        }
+
+
+def _burst(
+    lab: Lab, side: LiyagentSide, worker: Proc, pool: str, c: int, opts: DensityOptions
+) -> _Burst:
+    """2c runs started at once on `worker`; what they cost it and the machine."""
+    steps = four_step(opts.latency_ms)
+    runs = 2 * c
+    pg_pid = procstat.postmaster_pid(lab.pg.data) if lab.pg is not None else 0
+    sim_pid = lab.cluster.procs["simulator"].popen.pid
+    database = str(side.services.engine.url.database)
+    pids = (worker.popen.pid, pg_pid, sim_pid)
+    before = [procstat.cpu_seconds(p) for p in pids]
+    machine = procstat.MachineTimes.now()
+    with _Sampler(lab, worker.popen.pid, database) as peaks:
+        started = time.time()
+        ids = _start_many(side, steps, runs)
+        started_all = time.time() - started
+        ends = wait_ended(side, ids, opts.timeout_s)
+    after = [procstat.cpu_seconds(p) for p in pids]
+    idle = procstat.MachineTimes.now().idle - machine.idle
+    used = [b - a for a, b in zip(before, after, strict=True)]
+    return _Burst(
+        pool=pool,
+        concurrency=c,
+        runs=runs,
+        seconds=max(ends.values()) - started,
+        ideal_s=2 * MODEL_STEPS * opts.latency_ms / 1000,
+        worker_cpu_s=used[0],
+        postgres_cpu_s=used[1],
+        simulator_cpu_s=used[2],
+        idle_cpu_s=idle,
+        start_s=started_all,
+        peaks=peaks,
+    )
+
+
+@dataclass
+class _MassLoss:
+    runs: int
+    resume_s: list[float]
+    lost: int
+    duplicates: int
+    stale: int
+    claimed_s: list[float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "resume_s": [round(x, 3) for x in sorted(self.resume_s)],
+            "claimed_by_death_watch_s": [round(x, 3) for x in sorted(self.claimed_s)],
+            "lost": self.lost,
+            "duplicates": self.duplicates,
+            "stale": self.stale,
+        }
+
+
+def _held(side: LiyagentSide, ids: list[str], holder: str) -> int:
+    with side.services.engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+                    "AND status = 'running' AND claimed_by = :h"
+                ),
+                {"ids": ids, "h": holder},
+            ).scalar_one()
+        )
+
+
+def _mass_loss(lab: Lab, side: LiyagentSide, opts: DensityOptions) -> _MassLoss:
+    """A threads victim holding `mass_runs` runs SIGKILLed while the threads survivor (on the
+    main queue, already up) recovers them (see the module docstring)."""
+    victim_settings = replace(side.settings, queue=f"{side.settings.queue}-victim")
+    victim = _launch(
+        lab, lab.liyagent("density-victim", victim_settings), "threads", opts.mass_runs + 10
+    )
+    holder = holder_of(victim.popen.pid)
+    victim_side = LiyagentSide(victim_settings, lab.seal_keys)
+    try:
+        # Each run's first step is long, so every run is still held when the last is claimed.
+        steps = four_step(opts.latency_ms)
+        steps[0] = {**steps[0], "latency_ms": max(opts.latency_ms, 4000)}
+        ids = _start_many(victim_side, steps, opts.mass_runs)
+        deadline = time.monotonic() + opts.timeout_s
+        while _held(side, ids, holder) < len(ids):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the victim never held all {len(ids)} runs")
+            time.sleep(0.05)
+        killed_at = datetime.now(tz=UTC)
+        victim.kill()
+        wait_ended(side, ids, opts.timeout_s)  # raises when a run failed or never ended
+    finally:
+        victim_side.close()
+        lab.stop(victim)
+    resume, claimed, stale = [], [], 0
+    vendor = sa.create_engine(lab.sim_db_url, hide_parameters=True)
+    try:
+        with side.services.engine.connect() as conn, vendor.connect() as vconn:
+            found = judge.losses(conn, ids)
+            for run_id, losses in found.items():
+                loss = losses[0]
+                claimed.append((loss.taken_over_at - killed_at).total_seconds())
+                at = judge.resumed_at(loss, judge.claims(conn, run_id))
+                if at is not None:
+                    resume.append((at - killed_at).total_seconds())
+                stale += sum(judge.stale_writes(conn, vconn, run_id, loss))
+            duplicates = sum(judge.duplicate_writes(vconn, ids).values())
+            lost = len(ids) - len(resume)
+    finally:
+        vendor.dispose()
+    return _MassLoss(len(ids), resume, lost, duplicates, stale, claimed)
+
+
+def measure_density(lab: Lab, opts: DensityOptions) -> Section:
+    """Section 6 (see the module docstring)."""
+    section = Section(
+        "density",
+        f"6. Density: one -P threads -c {opts.threads} process vs prefork -c {opts.prefork}, "
+        f"4-step agent at {opts.latency_ms / 1000:g} s; {opts.mass_runs} runs lost at once",
+    )
+    settings = lab.settings(lab.database("bench_density"))
+    side = LiyagentSide(settings, lab.seal_keys)
+    bursts: list[_Burst] = []
+    mass: _MassLoss | None = None
+    try:
+        threads = _launch(lab, lab.liyagent("density-threads", settings), "threads", opts.threads)
+        try:
+            bursts.append(_burst(lab, side, threads, "threads", opts.threads, opts))
+            mass = _mass_loss(lab, side, opts)
+        finally:
+            lab.stop(threads)
+        prefork = _launch(lab, lab.liyagent("density-prefork", settings), "prefork", opts.prefork)
+        try:
+            bursts.append(_burst(lab, side, prefork, "prefork", opts.prefork, opts))
+        finally:
+            lab.stop(prefork)
+    finally:
+        side.close()
+    section.figures = _figures(bursts, mass)
+    section.matrix = _matrix(bursts)
+    section.detail = {
+        "agent": four_step(opts.latency_ms),
+        "options": opts.__dict__,
+        "bursts": [b.to_json() for b in bursts],
+        "mass_loss": None if mass is None else mass.to_json(),
+    }
+    return section
+
+
+def _figures(bursts: list[_Burst], mass: _MassLoss | None) -> list[Figure]:
+    t = bursts[0]
+    out = [
+        Figure(
+            "threads_cpu_ms_per_step",
+            f"threads -c {t.concurrency}: worker CPU per model step",
+            t.cpu_ms_per_step,
+            "ms",
+            CPU_PER_STEP_MS,
+        ),
+        Figure(
+            "threads_throughput_ratio",
+            f"threads -c {t.concurrency}: throughput vs ideal ({t.runs} runs)",
+            t.ratio,
+            "x",
+            THROUGHPUT,
+        ),
+        Figure(
+            "threads_rss_mib",
+            f"threads -c {t.concurrency}: peak RSS",
+            t.peaks.rss_mib,
+            "MiB",
+            RSS_MIB,
+            digits=0,
+        ),
+        Figure(
+            "threads_pg_connections",
+            f"threads -c {t.concurrency}: peak Postgres connections (its pool's bound)",
+            t.peaks.connections,
+            "",
+            Target("<=", min(DB_POOL_MAX, t.concurrency + MAIN_THREADS), "issue 18"),
+            digits=0,
+        ),
+        Figure(
+            "threads_pg_active",
+            f"threads -c {t.concurrency}: peak connections inside a statement",
+            t.peaks.active,
+            "",
+            digits=0,
+        ),
+    ]
+    if len(bursts) > 1:
+        p = bursts[1]
+        out += [
+            Figure(
+                "prefork_cpu_ms_per_step",
+                f"prefork -c {p.concurrency}: worker CPU per model step",
+                p.cpu_ms_per_step,
+                "ms",
+            ),
+            Figure(
+                "prefork_runs_per_s",
+                f"prefork -c {p.concurrency}: runs/s (threads: {t.runs / t.seconds:.1f})",
+                p.runs / p.seconds,
+                "runs/s",
+            ),
+            Figure(
+                "prefork_rss_mib",
+                f"prefork -c {p.concurrency}: peak RSS",
+                p.peaks.rss_mib,
+                "MiB",
+                digits=0,
+            ),
+        ]
+    if mass is not None:
+        out += [
+            Figure(
+                "mass_resume_p50_s",
+                f"{mass.runs} runs lost at once: kill to resume p50",
+                quantile(mass.resume_s, 0.5),
+                "s",
+                RESUME_P50_S,
+            ),
+            Figure(
+                "mass_resume_max_s",
+                f"{mass.runs} runs lost at once: kill to resume max",
+                max(mass.resume_s, default=None),
+                "s",
+                RESUME_MAX_S,
+            ),
+            Figure("mass_lost", "runs lost", mass.lost, "", ZERO, digits=0),
+            Figure("mass_duplicates", "duplicate writes", mass.duplicates, "", ZERO, digits=0),
+            Figure("mass_stale", "writes after a takeover", mass.stale, "", ZERO, digits=0),
+        ]
+    return out
+
+
+def _matrix(bursts: list[_Burst]) -> tuple[list[str], list[list[str]]]:
+    columns = [
+        "pool",
+        "runs",
+        "time (ideal)",
+        "vs ideal",
+        "CPU/step",
+        "RSS",
+        "PG conns (active)",
+        "worker cores",
+        "Postgres cores",
+        "sim cores",
+        "idle cores",
+    ]
+    rows = [
+        [
+            f"{b.pool} -c {b.concurrency}",
+            str(b.runs),
+            f"{b.seconds:.1f} s ({b.ideal_s:g} s)",
+            f"{b.ratio:.2f}x",
+            f"{b.cpu_ms_per_step:.2f} ms",
+            f"{b.peaks.rss_mib:.0f} MiB",
+            f"{b.peaks.connections} ({b.peaks.active})",
+            f"{b.cores(b.worker_cpu_s):.2f}",
+            f"{b.cores(b.postgres_cpu_s):.2f}",
+            f"{b.cores(b.simulator_cpu_s):.2f}",
+            f"{b.cores(b.idle_cpu_s):.2f}",
+        ]
+        for b in bursts
+    ]
+    return columns, rows
