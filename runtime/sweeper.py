@@ -1,7 +1,9 @@
 """The sweeper: claims each run whose lease lapsed, once per loss, and republishes stale work.
 
-It runs every few seconds from beat under a Redis lock (two beats are harmless); the claim in
-Postgres is the real guard: one conditional update per lapsed run, of two sweeps one wins (I4).
+It runs in every worker's main process, on a thread of its own (`SweepThread`), so it runs on
+time whatever the run slots are doing; a pace key in Redis keeps the fleet to about one sweep
+per `sweep_interval_ms`, and a Redis lock to one at a time. The claim in Postgres is the real
+guard: one conditional update per lapsed run, of two sweeps one wins (I4).
 Lapsed leases are found through the deadline index; a periodic full reconcile (and one after
 Redis loses its data) also finds running runs that hold no lease at all.
 
@@ -17,6 +19,7 @@ the outbox's `requeue_after_ms`.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,6 +82,7 @@ class Sweeper:
         self.deliveries = deliveries
         ns = services.settings.namespace
         self.lock_key = f"{ns}sweeper:lock"
+        self.pace_key = f"{ns}sweeper:pace"
         self.count_key = f"{ns}sweeper:count"
         self._sent: set[tuple[str, int]] = set()
 
@@ -103,6 +107,13 @@ class Sweeper:
         if report.claimed or report.failed or report.republished or report.store_faulted:
             log.info("sweep.done", **report.to_json())
         return report
+
+    def sweep_if_due(self, hold_ms: int) -> SweepReport:
+        """One sweep unless another process of the fleet swept less than `hold_ms` ago: the
+        first caller after the pace key lapsed takes it (SET NX PX) and sweeps."""
+        if not self.s.redis.set(self.pace_key, self.s.holder, nx=True, px=hold_ms):
+            return SweepReport(ran=False)
+        return self.sweep()
 
     def _record_duration(self, ms: float) -> None:
         """Keep the latest sweep durations for the metrics endpoint (any process scrapes)."""
@@ -241,6 +252,52 @@ class Sweeper:
                 step=claim.step,
             )
             self.s.publisher.publish(claim.run_id, claim.attempt)
+
+
+class SweepThread:
+    """Sweeps from a worker's main process, on its own thread: never queued behind runs, never
+    expired in a broker while every slot is busy (a beat-fired task was). Every worker runs one;
+    each looks every third of `sweep_interval_ms` and sweeps when the fleet's pace key is free,
+    so the fleet sweeps about once per interval and never goes longer than one without a sweep
+    while any worker reaches Redis. `guard` runs each look (a database outage is said once)."""
+
+    def __init__(
+        self,
+        sweeper: Sweeper,
+        guard: Callable[[Callable[[], SweepReport]], SweepReport | None] | None = None,
+    ) -> None:
+        self.sweeper = sweeper
+        interval_ms = sweeper.s.settings.timings.sweep_interval_ms
+        self.look_ms = max(interval_ms // 3, 1)
+        self.hold_ms = max(interval_ms - self.look_ms, 1)
+        self.guard = guard or (lambda work: work())
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._loop, name="liyagent-sweeps", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def look(self) -> SweepReport | None:
+        return self.guard(lambda: self.sweeper.sweep_if_due(self.hold_ms))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.look_ms / 1000):
+            try:
+                self.look()
+            except (redis.RedisError, OSError) as exc:
+                if not self._failing:  # once per outage: the next look tries again
+                    log.warning("sweep.failed", error=str(exc))
+                self._failing = True
+                continue
+            except Exception:  # the sweeps must outlive any one bad sweep
+                log.exception("sweep.error")
+            if self._failing:
+                log.info("sweep.resumed")
+            self._failing = False
 
 
 def requeue_lost_messages(s: Services, epoch: StoreEpoch) -> list[tuple[str, int]]:

@@ -135,11 +135,15 @@ class Stack:
         ops: bool = True,
         runs: bool = True,
         pool: str | None = None,
+        sweeps: bool = True,
     ) -> Proc:
         """A real `celery -A tasks worker` under `pool` (default `POOL`), ready to take
-        messages."""
+        messages; `sweeps=False`: its main process does not sweep (only its death watch
+        recovers runs)."""
         q = self.settings.queue
         extra = dict(env or {})
+        if not sweeps:
+            extra["LIYAGENT_WORKER_SWEEPS"] = "false"
         if fault:
             extra["LIYAGENT_FAULT"] = fault
             extra["LIYAGENT_FAULT_FILE"] = str(self.tmp / f"{name}.fault")
