@@ -139,6 +139,9 @@ def test_redis_fails_over_through_sentinel_mid_run(stack, sentinels, publish_fig
         f"redis failover (sentinel): {RUNS} runs, last ended {took:.1f} s after the kill "
         f"(normal batch {normal_s:.1f} s), losses charged {losses}"
     )
+    # No process died: a lease that lapsed while there was no master is taken back by its
+    # live holder (or resumed as a store fault), never charged as a loss.
+    assert losses == 0, [(r.id, r.lost_count) for r in rows if r.lost_count]
     bound = normal_s + 10
     assert took <= bound, f"the last run ended {took:.1f} s after the kill (bound {bound:.1f} s)"
 
