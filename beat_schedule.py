@@ -1,6 +1,7 @@
-"""What beat fires: the lease sweeper (every 3 s), the Teams inbox intake, the answer purge,
-retention (LIYAGENT_RETENTION_INTERVAL_S) and the catalog's cron triggers. Two beats are
-harmless: each task decides in Postgres."""
+"""What beat fires: the Teams inbox intake (every sweep interval), the answer purge, retention
+(LIYAGENT_RETENTION_INTERVAL_S) and the catalog's cron triggers. Two beats are harmless: each
+task decides in Postgres. The lease sweeper is not beat's: every worker's main process runs it
+on a thread of its own (runtime/sweeper.py `SweepThread`), so it never waits behind runs."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ def schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     ops = f"{settings.queue}.ops"
     sweep_s = settings.timings.sweep_interval_ms / 1000
     entries = {
-        "liyagent-sweep": _every("liyagent.sweep", sweep_s, ops),
         "liyagent-teams-intake": _every("liyagent.teams_intake", sweep_s, ops),
         "liyagent-purge-answers": _every("liyagent.purge_answers", 600, ops),
     }

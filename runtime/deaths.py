@@ -28,8 +28,10 @@ A store blip is not a death: when Redis itself restarts or fails over, every hol
 once. After Redis comes back with its data (a new server run id, `leases._EPOCH`) the watch
 claims nothing for `store_grace_ms`, and forgets whom it saw absent before, so only holders
 that never come back are claimed (after a data loss no holder of before is left in Redis to
-judge: the sweeper's reconcile takes those); it also publishes again, at once, the queued runs
-whose messages an empty Redis lost (`sweeper.requeue_lost_messages`).
+judge: the sweeper's reconcile takes those). So does a watcher that itself could not reach
+Redis (no master, say, during a Sentinel failover), from when it reaches it again. It also
+publishes again, at once, the queued runs whose messages an empty Redis lost
+(`sweeper.requeue_lost_messages`).
 """
 
 from __future__ import annotations
@@ -102,6 +104,10 @@ class DeathWatch:
         self.leader_key = leader_key(ns)
         self._lead = services.redis.register_script(_LEAD)
         self._absent: dict[str, _Absent] = {}
+        # Until when (monotonic ms) nothing is claimed after this watcher itself could not
+        # reach Redis: every holder lost Redis with it, and reconnects meanwhile.
+        self._settle_until_ms = 0
+        self._failed = False
         # A watcher leads only while present: its followers judge it by that connection.
         services.presence.start()
 
@@ -114,9 +120,13 @@ class DeathWatch:
         report = DeathReport()
         epoch = self.s.leases.store_epoch()
         report.republished += [run_id for run_id, _ in requeue_lost_messages(self.s, epoch)]
-        if epoch.restart_settling(self.store_grace_ms):
-            # Redis just restarted or failed over: every holder is reconnecting; absences seen
-            # so far (or now) say nothing about any process, none counts until the grace.
+        if self._failed:
+            self._failed = False
+            self._settle_until_ms = _ms() + self.store_grace_ms
+        if epoch.restart_settling(self.store_grace_ms) or _ms() < self._settle_until_ms:
+            # Redis just restarted or failed over, or this watcher could not reach it: every
+            # holder is reconnecting; absences seen so far (or now) say nothing about any
+            # process, none counts until the grace.
             self._absent.clear()
             report.duration_ms = (time.perf_counter() - started) * 1000
             return report
@@ -136,8 +146,10 @@ class DeathWatch:
         return report
 
     def forget(self) -> None:
-        """A look failed (Redis unreachable): absences seen before say nothing any more."""
+        """A look failed (Redis unreachable): absences seen before say nothing any more, and
+        none seen within the store grace after Redis answers again counts either."""
         self._absent.clear()
+        self._failed = True
 
     def _leads(self) -> bool:
         """Whether this watcher leads now: it takes the lead when free, or at once when the
@@ -178,15 +190,16 @@ class DeathWatch:
         taken = self.s.leases.take_dead(holder, epoch)
         if taken is None:
             return  # it came back between the look and the take: alive after all
+        tokens, reserved = taken
         if self.s.leases.store_epoch().id != store_epoch:
             # Redis lost its data right after the take: the holder may be taking its leases
             # back in the new one, where this take fences nothing. Its runs are left to the
             # sweeper's reconcile, which fences each missing key before it claims (I3).
             log.warning("deaths.take_abandoned", holder=holder, why="store epoch changed")
+            self.s.leases.unfence(tokens)
             return
-        tokens, reserved = taken
         report.dead.append(holder)
-        report.claimed += claim_and_publish(self.s, tokens, "connection_closed")
+        report.claimed += claim_and_publish(self.s, tokens, "connection_closed", fenced=True)
         # A lease taken between its acquire and its claim leaves the run queued at that
         # attempt, and the acquire let the message's reservation go: it is published again
         # like a reserved one (claimed runs moved to the next attempt and are left alone).
@@ -226,18 +239,28 @@ def _text(raw: bytes | str | int) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def claim_and_publish(s: Services, tokens: list[Token], seen: str) -> list[str]:
+def claim_and_publish(
+    s: Services, tokens: list[Token], seen: str, *, fenced: bool = False
+) -> list[str]:
     """Claim the lost attempts in Postgres in bounded batches (one statement each; of two
     claims one wins each run, I4) and publish each batch's new attempts in one round trip as
     soon as it commits, so a process that died holding hundreds of runs has its first ones
     resumed while the rest are claimed, with no statement locking them all at once. Audited
-    as lost, with how the death was seen."""
+    as lost, with how the death was seen. `fenced`: the tokens' keys hold fences
+    (`Leases.take_dead`), each batch's dropped once its claim is committed so the next
+    attempts take their leases at once."""
     claimed: list[str] = []
     limit = s.settings.timings.loss_limit
     for start in range(0, len(tokens), CLAIM_BATCH):
-        batch = [(t.run_id, t.attempt) for t in tokens[start : start + CLAIM_BATCH]]
-        with s.engine.connect() as conn:
-            claims = claim_lost_many(conn, batch, limit, seen=seen)
+        chunk = tokens[start : start + CLAIM_BATCH]
+        try:
+            with s.engine.connect() as conn:
+                claims = claim_lost_many(
+                    conn, [(t.run_id, t.attempt) for t in chunk], limit, seen=seen
+                )
+        finally:
+            if fenced:  # committed, or failed (the sweeper claims them later)
+                s.leases.unfence(chunk)
         s.publisher.publish_many([(c.run_id, c.attempt) for c in claims if c.status != "failed"])
         for claim in claims:
             log.debug(  # `deaths.taken` and `deaths.pool_child` sum the claims up

@@ -18,7 +18,7 @@ from runtime.agent import AgentRun
 from runtime.heartbeat import LeaseLost
 from runtime.http import SendRefused
 from runtime.jobs import JobRun
-from runtime.leases import Token, monotonic_ms
+from runtime.leases import FENCE_HOLDER, Token, monotonic_ms
 from runtime.redact import error_facts, frames
 from runtime.services import Services
 from runtime.workflow import WorkflowRun
@@ -82,8 +82,9 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
                 if _held_by_older_attempt(s, token):
                     # A stale delivery of an earlier attempt holds the lease for the few
                     # milliseconds its fence takes (it is never claimed by a running attempt:
-                    # a claim needs the old lease gone). This message may be the run's current
-                    # one: back to the queue, never dropped (I1).
+                    # a claim needs the old lease gone), or a claimer's fence does while its
+                    # claim runs. This message may be the run's current one: back to the
+                    # queue, never dropped (I1).
                     raise NotHandled(
                         f"run {run_id}: a stale delivery of an earlier attempt holds the lease "
                         "for a moment; this message is delivered again"
@@ -112,15 +113,18 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
 
 
 def _held_by_older_attempt(s: Services, token: Token) -> bool:
-    """Whether the run's lease is held by an earlier attempt than this message's, or was let go
-    between the failed acquire and this look (only the failure path pays this round trip)."""
+    """Whether the run's lease is held by an earlier attempt than this message's, or by a
+    claimer's fence (held for the moment its claim takes: `Leases.fence_missing`, `take_dead`;
+    the message may still be the run's current one), or was let go between the failed acquire
+    and this look (only the failure path pays this round trip)."""
     held = s.leases.holder(token.run_id)
     if held is None:
         return True
     try:
-        return Token.parse(held).attempt < token.attempt
+        holding = Token.parse(held)
     except ValueError:
         return False
+    return holding.attempt < token.attempt or holding.holder == FENCE_HOLDER
 
 
 def _poison(s: Services, row: RunRow, token: Token) -> str:

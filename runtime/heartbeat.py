@@ -8,12 +8,14 @@ A store blip is not a death. While this process's presence is down, and after it
 until Redis confirms the lease again, the lease counts for at most the death watch's grace from
 the loss (`RunLease.send_time_left_s`); a run that reaches a write or a send in that time waits
 for the confirmation (`RunLease.check`) instead of giving its attempt up. The presence wakes the
-heartbeat the moment it is back. When Redis lost its data meanwhile (a new store epoch), the
-lease key is gone: the heartbeat takes it back with SET NX of its own token
-(`Leases.renew_or_take_back`) and trusts it only once Postgres says its attempt still owns the
-run (one read). The sweeper fences a missing key before it claims the run (`_FENCE_MISSING`),
-so a take-back and a claim exclude each other, and it claims nothing until `store_grace_ms`
-after Redis came back, which exceeds a heartbeat: live holders keep their runs.
+heartbeat the moment it is back. When Redis lost its data meanwhile (a new store epoch), or the
+lease lapsed while this process could not reach it (no master during a failover), the key is
+gone: the heartbeat takes it back with SET NX of its own token (`Leases.renew_or_take_back`)
+and trusts it only once Postgres says its attempt still owns the run (one read). The sweeper
+fences a missing or lapsed key before it claims the run (`_FENCE_MISSING`), as the death watch
+does the keys it takes, so a take-back and a claim exclude each other; and neither claims
+anything until `store_grace_ms` after Redis came back (or after it saw Redis away itself),
+which exceeds a heartbeat: live holders keep their runs.
 """
 
 from __future__ import annotations
@@ -277,7 +279,10 @@ class Heartbeat:
             # wait (`RunLease.check`); the presence wakes this beat when it is back.
             return
         epoch = "" if p is None else p.store_epoch
-        back = [h for h in due if h.epoch and epoch and h.epoch != epoch]
+        # Confirmed before Redis lost its data (a new epoch), or before this process lost
+        # Redis (no master during a failover, a restart, a cut): the key may have lapsed or
+        # be gone meanwhile, which says nothing about this process. Taken back, not lost.
+        back = [h for h in due if (h.epoch and epoch and h.epoch != epoch) or h.blipped()]
         due = [h for h in due if h not in back]
         if back:
             self._take_back(back, now, epoch)
@@ -301,9 +306,10 @@ class Heartbeat:
                 log.warning("lease.lost", run_id=h.token.run_id, attempt=h.token.attempt)
 
     def _take_back(self, back: list[RunLease], now: int, epoch: str) -> None:
-        """Redis lost its data since these leases were confirmed: renew them, or take back with
-        SET NX of their own token the keys it forgot, then trust each only once Postgres says
-        its attempt still owns the run (I3); one claimed meanwhile is lost and let go."""
+        """Redis lost its data, or this process lost Redis, since these leases were confirmed:
+        renew them, or take back with SET NX of their own token the keys that lapsed or were
+        forgotten meanwhile, then trust each only once Postgres says its attempt still owns the
+        run (I3); one claimed meanwhile (a claimer fences the key first) is lost and let go."""
         try:
             results = self.leases.renew_or_take_back([h.token for h in back])
         except redis.RedisError as exc:

@@ -72,20 +72,25 @@ return 1
 
 # KEYS[1] = the holder's presence epoch, KEYS[2] = its leases set, KEYS[3] = its reserved set,
 # KEYS[4] = holders set; ARGV[1] = the epoch seen while it was absent, ARGV[2] = holder,
-# ARGV[3] = the lease key prefix. A dead holder's work, taken back only if it has not
-# reconnected since (a reconnect bumps the epoch first): deletes each lease still holding its
-# token (so a holder that comes back fails its renewals) and returns those tokens and the ones
-# whose lease has lapsed already (a later attempt's lease is left alone), with the messages it
-# had reserved; false when it came back. Deadline entries stay for the sweeper.
+# ARGV[3] = the lease key prefix, ARGV[4] = the fence's ttl ms. A dead holder's work, taken
+# back only if it has not reconnected since (a reconnect bumps the epoch first): each lease
+# still holding its token, or lapsed already, is fenced (the key set to the fence token, as
+# `_FENCE_MISSING` does) until the claim is committed (`Leases.unfence`), so a holder that
+# comes back after all fails its renewals and cannot take the lease back (`_RENEW_OR_TAKE_BACK`
+# is SET NX) while its run is claimed. Returns those tokens (a later attempt's lease is left
+# alone), with the messages it had reserved; false when it came back. Deadline entries stay
+# for the sweeper.
 _TAKE_DEAD = """
 local epoch = redis.call('GET', KEYS[1]) or ''
 if epoch ~= ARGV[1] then return false end
 local taken = {}
 for _, token in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  local run = string.match(token, '^([^:]+):')
+  local run, attempt = string.match(token, '^([^:]+):([^:]+):')
   local held = run and redis.call('GET', ARGV[3] .. run)
-  if held == token then redis.call('DEL', ARGV[3] .. run) end
-  if run and (held == token or held == false) then table.insert(taken, token) end
+  if run and (held == token or held == false) then
+    redis.call('SET', ARGV[3] .. run, run .. ':' .. attempt .. ':~sweep', 'PX', ARGV[4])
+    table.insert(taken, token)
+  end
 end
 local reserved = redis.call('SMEMBERS', KEYS[3])
 redis.call('DEL', KEYS[2], KEYS[3])
@@ -368,7 +373,7 @@ class Leases:
         self, holder: str, epoch: str
     ) -> tuple[list[Token], list[tuple[str, int]]] | None:
         """A dead holder's leases and reservations, taken back unless it came back (see
-        _TAKE_DEAD); None when it did."""
+        _TAKE_DEAD); None when it did. The taken leases stay fenced until `unfence`."""
         raw = self._take_dead(
             keys=[
                 f"{self.namespace}presence:epoch:{holder}",
@@ -376,7 +381,7 @@ class Leases:
                 self.reserved_of(holder),
                 self.holders_key,
             ],
-            args=[epoch, holder, self.key("")],
+            args=[epoch, holder, self.key(""), self.ttl_ms],
         )
         if raw is None:
             return None

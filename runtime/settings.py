@@ -338,6 +338,10 @@ class Settings:
     # refused (the run fails, the enqueue is a BadRequest). Nothing is written half.
     step_max_bytes: int = 1 << 20
     crash_resume_entries: bool = True
+    # Whether this worker's main process sweeps (LIYAGENT_WORKER_SWEEPS, on by default; the
+    # fleet sweeps once per interval whichever workers do). Off only for a worker that must
+    # leave recovery to its death watch (the trials that prove the watch alone).
+    worker_sweeps: bool = True
     # Modules whose tools and agents every process loads (LIYAGENT_TOOLS, comma-separated),
     # the way Celery's `include` names task modules.
     tool_modules: tuple[str, ...] = ()
@@ -417,6 +421,7 @@ class Settings:
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
             step_max_bytes=_env_step_max_bytes(),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
+            worker_sweeps=_env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
             tool_modules=_env_list("LIYAGENT_TOOLS"),
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
             mcp_servers=os.environ.get("LIYAGENT_MCP_SERVERS", "").strip(),

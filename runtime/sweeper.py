@@ -1,7 +1,9 @@
 """The sweeper: claims each run whose lease lapsed, once per loss, and republishes stale work.
 
-It runs every few seconds from beat under a Redis lock (two beats are harmless); the claim in
-Postgres is the real guard: one conditional update per lapsed run, of two sweeps one wins (I4).
+It runs in every worker's main process, on a thread of its own (`SweepThread`), so it runs on
+time whatever the run slots are doing; a pace key in Redis keeps the fleet to about one sweep
+per `sweep_interval_ms`, and a Redis lock to one at a time. The claim in Postgres is the real
+guard: one conditional update per lapsed run, of two sweeps one wins (I4).
 Lapsed leases are found through the deadline index; a periodic full reconcile (and one after
 Redis loses its data) also finds running runs that hold no lease at all.
 
@@ -17,6 +19,7 @@ the outbox's `requeue_after_ms`.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ from datetime import timedelta
 import redis
 import structlog
 
-from runtime.leases import StoreEpoch, Token
+from runtime.leases import StoreEpoch, Token, monotonic_ms
 from runtime.services import Services
 from store.rows import Attempt, RunId
 from store.runs import (
@@ -79,8 +82,13 @@ class Sweeper:
         self.deliveries = deliveries
         ns = services.settings.namespace
         self.lock_key = f"{ns}sweeper:lock"
+        self.pace_key = f"{ns}sweeper:pace"
         self.count_key = f"{ns}sweeper:count"
         self._sent: set[tuple[str, int]] = set()
+        # After this sweeper itself could not reach Redis (no master, say), nothing is claimed
+        # for the store grace from when it answers again (monotonic ms; see `_sweep`).
+        self._unreachable = False
+        self._settle_until_ms = 0
 
     def sweep(self) -> SweepReport:
         """One sweep, if no other sweep holds the lock."""
@@ -89,7 +97,7 @@ class Sweeper:
         # recovery for longer than a lease.
         lock_s = self.s.settings.timings.lease_ttl_ms / 1000
         lock = self.s.redis.lock(self.lock_key, timeout=lock_s, blocking=False)
-        if not lock.acquire():
+        if not self._reached(lock.acquire):
             return SweepReport(ran=False)
         try:
             report = self._sweep()
@@ -103,6 +111,28 @@ class Sweeper:
         if report.claimed or report.failed or report.republished or report.store_faulted:
             log.info("sweep.done", **report.to_json())
         return report
+
+    def sweep_if_due(self, hold_ms: int) -> SweepReport:
+        """One sweep unless another process of the fleet swept less than `hold_ms` ago: the
+        first caller after the pace key lapsed takes it (SET NX PX) and sweeps."""
+        if not self._reached(
+            lambda: self.s.redis.set(self.pace_key, self.s.holder, nx=True, px=hold_ms)
+        ):
+            return SweepReport(ran=False)
+        return self.sweep()
+
+    def _reached(self, first: Callable[[], object]) -> bool:
+        """Make a sweep's first Redis call; after a failed one, the first that answers starts
+        the store grace (this sweeper saw Redis away: so did every holder)."""
+        try:
+            answer = bool(first())
+        except redis.RedisError:
+            self._unreachable = True
+            raise
+        if self._unreachable:
+            self._unreachable = False
+            self._settle_until_ms = monotonic_ms() + self.s.settings.timings.store_grace_ms
+        return answer
 
     def _record_duration(self, ms: float) -> None:
         """Keep the latest sweep durations for the metrics endpoint (any process scrapes)."""
@@ -125,13 +155,19 @@ class Sweeper:
         # Right after Redis came back without its data, live holders are still taking their
         # leases back: no run is claimed for having none until the grace has passed. (Lapsed
         # leases are this epoch's own, and no holder can take one back: they are claimed.)
-        report.settling = epoch.data_settling(self.s.settings.timings.store_grace_ms)
+        # Right after Redis restarted or failed over with its data, or after this sweeper
+        # itself could not reach it, leases may have lapsed while Redis was away, which says
+        # nothing about their holders: those are not claimed either until the grace has
+        # passed, while live holders take them back (a store fault is not a death).
+        grace_ms = self.s.settings.timings.store_grace_ms
+        away = epoch.restart_settling(grace_ms) or monotonic_ms() < self._settle_until_ms
+        report.settling = away or epoch.data_settling(grace_ms)
         # Until a full reconcile ran in this epoch (Redis lost its data: leases and the index
         # are gone), every sweep after the grace reconciles running runs against Redis.
         report.full_scan = not report.settling and (
             not epoch.reconciled or count % self.s.settings.timings.full_scan_every == 1
         )
-        candidates = {(t.run_id, t.attempt): t for t in self.s.leases.lapsed()}
+        candidates = {} if away else {(t.run_id, t.attempt): t for t in self.s.leases.lapsed()}
         if report.full_scan:
             with self.s.engine.connect() as conn:
                 live = select_live(conn)
@@ -190,7 +226,12 @@ class Sweeper:
         fenced, as a store fault while its holder's process is connected, else as a loss."""
         known = [t for t in tokens if t.holder != "?"]
         holders = self.s.leases.holders([t.run_id for t in known])
-        gone = [t for t, holder in zip(known, holders, strict=True) if holder is None]
+        # Lapsed: fenced like a missing one, so that its holder taking it back after a store
+        # blip (SET NX, heartbeat.py) and this claim exclude each other; one taken back between
+        # the read and the fence is left alone (its index entry is the renewed lease's).
+        gone = self.s.leases.fence_missing(
+            [t for t, holder in zip(known, holders, strict=True) if holder is None]
+        )
         # Renewed since the index was read (alive), or held by a newer attempt (stale entry).
         newer = [t for t, h in zip(known, holders, strict=True) if h not in (None, str(t))]
         # Running with no lease at all (Redis lost it): held by the sweeper while it claims,
@@ -213,7 +254,7 @@ class Sweeper:
                 left = [t for t in [*gone, *fenced] if t.run_id not in won]
                 now = attempt_statuses(conn, [t.run_id for t in left]) if left else {}
         finally:
-            self.s.leases.unfence(fenced)  # the claims are committed: next attempts may lease
+            self.s.leases.unfence(gone + fenced)  # the claims are committed: next attempts lease
         self.s.leases.forget_many(gone + newer)
         for token in left:
             # Died between taking the lease and claiming the queued run: publish it again.
@@ -243,6 +284,52 @@ class Sweeper:
             )
             resumed.append((claim.run_id, claim.attempt))
         self.s.publisher.publish_many(resumed)
+
+
+class SweepThread:
+    """Sweeps from a worker's main process, on its own thread: never queued behind runs, never
+    expired in a broker while every slot is busy (a beat-fired task was). Every worker runs one;
+    each looks every third of `sweep_interval_ms` and sweeps when the fleet's pace key is free,
+    so the fleet sweeps about once per interval and never goes longer than one without a sweep
+    while any worker reaches Redis. `guard` runs each look (a database outage is said once)."""
+
+    def __init__(
+        self,
+        sweeper: Sweeper,
+        guard: Callable[[Callable[[], SweepReport]], SweepReport | None] | None = None,
+    ) -> None:
+        self.sweeper = sweeper
+        interval_ms = sweeper.s.settings.timings.sweep_interval_ms
+        self.look_ms = max(interval_ms // 3, 1)
+        self.hold_ms = max(interval_ms - self.look_ms, 1)
+        self.guard = guard or (lambda work: work())
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._loop, name="liyagent-sweeps", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def look(self) -> SweepReport | None:
+        return self.guard(lambda: self.sweeper.sweep_if_due(self.hold_ms))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.look_ms / 1000):
+            try:
+                self.look()
+            except (redis.RedisError, OSError) as exc:
+                if not self._failing:  # once per outage: the next look tries again
+                    log.warning("sweep.failed", error=str(exc))
+                self._failing = True
+                continue
+            except Exception:  # the sweeps must outlive any one bad sweep
+                log.exception("sweep.error")
+            if self._failing:
+                log.info("sweep.resumed")
+            self._failing = False
 
 
 def requeue_lost_messages(s: Services, epoch: StoreEpoch) -> list[tuple[str, int]]:

@@ -1,4 +1,5 @@
-"""The sweep task beat fires every few seconds, and the retention pass it fires less often."""
+"""One sweep as a task (an operator may fire one by hand; every worker's main process sweeps on
+its own thread, tasks/worker.py), and the retention pass beat fires."""
 
 from __future__ import annotations
 

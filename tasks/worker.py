@@ -14,11 +14,13 @@ from celery import Task
 from celery.concurrency import ALIASES as POOL_ALIASES
 from celery.worker.request import Request
 
-from runtime import faults, startup
+from runtime import faults, outage, startup
 from runtime.deaths import DeathWatchThread, claim_dead_child
 from runtime.leases import Token
 from runtime.services import holder_of
 from runtime.settings import get_settings
+from runtime.sweeper import Sweeper, SweepThread
+from tasks.deliveries import unacked_runs
 from tasks.services import RUN_TASK, services
 
 log = structlog.get_logger(__name__)
@@ -27,6 +29,7 @@ log = structlog.get_logger(__name__)
 # holder that reserves messages.
 _main_pid = os.getpid()
 _watch: DeathWatchThread | None = None
+_sweeps: SweepThread | None = None
 
 
 def note_main_process() -> None:
@@ -58,13 +61,18 @@ def warn_unless_consuming_runs(controller: Any) -> None:
 
 
 def start_watching() -> None:
-    """In the main process once the pool runs: its presence, and the death watch."""
-    global _watch
+    """In the main process once the pool runs: its presence, the death watch and the sweeps,
+    each on a thread of its own, so both run on time whatever the pool's slots are doing."""
+    global _watch, _sweeps
     s = services()
     s.presence.start()
     if _watch is None:
         _watch = DeathWatchThread(s)
         _watch.start()
+    if _sweeps is None and s.settings.worker_sweeps:
+        sweeper = Sweeper(s, unacked_runs(s.redis, s.settings.namespace))
+        _sweeps = SweepThread(sweeper, lambda work: outage.tolerated(s, main_holder(), work))
+        _sweeps.start()
 
 
 def reserved(request: Any) -> None:

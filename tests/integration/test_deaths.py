@@ -1,8 +1,8 @@
 """Death seen directly: a process that dies is noticed by its closed connections (or by the
 parent of a pool child), its runs claimed once and resumed, without waiting for its lease or a
-sweep; a connection that only blips is left alone. No beat runs in these tests, so no sweeper:
-what recovers the runs is the death watch (in the surviving worker's main process) or the
-parent. Judged from Postgres and the vendors' records."""
+sweep; a connection that only blips is left alone. Their survivors run no sweeps
+(`sweeps=False`), so what recovers the runs is the death watch (in the surviving worker's main
+process) or the parent. Judged from Postgres and the vendors' records."""
 
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ def test_a_pool_child_killed_under_a_living_parent_is_claimed_by_the_parent(stac
     # The death watch would see the child's closed connections too (often first: Celery's
     # pool notices a dead child within seconds); it is slowed down here to show the parent's
     # own path, which needs no grace at all.
-    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"}, pool="prefork")
+    worker = stack.worker(
+        "w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"}, pool="prefork", sweeps=False
+    )
     run_id = stack.start(mixed("p", latency_ms=800))
     _until(lambda: stack.client.get(run_id).step >= 1, "the run never got going")
     child = _holder_pid(stack, run_id)
@@ -74,7 +76,9 @@ def test_a_pool_child_whose_lease_lapsed_before_its_death_was_seen_is_still_clai
 ) -> None:
     # On a loaded machine the parent can see a child's death after the child's lease has
     # lapsed: the run is still the parent's to claim (the claim is fenced by the attempt).
-    worker = stack.worker("w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"}, pool="prefork")
+    worker = stack.worker(
+        "w1", env={"LIYAGENT_DEATH_POLL_MS": "60000"}, pool="prefork", sweeps=False
+    )
     run_id = stack.start(mixed("q", latency_ms=800))
     _until(lambda: stack.client.get(run_id).step >= 1, "the run never got going")
     child = _holder_pid(stack, run_id)
@@ -94,7 +98,7 @@ def test_a_killed_worker_is_seen_by_its_closed_connections(stack, pool: str) -> 
     runs = [stack.start(mixed(f"d{i}", latency_ms=800)) for i in range(2)]
     _until(lambda: all(stack.client.get(r).status == "running" for r in runs), "not running")
     victim.kill()  # the whole process group, as a lost machine
-    stack.worker("survivor", pool=pool)  # its main process runs the death watch
+    stack.worker("survivor", pool=pool, sweeps=False)  # its main process runs the death watch
     wait_all(stack, runs)
     for run_id in runs:
         assert stack.client.get(run_id).lost_count == 1
@@ -124,8 +128,12 @@ def test_a_run_whose_worker_died_before_claiming_it_is_published_again(
     victim.popen.wait(timeout=10)
     assert stack.client.get(run_id).status == "queued"  # never claimed: nothing was lost
     # The outbox (republishing runs queued too long) is out of the way: each path is its own.
-    survivor = stack.worker("survivor", env={"LIYAGENT_REQUEUE_AFTER_MS": "600000"})
-    stack.beat()
+    # Each path alone: the death watch's with no sweeps; the sweep's (no death seen) with them.
+    survivor = stack.worker(
+        "survivor",
+        env={"LIYAGENT_REQUEUE_AFTER_MS": "600000"},
+        sweeps=found_by == "sweep.done",
+    )
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded" and view.lost_count == 0 and view.attempt == 1
     survivor.wait_for(rf'"republished": \[[^\]]*"{run_id}"[^\n]*"{found_by}"', timeout=10)
@@ -135,8 +143,12 @@ def test_a_run_whose_worker_died_before_claiming_it_is_published_again(
 def test_a_blip_shorter_than_the_grace_claims_nothing(stack) -> None:
     host, port = _redis_address(stack)
     proxy = CuttableProxy(host, port)
-    stack.worker("watcher", runs=False)  # a death watch that does not go through the proxy
-    stack.worker("blipped", env={"LIYAGENT_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"})
+    stack.worker(
+        "watcher", runs=False, sweeps=False
+    )  # a death watch that does not go through the proxy
+    stack.worker(
+        "blipped", env={"LIYAGENT_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}, sweeps=False
+    )
     runs = [stack.start(mixed(f"b{i}", latency_ms=1000)) for i in range(2)]
     _until(lambda: all(stack.client.get(r).step >= 1 for r in runs), "not in flight")
     proxy.blip()
@@ -148,7 +160,7 @@ def test_a_blip_shorter_than_the_grace_claims_nothing(stack) -> None:
 
 
 def test_twenty_runs_on_workers_that_all_die_at_once(stack) -> None:
-    victims = [stack.worker(f"victim{i}", concurrency=5) for i in range(4)]
+    victims = [stack.worker(f"victim{i}", concurrency=5, sweeps=False) for i in range(4)]
     runs = [stack.start(mixed(f"m{i}", latency_ms=1500)) for i in range(20)]
     _until(
         lambda: all(stack.client.get(r).status == "running" for r in runs),
@@ -157,7 +169,7 @@ def test_twenty_runs_on_workers_that_all_die_at_once(stack) -> None:
     )
     for victim in victims:
         victim.kill()
-    stack.worker("survivor", concurrency=6)
+    stack.worker("survivor", concurrency=6, sweeps=False)
     wait_all(stack, runs, timeout=180)
     for run_id in runs:
         view = stack.client.get(run_id)
@@ -187,7 +199,7 @@ def test_a_killed_death_watch_leader_is_claimed_by_the_survivors_watch_within_th
     run_id = stack.start(mixed("lead", latency_ms=2500))
     _until(lambda: stack.client.get(run_id).status == "running", "the run never got going")
     assert _holder_pid(stack, run_id) in leader.children()
-    survivor = stack.worker("survivor")  # its watch follows the leader's
+    survivor = stack.worker("survivor", sweeps=False)  # its watch follows the leader's
     assert stack.client.get(run_id).status == "running", "the run ended before the kill"
     assert death_watch_leader(stack.services) == holder
     killed_at = datetime.now(tz=UTC)

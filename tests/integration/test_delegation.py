@@ -103,14 +103,16 @@ def test_parent_and_child_lost_together_child_is_claimed_once(stack) -> None:
 
 
 def test_resumed_parent_takes_over_its_childs_lapsed_lease_itself(stack) -> None:
-    """The child's worker stalls past its lease while the parent's process dies; with no beat
-    (no sweeper) and the child's connections still open (the death watch leaves a stalled
+    """The child's worker stalls past its lease while the parent's process dies; with no sweeper
+    (no worker sweeps) and the child's connections still open (the death watch leaves a stalled
     process alone), only the resumed parent, asking again by its delegation key, can claim the
     child: it does, once, and the child's loss audit names that path."""
-    parent_worker = stack.worker("parent", fault="after_request:stop", concurrency=1, ops=False)
+    parent_worker = stack.worker(
+        "parent", fault="after_request:stop", concurrency=1, ops=False, sweeps=False
+    )
     parent = stack.start(_parent(), tools=PARENT_TOOLS)
     stopped = int(stack.fault_hit("parent").split()[1])  # the pool process that filed the child
-    stack.worker("child", fault="after_checkpoint:stop", concurrency=1, ops=False)
+    stack.worker("child", fault="after_checkpoint:stop", concurrency=1, ops=False, sweeps=False)
     stack.fault_hit("child")  # the child is checkpointed, then its process stalls
     [child] = _children(stack, parent)
     deadline = time.monotonic() + 30

@@ -125,7 +125,7 @@ PAGE = [step(call("toolu_p", "incident.page", title="Down", severity="sev1")), f
 
 
 def test_gauges_and_failure_codes_match_the_database(stack) -> None:
-    stack.worker("w1", env={"LIYAGENT_STEP_LIMIT": "1"})
+    stack.worker("w1", env={"LIYAGENT_STEP_LIMIT": "1"}, sweeps=False)
     failing = stack.start(mixed("f"))  # two steps under a limit of one: fails step_limit
     waiting = stack.start(PAGE)
     assert stack.wait(failing).status == "failed"
@@ -151,7 +151,7 @@ def test_gauges_and_failure_codes_match_the_database(stack) -> None:
     )[0].s
     assert 0 < value(scraped, "liyagent_queue_age_seconds") <= float(age)
     assert value(scraped, "liyagent_fencing_rejections_total") == 2
-    assert value(scraped, "liyagent_sweep_duration_seconds_count") == 0  # no beat: no sweep
+    assert value(scraped, "liyagent_sweep_duration_seconds_count") == 0  # no worker sweeps
     assert value(scraped, "liyagent_resumes_total") == 0
     unpublished.redis.close()
 

@@ -59,7 +59,7 @@ def test_a_worker_given_only_the_sentinels_runs_through_them(stack, sentinels) -
         assert primary.get(epoch_key(ns, holder)) is not None
         names = [c["name"] for c in primary.client_list()]
         assert names.count(connection_name(holder)) >= 2, names  # presence and the client
-        # Beat's sweeps, through the broker to the worker, which takes the sweep lock there.
+        # The worker's own sweeps take the sweep lock there.
         deadline = time.monotonic() + 30
         while not primary.exists(f"{ns}metrics:sweep_count"):
             assert time.monotonic() < deadline, "no sweep ran on the master"
@@ -79,7 +79,7 @@ def test_a_killed_worker_is_seen_by_the_death_watch_through_the_sentinels(stack,
         assert time.monotonic() < deadline, "the run never got going"
         time.sleep(0.05)
     victim.kill()
-    stack.worker("survivor")  # its main process runs the death watch
+    stack.worker("survivor", sweeps=False)  # its main process runs the death watch
     assert stack.wait(run_id, timeout=60).status == "succeeded"
     judge_runs(stack, [run_id]).assert_clean()
     seen = stack.rows(
@@ -139,6 +139,9 @@ def test_redis_fails_over_through_sentinel_mid_run(stack, sentinels, publish_fig
         f"redis failover (sentinel): {RUNS} runs, last ended {took:.1f} s after the kill "
         f"(normal batch {normal_s:.1f} s), losses charged {losses}"
     )
+    # No process died: a lease that lapsed while there was no master is taken back by its
+    # live holder (or resumed as a store fault), never charged as a loss.
+    assert losses == 0, [(r.id, r.lost_count) for r in rows if r.lost_count]
     bound = normal_s + 10
     assert took <= bound, f"the last run ended {took:.1f} s after the kill (bound {bound:.1f} s)"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -90,3 +91,35 @@ def _snapshot(stack, run_id: str) -> tuple:
     transcript = stack.client.transcript(run_id)
     vendor = stack.vendor("SELECT id FROM sim.requests WHERE run_id = :r ORDER BY id", r=run_id)
     return (tuple(run), tuple(cps), tuple(marks), tuple(audit), tuple(transcript), tuple(vendor))
+
+
+@pytest.mark.kill
+def test_a_stalled_workers_run_is_swept_while_every_survivor_slot_is_busy(stack) -> None:
+    """Sweeps are the worker's own (a thread of its main process), not messages behind runs:
+    with no beat and no ops queue consumed, and the survivor's only slot busy with a long run,
+    the stalled victim's run is still claimed once its lease lapses, by the survivor."""
+    victim = stack.worker("victim", fault="after_mark:stop", concurrency=1, ops=False)
+    stalled = stack.start(mixed("stalled"))
+    stack.fault_hit("victim")
+    victim.signal_group(signal.SIGSTOP)  # its main process too: it neither sweeps nor watches
+    stack.worker("survivor", concurrency=1, ops=False)
+    busy = stack.start(mixed("busy", latency_ms=3000))
+    try:
+        deadline = time.monotonic() + 60
+        while stack.client.get(stalled).attempt < 2:
+            assert time.monotonic() < deadline, "the stalled run was never claimed"
+            time.sleep(0.1)
+        # Claimed while the survivor's one slot still held the busy run.
+        assert stack.client.get(busy).status == "running"
+        lost = stack.rows(
+            "SELECT detail->>'seen' AS seen FROM audit_events WHERE run_id = :r "
+            "AND kind = 'agent.run.lost'",
+            r=stalled,
+        )
+        # By a sweep (the victim's connections stayed open): the survivor's, the victim's
+        # whole group being stopped.
+        assert [r.seen for r in lost] == ["lease_lapsed"]
+    finally:
+        victim.signal_group(signal.SIGCONT)
+    for run_id in (stalled, busy):
+        assert stack.wait(run_id, timeout=90).status == "succeeded"

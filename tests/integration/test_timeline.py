@@ -294,10 +294,10 @@ def test_a_long_title_fits_its_frame_and_a_sweeper_claim_is_credited_to_it(
 @pytest.mark.kill
 @pytest.mark.timeout(120)
 def test_a_death_watch_claim_is_credited_to_the_death_watch(stack) -> None:
-    """No beat runs, so no sweeper: the survivor's death watch sees the victim's connections
+    """The survivor runs no sweeps: the survivor's death watch sees the victim's connections
     close and claims the run. The picture and its timeline say so, never "the sweeper"."""
     run_id = stack.kill_at("after_checkpoint:kill", lambda: stack.start(mixed("dw")))
-    stack.worker("survivor")
+    stack.worker("survivor", sweeps=False)
     assert stack.wait(run_id).status == "succeeded"
     with stack.db() as conn:
         t = select_timeline(conn, run_id)

@@ -9,10 +9,13 @@ import threading
 
 
 class CuttableProxy:
-    def __init__(self, target_host: str, target_port: int, port: int = 0) -> None:
-        """`port`: listen there (a cut proxy's, to bring the path back), else on a free one."""
+    def __init__(
+        self, target_host: str, target_port: int, port: int = 0, host: str = "127.0.0.1"
+    ) -> None:
+        """`port`: listen there (a cut proxy's, to bring the path back), else on a free one;
+        `host`: the address to listen on (a network namespace's link to the host)."""
         self.target = (target_host, target_port)
-        self.listener = socket.create_server(("127.0.0.1", port))
+        self.listener = socket.create_server((host, port))
         self.port = int(self.listener.getsockname()[1])
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()

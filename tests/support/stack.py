@@ -135,16 +135,22 @@ class Stack:
         ops: bool = True,
         runs: bool = True,
         pool: str | None = None,
+        sweeps: bool = True,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> Proc:
         """A real `celery -A tasks worker` under `pool` (default `POOL`), ready to take
-        messages."""
+        messages; `sweeps=False`: its main process does not sweep (only its death watch
+        recovers runs); `wrap`: the command it runs under (`ip netns exec ...`)."""
         q = self.settings.queue
         extra = dict(env or {})
+        if not sweeps:
+            extra["LIYAGENT_WORKER_SWEEPS"] = "false"
         if fault:
             extra["LIYAGENT_FAULT"] = fault
             extra["LIYAGENT_FAULT_FILE"] = str(self.tmp / f"{name}.fault")
         queues = ",".join([*([q] if runs else []), *([f"{q}.ops"] if ops else [])])
         argv = worker_argv(name, queues, concurrency, pool=pool or POOL)
+        argv = wrap(argv) if wrap else argv
         proc = Proc(name, argv, {**self.env, **extra}, self.tmp / f"{name}.log")
         self.procs.append(proc)
         proc.wait_for(r"ready\.", timeout=60)
