@@ -276,8 +276,10 @@ def hand_back_store_fault(
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, 'agent.run.store_fault', attempt, step,
                        jsonb_build_object('reason', 'store_fault', 'lost_count', lost_count,
-                                          'faulted_attempt', attempt - 1, 'holder', :worker,
-                                          'seen', 'postgres_unreachable', 'doing', :what)
+                                          'faulted_attempt', attempt - 1,
+                                          'holder', CAST(:worker AS text),
+                                          'seen', 'postgres_unreachable',
+                                          'error', CAST(:what AS text))
                 FROM h)
             SELECT attempt FROM h
             """
