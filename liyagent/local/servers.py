@@ -120,14 +120,15 @@ class PrivatePostgres:
 
     def replica_of(self, primary: PrivatePostgres) -> PrivatePostgres:
         """Make this cluster a streaming replica of `primary` (running): `pg_basebackup -R`
-        copies it and writes the standby settings; `start` then starts it as a hot standby."""
+        copies it (after a fast checkpoint: a spread one waits minutes) and writes the standby
+        settings; `start` then starts it as a hot standby."""
         self.base.mkdir(parents=True, exist_ok=True)
         self.sock.mkdir(exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.base, "postgres")
             shutil.chown(self.sock, "postgres")
         argv = [pg_bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port)]
-        argv += ["-U", "postgres", "-D", str(self.data), "-R", "-X", "stream"]
+        argv += ["-U", "postgres", "-D", str(self.data), "-R", "-X", "stream", "-c", "fast"]
         subprocess.run(_as_postgres(argv), check=True, capture_output=True)
         return self
 

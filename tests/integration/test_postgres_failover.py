@@ -63,9 +63,12 @@ def pair(stack) -> Iterator[Pair]:
             conn.execute(sa.text("ALTER SYSTEM SET synchronous_standby_names = '*'"))
             conn.execute(sa.text("SELECT pg_reload_conf()"))
             deadline = time.monotonic() + 30
-            while conn.execute(
-                sa.text("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
-            ).scalar_one() < 1:
+            while (
+                conn.execute(
+                    sa.text("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+                ).scalar_one()
+                < 1
+            ):
                 assert time.monotonic() < deadline, "the replica never became synchronous"
                 time.sleep(0.1)
         admin.dispose()
