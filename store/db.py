@@ -63,6 +63,17 @@ def _discard_if_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
         raise sa.exc.DisconnectionError("the server closed the pooled connection")
 
 
+# A statement refused because the server takes no writes (read_only_sql_transaction): a
+# primary demoted or put in read-only mode. The connection is of no use to a multi-host URL
+# that asks for a writable host: it is dropped with the rest of the pool, like a broken one.
+_READ_ONLY = "25006"
+
+
+def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
+    if getattr(context.original_exception, "sqlstate", None) == _READ_ONLY:
+        context.is_disconnect = True
+
+
 # Connections one process's engine may open when nothing sizes it (a prefork child, the CLI, the
 # front): five kept open, ten more opened for a burst and closed again.
 DEFAULT_POOL_MAX = 15
@@ -96,6 +107,7 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
     )
     sa.event.listen(engine, "connect", _uuid_as_text)
     sa.event.listen(engine, "checkout", _discard_if_closed)
+    sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     return engine
 
 
@@ -150,7 +162,7 @@ _UNREACHABLE_CODES = ("57P01", "57P02", "57P03")
 
 def unreachable(exc: BaseException) -> bool:
     """Whether `exc` says Postgres cannot be used now (down, refusing, missing database, bad
-    credentials), not that one statement failed (a lock or statement timeout is also an
+    credentials, taking no writes), not that one statement failed (a lock or statement timeout is also an
     OperationalError, but the server answered)."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True

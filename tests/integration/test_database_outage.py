@@ -104,3 +104,23 @@ def test_a_statement_that_fails_on_a_server_that_answers_is_not_an_outage(db_url
     assert db.unreachable(refused.value)
     engine.dispose()
     closed.dispose()
+
+
+def test_a_connection_to_a_server_that_takes_no_writes_is_dropped_from_the_pool(db_url) -> None:
+    """A server that went read-only under a pooled connection (a primary demoted) refuses the
+    write with read_only_sql_transaction: that is an outage, not a failed statement, and the
+    connection is dropped, so the next statement opens a new one (a multi-host URL then finds
+    the writable host)."""
+    from store import db
+
+    engine = db.create(db_url, pool_max=1)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SET default_transaction_read_only = on"))
+        with pytest.raises(sa.exc.InternalError) as refused, engine.connect() as conn:
+            conn.execute(sa.text("CREATE TEMP TABLE t (x int)"))  # the same pooled connection
+        assert db.unreachable(refused.value)
+        with engine.connect() as conn:  # a new connection: writable again
+            conn.execute(sa.text("CREATE TEMP TABLE t (x int)"))
+    finally:
+        engine.dispose()
