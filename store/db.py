@@ -162,8 +162,8 @@ _UNREACHABLE_CODES = ("57P01", "57P02", "57P03")
 
 def unreachable(exc: BaseException) -> bool:
     """Whether `exc` says Postgres cannot be used now (down, refusing, missing database, bad
-    credentials, taking no writes), not that one statement failed (a lock or statement timeout is also an
-    OperationalError, but the server answered)."""
+    credentials, taking no writes), not that one statement failed (a lock or statement
+    timeout is also an OperationalError, but the server answered)."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
     if not isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
