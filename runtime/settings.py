@@ -74,12 +74,17 @@ _MULTI_HOST = re.compile(
 def _hosts_in_query(raw: str) -> str:
     """libpq's multi-host URL (`postgresql://user@h1:p1,h2:p2/db?target_session_attrs=...`)
     in the form SQLAlchemy reads (`postgresql://user@/db?host=h1:p1&host=h2:p2&...`); any
-    other URL as it is."""
+    other URL as it is. ValueError for a port that is not a number."""
     found = _MULTI_HOST.match(raw)
     if found is None:
         return raw
     path, _, query = found["rest"].partition("?")
-    hosts = "&".join(f"host={h.strip()}" for h in found["hosts"].split(",") if h.strip())
+    listed = [h.strip() for h in found["hosts"].split(",") if h.strip()]
+    for host in listed:
+        _, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+        if colon and not port.isdigit():
+            raise ValueError(f"port {port!r} of {host!r} is not a number")
+    hosts = "&".join(f"host={h}" for h in listed)
     return f"{found['scheme']}{found['user'] or ''}{path or '/'}?{hosts}" + (
         f"&{query}" if query else ""
     )

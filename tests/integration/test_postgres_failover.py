@@ -57,7 +57,7 @@ def pair(stack) -> Iterator[Pair]:
         # Synchronous from now on: a commit the primary answered is on the replica too, so
         # nothing answered is lost with the primary. The replica's own settings were copied
         # before this, so once promoted it waits for no standby.
-        admin = sa.create_engine(primary.url, isolation_level="AUTOCOMMIT")
+        admin = sa.create_engine(primary.url, isolation_level="AUTOCOMMIT", hide_parameters=True)
         with admin.connect() as conn:
             conn.execute(sa.text("ALTER SYSTEM SET synchronous_standby_names = '*'"))
             conn.execute(sa.text("SELECT pg_reload_conf()"))
@@ -149,18 +149,21 @@ def test_postgres_fails_over_to_its_synchronous_replica_mid_run(
     assert requeued <= 2 * RUNS, requeued
 
 
+def _start(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_a_multi_host_url_whose_hosts_are_all_read_only_refuses_to_start(stack, pair) -> None:
+    """Only the standby answers: the worker refuses to start and the CLI stops, both exit 3
+    with the same sentence naming the hosts and the setting, and no traceback."""
     only_standbys = pair.url(pair.replica.port, pair.replica.port)
     env = {**stack.env, "LIYAGENT_DATABASE_URL": only_standbys}
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-c", "1"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 3, done.stderr[-2000:]
-    assert "every host it names is read-only" in done.stderr, done.stderr[-2000:]
-    assert "LIYAGENT_DATABASE_URL" in done.stderr and "Traceback" not in done.stderr
-    assert f"127.0.0.1:{pair.replica.port},127.0.0.1:{pair.replica.port}" in done.stderr
+    hosts = f"127.0.0.1:{pair.replica.port},127.0.0.1:{pair.replica.port}"
+    for argv in (["celery", "-A", "tasks", "worker", "-c", "1"], ["liyagent", "status"]):
+        done = _start(argv, env)
+        assert done.returncode == 3, done.stderr[-2000:]
+        assert "every host it names is read-only" in done.stderr, done.stderr[-2000:]
+        assert "LIYAGENT_DATABASE_URL" in done.stderr and hosts in done.stderr
+        assert "Traceback" not in done.stderr
