@@ -156,12 +156,11 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
         _count_quietly(s, "fenced_total")
         return "fenced"
     except Exception as exc:
-        fault = outage.store_fault(exc)
-        if fault is not None:
+        if outage.store_fault(exc):
             # Postgres went away under the attempt: this process lives and holds the lease,
             # so the run is not lost; it gives the run back once Postgres answers (I1).
             release = False
-            return _give_back_after_store_fault(s, row, lease, worker, fault)
+            return _give_back_after_store_fault(s, row, lease, worker, exc)
         # Unexpected (a bug): behave as a crash. Keep the lease so it
         # lapses and the sweeper resumes the run from its checkpoint elsewhere.
         # Its message never reaches the log or the audit: it may carry user text (item 16).

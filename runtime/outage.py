@@ -149,18 +149,13 @@ def answered(s: Services, worker: str) -> None:
         )
 
 
-def store_fault(exc: BaseException) -> BaseException | None:
-    """The error in `exc` or its causes that says Postgres cannot be used now (an attempt's
-    statement or connect lost to an outage or a failover), None if there is none: a store
-    fault, never a sign that the process or its run is broken."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a cause chain is short; never loop on a cycle
-        if seen is None:
-            return None
-        if isinstance(seen, sa.exc.SQLAlchemyError) and db.unreachable(seen):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+def store_fault(exc: BaseException) -> bool:
+    """Whether an attempt's `exc` is a statement or connect of the engine's lost to Postgres
+    going away (an outage, a failover): a store fault, never a sign that the process or its
+    run is broken. Only the error itself counts, never one it wraps: a tool's own database
+    failing reaches the attempt as the tool's error (told to the model), and must not have the
+    run given back again and again."""
+    return isinstance(exc, sa.exc.SQLAlchemyError) and db.unreachable(exc)
 
 
 def wait_for_database(
