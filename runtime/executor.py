@@ -15,7 +15,8 @@ import structlog
 
 from runtime import drain, faults, outage
 from runtime.agent import AgentRun
-from runtime.heartbeat import LeaseLost
+from runtime.enqueue import publish_quietly
+from runtime.heartbeat import LeaseLost, RunLease
 from runtime.http import SendRefused
 from runtime.jobs import JobRun
 from runtime.leases import FENCE_HOLDER, Token, monotonic_ms
@@ -25,7 +26,7 @@ from runtime.workflow import WorkflowRun
 from store import db
 from store.records import insert_owned_audit
 from store.rows import Claimed, FencedOut, RunRow
-from store.runs import claim_delivery, fail_run
+from store.runs import claim_delivery, fail_run, hand_back_store_fault
 
 log = structlog.get_logger(__name__)
 
@@ -109,7 +110,7 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
             return "stale"
         if claimed.run.deliveries > s.settings.timings.delivery_limit:
             return _poison(s, claimed.run, token)
-        return _execute(s, claimed, token, started)
+        return _execute(s, claimed, token, started, reserved_by or s.holder)
 
 
 def _held_by_older_attempt(s: Services, token: Token) -> bool:
@@ -142,7 +143,7 @@ def _poison(s: Services, row: RunRow, token: Token) -> str:
     return "poison"
 
 
-def _execute(s: Services, claimed: Claimed, token: Token, started: int) -> str:
+def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> str:
     row = claimed.run
     lease = s.heartbeat.hold(token, started)
     release = True
@@ -159,7 +160,12 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int) -> str:
         _count_quietly(s, "fenced_total")
         return "fenced"
     except Exception as exc:
-        # Unexpected (a bug, a database outage): behave as a crash. Keep the lease so it
+        if outage.store_fault(exc):
+            # Postgres went away under the attempt: this process lives and holds the lease,
+            # so the run is not lost; it gives the run back once Postgres answers (I1).
+            release = False
+            return _give_back_after_store_fault(s, row, lease, worker, exc)
+        # Unexpected (a bug): behave as a crash. Keep the lease so it
         # lapses and the sweeper resumes the run from its checkpoint elsewhere.
         # Its message never reaches the log or the audit: it may carry user text (item 16).
         release = False
@@ -171,6 +177,41 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int) -> str:
         s.heartbeat.drop(lease)
         if release:
             _release_quietly(s, token)
+
+
+def _give_back_after_store_fault(
+    s: Services, row: RunRow, lease: RunLease, worker: str, fault: BaseException
+) -> str:
+    """A store fault is not a process loss: hold the lease (the heartbeat renews it) until
+    Postgres answers, then give the run back as a new attempt in one fenced statement, with
+    no loss charged and audited as `agent.run.store_fault`, and publish it, so it resumes at
+    once instead of after its lease. Whether the statement the fault cut short was committed
+    is settled by the resume, which reads Postgres again (the step written, the answer stored,
+    each mark in doubt settled per the table, I2, I5). A lease lost meanwhile (Redis gone
+    too, past its deadline) leaves the run to the sweeper, which claims it the usual way."""
+    log.warning("run.store_fault", **error_facts(fault), next="held until Postgres answers")
+    try:
+        outage.wait_for_database(
+            s, worker, fault, "runs in flight keep their leases and wait for it", lease.check
+        )
+        with s.engine.connect() as conn:
+            new_attempt = hand_back_store_fault(
+                conn, row.id, row.attempt, s.holder, type(fault).__name__
+            )
+    except LeaseLost as exc:
+        log.warning("run.fenced_out", why=str(exc))
+        return "fenced"
+    except FencedOut as exc:  # another attempt owns the run: nothing more is written (I3)
+        log.warning("run.fenced_out", why=str(exc))
+        _release_quietly(s, lease.token)
+        return "fenced"
+    except sa.exc.SQLAlchemyError as exc:  # gone again: the lease lapses, the sweeper claims
+        log.warning("run.store_fault_unsettled", **error_facts(exc))
+        return "error"
+    _release_quietly(s, lease.token)
+    publish_quietly(s, row.id, new_attempt)
+    log.info("run.given_back", reason="store_fault", new_attempt=new_attempt)
+    return "store_fault"
 
 
 def _reserve_quietly(s: Services, holder: str, run_id: str, attempt: int) -> None:

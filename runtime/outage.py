@@ -15,6 +15,7 @@ import redis
 import sqlalchemy as sa
 import structlog
 
+from runtime import drain
 from runtime.services import Services
 from store import db
 
@@ -42,9 +43,25 @@ def database_problem(exc: BaseException, url: str) -> str:
     if "database" in why and "does not exist" in why:
         name = sa.make_url(url).database
         advice = f"create it (createdb {name}), then run `liyagent db upgrade`"
+    elif _all_read_only(text):
+        why = "every host it names is read-only: a standby, or a primary in read-only mode"
+        advice = (
+            "with target_session_attrs=read-write only a primary is taken: promote a standby, "
+            "or add the primary's host:port to LIYAGENT_DATABASE_URL"
+        )
     else:
         advice = "start it, or point LIYAGENT_DATABASE_URL at a running server"
     return f"cannot use Postgres at {db.shown(url)} ({why}); {advice}"
+
+
+def _all_read_only(text: str) -> bool:
+    """Whether every connection attempt libpq reports (one line each, a multi-host URL listing
+    them all) was refused for a read-only session, not for want of a server."""
+    attempts = [line for line in text.splitlines() if "failed:" in line]
+    return bool(attempts) and all(
+        line.rstrip().endswith(("session is read-only", "server is in hot standby mode"))
+        for line in attempts
+    )
 
 
 def schema_problem(exc: BaseException) -> str:
@@ -130,6 +147,37 @@ def answered(s: Services, worker: str) -> None:
             database=db.shown(s.settings.database_url),
             after_s=round(lasted, 1),
         )
+
+
+def store_fault(exc: BaseException) -> bool:
+    """Whether an attempt's `exc` is a statement or connect of the engine's lost to Postgres
+    going away (an outage, a failover): a store fault, never a sign that the process or its
+    run is broken. Only the error itself counts, never one it wraps: a tool's own database
+    failing reaches the attempt as the tool's error (told to the model), and must not have the
+    run given back again and again."""
+    return isinstance(exc, sa.exc.SQLAlchemyError) and db.unreachable(exc)
+
+
+def wait_for_database(
+    s: Services, worker: str, exc: BaseException, holding: str, check: Callable[[], None]
+) -> None:
+    """Wait, said once per interval for the whole `worker`, until one round trip to Postgres
+    succeeds, calling `check` before each try (it raises to end the wait: a lease lost). A
+    warm shutdown does not end the wait: what is held must still reach Postgres."""
+    while True:
+        pause = failed(s, worker, exc, holding)
+        check()
+        if drain.wait(pause):
+            time.sleep(pause)  # shutting down: keep backing off, the wait goes on
+        try:
+            db.ping(s.engine)
+        except sa.exc.SQLAlchemyError as again:
+            if not db.unreachable(again):
+                raise
+            exc = again
+            continue
+        answered(s, worker)
+        return
 
 
 def tolerated(s: Services, worker: str, work: Callable[[], T]) -> T | None:

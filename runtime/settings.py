@@ -6,6 +6,7 @@ The lease and sweep timings are coupled, so they live together in `Timings`.
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -64,12 +65,38 @@ SENTINEL_SCHEME = "sentinel://"
 SENTINEL_PORT = 26379
 
 
+# libpq's multi-host form, `scheme://[userinfo@]h1:p1,h2:p2/...`: the hosts part holds a comma.
+_MULTI_HOST = re.compile(
+    r"^(?P<scheme>[^:/]+://)(?P<user>[^@/]*@)?(?P<hosts>[^/?@]*,[^/?@]*)(?P<rest>.*)$"
+)
+
+
+def _hosts_in_query(raw: str) -> str:
+    """libpq's multi-host URL (`postgresql://user@h1:p1,h2:p2/db?target_session_attrs=...`)
+    in the form SQLAlchemy reads (`postgresql://user@/db?host=h1:p1&host=h2:p2&...`); any
+    other URL as it is. ValueError for a port that is not a number."""
+    found = _MULTI_HOST.match(raw)
+    if found is None:
+        return raw
+    path, _, query = found["rest"].partition("?")
+    listed = [h.strip() for h in found["hosts"].split(",") if h.strip()]
+    for host in listed:
+        _, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+        if colon and not port.isdigit():
+            raise ValueError(f"port {port!r} of {host!r} is not a number")
+    hosts = "&".join(f"host={h}" for h in listed)
+    return f"{found['scheme']}{found['user'] or ''}{path or '/'}?{hosts}" + (
+        f"&{query}" if query else ""
+    )
+
+
 def database_url(raw: str, name: str = "LIYAGENT_DATABASE_URL") -> str:
     """A Postgres URL for psycopg 3 (`postgresql://` and `postgres://` are read as
-    `postgresql+psycopg://`); anything else is a ConfigError naming the variable or option."""
+    `postgresql+psycopg://`; libpq's multi-host form `h1:p1,h2:p2` is kept as its list of
+    hosts, tried in order); anything else is a ConfigError naming the variable or option."""
     try:
-        url = sa.make_url(raw)
-    except sa.exc.ArgumentError:
+        url = sa.make_url(_hosts_in_query(raw))
+    except (sa.exc.ArgumentError, ValueError):
         raise ConfigError(
             f"{name}={raw[:60]!r} is not a database URL; use "
             "postgresql+psycopg://user[:password]@host[:port]/database"

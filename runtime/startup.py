@@ -103,7 +103,7 @@ def check_connections(settings: Settings, pool: WorkerPool) -> str | None:
         # Whether a worker starts without its database is the reachability check's to say;
         # this one can only not be made.
         return (
-            f"Postgres ({_where(settings.database_url)}) could not be asked for its connection "
+            f"Postgres ({db.hosts(settings.database_url)}) could not be asked for its connection "
             f"limits ({type(exc).__name__}): {pool.describe()} was not checked against them"
         )
     refusal = connection_refusal(settings, pool, limits)
@@ -152,8 +152,3 @@ def connection_refusal(
             f"{limits.in_use} in use now). Either {fix}"
         )
     return None
-
-
-def _where(url: str) -> str:
-    parsed = sa.make_url(url)
-    return f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database or ''}"

@@ -26,6 +26,21 @@ _SESSION_OPTIONS = (
 )
 
 
+# A server that went away without closing its sockets (a host lost, a network cut) is noticed
+# within seconds, not after the kernel's two hours: libpq's TCP keepalives (idle 5 s, then every
+# 2 s, dead after 3 unanswered), unacknowledged bytes given up after 10 s, and a connect that
+# waits at most 5 s per host (a multi-host URL then tries the next one).
+CONNECT_TIMEOUT_S = 5
+_LINK_OPTIONS: dict[str, Any] = {
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+
+
 @functools.lru_cache(maxsize=1024)
 def sql(text: str) -> sa.TextClause:
     """The statement for this SQL text, built once per process: a hot statement's text is not
@@ -48,6 +63,17 @@ def _discard_if_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
         raise sa.exc.DisconnectionError("the server closed the pooled connection")
 
 
+# A statement refused because the server takes no writes (read_only_sql_transaction): a
+# primary demoted or put in read-only mode. The connection is of no use to a multi-host URL
+# that asks for a writable host: it is dropped with the rest of the pool, like a broken one.
+_READ_ONLY = "25006"
+
+
+def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
+    if getattr(context.original_exception, "sqlstate", None) == _READ_ONLY:
+        context.is_disconnect = True
+
+
 # Connections one process's engine may open when nothing sizes it (a prefork child, the CLI, the
 # front): five kept open, ten more opened for a burst and closed again.
 DEFAULT_POOL_MAX = 15
@@ -61,14 +87,16 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
     the rest are opened for a burst and closed again. `application_name` names them in
     `pg_stat_activity` (the process's holder)."""
     keep = min(pool_max, max(5, pool_max // 8))
-    connect_args: dict[str, Any] = {"options": _SESSION_OPTIONS, "connect_timeout": 5}
+    connect_args: dict[str, Any] = {"options": _SESSION_OPTIONS, **_LINK_OPTIONS}
     if application_name:
         connect_args["application_name"] = application_name[:63]
     engine = sa.create_engine(
         url,
         isolation_level="AUTOCOMMIT",
         # No ping per checkout (a round trip each time): `_discard_if_closed` notices, locally,
-        # a pooled connection the server has closed (a restart) and the pool takes a new one.
+        # a pooled connection the server has closed (a restart, a primary killed) and the pool
+        # takes a new one; a connection found broken in use invalidates every older one in the
+        # pool (SQLAlchemy's disconnect handling), so a failover costs one failed statement.
         pool_pre_ping=False,
         # SQL parameters carry users' text: never put them in exception messages, which reach
         # logs and audit rows.
@@ -79,6 +107,7 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
     )
     sa.event.listen(engine, "connect", _uuid_as_text)
     sa.event.listen(engine, "checkout", _discard_if_closed)
+    sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     return engine
 
 
@@ -133,8 +162,8 @@ _UNREACHABLE_CODES = ("57P01", "57P02", "57P03")
 
 def unreachable(exc: BaseException) -> bool:
     """Whether `exc` says Postgres cannot be used now (down, refusing, missing database, bad
-    credentials), not that one statement failed (a lock or statement timeout is also an
-    OperationalError, but the server answered)."""
+    credentials, taking no writes), not that one statement failed (a lock or statement
+    timeout is also an OperationalError, but the server answered)."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
     if not isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
@@ -146,8 +175,27 @@ def unreachable(exc: BaseException) -> bool:
 
 
 def shown(url: str) -> str:
-    """The URL with any password hidden, fit for messages and logs."""
-    return str(sa.make_url(url).render_as_string(hide_password=True))
+    """The URL with any password hidden, fit for messages and logs; a multi-host URL as libpq
+    writes it (`user@h1:p1,h2:p2/db?...`)."""
+    parsed = sa.make_url(url)
+    hosts = parsed.query.get("host")
+    if not isinstance(hosts, tuple):
+        return str(parsed.render_as_string(hide_password=True))
+    rest = parsed.difference_update_query(["host"]).set(host="HOSTS")
+    return str(rest.render_as_string(hide_password=True)).replace("HOSTS", ",".join(hosts), 1)
+
+
+def hosts(url: str) -> str:
+    """Where `url` points, without user or password: `host:port/db`, or `h1:p1,h2:p2/db` for a
+    multi-host URL."""
+    parsed = sa.make_url(url)
+    many = parsed.query.get("host")
+    where = (
+        ",".join(many)
+        if isinstance(many, tuple)
+        else f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+    )
+    return f"{where}/{parsed.database or ''}"
 
 
 @dataclass(frozen=True)
@@ -168,7 +216,7 @@ def connection_limits(url: str) -> ConnectionLimits:
     """The server's connection limits, read over one connection of its own (not a pool's, so
     the process's engine is still sized by whoever builds it)."""
     engine = sa.create_engine(
-        url, poolclass=sa.pool.NullPool, hide_parameters=True, connect_args={"connect_timeout": 5}
+        url, poolclass=sa.pool.NullPool, hide_parameters=True, connect_args=dict(_LINK_OPTIONS)
     )
     try:
         with engine.connect() as conn:

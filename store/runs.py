@@ -253,6 +253,44 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
     return Attempt(row.attempt)
 
 
+def hand_back_store_fault(
+    conn: sa.Connection, run_id: str, attempt: int, worker: str, what: str
+) -> Attempt:
+    """Give back a run whose attempt was stopped by Postgres going away (`what` it was doing),
+    once Postgres answers again, as a new attempt, from the process that still holds its
+    lease: one statement matching only this attempt while running or answered (I3, I4). No
+    loss is charged (`lost_count` is left as it is: the process lived), the resume reason is
+    `store_fault` and it is audited as `agent.run.store_fault`; an answered run stays answered
+    so its answer is handed on, never produced again. The resume reads Postgres to settle
+    whatever the lost commit left (its checkpoint chain, its marks in doubt)."""
+    row = conn.execute(
+        sql(
+            """
+            WITH h AS (
+                UPDATE runs SET attempt = attempt + 1, deliveries = 0,
+                       status = CASE WHEN status = 'answered' THEN 'answered' ELSE 'queued' END,
+                       resume_reason = 'store_fault', queued_at = now(), updated_at = now()
+                WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
+                RETURNING id, attempt, step, lost_count),
+            a AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT id, 'agent.run.store_fault', attempt, step,
+                       jsonb_build_object('reason', 'store_fault', 'lost_count', lost_count,
+                                          'faulted_attempt', attempt - 1,
+                                          'holder', CAST(:worker AS text),
+                                          'seen', 'postgres_unreachable',
+                                          'error', CAST(:what AS text))
+                FROM h)
+            SELECT attempt FROM h
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt, "worker": worker, "what": what},
+    ).first()
+    if row is None:
+        raise FencedOut(run_id, attempt, "give the run back after a store fault")
+    return Attempt(row.attempt)
+
+
 # What every claim statement ends with, after its update `c`: a failed run's notice on its
 # transcript and its end on its entry points, in the same statement, then the claims.
 _CLAIMED_TAIL = f"""t AS (

@@ -118,6 +118,38 @@ class PrivatePostgres:
             capture_output=True,
         )
 
+    def replica_of(self, primary: PrivatePostgres) -> PrivatePostgres:
+        """Make this cluster a streaming replica of `primary` (running): `pg_basebackup -R`
+        copies it (after a fast checkpoint: a spread one waits minutes) and writes the standby
+        settings; `start` then starts it as a hot standby."""
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.sock.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.base, "postgres")
+            shutil.chown(self.sock, "postgres")
+        argv = [pg_bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port)]
+        argv += ["-U", "postgres", "-D", str(self.data), "-R", "-X", "stream", "-c", "fast"]
+        subprocess.run(_as_postgres(argv), check=True, capture_output=True)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster (no shutdown, no goodbye to its clients), as a host dies;
+        its backends end as they notice, and its port closes."""
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((self.data / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, 9)
+        deadline = time.monotonic() + 10
+        while reachable("127.0.0.1", self.port, 0.2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def promote(self) -> None:
+        """Promote this standby to a primary and wait until it takes writes."""
+        subprocess.run(
+            _as_postgres([pg_bin("pg_ctl"), "-D", str(self.data), "-w", "promote"]),
+            check=True,
+            capture_output=True,
+        )
+
     def remove(self) -> None:
         """Stop the cluster and delete its files."""
         self.stop("immediate")

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from liyagent.local.servers import free_port
 from tasks.deliveries import _run_of
+from tests.support.judge import judge_runs
 from tests.support.proxy import CuttableProxy
 from tests.support.scripts import mixed
 
@@ -104,3 +105,60 @@ def test_a_statement_that_fails_on_a_server_that_answers_is_not_an_outage(db_url
     assert db.unreachable(refused.value)
     engine.dispose()
     closed.dispose()
+
+
+def test_a_connection_to_a_server_that_takes_no_writes_is_dropped_from_the_pool(db_url) -> None:
+    """A server that went read-only under a pooled connection (a primary demoted) refuses the
+    write with read_only_sql_transaction: that is an outage, not a failed statement, and the
+    connection is dropped, so the next statement opens a new one (a multi-host URL then finds
+    the writable host)."""
+    from store import db
+
+    engine = db.create(db_url, pool_max=1)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SET default_transaction_read_only = on"))
+        with pytest.raises(sa.exc.InternalError) as refused, engine.connect() as conn:
+            conn.execute(sa.text("CREATE TEMP TABLE t (x int)"))  # the same pooled connection
+        assert db.unreachable(refused.value)
+        with engine.connect() as conn:  # a new connection: writable again
+            conn.execute(sa.text("CREATE TEMP TABLE t (x int)"))
+    finally:
+        engine.dispose()
+
+
+def test_a_run_whose_postgres_goes_away_mid_step_is_given_back_without_a_loss(stack) -> None:
+    """The vendor took a keyed write and Postgres went away before its outcome was recorded:
+    the worker keeps the lease and waits, then gives the run back as a store fault (no loss
+    charged); the resume reads Postgres again, finds the call in doubt and sends it again with
+    the same key (the vendor dedupes), and no model step is asked twice (I2, I5)."""
+    import os
+
+    proxy, worker_url = _through_proxy(stack)
+    stack.worker("victim", fault="after_send:stop", env={"LIYAGENT_DATABASE_URL": worker_url})
+    stack.beat()
+    run_id = stack.start(mixed("o"))
+    stopped = int(stack.fault_hit("victim").split()[1])  # the incident was created
+    proxy.cut()  # every connection of the worker drops, as a primary killed
+    os.kill(stopped, signal.SIGCONT)  # well inside its lease: the heartbeat keeps it
+    time.sleep(3)  # the outage: the run waits, its lease kept
+    assert stack.client.get(run_id).lost_count == 0
+    CuttableProxy(proxy.target[0], proxy.target[1], port=proxy.port)  # Postgres is back
+    assert stack.wait(run_id, timeout=60).status == "succeeded"
+
+    judge_runs(stack, [run_id]).assert_clean()  # no duplicate, nothing after the give-back
+    run = stack.client.get(run_id)
+    assert run.lost_count == 0 and run.attempt == 2
+    audits = stack.rows(
+        "SELECT kind, detail->>'reason' AS reason FROM audit_events WHERE run_id = :r "
+        "AND kind IN ('agent.run.lost', 'agent.run.store_fault', 'agent.run.error')",
+        r=run_id,
+    )
+    assert [(a.kind, a.reason) for a in audits] == [("agent.run.store_fault", "store_fault")]
+    assert set(stack.asked(run_id).values()) == {1}  # every step asked once
+    created = stack.vendor(
+        "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor = 'incidents' "
+        "AND method = 'POST' AND status = 201",
+        r=run_id,
+    )
+    assert created[0].n == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sqlalchemy as sa
+
 from store import trials as judge
 
 
@@ -45,8 +47,28 @@ def judge_runs(stack, run_ids: list[str]) -> FaultVerdict:
                 n = sum(judge.stale_writes(conn, vconn, run_id, loss))
                 if n:
                     verdict.stale_writes.append(f"{run_id} attempt {loss.attempt}: {n}")
+        # A store fault's give-back or claim ends its attempt as a loss's claim does: nothing
+        # written by that attempt after it (I3), though no loss is charged.
+        for g in _store_faults(conn, run_ids):
+            n = sum(judge.stale_writes(conn, vconn, g.run_id, judge.Loss(g.attempt, None, g.at)))
+            if n:
+                verdict.stale_writes.append(f"{g.run_id} attempt {g.attempt} (store fault): {n}")
         verdict.duplicate_writes = judge.duplicate_writes(vconn, run_ids)
     return verdict
+
+
+def _store_faults(conn, run_ids: list[str]) -> list:
+    """Each store-fault resume: the run, the attempt it ended and when (its audit row)."""
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT run_id, (detail->>'faulted_attempt')::int AS attempt, created_at AS at "
+                "FROM audit_events WHERE kind = 'agent.run.store_fault' "
+                "AND run_id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"ids": run_ids},
+        ).all()
+    )
 
 
 def wait_all(stack, run_ids: list[str], timeout: float = 120) -> None:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from rich.console import Console
 
 from front.auth import SHARED_PRINCIPAL, Right, load_tokens, token_digest
@@ -21,8 +22,10 @@ from liyagent.local.verdict import Recovery, Verdict, summary_line, write_report
 from liyagent.reporting import render_recent, render_view
 from runtime.client import RunView
 from runtime.jobs import JOB_KINDS, JobError
+from runtime.outage import database_problem
 from runtime.redact import error_facts
 from runtime.settings import ConfigError, Settings, Timings, database_url, redis_url
+from store import db
 from store.views import RunSummary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +141,34 @@ def test_urls_are_checked_with_clear_errors() -> None:
         database_url("mysql://x", "--url")
     assert database_url("postgresql://u@h/db").startswith("postgresql+psycopg://u@h/db")
     assert redis_url("rediss://h:6380/1") == "rediss://h:6380/1"
+
+
+def test_a_multi_host_database_url_keeps_every_host_in_order() -> None:
+    """libpq's multi-host form reaches psycopg as its list of hosts and ports, in order, with
+    its other parameters; messages show it as it was written, the password hidden."""
+    raw = "postgresql://u:pw@db1:5432,db2:5433/app?target_session_attrs=read-write"
+    url = database_url(raw)
+    engine = sa.create_engine(url, hide_parameters=True)
+    _, kwargs = engine.dialect.create_connect_args(engine.url)
+    assert (kwargs["host"], kwargs["port"]) == ("db1,db2", "5432,5433")
+    assert kwargs["target_session_attrs"] == "read-write" and kwargs["dbname"] == "app"
+    assert db.shown(url) == (
+        "postgresql+psycopg://u:***@db1:5432,db2:5433/app?target_session_attrs=read-write"
+    )
+    assert db.hosts(url) == "db1:5432,db2:5433/app"
+    assert database_url(url) == url  # read again by a child process: the same
+    with pytest.raises(ConfigError, match="is not a database URL"):
+        database_url("postgresql://u@db1:x,db2:5432/app")
+
+
+def test_only_read_only_hosts_are_said_so() -> None:
+    line = 'connection failed: connection to server at "h", port {} failed: {}'
+    standby = "\n".join(line.format(p, "session is read-only") for p in (1, 2))
+    one_down = "\n".join([line.format(1, "session is read-only"), line.format(2, "refused")])
+    url = database_url("postgresql://u@h:1,h:2/app?target_session_attrs=read-write")
+    assert "every host it names is read-only" in database_problem(Exception(standby), url)
+    assert "promote a standby" in database_problem(Exception(standby), url)
+    assert "start it, or point" in database_problem(Exception(one_down), url)
 
 
 def test_gate_freshness_is_read_from_the_environment_and_checked(monkeypatch) -> None:
