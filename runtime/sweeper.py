@@ -112,14 +112,12 @@ class Sweeper:
             log.info("sweep.done", **report.to_json())
         return report
 
-    def sweep_if_due(self, hold_ms: int) -> SweepReport:
-        """One sweep unless another process of the fleet swept less than `hold_ms` ago: the
-        first caller after the pace key lapsed takes it (SET NX PX) and sweeps."""
-        if not self._reached(
+    def takes_turn(self, hold_ms: int) -> bool:
+        """Whether this process sweeps now: not when another process of the fleet swept less
+        than `hold_ms` ago; the first caller after the pace key lapsed takes it (SET NX PX)."""
+        return self._reached(
             lambda: self.s.redis.set(self.pace_key, self.s.holder, nx=True, px=hold_ms)
-        ):
-            return SweepReport(ran=False)
-        return self.sweep()
+        )
 
     def _reached(self, first: Callable[[], object]) -> bool:
         """Make a sweep's first Redis call; after a failed one, the first that answers starts
@@ -314,7 +312,11 @@ class SweepThread:
         self._stop.set()
 
     def look(self) -> SweepReport | None:
-        return self.guard(lambda: self.sweeper.sweep_if_due(self.hold_ms))
+        """One sweep when it is this process's turn. A look that is not its turn touches no
+        Postgres, so it is kept out of `guard`: it must not end a database outage it reports."""
+        if not self.sweeper.takes_turn(self.hold_ms):
+            return SweepReport(ran=False)
+        return self.guard(self.sweeper.sweep)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.look_ms / 1000):

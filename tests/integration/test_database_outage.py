@@ -71,7 +71,9 @@ def test_a_worker_whose_database_goes_away_holds_its_messages_and_says_so_once_p
     CuttableProxy(proxy.target[0], proxy.target[1], port=proxy.port)  # the database is back
     for run_id in run_ids:
         assert stack.wait(run_id, timeout=60).status == "succeeded"
-    assert worker.output().count("database.reachable") == 1
+    assert worker.output().count("database.reachable") == 1, "\n".join(
+        line for line in worker.output().splitlines() if "database." in line
+    )
 
 
 def test_a_worker_stopped_during_an_outage_hands_its_messages_back_to_the_queue(stack) -> None:
