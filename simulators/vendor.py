@@ -135,6 +135,11 @@ class SimulatorServer(ThreadingHTTPServer):
     """Threaded HTTP server owning the database engine, the dedupe windows and the corpus size."""
 
     daemon_threads = True
+    # socketserver listens with a backlog of 5: a burst of new connections (a worker's hundreds
+    # of threads resuming at once) overflows it, and each dropped SYN costs the client a 1, 3,
+    # 7... s retransmit, long enough to time a model call out. Real services listen with
+    # hundreds (nginx 511, uvicorn 2048).
+    request_queue_size = 1024
 
     def __init__(
         self,

@@ -14,13 +14,14 @@ from store import trials as judge
 class FaultVerdict:
     unfinished: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    failure_reasons: dict[str, str] = field(default_factory=dict)
     duplicate_writes: dict[str, int] = field(default_factory=dict)
     stale_writes: list[str] = field(default_factory=list)
     losses: int = 0
 
     def assert_clean(self) -> None:
         assert not self.unfinished, f"runs that never ended: {self.unfinished}"
-        assert not self.failed, f"runs that failed: {self.failed}"
+        assert not self.failed, f"runs that failed: {self.failure_reasons}"
         assert not any(self.duplicate_writes.values()), f"duplicates {self.duplicate_writes}"
         assert not self.stale_writes, f"written after a takeover: {self.stale_writes}"
 
@@ -28,16 +29,19 @@ class FaultVerdict:
 def judge_runs(stack, run_ids: list[str]) -> FaultVerdict:
     """Every run ended and succeeded; no vendor effect twice; nothing written after a takeover."""
     verdict = FaultVerdict()
-    statuses = {
-        r.id: r.status
+    rows = {
+        r.id: r
         for r in stack.rows(
-            "SELECT id, status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))", ids=run_ids
+            "SELECT id, status, failure_reason FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))",
+            ids=run_ids,
         )
     }
     for run_id in run_ids:
-        status = statuses.get(run_id)
+        row = rows.get(run_id)
+        status = row.status if row else None
         if status == "failed":
             verdict.failed.append(run_id)
+            verdict.failure_reasons[run_id] = str(row.failure_reason)
         elif status != "succeeded":
             verdict.unfinished.append(run_id)
     with stack.engine.connect() as conn, stack.sim_engine.connect() as vconn:
