@@ -1,7 +1,8 @@
 """What beat fires: the Teams inbox intake (every sweep interval), the answer purge, retention
 (LIYAGENT_RETENTION_INTERVAL_S) and the catalog's cron triggers. Two beats are harmless: each
 task decides in Postgres. The lease sweeper is not beat's: every worker's main process runs it
-on a thread of its own (runtime/sweeper.py `SweepThread`), so it never waits behind runs."""
+on a thread of its own (runtime/recovery/sweeper.py `SweepThread`), so it never waits behind
+runs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 from celery.schedules import crontab
 
-from runtime import catalog
-from runtime.settings import Settings
+from runtime.base.settings import Settings
+from runtime.core import catalog
 
 
 def _every(task: str, seconds: float, queue: str, args: list[Any] | None = None) -> dict[str, Any]:

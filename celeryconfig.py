@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from beat_schedule import schedule
-from runtime.settings import ConfigError, Settings, get_settings
+from runtime.base.settings import ConfigError, Settings, get_settings
 
 
 def config_for(settings: Settings) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from bench.report import (
     write_chart,
     write_json,
 )
-from runtime.settings import Timings
+from runtime.base.settings import Timings
 
 SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery", "storage", "density")
 INTERRUPTED = 130

@@ -7,7 +7,7 @@ OpenAI-compatible model over HTTP, sent the same tool schemas liyagent sends), m
 call the model asks for against the same vendor simulators over HTTP (the same requests the
 built-in vendor tools make, with an idempotency key), and at the end INSERT the answer into
 Postgres, once, in autocommit. Every request goes through liyagent's own pooled HTTP client
-(runtime/http.py `shared_client()`), so the two sides differ only by what liyagent adds:
+(runtime/sending/http.py `shared_client()`), so the two sides differ only by what liyagent adds:
 checkpoints, marks, outcomes, leases and their round trips.
 
 Configured from the environment (the bench sets it): BENCH_BASELINE_BROKER (Redis URL),
@@ -27,8 +27,8 @@ from celery import Celery
 
 from liyagent import vendor_tools
 from liyagent.local import sim_model
-from runtime import http
 from runtime.models.openai import to_chat_tools, wire_name
+from runtime.sending import http
 
 TASK = "bench.baseline.agent"
 STEP_LIMIT = 25

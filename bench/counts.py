@@ -50,7 +50,7 @@ from bench.report import Figure, Section, Target
 from bench.sides import BenchError, LiyagentSide, wait_ended
 from bench.wire import CountingProxy, WireCounts
 from liyagent.local.procs import Proc
-from runtime.settings import Settings
+from runtime.base.settings import Settings
 
 # Postgres flushes an idle backend's pending statistics after 10 s (PGSTAT_IDLE_INTERVAL).
 IDLE_FLUSH_S = 10.5

@@ -26,9 +26,9 @@ from liyagent.local import sim_model
 from liyagent.local.cluster import START_TIMEOUT_S, Cluster, child_env, worker_argv
 from liyagent.local.procs import Proc, sigterm_as_interrupt
 from liyagent.local.servers import PrivatePostgres, PrivateRedis
-from runtime import logs
-from runtime.sealing import new_key_entry
-from runtime.settings import Settings, Timings
+from runtime.base import logs
+from runtime.base.sealing import new_key_entry
+from runtime.base.settings import Settings, Timings
 from store import admin, migrate
 
 # Liyagent's own settings are cleared for the bench: it never fills a configured database.

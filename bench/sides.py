@@ -25,9 +25,9 @@ import celeryconfig
 from bench import agents, baseline
 from liyagent.local import sim_model
 from runtime import services as runtime_services
-from runtime.client import Client
-from runtime.sealing import parse_keys
-from runtime.settings import Settings
+from runtime.base.sealing import parse_keys
+from runtime.base.settings import Settings
+from runtime.entries.client import Client
 from tasks.services import CeleryPublisher
 
 POLL_S = 0.05

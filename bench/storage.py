@@ -18,7 +18,7 @@ from the migrated template.
              (heap, TOAST via `pg_class.reltoastrelid`, indexes) is read from
              `pg_relation_size` / `pg_total_relation_size` before and after.
   rebuild    what a resume does to get its state: read the run's row and its step records (one
-             query) and verify and apply every record (runtime/chain.py), timed R times.
+             query) and verify and apply every record (runtime/durable/chain.py), timed R times.
   read step  write statements per step between the reads at steps 11 and 191 (180 read-only
              steps late in a long run), from pg_stat_statements (classified as the counts
              section does; that section gives the same figure for short runs, round trips too).
@@ -48,15 +48,15 @@ from bench import storage_tools
 from bench.counts import classify
 from bench.lab import Lab
 from bench.report import Figure, Section, Target
-from runtime import chain
 from runtime import services as runtime_services
-from runtime.client import Client
-from runtime.executor import run_message
-from runtime.presence import connection_name
-from runtime.retention import run_retention
-from runtime.sealing import parse_keys
+from runtime.base.sealing import parse_keys
+from runtime.base.settings import Retention
+from runtime.core.executor import run_message
+from runtime.durable import chain
+from runtime.entries.client import Client
+from runtime.fleet.presence import connection_name
+from runtime.ops.retention import run_retention
 from runtime.services import Services
-from runtime.settings import Retention
 from store.checkpoints import select_step_records
 from store.runs import get_run
 

@@ -14,7 +14,8 @@ apart, without a target):
     reported; with 20 samples p99 is the slowest.
 
 Death watch (issue 11). `measure_death_watch` is the one function to adapt: if
-`runtime.deaths` imports, it builds `DeathWatch(services)` and times `poll()` with the same N
+`runtime.recovery.deaths` imports, it builds `DeathWatch(services)` and times `poll()` with the
+same N
 running runs and live holders, first with no dead holder, then with DEAD_HOLDERS holders that
 have leases but no connection (1,000 runs between them), polling until they are claimed or
 the grace has long passed.
@@ -35,11 +36,11 @@ import sqlalchemy as sa
 from bench.lab import Lab
 from bench.report import Figure, Section, Target, quantile
 from runtime import services as runtime_services
-from runtime.leases import Leases, Token
-from runtime.presence import connection_name
-from runtime.sealing import parse_keys
+from runtime.base.sealing import parse_keys
+from runtime.fleet.leases import Leases, Token
+from runtime.fleet.presence import connection_name
+from runtime.recovery.sweeper import Sweeper, SweepReport
 from runtime.services import Services
-from runtime.sweeper import Sweeper, SweepReport
 from store.bench import finish_runs, insert_running_runs
 from tasks.deliveries import unacked_runs
 
@@ -87,7 +88,8 @@ def pipelined(
 
 def settled_epoch(s: Services) -> None:
     """Redis as it is in a steady fleet: its store epoch began long ago (no store grace holds
-    claims back), was reconciled and its lost messages requeued (runtime/leases.py `_EPOCH`)."""
+    claims back), was reconciled and its lost messages requeued (runtime/fleet/leases.py
+    `_EPOCH`)."""
     leases = s.leases
     epoch = leases.store_epoch()
     key = leases.epoch_key
@@ -186,11 +188,11 @@ def _finish(s: Services, run_ids: list[str]) -> None:
 
 def measure_death_watch(s: Services, pop: Population, samples: int) -> dict[str, Any]:
     """DeathWatch.poll() at this size, with no dead holder and with DEAD_HOLDERS (issue 11).
-    Returns {"not_measured": why} until runtime.deaths exists or when its API differs."""
+    Returns {"not_measured": why} until runtime.recovery.deaths exists or when its API differs."""
     try:
-        deaths = importlib.import_module("runtime.deaths")
+        deaths = importlib.import_module("runtime.recovery.deaths")
     except ImportError:
-        return {"not_measured": "runtime.deaths not present"}
+        return {"not_measured": "runtime.recovery.deaths not present"}
     try:
         watch = deaths.DeathWatch(s)
     except Exception as exc:  # the API is the lead's: say what did not fit

@@ -34,7 +34,7 @@ from front.a2a_tasks import ACTING, TaskHandler
 from front.auth import Right, lacks_right, principal, protected, services
 from front.body import read_limited
 from front.errors import FrontError
-from runtime.entries import s_catalog
+from runtime.entries.entries import s_catalog
 from runtime.services import Services
 
 RPC_PATH = "/a2a"

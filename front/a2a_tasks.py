@@ -62,11 +62,11 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.concurrency import run_in_threadpool
 
 from front.body import ID, text_problem
-from runtime.client import Client
-from runtime.enqueue import BadRequest, NewRun, enqueue
-from runtime.entries import s_catalog
+from runtime.core.enqueue import BadRequest, NewRun, enqueue
+from runtime.entries.client import Client
+from runtime.entries.entries import s_catalog
 from runtime.services import Services
-from runtime.tools import AgentDef
+from runtime.toolbox.tools import AgentDef
 from store.entries import A2ATask, EntryLink, get_a2a_task, list_a2a_tasks, mark_a2a_canceled
 
 # Who acts through this request: the principal of the front's bearer token (front/a2a.py sets

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from front import a2a, entries, erasure, runs, teams
 from front.errors import HANDLERS
-from runtime.metrics import registry_for
+from runtime.ops.metrics import registry_for
 from runtime.services import Services
 
 log = structlog.get_logger("front")

@@ -35,8 +35,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from front.errors import FrontError
+from runtime.base.settings import ConfigError, Settings
 from runtime.services import Services
-from runtime.settings import ConfigError, Settings
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="liyagent"'}

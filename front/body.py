@@ -10,8 +10,8 @@ from typing import Any
 from starlette.requests import Request
 
 from front.errors import FrontError
-from runtime.client import parse_id
-from runtime.enqueue import BadRequest
+from runtime.core.enqueue import BadRequest
+from runtime.entries.client import parse_id
 
 MAX_BODY_BYTES = 1 << 20
 MAX_TEXT_BYTES = 64 * 1024

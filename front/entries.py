@@ -17,11 +17,11 @@ from starlette.responses import JSONResponse, Response
 from front.auth import Right, requires, services
 from front.body import KEY_PART, Fields, path_id, read_json
 from front.errors import FrontError
-from runtime import catalog
-from runtime.client import AGENT_NAME
-from runtime.entries import s_catalog, start_entry
+from runtime.core import catalog
+from runtime.entries.client import AGENT_NAME
+from runtime.entries.entries import s_catalog, start_entry
 from runtime.services import Services
-from runtime.tools import AgentDef
+from runtime.toolbox.tools import AgentDef
 from store.rows import RunId
 
 log = structlog.get_logger("front")

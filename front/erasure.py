@@ -11,8 +11,8 @@ from starlette.responses import JSONResponse, Response
 from front.auth import Right, actor, requires, services
 from front.body import Fields, path_uuid, read_json
 from front.errors import FrontError
-from runtime.client import Client
-from runtime.erasure import Erased, OwnerNotFound
+from runtime.entries.client import Client
+from runtime.ops.erasure import Erased, OwnerNotFound
 from runtime.services import Services
 
 log = structlog.get_logger("front")

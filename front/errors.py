@@ -11,8 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from runtime.enqueue import BadRequest, RequestConflict
-from runtime.redact import error_facts, frames
+from runtime.base.redact import error_facts, frames
+from runtime.core.enqueue import BadRequest, RequestConflict
 from store.rows import RunNotFound
 
 log = structlog.get_logger("front")

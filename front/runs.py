@@ -14,8 +14,8 @@ from starlette.responses import JSONResponse, Response
 from front.auth import Right, actor, protected, requires, services
 from front.body import Fields, path_id, path_uuid, read_json
 from front.errors import FrontError
-from runtime.client import AGENT_NAME, Client
-from runtime.enqueue import BadRequest
+from runtime.core.enqueue import BadRequest
+from runtime.entries.client import AGENT_NAME, Client
 from runtime.services import Services
 from store import db
 from store.rows import ApprovalRow, StopRow

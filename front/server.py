@@ -8,9 +8,9 @@ import structlog
 import uvicorn
 
 from front.auth import load_tokens
-from runtime import startup
-from runtime.logs import configure
-from runtime.settings import ConfigError
+from runtime.base.logs import configure
+from runtime.base.settings import ConfigError
+from runtime.ops import startup
 
 log = structlog.get_logger("front")
 

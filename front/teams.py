@@ -31,10 +31,10 @@ from starlette.responses import JSONResponse, Response
 from front.auth import services
 from front.body import read_json, text_problem
 from front.errors import FrontError
-from runtime import catalog
-from runtime.entries import TeamsTurn, intake_teams, receive_teams, s_catalog
+from runtime.base.settings import Settings
+from runtime.core import catalog
+from runtime.entries.entries import TeamsTurn, intake_teams, receive_teams, s_catalog
 from runtime.services import Services
-from runtime.settings import Settings
 
 log = structlog.get_logger("front")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime.client import BadRequest, Client, RunView
-from runtime.http import SendRefused
-from runtime.tools import (
+from runtime.entries.client import BadRequest, Client, RunView
+from runtime.sending.http import SendRefused
+from runtime.toolbox.tools import (
     AgentDef,
     CallContext,
     InvalidArguments,
@@ -30,7 +30,7 @@ from runtime.tools import (
     ToolKind,
     vendor_json,
 )
-from runtime.typed_tools import FunctionTool, agent, tool
+from runtime.toolbox.typed_tools import FunctionTool, agent, tool
 
 if TYPE_CHECKING:
     from runtime.services import Services
@@ -47,9 +47,9 @@ def client() -> Client:
 def declared_agent(name: str) -> AgentDef:
     """The agent named `name`, declared in the catalog file (`LIYAGENT_AGENTS_FILE`) or in
     Python in a tool module; BadRequest listing the known agents when there is none."""
-    from runtime.catalog import CatalogError, load
+    from runtime.base.settings import get_settings
+    from runtime.core.catalog import CatalogError, load
     from runtime.services import registry_for
-    from runtime.settings import get_settings
 
     settings = get_settings()
     try:

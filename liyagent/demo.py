@@ -41,9 +41,9 @@ from liyagent.local.watch import (
     teams_runs,
     wait_until_done,
 )
-from runtime.client import Client
-from runtime.sealing import new_key_entry, parse_keys
-from runtime.settings import Settings, Timings
+from runtime.base.sealing import new_key_entry, parse_keys
+from runtime.base.settings import Settings, Timings
+from runtime.entries.client import Client
 from store.timeline import Timeline, select_timelines
 
 log = structlog.get_logger(__name__)

@@ -3,7 +3,8 @@ JSON: a run's story read from Postgres, and what an operator's action did. Every
 carries its time; the transcript shows each tool call (liyagent/transcript.py) between the
 run's input and its answer.
 
-The run's checkpoints (its base and step records, runtime/chain.py) are opened with the sealer
+The run's checkpoints (its base and step records, runtime/durable/chain.py) are opened with the
+sealer
 to show what each step asked for (its history lists every step written); one that fails its seal
 is reported as such (never used, never crashed on), exactly as a resume would treat it.
 """
@@ -23,9 +24,9 @@ from rich.table import Table
 from rich.text import Text
 
 from liyagent.transcript import CallEntry, tool_calls
-from runtime import chain
-from runtime.client import RunView
-from runtime.sealing import Sealer, SealError
+from runtime.base.sealing import Sealer, SealError
+from runtime.durable import chain
+from runtime.entries.client import RunView
 from store.checkpoints import StepRecord, select_marks, select_step_records
 from store.records import select_audit, select_transcript
 from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, StopRow, TranscriptRow

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runtime import chain
-from runtime.sealing import Sealer, SealError
+from runtime.base.sealing import Sealer, SealError
+from runtime.durable import chain
 from store.checkpoints import StepRecord
 from store.rows import AuditRow, MarkRow, RunRow
 

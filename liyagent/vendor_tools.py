@@ -44,8 +44,8 @@ from liyagent import (
     tool,
     vendor_json,
 )
-from runtime import http
-from runtime.typed_tools import run_coroutine
+from runtime.sending import http
+from runtime.toolbox.typed_tools import run_coroutine
 
 T = TypeVar("T")
 

@@ -15,17 +15,17 @@ import sqlalchemy as sa
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from runtime import pools
-from runtime.heartbeat import Heartbeat, Owners
-from runtime.leases import Leases
+from runtime.base import pools
+from runtime.base.redis_clients import RedisTarget, client_for
+from runtime.base.sealing import Sealer, load_sealer, say_dev_key_once
+from runtime.base.settings import Settings
+from runtime.fleet.heartbeat import Heartbeat, Owners
+from runtime.fleet.leases import Leases
+from runtime.fleet.presence import Presence, close_sockets_here, connection_name
 from runtime.models.base import ModelError, ModelProvider
 from runtime.models.scripted import ScriptedProvider
-from runtime.presence import Presence, close_sockets_here, connection_name
-from runtime.redis_clients import RedisTarget, client_for
-from runtime.sealing import Sealer, load_sealer, say_dev_key_once
-from runtime.settings import Settings
-from runtime.tool_sources import load_registry
-from runtime.tools import ToolRegistry
+from runtime.toolbox.tool_sources import load_registry
+from runtime.toolbox.tools import ToolRegistry
 from store import db
 from store.rows import RunRow
 from store.runs import attempt_statuses
@@ -94,7 +94,7 @@ def redis_client(
     connection is named after its holder, so the death watch sees when it has none left.
     With Sentinels, every (re)connection goes to the master they name. Its pool opens at most
     `max_connections` (redis-py's default, 100, fails the command of a 101st thread of a
-    `-c 200` pool in a command at once; runtime/pools.py sizes it)."""
+    `-c 200` pool in a command at once; runtime/base/pools.py sizes it)."""
     return client_for(
         target,
         max_connections=max_connections,
@@ -149,7 +149,7 @@ def build(
 
 def owners_in(engine: sa.Engine) -> Owners:
     """Postgres's word on where runs stand (one read): what a lease taken back after Redis
-    lost its data is checked against before it is trusted (runtime/heartbeat.py)."""
+    lost its data is checked against before it is trusted (runtime/fleet/heartbeat.py)."""
 
     def owners(run_ids: list[str]) -> dict[str, tuple[int, str]]:
         with engine.connect() as conn:
@@ -175,7 +175,8 @@ def registry_for(settings: Settings) -> ToolRegistry:
         if key not in _registries:
             extra = []
             if settings.mcp_servers:
-                from runtime import mcp_tools  # the MCP SDK loads only where it is configured
+                # The MCP SDK loads only where it is configured.
+                from runtime.toolbox import mcp_tools
 
                 extra = mcp_tools.sources(settings.mcp_servers)
             _registries[key] = load_registry(

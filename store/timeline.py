@@ -26,8 +26,8 @@ WAITING = "agent.run.waiting"
 RESUME_KINDS = ("agent.run.crash_resumed", "agent.run.resumed")
 
 # Who claims a lost run, by the `seen` its claim writes into the loss's audit: each claimer
-# passes its own (runtime/deaths.py: the death watch and a pool child's parent;
-# runtime/sweeper.py: the sweeper, for a lapsed or a missing lease).
+# passes its own (runtime/recovery/deaths.py: the death watch and a pool child's parent;
+# runtime/recovery/sweeper.py: the sweeper, for a lapsed or a missing lease).
 CLAIMERS = {
     "connection_closed": "the death watch",
     "pool_child_died": "its worker's main process",

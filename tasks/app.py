@@ -7,8 +7,9 @@ from typing import Any
 
 from celery import Celery, signals
 
-from runtime import drain, logs, startup
 from runtime import services as runtime_services
+from runtime.base import drain, logs
+from runtime.ops import startup
 from store import db
 
 app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps", "tasks.entries"])

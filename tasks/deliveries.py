@@ -4,7 +4,7 @@ kombu's Redis transport records every message it hands to a consumer in the `una
 (delivery tag -> the raw message) and its delivery time in `unacked_index`, both under the
 deployment's key prefix, until the message is acknowledged (`task_acks_late`: when its task
 ends). A worker killed between taking a message and reserving it leaves its run queued with no
-trace but this one; the sweeper reads it here (runtime/sweeper.py `_orphaned`).
+trace but this one; the sweeper reads it here (runtime/recovery/sweeper.py `_orphaned`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 
 import redis
 
-from runtime.sweeper import Deliveries
+from runtime.recovery.sweeper import Deliveries
 from tasks.services import RUN_TASK
 
 

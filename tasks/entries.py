@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runtime import outage
-from runtime.entries import fire_cron, intake_teams
+from runtime.entries.entries import fire_cron, intake_teams
+from runtime.recovery import outage
 from store.entries import purge_answers
 from tasks.app import app
 from tasks.services import services
@@ -17,7 +17,8 @@ def cron_fire(trigger: str) -> str:
 
 
 # The two below fire every few seconds and every few minutes: Postgres out of reach is said
-# once per interval (runtime/outage.py), not as a traceback per fire; the next fire catches up.
+# once per interval (runtime/recovery/outage.py), not as a traceback per fire; the next fire
+# catches up.
 @app.task(name="liyagent.teams_intake", ignore_result=True)
 def teams_intake() -> list[str] | None:
     s = services()

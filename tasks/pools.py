@@ -11,8 +11,9 @@ from typing import Any
 import structlog
 from celery import concurrency
 
-from runtime import pools, startup
-from runtime.settings import get_settings
+from runtime.base import pools
+from runtime.base.settings import get_settings
+from runtime.ops import startup
 
 log = structlog.get_logger(__name__)
 

@@ -7,7 +7,7 @@ import time
 import structlog
 from celery.exceptions import Reject
 
-from runtime.executor import NotHandled, deliver
+from runtime.core.executor import NotHandled, deliver
 from tasks.app import app
 from tasks.services import RUN_TASK, services
 from tasks.worker import RunTask, main_holder

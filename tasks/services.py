@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from celery import Celery
 
-from runtime import faults
 from runtime import services as runtime_services
-from runtime.client import Client
+from runtime.base import faults
+from runtime.base.settings import get_settings
+from runtime.entries.client import Client
 from runtime.services import Services
-from runtime.settings import get_settings
 
 # The run task's name: its message carries (run id, attempt).
 RUN_TASK = "liyagent.run"

@@ -3,9 +3,9 @@ its own thread, tasks/worker.py), and the retention pass beat fires."""
 
 from __future__ import annotations
 
-from runtime import outage
-from runtime.retention import run_retention
-from runtime.sweeper import Sweeper
+from runtime.ops.retention import run_retention
+from runtime.recovery import outage
+from runtime.recovery.sweeper import Sweeper
 from tasks.app import app
 from tasks.deliveries import unacked_runs
 from tasks.services import services
@@ -21,7 +21,7 @@ def sweep() -> dict[str, object] | None:
 
 @app.task(name="liyagent.retention", ignore_result=True)
 def retention() -> dict[str, object] | None:
-    """One retention pass (runtime/retention.py): bounded batches, each skipping what another
+    """One retention pass (runtime/ops/retention.py): bounded batches, each skipping what another
     beat's pass holds; a database outage is logged once per interval, not raised."""
     s = services()
     return outage.tolerated(s, main_holder(), lambda: run_retention(s).to_json())

@@ -14,12 +14,14 @@ from celery import Task
 from celery.concurrency import ALIASES as POOL_ALIASES
 from celery.worker.request import Request
 
-from runtime import faults, outage, startup
-from runtime.deaths import DeathWatchThread, claim_dead_child
-from runtime.leases import Token
+from runtime.base import faults
+from runtime.base.settings import get_settings
+from runtime.fleet.leases import Token
+from runtime.ops import startup
+from runtime.recovery import outage
+from runtime.recovery.deaths import DeathWatchThread, claim_dead_child
+from runtime.recovery.sweeper import Sweeper, SweepThread
 from runtime.services import holder_of
-from runtime.settings import get_settings
-from runtime.sweeper import Sweeper, SweepThread
 from tasks.deliveries import unacked_runs
 from tasks.services import RUN_TASK, services
 

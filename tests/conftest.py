@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from liyagent.local.procs import Proc, python
 from liyagent.local.servers import PrivatePostgres, PrivateRedis, reachable
-from runtime.sealing import new_key_entry, parse_keys
-from runtime.settings import Settings
+from runtime.base.sealing import new_key_entry, parse_keys
+from runtime.base.settings import Settings
 from store import migrate
 from store.admin import create_database, drop_database
 from tests.support.stack import FAST, SIM_MODEL_KEY, SIM_MODEL_KEY_ENV, TOOLS, Stack

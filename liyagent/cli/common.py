@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from runtime.client import Client
+    from runtime.entries.client import Client
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 
@@ -117,11 +117,11 @@ class _NoPublisher:
 
 def read_client() -> Client:
     """A client for commands that only read (`status`): it opens the seal keys that exist and
-    never makes one (see runtime/sealing.py `open_sealer`)."""
+    never makes one (see runtime/base/sealing.py `open_sealer`)."""
     from runtime import services
-    from runtime.client import Client
-    from runtime.sealing import open_sealer
-    from runtime.settings import get_settings
+    from runtime.base.sealing import open_sealer
+    from runtime.base.settings import get_settings
+    from runtime.entries.client import Client
 
     settings = get_settings()
     return Client(services.build(settings, _NoPublisher(), sealer=open_sealer(settings.production)))

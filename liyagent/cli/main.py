@@ -36,15 +36,15 @@ from liyagent.cli.common import (
     print_json,
     safe_url,
 )
-from runtime import logs
-from runtime.adhoc import UnknownTool
-from runtime.client import BadRequest, resolve_run_id
+from runtime.base import logs
+from runtime.base.redis_clients import RedisTarget
+from runtime.base.sealing import new_key_entry
+from runtime.base.settings import ConfigError, database_url, get_settings
+from runtime.durable.workflow_spec import WorkflowError
+from runtime.entries.client import BadRequest, resolve_run_id
 from runtime.models.scripted import ScriptError
-from runtime.redis_clients import RedisTarget
-from runtime.sealing import new_key_entry
-from runtime.settings import ConfigError, database_url, get_settings
-from runtime.tools import ToolDeclarationError, ToolError
-from runtime.workflow_spec import WorkflowError
+from runtime.ops.adhoc import UnknownTool
+from runtime.toolbox.tools import ToolDeclarationError, ToolError
 from store.rows import RunNotFound
 
 __all__ = ["FAILED", "OK", "UNREACHABLE", "USAGE", "CliError", "build_parser", "main"]
@@ -124,7 +124,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     """A run's attempts, checkpoints, call marks, audit, transcript and model requests."""
     from liyagent.reporting import inspect_run, render_report, report_json
-    from runtime.sealing import NoSealKeys, open_sealer
+    from runtime.base.sealing import NoSealKeys, open_sealer
     from store import db
 
     files = {"html": _output_file(args.html, "--html"), "png": _output_file(args.png, "--png")}
@@ -265,8 +265,8 @@ def _add_demo_parser(sub: Any) -> None:
 
 def _postgres_error(exc: sa.exc.OperationalError, url: str) -> CliError:
     """Postgres refused or could not be reached: say which server and what to do (exit 3), in
-    the words a worker refusing to start uses (runtime/outage.py)."""
-    from runtime.outage import database_problem
+    the words a worker refusing to start uses (runtime/recovery/outage.py)."""
+    from runtime.recovery.outage import database_problem
 
     return CliError(database_problem(exc, url), UNREACHABLE)
 
@@ -289,7 +289,9 @@ def _classify(exc: BaseException) -> CliError | None:
     if isinstance(exc, sa.exc.OperationalError):
         return _postgres_error(exc, get_settings().database_url)
     if isinstance(exc, sa.exc.ProgrammingError):
-        from runtime.outage import schema_problem  # a worker refusing to start says the same
+        from runtime.recovery.outage import (
+            schema_problem,  # a worker refusing to start says the same
+        )
 
         return CliError(schema_problem(exc), FAILED)
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):

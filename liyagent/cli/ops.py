@@ -21,7 +21,7 @@ from liyagent.cli.common import (
     read_client,
 )
 from liyagent.cli.common import who as _who
-from runtime.client import BadRequest, Client, parse_agent, parse_id
+from runtime.entries.client import BadRequest, Client, parse_agent, parse_id
 from store.rows import RunNotFound
 
 
@@ -180,7 +180,7 @@ def _lift(args: argparse.Namespace, by: str) -> int:
 def cmd_erase(args: argparse.Namespace) -> int:
     """Erase a run's content (or every run of an owner) at once, keeping a tombstone; a run
     not finished is stopped and fenced out first. An unknown run or owner exits 2."""
-    from runtime.erasure import OwnerNotFound
+    from runtime.ops.erasure import OwnerNotFound
 
     by = _who(args.by)
     c = _client()
@@ -203,7 +203,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
 def cmd_call(args: argparse.Namespace) -> int:
     """One ad hoc tool call with a fresh key, audited; exit 1 unless it was made."""
     from liyagent.reporting import render_call
-    from runtime.adhoc import adhoc_call
+    from runtime.ops.adhoc import adhoc_call
     from store import db
     from tasks.services import services
 

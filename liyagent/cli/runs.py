@@ -22,11 +22,11 @@ from liyagent.cli.common import (
     out,
     print_json,
 )
-from runtime.client import BadRequest, Client
+from runtime.base.settings import get_settings
+from runtime.durable.workflow_spec import WorkflowError, validate_workflow
+from runtime.entries.client import BadRequest, Client
 from runtime.models.scripted import ScriptError, validate_script
-from runtime.settings import get_settings
-from runtime.tools import AgentDef
-from runtime.workflow_spec import WorkflowError, validate_workflow
+from runtime.toolbox.tools import AgentDef
 
 
 def _client() -> Client:
@@ -150,7 +150,7 @@ def cmd_workflow(args: argparse.Namespace) -> int:
 
 def cmd_job(args: argparse.Namespace) -> int:
     """Queue a background job of a known kind; with --wait, wait for its end."""
-    from runtime.jobs import JOB_KINDS
+    from runtime.core.jobs import JOB_KINDS
 
     if args.kind not in JOB_KINDS:
         raise CliError(

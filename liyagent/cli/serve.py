@@ -31,7 +31,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_metrics(args: argparse.Namespace) -> int:
     """--once: print the exposition (exit 3 if Postgres or Redis cannot be read); otherwise
     serve it on HOST:PORT/metrics until interrupted."""
-    from runtime.metrics import exposition, registry_for
+    from runtime.ops.metrics import exposition, registry_for
     from tasks.services import services
 
     port = _port(args.port)

@@ -29,8 +29,8 @@ from liyagent.cli.common import OK, USAGE, CliError, add_json, print_json
 from liyagent.local.cluster import POOLS
 from liyagent.local.procs import sigterm_as_interrupt
 from liyagent.local.verdict import RECOVERY_BOUND_S
-from runtime import logs
-from runtime.settings import Timings
+from runtime.base import logs
+from runtime.base.settings import Timings
 
 # The harness pulls in Celery, the services and matplotlib: imported when the command runs,
 # so the other sub-commands start as fast as before.
@@ -182,8 +182,8 @@ def _start(state: _State, request: TrialsRequest, console: Console) -> TrialDepl
     """Servers, the trials and simulator databases, the simulator, survivor, beat and front."""
     from liyagent.local.backends import open_backends
     from liyagent.local.trials import TrialDeployment
-    from runtime.sealing import new_key_entry, parse_keys
-    from runtime.settings import Settings
+    from runtime.base.sealing import new_key_entry, parse_keys
+    from runtime.base.settings import Settings
     from store import admin
 
     b = open_backends(state.backends, request.database)

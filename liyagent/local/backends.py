@@ -19,8 +19,8 @@ import sqlalchemy as sa
 import structlog
 
 from liyagent.local.servers import PrivatePostgres, PrivateRedis, pg_bin, reachable
-from runtime.redis_clients import RedisTarget, client_for
-from runtime.settings import ConfigError, redis_master, redis_url
+from runtime.base.redis_clients import RedisTarget, client_for
+from runtime.base.settings import ConfigError, redis_master, redis_url
 from store import admin, migrate
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ import structlog
 from liyagent.local import sim_model
 from liyagent.local.backends import DemoError
 from liyagent.local.procs import Proc, python
-from runtime.settings import Settings
+from runtime.base.settings import Settings
 
 log = structlog.get_logger(__name__)
 

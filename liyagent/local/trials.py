@@ -34,11 +34,11 @@ from liyagent.local.botframework import BotChannel
 from liyagent.local.cluster import Cluster, child_env
 from liyagent.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime import services as runtime_services
-from runtime.deaths import death_watch_leader, hand_lead
-from runtime.entries import fire_cron
-from runtime.sealing import Sealer
+from runtime.base.sealing import Sealer
+from runtime.base.settings import Settings
+from runtime.entries.entries import fire_cron
+from runtime.recovery.deaths import death_watch_leader, hand_lead
 from runtime.services import holder_of
-from runtime.settings import Settings
 from tasks.services import CeleryPublisher
 
 log = structlog.get_logger(__name__)

@@ -24,10 +24,10 @@ from liyagent.local.backends import DemoError
 from liyagent.local.procs import Proc
 from liyagent.local.report import KillNote
 from runtime import services as runtime_services
-from runtime.client import Client
-from runtime.leases import Token
-from runtime.sealing import Sealer
-from runtime.settings import Settings
+from runtime.base.sealing import Sealer
+from runtime.base.settings import Settings
+from runtime.entries.client import Client
+from runtime.fleet.leases import Token
 from store.trials import teams_end
 from store.views import RunSummary, database_now, runs_by_ids
 from tasks.services import CeleryPublisher

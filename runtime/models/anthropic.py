@@ -22,13 +22,13 @@ from typing import Any
 
 import anthropic
 
-from runtime import http, sdk_http
-from runtime.http import SendRefused
+from runtime.durable.state import Message, ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
 from runtime.models.openai import checked_wire_name, tool_name
 from runtime.models.specs import AnthropicSpec
-from runtime.state import Message, ToolCall
+from runtime.sending import http, sdk_http
+from runtime.sending.http import SendRefused
 
 PROVIDER = "an Anthropic model"
 # The SDK adds /v1/messages itself, so a base_url ending in /v1 is the usual 404.

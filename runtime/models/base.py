@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runtime.state import Message, ToolCall
+from runtime.durable.state import Message, ToolCall
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 
-from runtime import http
+from runtime.durable.state import Message, ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
 from runtime.models.specs import OpenAISpec
-from runtime.state import Message, ToolCall
+from runtime.sending import http
 
 # What OpenAI accepts as a function name; our registry's dotted names are mapped onto it.
 _WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from runtime.durable.state import ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
-from runtime.state import ToolCall
 
 
 class ScriptError(ValueError):

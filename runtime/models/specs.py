@@ -16,9 +16,9 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 import pydantic
 
+from runtime.base.validation import described
 from runtime.models.base import ModelError
 from runtime.models.scripted import ScriptError, validate_script
-from runtime.validation import described
 
 DEFAULT_PROVIDER = "scripted"
 OPENAI_BASE_URL = "https://api.openai.com/v1"

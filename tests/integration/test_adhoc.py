@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.adhoc import adhoc_call
+from runtime.ops.adhoc import adhoc_call
 
 
 def test_each_adhoc_call_gets_a_fresh_key(stack) -> None:

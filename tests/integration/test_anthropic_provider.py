@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from runtime import http
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelError, StepRequest
+from runtime.sending import http
 from tests.support.recorded import (
     FINAL,
     TICKET_TOOL,

@@ -120,7 +120,7 @@ def test_deciding_twice_changes_nothing(stack) -> None:
     _wait_status(stack, run_id, "waiting")
     [request] = _approvals(stack, run_id)
     stack.client.decide(request.id, approve=True, by="erin")
-    from runtime.client import BadRequest
+    from runtime.entries.client import BadRequest
 
     with pytest.raises(BadRequest, match="already approved"):
         stack.client.decide(request.id, approve=False, by="frank")

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from liyagent.local.procs import ROOT, Proc, python
-from runtime.sealing import parse_keys
+from runtime.base.sealing import parse_keys
 from tests.support.scripts import call, final, mixed, step
 from tests.support.stack import script_tools
 

@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from liyagent.local.cluster import POOLS
-from runtime.deaths import CLAIM_BATCH, claim_and_publish, death_watch_leader
-from runtime.leases import Token
+from runtime.fleet.leases import Token
+from runtime.recovery.deaths import CLAIM_BATCH, claim_and_publish, death_watch_leader
 from runtime.services import holder_of
 from store.runs import claim_delivery
 from store.trials import losses

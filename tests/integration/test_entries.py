@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from liyagent.local.botframework import BotChannel
-from runtime.enqueue import NewRun, enqueue
-from runtime.entries import TeamsTurn, fire_cron, intake_teams, receive_teams, start_entry
+from runtime.core.enqueue import NewRun, enqueue
+from runtime.entries.entries import TeamsTurn, fire_cron, intake_teams, receive_teams, start_entry
 from store.entries import EntryLink, purge_answers
 from tests.support.catalogs import helper_agent, write_catalog
 from tests.support.front import AUTH, serve_front

@@ -17,8 +17,8 @@ from starlette.exceptions import StarletteDeprecationWarning
 
 from front.app import create_app
 from runtime import services as runtime_services
-from runtime.client import BadRequest
-from runtime.entries import TeamsTurn, receive_teams, start_entry
+from runtime.entries.client import BadRequest
+from runtime.entries.entries import TeamsTurn, receive_teams, start_entry
 from tests.integration.test_cli import cli
 from tests.support.scripts import call, final, step
 

@@ -11,8 +11,8 @@ import pytest
 
 from liyagent.local.cluster import POOLS
 from liyagent.local.servers import PrivatePostgres, PrivateRedis
-from runtime.sealing import new_key_entry, parse_keys
-from runtime.settings import Timings
+from runtime.base.sealing import new_key_entry, parse_keys
+from runtime.base.settings import Timings
 from store import migrate
 from store.admin import create_database, database_url
 from tests.support.judge import judge_runs, wait_all

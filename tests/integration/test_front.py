@@ -16,7 +16,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 from front.app import create_app
 from liyagent.local.procs import Proc, python
 from runtime import services as runtime_services
-from runtime.settings import Settings
+from runtime.base.settings import Settings
 from tests.support.scripts import call, final, step
 
 # Starlette 1.x prefers httpx2 for its test client and warns once when it falls back to httpx

@@ -152,7 +152,7 @@ def test_classifier_training_and_red_team_complete_when_undisturbed(stack) -> No
 
 
 def test_unknown_job_kind_is_refused(stack) -> None:
-    from runtime.client import BadRequest
+    from runtime.entries.client import BadRequest
 
     with pytest.raises(BadRequest, match="unknown job kind"):
         stack.client.start_job(kind="mine_bitcoin", params={})

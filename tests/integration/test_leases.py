@@ -8,8 +8,8 @@ import time
 import pytest
 
 from liyagent.local.servers import free_port
-from runtime.heartbeat import Heartbeat, LeaseLost
-from runtime.leases import Leases, Token, monotonic_ms
+from runtime.fleet.heartbeat import Heartbeat, LeaseLost
+from runtime.fleet.leases import Leases, Token, monotonic_ms
 from runtime.services import redis_client
 
 

@@ -18,9 +18,10 @@ import pytest
 
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import free_port
-from runtime import http, mcp_tools
-from runtime.call_http import CallHTTP
-from runtime.tools import CallContext, ToolDeclarationError, ToolInDoubt, ToolKind
+from runtime.sending import http
+from runtime.sending.call_http import CallHTTP
+from runtime.toolbox import mcp_tools
+from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolInDoubt, ToolKind
 from tests.support.mcp_server import Served
 from tests.support.scripts import call, final, step
 

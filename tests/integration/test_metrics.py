@@ -17,7 +17,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 from front.app import create_app
 from liyagent.local.procs import ROOT, Proc, python
 from runtime import services as runtime_services
-from runtime.client import Client
+from runtime.entries.client import Client
 from tests.support.scripts import call, final, mixed, step
 from tests.support.stack import RecordingPublisher, services_with
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from runtime.client import BadRequest, RequestConflict
+from runtime.entries.client import BadRequest, RequestConflict
 from store import views
 from store.runs import insert_run
 from tests.integration.test_cli import cli, out_json, run_count

@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from liyagent.local import sim_model
-from runtime.settings import Timings
+from runtime.base.settings import Timings
 from tests.support import netns
 from tests.support.judge import judge_runs, wait_all
 from tests.support.scripts import mixed

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import PrivatePostgres
-from runtime.settings import database_url as parsed_url
+from runtime.base.settings import database_url as parsed_url
 from store import migrate
 from store.admin import create_database
 from tests.support.judge import judge_runs, wait_all

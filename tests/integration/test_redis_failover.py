@@ -17,7 +17,7 @@ import redis
 
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import free_port
-from runtime.presence import connection_name, epoch_key
+from runtime.fleet.presence import connection_name, epoch_key
 from runtime.services import holder_of
 from tests.support.judge import judge_runs, wait_all
 from tests.support.scripts import mixed

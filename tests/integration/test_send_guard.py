@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from runtime import http
-from runtime.call_http import CallHTTP
+from runtime.sending import http
+from runtime.sending.call_http import CallHTTP
 
 
 @dataclass

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from liyagent.local.procs import ROOT
 from liyagent.local.servers import free_port
 from runtime import services as runtime_services
-from runtime.client import Client
-from runtime.sealing import parse_keys
+from runtime.base.sealing import parse_keys
+from runtime.entries.client import Client
 from store.admin import create_database, drop_database
 from tasks.services import CeleryPublisher
 from tests.support.scripts import mixed

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import chain
+from runtime.durable import chain
 from store.checkpoints import select_step_records
 from store.runs import get_run
 from tests.support.scripts import mixed

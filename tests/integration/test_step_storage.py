@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from runtime import chain
 from runtime import services as runtime_services
-from runtime.client import Client
-from runtime.enqueue import BadRequest
-from runtime.executor import run_message
+from runtime.core.enqueue import BadRequest
+from runtime.core.executor import run_message
+from runtime.durable import chain
+from runtime.entries.client import Client
 from store.checkpoints import select_step_records
 from store.runs import get_run
 from tests.support.scripts import call, final, step

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import pytest
 
 from liyagent.local.cluster import worker_argv
-from runtime import executor
-from runtime.presence import connection_name
+from runtime.core import executor
+from runtime.fleet.presence import connection_name
 from runtime.services import holder_of
 from store import db
 from store.runs import claim_delivery, claim_lost

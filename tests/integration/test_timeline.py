@@ -27,9 +27,9 @@ from liyagent.local.figures import collect
 from liyagent.local.procs import ROOT
 from liyagent.local.report import KillNote, write_html
 from liyagent.local.verdict import Recovery, Verdict, slowest_timelines, write_report
-from runtime.client import Client
-from runtime.leases import Leases, Token
-from runtime.sweeper import Sweeper
+from runtime.entries.client import Client
+from runtime.fleet.leases import Leases, Token
+from runtime.recovery.sweeper import Sweeper
 from store import db
 from store.rows import RunNotFound
 from store.runs import claim_delivery, claim_lost_many, hand_back

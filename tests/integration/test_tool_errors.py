@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runtime.adhoc import adhoc_call
+from runtime.ops.adhoc import adhoc_call
 from tests.support.scripts import call, final, raw_call, step
 
 MODULE = "acme_failing_tools"

@@ -61,7 +61,7 @@ def test_retry_sends_the_same_key_then_loop_back_a_new_one(stack) -> None:
 
 
 def test_bad_workflow_is_refused_and_nothing_is_stored(stack) -> None:
-    from runtime.client import BadRequest
+    from runtime.entries.client import BadRequest
 
     with pytest.raises(BadRequest, match="next"):
         stack.client.start_workflow(

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
+from runtime.durable.state import RunState
 from runtime.models.base import StepRequest
-from runtime.state import RunState
 
 # What both providers' recorded conversations are about: a ticket read, then this answer.
 FINAL = "Ticket T-1 is open with priority p2."

@@ -21,10 +21,10 @@ from liyagent.local import sim_model as sim_model_module
 from liyagent.local.cluster import POOLS, worker_argv
 from liyagent.local.procs import Proc, python
 from runtime import services as runtime_services
-from runtime.client import Client, RunView
-from runtime.sealing import Sealer
+from runtime.base.sealing import Sealer
+from runtime.base.settings import Settings, Timings
+from runtime.entries.client import Client, RunView
 from runtime.services import Services
-from runtime.settings import Settings, Timings
 from store import db
 from tasks.services import CeleryPublisher
 

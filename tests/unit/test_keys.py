@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.keys import agent_call_key, fresh_key, is_positional
+from runtime.durable.keys import agent_call_key, fresh_key, is_positional
 
 
 def test_same_inputs_same_key() -> None:
@@ -48,7 +48,7 @@ def test_fresh_keys_differ_per_call() -> None:
 
 
 def test_workflow_keys_repeat_on_retry_and_change_on_loop_back() -> None:
-    from runtime.keys import workflow_step_key
+    from runtime.durable.keys import workflow_step_key
 
     retry = workflow_step_key("wf-1", "open", 2), workflow_step_key("wf-1", "open", 2)
     assert retry[0] == retry[1]

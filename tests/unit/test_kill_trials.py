@@ -24,8 +24,8 @@ import pytest
 from liyagent.local.cluster import POOLS
 from liyagent.local.trials import TrialDeployment, TrialOptions, run_trials
 from liyagent.local.verdict import report_extra, summary_line, write_report
-from runtime.sealing import parse_keys
-from runtime.settings import Settings, Timings
+from runtime.base.sealing import parse_keys
+from runtime.base.settings import Settings, Timings
 from store.admin import create_database, database_url, drop_database
 
 TRIALS = int(os.environ.get("LIYAGENT_KILL_TRIALS") or 90)

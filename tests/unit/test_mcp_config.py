@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from runtime.mcp_config import load_config
-from runtime.tools import ToolDeclarationError
+from runtime.toolbox.mcp_config import load_config
+from runtime.toolbox.tools import ToolDeclarationError
 
 SERVER = {"name": "orders", "url": "http://127.0.0.1:9000/mcp"}
 

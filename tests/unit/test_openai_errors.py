@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from runtime.durable.state import RunState, ToolCall
 from runtime.models.base import ModelError, StepRequest
 from runtime.models.errors import MESSAGE_LIMIT, classify, error_detail, retry_after
 from runtime.models.openai import (
@@ -22,7 +23,6 @@ from runtime.models.openai import (
     tool_name,
     wire_name,
 )
-from runtime.state import RunState, ToolCall
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
 

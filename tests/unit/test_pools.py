@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime import pools
 from runtime import services as runtime_services
-from runtime.sealing import new_key_entry, parse_keys
-from runtime.settings import Settings
-from runtime.startup import connection_refusal
+from runtime.base import pools
+from runtime.base.sealing import new_key_entry, parse_keys
+from runtime.base.settings import Settings
+from runtime.ops.startup import connection_refusal
 from store.db import ConnectionLimits
 from tests.support.stack import RecordingPublisher
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sealing import SealError, new_key_entry, parse_keys
-from runtime.settings import ConfigError
+from runtime.base.sealing import SealError, new_key_entry, parse_keys
+from runtime.base.settings import ConfigError
 
 PAYLOAD = {"step": 2, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -74,7 +74,7 @@ def test_bad_key_config_is_refused(spec: str) -> None:
 
 
 def test_production_refuses_to_start_without_keys(monkeypatch) -> None:
-    from runtime.sealing import load_sealer
+    from runtime.base.sealing import load_sealer
 
     monkeypatch.delenv("LIYAGENT_SEAL_KEYS", raising=False)
     with pytest.raises(ConfigError, match="production"):
@@ -82,7 +82,7 @@ def test_production_refuses_to_start_without_keys(monkeypatch) -> None:
 
 
 def test_dev_default_generates_one_local_key(monkeypatch, tmp_path) -> None:
-    from runtime.sealing import load_sealer
+    from runtime.base.sealing import load_sealer
 
     monkeypatch.delenv("LIYAGENT_SEAL_KEYS", raising=False)
     monkeypatch.setenv("LIYAGENT_DEV_SEAL_FILE", str(tmp_path / "keys"))

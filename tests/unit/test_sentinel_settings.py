@@ -7,8 +7,8 @@ import pytest
 from redis.sentinel import SentinelConnectionPool
 
 from celeryconfig import config_for
-from runtime.redis_clients import RedisTarget, client_for
-from runtime.settings import ConfigError, Settings, redis_url, sentinel_url
+from runtime.base.redis_clients import RedisTarget, client_for
+from runtime.base.settings import ConfigError, Settings, redis_url, sentinel_url
 
 URL = "sentinel://:pw@10.0.0.1:26380/2;sentinel://10.0.0.2;sentinel://sentinel-c:26381"
 

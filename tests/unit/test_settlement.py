@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.settlement import MarkFacts, Settle, decide
-from runtime.tools import ToolKind
+from runtime.core.settlement import MarkFacts, Settle, decide
+from runtime.toolbox.tools import ToolKind
 from store.rows import MarkStatus
 
 BOUND = 3600.0

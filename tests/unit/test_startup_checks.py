@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from runtime import outage
-from runtime.startup import StartupRefused, check_pool, queue_warning
+from runtime.ops.startup import StartupRefused, check_pool, queue_warning
+from runtime.recovery import outage
 from tasks.worker import pool_name
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from runtime.sealing import SealError, digest, new_key_entry, parse_keys
-from runtime.state import RunState, ToolCall
+from runtime.base.sealing import SealError, digest, new_key_entry, parse_keys
+from runtime.durable.state import RunState, ToolCall
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from liyagent.local.cluster import POOLS, worker_argv
 from liyagent.local.trials import TrialOptions
 from liyagent.local.verdict import Verdict, report_extra, summary_line, write_report
-from runtime.settings import Timings
+from runtime.base.settings import Timings
 
 
 @pytest.mark.parametrize("pool", POOLS)

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 from structlog.testing import capture_logs
 
 from liyagent import CallContext, InvalidArguments, ToolDeclarationError, ToolKind, agent, tool
-from runtime.call_http import CallHTTP
-from runtime.tool_sources import load_registry
+from runtime.sending.call_http import CallHTTP
+from runtime.toolbox.tool_sources import load_registry
 
 
 class Priority(StrEnum):

@@ -1,0 +1,491 @@
+"""Settings from `LIYAGENT_*` environment variables, read once per process.
+
+The lease and sweep timings are coupled, so they live together in `Timings`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import sqlalchemy as sa
+
+from store.db import DEFAULT_DATABASE_URL
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the variable to fix."""
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def _env_step_max_bytes() -> int:
+    value = _env_int("LIYAGENT_STEP_MAX_BYTES", 1 << 20)
+    if value < 4096:
+        raise ConfigError(
+            f"LIYAGENT_STEP_MAX_BYTES={value}: a step needs at least 4096 bytes (default 1048576)"
+        )
+    return value
+
+
+def _env_nonnegative(name: str, default: int) -> int:
+    value = _env_int(name, default)
+    if value < 0:
+        raise ConfigError(f"{name}={value} must be 0 or more")
+    return value
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+SENTINEL_SCHEME = "sentinel://"
+SENTINEL_PORT = 26379
+
+
+# libpq's multi-host form, `scheme://[userinfo@]h1:p1,h2:p2/...`: the hosts part holds a comma.
+_MULTI_HOST = re.compile(
+    r"^(?P<scheme>[^:/]+://)(?P<user>[^@/]*@)?(?P<hosts>[^/?@]*,[^/?@]*)(?P<rest>.*)$"
+)
+
+
+def _hosts_in_query(raw: str) -> str:
+    """libpq's multi-host URL (`postgresql://user@h1:p1,h2:p2/db?target_session_attrs=...`)
+    in the form SQLAlchemy reads (`postgresql://user@/db?host=h1:p1&host=h2:p2&...`); any
+    other URL as it is. ValueError for a port that is not a number."""
+    found = _MULTI_HOST.match(raw)
+    if found is None:
+        return raw
+    path, _, query = found["rest"].partition("?")
+    listed = [h.strip() for h in found["hosts"].split(",") if h.strip()]
+    for host in listed:
+        _, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+        if colon and not port.isdigit():
+            raise ValueError(f"port {port!r} of {host!r} is not a number")
+    hosts = "&".join(f"host={h}" for h in listed)
+    return f"{found['scheme']}{found['user'] or ''}{path or '/'}?{hosts}" + (
+        f"&{query}" if query else ""
+    )
+
+
+def database_url(raw: str, name: str = "LIYAGENT_DATABASE_URL") -> str:
+    """A Postgres URL for psycopg 3 (`postgresql://` and `postgres://` are read as
+    `postgresql+psycopg://`; libpq's multi-host form `h1:p1,h2:p2` is kept as its list of
+    hosts, tried in order); anything else is a ConfigError naming the variable or option."""
+    try:
+        url = sa.make_url(_hosts_in_query(raw))
+    except (sa.exc.ArgumentError, ValueError):
+        raise ConfigError(
+            f"{name}={raw[:60]!r} is not a database URL; use "
+            "postgresql+psycopg://user[:password]@host[:port]/database"
+        ) from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    if url.drivername != "postgresql+psycopg":
+        raise ConfigError(
+            f"{name}: {url.drivername!r} is not supported; liyagent runs on PostgreSQL through "
+            "psycopg 3: use postgresql+psycopg://user[:password]@host[:port]/database"
+        )
+    return url.render_as_string(hide_password=False)
+
+
+def redis_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> str:
+    """A Redis URL redis-py can open, or a list of Sentinels (`sentinel_url`); anything else is
+    a ConfigError naming the variable."""
+    if raw.startswith(SENTINEL_SCHEME):
+        sentinel_url(raw, name)
+        return raw
+    if not raw.startswith(REDIS_SCHEMES):
+        raise ConfigError(
+            f"{name}={raw[:60]!r} is not a Redis URL; use redis://host:port/db "
+            "(or rediss:// for TLS, unix:///path/to/socket, or "
+            "sentinel://host:26379;sentinel://host2:26379 with LIYAGENT_REDIS_MASTER)"
+        )
+    return raw
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """The Sentinels a `sentinel://h1:26379;sentinel://h2:26379/db` URL lists (kombu's form),
+    and the database, user and password of the master they name (from its first entry)."""
+
+    hosts: tuple[tuple[str, int], ...]
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def sentinel_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> SentinelUrl:
+    """Parse a Sentinel URL; a malformed entry is a ConfigError naming the variable."""
+    hosts: list[tuple[str, int]] = []
+    first: urllib.parse.SplitResult | None = None
+    first_db = 0
+    for entry in filter(None, (p.strip() for p in raw.split(";"))):
+        bad = ConfigError(
+            f"{name}: {entry[:60]!r} is not a Sentinel; each entry, separated by ';', is "
+            "sentinel://host[:port] (the first may add user:password@ and /db)"
+        )
+        if not entry.startswith(SENTINEL_SCHEME):
+            raise bad
+        try:
+            part = urllib.parse.urlsplit(entry)
+            host, port = part.hostname, part.port or SENTINEL_PORT
+            db = int(part.path.strip("/") or 0) if first is None else 0
+        except ValueError:
+            raise bad from None
+        if not host:
+            raise bad
+        hosts.append((host, port))
+        if first is None:
+            first, first_db = part, db
+    if first is None:
+        raise ConfigError(f"{name}={raw[:60]!r} lists no Sentinel")
+    return SentinelUrl(
+        hosts=tuple(hosts),
+        db=first_db,
+        username=urllib.parse.unquote(first.username) if first.username else None,
+        password=urllib.parse.unquote(first.password) if first.password else None,
+    )
+
+
+def redis_master(url: str, raw: str, name: str = "LIYAGENT_REDIS_MASTER") -> str:
+    """The name of the master the Sentinels of `url` watch: required with a Sentinel URL,
+    refused without one (it would be silently ignored)."""
+    master = raw.strip()
+    if url.startswith(SENTINEL_SCHEME) and not master:
+        raise ConfigError(
+            f"LIYAGENT_REDIS_URL names Sentinels but {name} is not set: set it to the name "
+            "of the master they watch (the name in their `sentinel monitor` line)"
+        )
+    if master and not url.startswith(SENTINEL_SCHEME):
+        raise ConfigError(
+            f"{name}={master!r} is set but LIYAGENT_REDIS_URL is not a sentinel:// URL: "
+            "list the Sentinels there, or unset it"
+        )
+    if any(c.isspace() for c in master):
+        raise ConfigError(f"{name}={master!r}: a master name has no spaces")
+    return master
+
+
+def _env_list(name: str) -> tuple[str, ...]:
+    raw = os.environ.get(name, "")
+    return tuple(filter(None, (p.strip() for p in raw.split(","))))
+
+
+def _env_pairs(name: str) -> dict[str, str]:
+    raw = os.environ.get(name, "").strip()
+    pairs: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in raw.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ConfigError(f"{name}: each entry is name=value, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Lease, heartbeat and sweep timings, which only work together.
+
+    A dead process is noticed when its lease lapses (`lease_ttl_ms`), so the heartbeat renews
+    at about a third of it (two renewals may fail before the lease is lost) and the sweeper
+    looks every `sweep_interval_ms`: worst-case detection is TTL + one sweep. A run whose own
+    thread shows no progress for `stall_ms` stops being renewed, so a hung run is taken over;
+    it must exceed the slowest single model or tool call (`call_timeout_s`).
+    """
+
+    lease_ttl_ms: int = 8000
+    heartbeat_ms: int = 2600
+    sweep_interval_ms: int = 3000
+    stall_ms: int = 120_000
+    call_timeout_s: float = 30.0
+    # A run lost more than this many times is failed with the reason.
+    loss_limit: int = 2
+    # Deliveries of one attempt's message before the run is failed as poison.
+    delivery_limit: int = 10
+    # Runs left queued this long are published again (Postgres is the outbox).
+    requeue_after_ms: int = 30_000
+    # Every this many sweeps, reconcile all running runs against Redis, not just the index.
+    full_scan_every: int = 20
+    # The longest a resume can take: a keyed write is sent again only if its vendor's dedupe
+    # window is longer than this.
+    resume_bound_s: int = 3600
+    # A holder with no Redis connection left this long is dead: its runs are claimed at once
+    # (a blip reconnects well within it). While a process has lost its connection, it writes
+    # and sends for at most this long, so it has stopped before any such claim.
+    death_grace_ms: int = 1000
+    # How often the death watch looks (the leader: one CLIENT LIST when nobody died; each other
+    # watcher: two round trips of constant cost, its bid for the lead and CLIENT LIST ID).
+    death_poll_ms: int = 250
+    # Gates a statement read (the claim, a checkpoint) stand for this long at a step boundary:
+    # a fast step reads them once, with its checkpoint, not again before the next model step.
+    # Calls always go through the gates their step's checkpoint read; 0 reads at every boundary.
+    gates_fresh_ms: int = 250
+    # After Redis comes back (restarted, failed over, or empty: a new store epoch), nothing is
+    # claimed for this long: live holders re-establish presence and take their leases back
+    # within it, and only runs whose holders never came back are claimed. It must exceed a
+    # heartbeat; 0 means the heartbeat plus the death grace.
+    store_grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.store_grace_ms == 0:
+            object.__setattr__(self, "store_grace_ms", self.heartbeat_ms + self.death_grace_ms)
+        if self.store_grace_ms <= self.heartbeat_ms:
+            raise ConfigError(
+                "LIYAGENT_STORE_GRACE_MS must exceed LIYAGENT_HEARTBEAT_MS (live holders take "
+                f"their leases back within a heartbeat; got {self.store_grace_ms} and "
+                f"{self.heartbeat_ms})"
+            )
+        if self.heartbeat_ms * 2 >= self.lease_ttl_ms:
+            raise ConfigError(
+                "LIYAGENT_HEARTBEAT_MS must be under half of LIYAGENT_LEASE_TTL_MS "
+                f"(got {self.heartbeat_ms} and {self.lease_ttl_ms})"
+            )
+        if self.stall_ms <= self.call_timeout_s * 1000:
+            raise ConfigError("LIYAGENT_STALL_MS must exceed LIYAGENT_CALL_TIMEOUT_S")
+        if not 0 < self.death_grace_ms < self.lease_ttl_ms:
+            raise ConfigError(
+                "LIYAGENT_DEATH_GRACE_MS must be above 0 and under LIYAGENT_LEASE_TTL_MS (a dead "
+                f"process is seen by its connections before its lease; got {self.death_grace_ms})"
+            )
+
+        if self.gates_fresh_ms < 0:
+            raise ConfigError(
+                f"LIYAGENT_GATES_FRESH_MS must be 0 or more (got {self.gates_fresh_ms})"
+            )
+
+    @classmethod
+    def from_env(cls) -> Timings:
+        ttl = _env_int("LIYAGENT_LEASE_TTL_MS", cls.lease_ttl_ms)
+        return cls(
+            lease_ttl_ms=ttl,
+            heartbeat_ms=_env_int("LIYAGENT_HEARTBEAT_MS", max(ttl // 3 - 66, 100)),
+            sweep_interval_ms=_env_int("LIYAGENT_SWEEP_INTERVAL_MS", cls.sweep_interval_ms),
+            stall_ms=_env_int("LIYAGENT_STALL_MS", cls.stall_ms),
+            call_timeout_s=float(_env_int("LIYAGENT_CALL_TIMEOUT_S", int(cls.call_timeout_s))),
+            loss_limit=_env_int("LIYAGENT_LOSS_LIMIT", cls.loss_limit),
+            delivery_limit=_env_int("LIYAGENT_DELIVERY_LIMIT", cls.delivery_limit),
+            requeue_after_ms=_env_int("LIYAGENT_REQUEUE_AFTER_MS", cls.requeue_after_ms),
+            full_scan_every=_env_int("LIYAGENT_FULL_SCAN_EVERY", cls.full_scan_every),
+            resume_bound_s=_env_int("LIYAGENT_RESUME_BOUND_S", cls.resume_bound_s),
+            death_grace_ms=_env_int("LIYAGENT_DEATH_GRACE_MS", cls.death_grace_ms),
+            death_poll_ms=_env_int("LIYAGENT_DEATH_POLL_MS", cls.death_poll_ms),
+            gates_fresh_ms=_env_int("LIYAGENT_GATES_FRESH_MS", cls.gates_fresh_ms),
+            store_grace_ms=_env_int("LIYAGENT_STORE_GRACE_MS", cls.store_grace_ms),
+        )
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What a finished run keeps and for how long; beat deletes the rest in bounded batches.
+
+    A finished run (succeeded or failed) and everything hanging on it (call marks, transcript,
+    approvals, A2A task, cron record, Teams inbox row, stops) are deleted `keep_s` after it
+    finished, never before its sealed answer's own retention ends, never while its parent runs,
+    and never while a key a caller may send again (request key, A2A message id, Teams activity
+    id, cron slot) still dedupes: such runs are kept at least `key_window_s`. Audit rows
+    outlive their run: they go `audit_keep_s` after they were written, once the run is gone.
+    """
+
+    enabled: bool = True
+    keep_s: int = 30 * 86400
+    key_window_s: int = 7 * 86400
+    audit_keep_s: int = 365 * 86400
+    # Runs (or audit rows) one statement deletes, and batches one beat pass runs at most.
+    batch: int = 500
+    max_batches: int = 20
+    interval_s: int = 300
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("LIYAGENT_RETENTION_S", self.keep_s),
+            ("LIYAGENT_RETENTION_KEY_WINDOW_S", self.key_window_s),
+            ("LIYAGENT_RETENTION_AUDIT_S", self.audit_keep_s),
+            ("LIYAGENT_RETENTION_BATCH", self.batch),
+            ("LIYAGENT_RETENTION_MAX_BATCHES", self.max_batches),
+            ("LIYAGENT_RETENTION_INTERVAL_S", self.interval_s),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{name} must be above 0 (got {value})")
+
+    @classmethod
+    def from_env(cls) -> Retention:
+        return cls(
+            enabled=_env_bool("LIYAGENT_RETENTION", cls.enabled),
+            keep_s=_env_int("LIYAGENT_RETENTION_S", cls.keep_s),
+            key_window_s=_env_int("LIYAGENT_RETENTION_KEY_WINDOW_S", cls.key_window_s),
+            audit_keep_s=_env_int("LIYAGENT_RETENTION_AUDIT_S", cls.audit_keep_s),
+            batch=_env_int("LIYAGENT_RETENTION_BATCH", cls.batch),
+            max_batches=_env_int("LIYAGENT_RETENTION_MAX_BATCHES", cls.max_batches),
+            interval_s=_env_int("LIYAGENT_RETENTION_INTERVAL_S", cls.interval_s),
+        )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker, beat or app process needs to reach Postgres and Redis."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str = DEFAULT_REDIS_URL
+    # With a sentinel:// `redis_url`: the name of the master its Sentinels watch (every Redis
+    # client, the broker's included, follows that master through failovers).
+    redis_master: str = ""
+    # Prefix for every Redis key we and the broker write, so deployments and test runs that
+    # share one Redis never see each other's leases or messages.
+    namespace: str = ""
+    queue: str = "liyagent"
+    production: bool = False
+    vendor_url: str = "http://127.0.0.1:8765"
+    step_limit: int = 25
+    # The most new content one step may add to its run's checkpoints (LIYAGENT_STEP_MAX_BYTES,
+    # 1 MiB): the model's answer with its calls, plus its calls' results. A result that does not
+    # fit is replaced by a refusal the model reads; an answer or an input that does not fit is
+    # refused (the run fails, the enqueue is a BadRequest). Nothing is written half.
+    step_max_bytes: int = 1 << 20
+    crash_resume_entries: bool = True
+    # Whether this worker's main process sweeps (LIYAGENT_WORKER_SWEEPS, on by default; the
+    # fleet sweeps once per interval whichever workers do). Off only for a worker that must
+    # leave recovery to its death watch (the trials that prove the watch alone).
+    worker_sweeps: bool = True
+    # Modules whose tools and agents every process loads (LIYAGENT_TOOLS, comma-separated),
+    # the way Celery's `include` names task modules.
+    tool_modules: tuple[str, ...] = ()
+    # Operators' reclassification of tools, `name=kind` (e.g. chat.reply=read). A call already
+    # marked a write stays a write whatever its tool is classified as now (I7).
+    tool_kinds: dict[str, str] = field(default_factory=dict)
+    # MCP servers whose tools every process lists at start (LIYAGENT_MCP_SERVERS): the path of
+    # a JSON file, or the JSON itself (see runtime/toolbox/mcp_tools.py). Empty: none.
+    mcp_servers: str = ""
+    # How long a delivered answer is kept, sealed, before the purge job clears it.
+    answer_retention_s: int = 86400
+    # Agent definitions and cron triggers (JSON); see agents/agents.json.
+    agents_file: str = "agents/agents.json"
+    # Bearer token of the app front (principal `front-token`, every right); with it, or
+    # instead of it, tokens per principal (front/auth.py): a JSON file and the same JSON
+    # inline. With none, the front refuses every request.
+    front_token: str = ""
+    front_tokens_file: str = ""
+    front_tokens: str = ""
+    # The front's public base URL as A2A clients reach it (the agent card names its endpoint
+    # there); empty: the URL each request for the card came in on.
+    public_url: str = ""
+    # How long an A2A SendMessage that did not ask to return at once waits for its task to end
+    # or to need a person before answering with the task as it stands (clients then poll).
+    a2a_wait_s: float = 30.0
+    # The Teams bot (Bot Framework): its app id (the audience of the channel's tokens; empty
+    # refuses every activity), the token issuer, the keys endpoint (JWKS) the tokens' signatures
+    # are checked against, and the catalog agent that answers its turns.
+    teams_app_id: str = ""
+    teams_issuer: str = "https://api.botframework.com"
+    teams_jwks_url: str = "https://login.botframework.com/v1/.well-known/keys"
+    teams_agent: str = "teams-helper"
+    # The bot's own credentials for replying through the Bot Connector (OAuth 2.0 client
+    # credentials): its app password is read when a token is needed, from the file
+    # `teams_app_password_file` names (Compose secrets) or else from the environment variable
+    # `teams_app_password_env` names, never kept in the settings; the token endpoint and scope.
+    teams_app_password_env: str = "LIYAGENT_TEAMS_APP_PASSWORD"
+    teams_app_password_file: str = ""
+    teams_token_url: str = "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
+    teams_token_scope: str = "https://api.botframework.com/.default"
+    # Before a resumed hand-on posts a turn's reply, read the conversation back through
+    # Microsoft Graph for a reply carrying the run's key (the Bot Connector lists nothing); off
+    # posts without looking (see the README for what each leaves open). Graph is asked with the
+    # bot's own app-only token (client credentials at the tenant's token endpoint, `{tenant}`
+    # being the activity's tenant id); an empty read is trusted only once
+    # `teams_graph_settle_ms` has passed since the hand-on began (Graph's lag after a post).
+    teams_read_back: bool = True
+    teams_graph_url: str = "https://graph.microsoft.com/v1.0"
+    teams_graph_token_url: str = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
+    teams_graph_scope: str = "https://graph.microsoft.com/.default"
+    teams_graph_settle_ms: int = 5000
+    # The most connections one process's pools may open to Postgres and to Redis; 0 follows
+    # the worker's pool (runtime/base/pools.py: a `-P threads -c N` worker N plus its main
+    # process's threads, any other process 15). A smaller database pool makes threads take
+    # turns (each holds a connection for one statement); a Redis pool must cover every thread.
+    db_pool_max: int = 0
+    redis_pool_max: int = 0
+    timings: Timings = field(default_factory=Timings)
+    retention: Retention = field(default_factory=Retention)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ.get("LIYAGENT_ENV", "development").strip().lower()
+        if env not in {"development", "production", "test"}:
+            raise ConfigError(f"LIYAGENT_ENV={env!r}: use development, production or test")
+        redis = redis_url(os.environ.get("LIYAGENT_REDIS_URL") or DEFAULT_REDIS_URL)
+        return cls(
+            database_url=database_url(
+                os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL
+            ),
+            redis_url=redis,
+            redis_master=redis_master(redis, os.environ.get("LIYAGENT_REDIS_MASTER", "")),
+            namespace=os.environ.get("LIYAGENT_NAMESPACE", ""),
+            queue=os.environ.get("LIYAGENT_QUEUE") or "liyagent",
+            production=env == "production",
+            vendor_url=os.environ.get("LIYAGENT_VENDOR_URL") or "http://127.0.0.1:8765",
+            step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
+            step_max_bytes=_env_step_max_bytes(),
+            crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
+            worker_sweeps=_env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
+            tool_modules=_env_list("LIYAGENT_TOOLS"),
+            tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
+            mcp_servers=os.environ.get("LIYAGENT_MCP_SERVERS", "").strip(),
+            answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
+            agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",
+            front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),
+            front_tokens_file=os.environ.get("LIYAGENT_FRONT_TOKENS_FILE", ""),
+            front_tokens=os.environ.get("LIYAGENT_FRONT_TOKENS", ""),
+            public_url=os.environ.get("LIYAGENT_PUBLIC_URL", "").rstrip("/"),
+            a2a_wait_s=float(_env_int("LIYAGENT_A2A_WAIT_S", int(cls.a2a_wait_s))),
+            teams_app_id=os.environ.get("LIYAGENT_TEAMS_APP_ID", "").strip(),
+            teams_issuer=os.environ.get("LIYAGENT_TEAMS_ISSUER") or cls.teams_issuer,
+            teams_jwks_url=os.environ.get("LIYAGENT_TEAMS_JWKS_URL") or cls.teams_jwks_url,
+            teams_agent=os.environ.get("LIYAGENT_TEAMS_AGENT") or cls.teams_agent,
+            teams_app_password_env=os.environ.get("LIYAGENT_TEAMS_APP_PASSWORD_ENV")
+            or cls.teams_app_password_env,
+            teams_app_password_file=os.environ.get("LIYAGENT_TEAMS_APP_PASSWORD_FILE", "").strip(),
+            teams_token_url=os.environ.get("LIYAGENT_TEAMS_TOKEN_URL") or cls.teams_token_url,
+            teams_token_scope=os.environ.get("LIYAGENT_TEAMS_TOKEN_SCOPE") or cls.teams_token_scope,
+            teams_read_back=_env_bool("LIYAGENT_TEAMS_READ_BACK", cls.teams_read_back),
+            teams_graph_url=(
+                os.environ.get("LIYAGENT_TEAMS_GRAPH_URL") or cls.teams_graph_url
+            ).rstrip("/"),
+            teams_graph_token_url=os.environ.get("LIYAGENT_TEAMS_GRAPH_TOKEN_URL")
+            or cls.teams_graph_token_url,
+            teams_graph_scope=os.environ.get("LIYAGENT_TEAMS_GRAPH_SCOPE") or cls.teams_graph_scope,
+            teams_graph_settle_ms=_env_nonnegative(
+                "LIYAGENT_TEAMS_GRAPH_SETTLE_MS", cls.teams_graph_settle_ms
+            ),
+            db_pool_max=_env_nonnegative("LIYAGENT_DB_POOL_MAX", 0),
+            redis_pool_max=_env_nonnegative("LIYAGENT_REDIS_POOL_MAX", 0),
+            timings=Timings.from_env(),
+            retention=Retention.from_env(),
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings (tests that change the environment clear this cache)."""
+    return Settings.from_env()

@@ -1,0 +1,70 @@
+"""The agent loop: model step, sealed checkpoint in one statement, then calls.
+
+A resume starts by verifying the checkpoint's seal, then takes up the calls it left, then asks
+the model only for the steps after the last one written (I5).
+"""
+
+from __future__ import annotations
+
+import time
+
+from runtime.base import faults
+from runtime.core.attempt import RunAttempt
+from runtime.durable.state import RunState
+from runtime.models.base import ModelError, ModelProvider, StepAnswer, StepRequest
+
+MODEL_TRIES = 3
+
+
+class AgentRun(RunAttempt):
+    def _loop(self, state: RunState) -> str:
+        self._resume_calls(state)
+        model = self._model()
+        while True:
+            self._boundary(state)
+            if state.step >= self.s.settings.step_limit:
+                self._fail(
+                    f"step limit {self.s.settings.step_limit} reached without a final "
+                    "answer; raise LIYAGENT_STEP_LIMIT or fix the agent",
+                    "step_limit",
+                )
+            answer = self._ask(model, state)
+            faults.point("after_model_step")
+            if answer.final:
+                self._finish(answer.text or "")
+                return "succeeded"
+            state.take_step(answer.text, answer.calls, self.run.attempt)
+            gates = self._checkpoint(state)
+            faults.point("after_checkpoint")
+            results, _ = self.router.route(state, resuming=False, gates=gates)
+            state.add_results(results)
+
+    def _model(self) -> ModelProvider:
+        try:
+            return self.s.model_for(self.run)
+        except (ModelError, ValueError) as exc:
+            self._fail(f"its model cannot be used: {exc}", "model_unavailable")
+
+    def _ask(self, model: ModelProvider, state: RunState) -> StepAnswer:
+        request = StepRequest(
+            run_id=self.run.id,
+            attempt=self.run.attempt,
+            step=state.step + 1,
+            messages=list(state.messages),
+            tools=self.s.tools.schemas(self.run.spec.get("tools")),
+        )
+        for attempt in range(1, MODEL_TRIES + 1):
+            try:
+                return model.next_step(request)
+            except ModelError as exc:
+                if not exc.retryable or attempt == MODEL_TRIES:
+                    self._fail(
+                        f"the model failed at step {request.step}: {exc}",
+                        "model_error",
+                        step=request.step,
+                    )
+                delay = exc.retry_after_s if exc.retry_after_s is not None else 2.0**attempt
+                self.log.warning("model.retry", step=request.step, error=str(exc), delay_s=delay)
+                time.sleep(min(delay, 30.0))  # backoff before asking again, not a state wait
+                self.lease.check()
+        raise AssertionError("unreachable")

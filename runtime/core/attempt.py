@@ -1,0 +1,324 @@
+"""One attempt of one run, whatever its kind: gates, checkpoint loading, hand-back, suspend,
+answer, failure. `AgentRun` and `WorkflowRun` add the loop that produces steps."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import structlog
+
+from runtime.base import drain, faults
+from runtime.base.sealing import SealError, digest
+from runtime.core.calls import CallRouter, KeyFn, Settled
+from runtime.core.enqueue import publish_quietly
+from runtime.core.waiting import Suspend
+from runtime.durable import chain
+from runtime.durable.gates import run_refusal
+from runtime.durable.state import RunState
+from runtime.entries.entries import post_teams_reply
+from runtime.fleet.heartbeat import RunLease
+from runtime.fleet.leases import monotonic_ms
+from runtime.sending import http
+from runtime.services import Services
+from runtime.toolbox.tools import ToolError
+from store.checkpoints import StepRecord, select_step_records, write_checkpoint
+from store.entries import answer_and_deliver, deliver
+from store.gates import select_gates
+from store.records import insert_owned_audit
+from store.rows import FencedOut, GateRow, RunRow
+from store.runs import fail_run, hand_back, store_answer
+from store.waits import suspend, wake_parent
+
+log = structlog.get_logger(__name__)
+
+
+class HandedBack(Exception):
+    """The worker is shutting down: the run went back to the queue as a new attempt."""
+
+
+class RunFailed(Exception):
+    """The run was failed with a reason (already written); nothing more to do."""
+
+
+class RunAttempt:
+    """Executes one attempt of one run that this process has claimed and leased."""
+
+    def __init__(
+        self,
+        services: Services,
+        run: RunRow,
+        lease: RunLease,
+        key_for: KeyFn | None = None,
+        gates: GateRow | None = None,
+    ) -> None:
+        self.s = services
+        self.run = run
+        self.lease = lease
+        self.log = log.bind(run_id=run.id, attempt=run.attempt)
+        self.router = CallRouter(services, run, lease, key_for)
+        # The gates the claim read, checked when the attempt starts.
+        self._claimed = gates
+        # The gates last read and when: they stand for `gates_fresh_ms`. Read with the claim,
+        # a checkpoint or for calls, they may also serve the next step boundary (`_lasting`);
+        # read by a boundary, only that boundary.
+        self._fresh: GateRow | None = None
+        self._fresh_ms = 0
+        self._lasting = False
+
+    def execute(self) -> str:
+        """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended.
+        Every request the attempt makes passes its lease's send guard (`http.guarded`)."""
+        try:
+            with http.guarded(self.lease):
+                return self._execute()
+        except SealError as exc:
+            # Any sealed value that does not verify (checkpoint, outcome, answer) fails the run
+            # at once, audited; it is never used (I6).
+            try:
+                self._fail(str(exc), "seal_failed", step=self.run.step)
+            except RunFailed:
+                return "failed"
+        except RunFailed:
+            return "failed"
+        except HandedBack:
+            return "handed_back"
+        except Suspend as wait:
+            with self.s.engine.connect() as conn:
+                suspend(conn, self.run.id, self.run.attempt, wait.waiting_on, self.run.step)
+            self.s.leases.release(self.lease.token)
+            self.log.info("run.waiting", waiting_on=wait.waiting_on)
+            return "waiting"
+
+    def _execute(self) -> str:
+        # Every start and every resume, a hand-on of a stored answer included, passes the gates
+        # as they stand now before it does anything: a refusal fails the run with its reason,
+        # told to its entry points, and nothing is sent (I7).
+        if self._claimed is not None:
+            self._take(self._claimed, lasting=True)
+        else:
+            self._gates()
+        if self.run.status == "answered":
+            text = self._open_answer()
+            self._audit_resume(self.run.step, [], from_answer=True)
+            self._hand_on(text)
+            return "answer_handed_on"
+        return self._loop(self._load_state())
+
+    def _loop(self, state: RunState) -> str:
+        raise NotImplementedError
+
+    def _gates(self) -> GateRow:
+        """The gates as they stand now: the ones read less than `gates_fresh_ms` ago, or read
+        again, fence included, in one statement (I3, I7)."""
+        if self._fresh is not None and self._young():
+            return self._fresh
+        return self._read_gates(lasting=True)
+
+    def _young(self) -> bool:
+        return monotonic_ms() - self._fresh_ms < self.s.settings.timings.gates_fresh_ms
+
+    def _read_gates(self, lasting: bool) -> GateRow:
+        with self.s.engine.connect() as conn:
+            return self._take(select_gates(conn, self.run.id), lasting)
+
+    def _take(self, gates: GateRow, lasting: bool) -> GateRow:
+        """Gates just read with the run's attempt and status: a run that another attempt owns
+        stops here (I3); a run-level refusal fails the run with its reason (I7)."""
+        if gates.run_attempt != self.run.attempt or gates.run_status != self.run.status:
+            raise FencedOut(self.run.id, self.run.attempt, "go on with the next step")
+        refusal = run_refusal(gates, self.run)
+        if refusal is not None:
+            self._fail(refusal, "gate_refused")
+        self._fresh, self._fresh_ms, self._lasting = gates, monotonic_ms(), lasting
+        return gates
+
+    def _resume_calls(self, state: RunState) -> bool:
+        """Take up the calls the checkpoint left (through the gates as they stand now); whether
+        there were any."""
+        if state.calls:
+            gates = self._gates()
+            results, settled = self.router.route(state, resuming=True, gates=gates)
+            state.add_results(results)
+            self._audit_resume(state.step, settled)
+            return True
+        if self.run.attempt > 1:
+            self._audit_resume(state.step, [])
+        return False
+
+    def _load_state(self) -> RunState:
+        """The run's state rebuilt from its base checkpoint (on the row the claim returned) and
+        its step records (one query, none at step 0), each opened against its seal and its
+        place in the chain: a chain that does not verify is never used (I6)."""
+        if self.run.checkpoint is None:
+            self._fail("it has no checkpoint to start from", "no_checkpoint")
+        records: list[StepRecord] = []
+        if self.run.step > 0:
+            with self.s.engine.connect() as conn:
+                records = select_step_records(conn, self.run.id)
+        try:
+            return chain.rebuild(self.s.sealer, self.run, records)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._fail(
+                f"its checkpoint of step {self.run.step} does not verify ({exc}); it was not used",
+                "seal_failed",
+                step=self.run.step,
+            )
+
+    def _checkpoint(self, state: RunState) -> GateRow:
+        """Write the step's sealed record (what it added, chained to the last one) before any of
+        its calls is made (fenced), reading the gates the calls go through in the same
+        statement; returns them. A run not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false)
+        writes none (lost, it fails): its calls go through the gates as `_gates` has them. A
+        step that asks more than LIYAGENT_STEP_MAX_BYTES is refused whole: the run fails."""
+        self.lease.check()  # writes stop within one lease of losing it, even if Redis is gone
+        limit = self.s.settings.step_max_bytes
+        asked = state.asked_bytes()
+        if asked > limit:
+            self._fail(
+                f"step {state.step} asked {asked} bytes (its answer and calls), more than "
+                f"LIYAGENT_STEP_MAX_BYTES={limit}; nothing of it was written or made: raise the "
+                "limit or have the model answer in smaller steps",
+                "step_too_large",
+                step=state.step,
+            )
+        if not self.run.resumable:
+            return self._gates()
+        sealed = chain.seal_step(self.s.sealer, self.run.id, state)
+        with self.s.engine.connect() as conn:
+            gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
+        state.mark_written(digest(sealed))
+        # Debug only: a line per step costs a thread-pool worker a JSON encode and the log
+        # handler's lock per model step; the step, its calls and bytes are in Postgres.
+        self.log.debug("run.checkpoint", step=state.step, calls=len(state.calls), bytes=len(sealed))
+        return self._take(gates, lasting=True)
+
+    def _open_answer(self) -> str:
+        """The stored answer, opened against its seal (a failure fails the run, I6)."""
+        assert self.run.answer is not None
+        payload: dict[str, Any] = self.s.sealer.open(self.run.id, "answer", 0, self.run.answer)
+        return str(payload["text"])
+
+    def _boundary(self, state: RunState) -> None:
+        """Between steps: still ours? shutting down? still allowed? (I3, I7)"""
+        structlog.contextvars.bind_contextvars(step=state.step)
+        self.lease.renew()
+        if drain.requested():
+            with self.s.engine.connect() as conn:
+                new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.s.holder)
+            self.s.leases.release(self.lease.token)
+            publish_quietly(self.s, self.run.id, new_attempt)
+            self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
+            raise HandedBack
+        # Gates the claim, the last checkpoint or the last calls read within `gates_fresh_ms`
+        # serve this boundary; otherwise (a slow step, or no statement since the last
+        # boundary) they are read again. Either way the next boundary needs newer ones.
+        if self._fresh is not None and self._lasting and self._young():
+            self._lasting = False
+        else:
+            self._read_gates(lasting=False)
+
+    def _finish(self, text: str) -> None:
+        """Seal the final answer. Handed on to entry points in Postgres, it is stored and
+        delivered in one statement; a Teams reply leaves the process, so the answer is stored
+        first and a resume hands that answer on, never running the turn again."""
+        sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
+        self.lease.check()
+        if self.run.entry_kind != "teams":
+            with self.s.engine.connect() as conn:
+                answer_and_deliver(
+                    conn,
+                    self.run.id,
+                    self.run.attempt,
+                    text,
+                    sealed,
+                    retention_s=self.s.settings.answer_retention_s,
+                )
+            faults.point("after_answer")
+            self.log.info("run.succeeded")
+            self._wake_parent()
+            return
+        with self.s.engine.connect() as conn:
+            store_answer(conn, self.run.id, self.run.attempt, sealed)
+        faults.point("after_answer")
+        self._hand_on(text)
+
+    def _hand_on(self, text: str) -> None:
+        """Deliver the stored answer to its entry points, once (the run is then succeeded)."""
+        reply = None
+        self.lease.check()  # a taken-over attempt must not post or deliver (I3)
+        if self.run.entry_kind == "teams":
+            try:
+                reply = post_teams_reply(self.s, self.run, text)
+            except ToolError as exc:
+                # A definite refusal (4xx): posting again cannot help; the hand-on fails.
+                self._fail(f"its answer could not be handed on: {exc}", "hand_on_refused")
+            faults.point("after_reply")
+            self.lease.check()
+        with self.s.engine.connect() as conn:
+            deliver(
+                conn,
+                self.run.id,
+                self.run.attempt,
+                text,
+                retention_s=self.s.settings.answer_retention_s,
+                reply=reply,
+            )
+        self.log.info("run.succeeded")
+        self._wake_parent()
+
+    def _wake_parent(self) -> None:
+        if self.run.parent_run_id is None:
+            return
+        with self.s.engine.connect() as conn:
+            woke = wake_parent(conn, self.run.id)
+        if woke is not None:
+            publish_quietly(self.s, *woke)
+
+    def _audit_resume(self, step: int, settled: list[Settled], from_answer: bool = False) -> None:
+        """Audit a resume that passed its gates: the step it started from, the loss count and
+        how each call it left was settled; a hand-on says it resumed from the stored answer,
+        with no calls (fenced: a taken-over attempt audits nothing, I3)."""
+        kind = (
+            "agent.run.crash_resumed" if self.run.resume_reason == "lost" else "agent.run.resumed"
+        )
+        detail = {
+            "lost_count": self.run.lost_count,
+            "reason": self.run.resume_reason,
+            "worker": self.s.holder,
+            "resumed_from": "stored_answer" if from_answer else "checkpoint",
+            "calls": [s.to_json() for s in settled],
+        }
+        with self.s.engine.connect() as conn:
+            if not insert_owned_audit(
+                conn,
+                run_id=self.run.id,
+                attempt=self.run.attempt,
+                kind=kind,
+                step=step,
+                detail=detail,
+            ):
+                raise FencedOut(self.run.id, self.run.attempt, "audit the resume")
+        self.log.info(
+            "run.resumed",
+            step=step,
+            lost_count=self.run.lost_count,
+            resumed_from=detail["resumed_from"],
+            calls=[s.settled for s in settled],
+        )
+
+    def _fail(self, reason: str, code: str, step: int | None = None) -> NoReturn:
+        """Fail the run for this attempt with the reason, told and audited; never returns."""
+        with self.s.engine.connect() as conn:
+            done = fail_run(
+                conn,
+                self.run.id,
+                self.run.attempt,
+                reason=reason,
+                audit_kind="agent.run.failed",
+                detail={"code": code, "step": step, "worker": self.s.holder},
+            )
+        if not done:
+            raise FencedOut(self.run.id, self.run.attempt, "fail the run")
+        self.log.warning("run.failed", code=code, reason=reason)
+        self._wake_parent()
+        raise RunFailed(reason)

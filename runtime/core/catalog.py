@@ -1,0 +1,120 @@
+"""The catalog of agents and cron triggers an operator configures (`LIYAGENT_AGENTS_FILE`).
+
+`{"agents": {"support-bot": {"model": {...}, "tools": [...], "system": "..."}},
+  "cron": [{"name": "digest", "agent": "support-bot", "input": "...", "every_s": 60}]}`
+(`crontab: "*/5 * * * *"` instead of `every_s` fires on minute boundaries).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from runtime.models.scripted import validate_script
+from runtime.toolbox.tools import AgentDef
+
+
+class CatalogError(ValueError):
+    """The catalog is malformed or names an unknown agent; the message says where."""
+
+
+@dataclass(frozen=True)
+class CronTrigger:
+    name: str
+    agent: str
+    input: str
+    every_s: int | None
+    crontab: str | None
+
+    def slot(self, now: datetime) -> datetime:
+        """The scheduled time a fire at `now` belongs to: every beat firing it agrees."""
+        epoch = int(now.timestamp())
+        step = self.every_s if self.every_s else 60
+        return datetime.fromtimestamp(epoch - epoch % step, tz=UTC)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    agents: dict[str, AgentDef]
+    cron: dict[str, CronTrigger]
+
+    def with_agents(self, declared: dict[str, AgentDef]) -> Catalog:
+        """This catalog and the agents declared in Python (tool modules); a name in both is an
+        error, never a silent override."""
+        both = sorted(set(declared) & set(self.agents))
+        if both:
+            raise CatalogError(
+                f"agents {both} are declared both in the catalog file and in "
+                f"{', '.join(sorted({declared[n].origin for n in both}))}; keep one"
+            )
+        return Catalog({**self.agents, **declared}, self.cron)
+
+    def agent(self, name: str) -> AgentDef:
+        found = self.agents.get(name)
+        if found is None:
+            raise CatalogError(
+                f"no agent named {name!r} in the catalog; known: "
+                f"{', '.join(sorted(self.agents)) or 'none'}"
+            )
+        return found
+
+
+def _agent(name: str, raw: Any) -> AgentDef:
+    if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
+        raise CatalogError(f'agent {name!r} needs a "model" object')
+    model = raw["model"]
+    if model.get("provider", "scripted") == "scripted":
+        validate_script(model.get("script"))
+    tools = raw.get("tools")
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(t, str) for t in tools)
+    ):
+        raise CatalogError(f'agent {name!r}: "tools" must be a list of tool names')
+    return AgentDef(name, dict(model), tools, raw.get("system"), origin="the catalog file")
+
+
+def _trigger(raw: Any, agents: dict[str, AgentDef]) -> CronTrigger:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise CatalogError('each cron trigger needs a "name"')
+    name = raw["name"]
+    if raw.get("agent") not in agents:
+        raise CatalogError(f"cron trigger {name!r} names no known agent")
+    every, crontab = raw.get("every_s"), raw.get("crontab")
+    if (every is None) == (crontab is None):
+        raise CatalogError(f'cron trigger {name!r} needs exactly one of "every_s" or "crontab"')
+    if every is not None and (not isinstance(every, int) or every < 1):
+        raise CatalogError(f'cron trigger {name!r}: "every_s" must be a positive integer')
+    if crontab is not None and (not isinstance(crontab, str) or len(crontab.split()) != 5):
+        raise CatalogError(f'cron trigger {name!r}: "crontab" needs five fields')
+    return CronTrigger(name, raw["agent"], str(raw.get("input") or name), every, crontab)
+
+
+def parse(raw: Any) -> Catalog:
+    if not isinstance(raw, dict):
+        raise CatalogError("the catalog is a JSON object")
+    try:
+        agents = {n: _agent(n, a) for n, a in (raw.get("agents") or {}).items()}
+    except ValueError as exc:
+        raise CatalogError(str(exc)) from None
+    cron = [_trigger(t, agents) for t in raw.get("cron") or []]
+    return Catalog(agents, {t.name: t for t in cron})
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> Catalog:
+    return parse(json.loads(Path(path).read_text()))
+
+
+def load(path: str) -> Catalog:
+    """The catalog at `path` (reloaded when the file changes); empty if there is none."""
+    file = Path(path)
+    if not file.exists():
+        return Catalog({}, {})
+    try:
+        return _load(str(file.resolve()), file.stat().st_mtime)
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"{path}: not valid JSON ({exc})") from None

@@ -1,0 +1,243 @@
+"""Creating a run: one statement inserts it with its step-0 checkpoint, then its message is
+published (a hint: if publishing fails, the sweeper publishes it from Postgres)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from runtime.durable.state import RunState
+from runtime.durable.workflow_spec import validate_workflow
+from runtime.models import specs
+from runtime.models.base import ModelError
+from runtime.services import Services
+from runtime.toolbox.tools import AgentDef
+from store.db import to_json
+from store.entries import EntryLink
+from store.rows import RequestKeyConflict, RunId
+from store.runs import insert_run
+
+log = structlog.get_logger(__name__)
+
+# Entry kinds whose runs may suspend (wait for an approval without holding a worker).
+WAITING_KINDS = frozenset({"plain", "managed", "playground", "a2a", "resume", "delegation", "job"})
+# Entry-point runs TICKETIQ_CRASH_RESUME_ENTRIES covers: written ahead only when it is true.
+ENTRY_KINDS = frozenset({"cron", "webhook", "ticket_event", "copilot", "teams"})
+# Runs whose agent definition (model, tools, system) comes from the catalog, not the caller.
+CATALOG_KINDS = ENTRY_KINDS | {"a2a"}
+
+
+class BadRequest(ValueError):
+    """The caller's input is invalid; nothing was stored."""
+
+
+# The one rule for agent (and workflow) names, shared by the CLI, the client API and the front:
+# a name is part of request keys that another part follows (`webhook:<agent>:<event>`), so it
+# has no colon.
+AGENT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def parse_agent(raw: str, what: str = "agent name") -> str:
+    """An agent name by the one rule the CLI and the front share (BadRequest otherwise)."""
+    if not AGENT_NAME.fullmatch(raw):
+        raise BadRequest(
+            f"{what} {raw[:80]!r} must be 1-200 letters, digits, '.', '_' or '-' "
+            "(no spaces or colons); nothing was stored"
+        )
+    return raw
+
+
+class RequestConflict(BadRequest):
+    """The request key already names a run started with another request (HTTP 409, CLI 2)."""
+
+    def __init__(self, conflict: RequestKeyConflict) -> None:
+        super().__init__(str(conflict))
+        self.run_id = conflict.run_id
+        self.stored_digest = conflict.stored
+        self.given_digest = conflict.given
+
+
+@dataclass(frozen=True)
+class NewRun:
+    agent: str
+    user_input: str
+    model: dict[str, Any] = field(default_factory=dict)
+    workflow: dict[str, Any] | None = None
+    owner: str = "app"
+    entry_kind: str = "plain"
+    channel: str = "api"
+    run_as: str | None = None
+    tools: list[str] | None = None
+    system: str | None = None
+    request_key: str | None = None
+    parent_run_id: str | None = None
+    may_wait: bool | None = None
+    # Where the answer goes beyond the transcript (e.g. a Teams conversation).
+    entry: dict[str, Any] | None = None
+    link: EntryLink | None = None
+    job: dict[str, Any] | None = None
+    resumable: bool | None = None
+
+
+def _validate(s: Services, new: NewRun) -> list[str]:
+    """Check the request before anything is stored (BadRequest otherwise); returns the tools
+    the run may use, exactly."""
+    if not new.agent.strip():
+        raise BadRequest("agent must be a non-empty name")
+    if not new.user_input.strip():
+        raise BadRequest("user_input must be non-empty")
+    if new.job is not None:
+        return checked_tools(s, new.tools, f"job {new.job.get('kind')}")
+    if new.workflow is not None:
+        try:
+            steps = validate_workflow(new.workflow)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        # A workflow's own steps name the tools it calls, and only those.
+        return checked_tools(s, sorted({step.tool for step in steps.values()}), "workflow")
+    check_model(new.model)
+    return checked_tools(s, new.tools, "tools")
+
+
+def check_model(model: Any) -> None:
+    """A model spec a worker can use, and no secret in it (specs.py); BadRequest otherwise,
+    naming the field and never its value."""
+    try:
+        specs.check(model)
+    except ModelError as exc:
+        raise BadRequest(f"{exc}; nothing was stored") from None
+
+
+def checked_tools(s: Services, tools: Any, what: str = "tools") -> list[str]:
+    """The tools a run may use, fail closed: exactly the names given (none when none are);
+    a name this deployment has not loaded is refused, listing the known ones."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools):
+        raise BadRequest(f"{what} must be a list of tool names; nothing was stored")
+    unknown = s.tools.unknown(tools)
+    if unknown:
+        raise BadRequest(
+            f"{what} names tools this deployment has not loaded: {', '.join(unknown)}; known: "
+            f"{', '.join(s.tools.names())} (tools come from the modules LIYAGENT_TOOLS names, "
+            "entry points and LIYAGENT_MCP_SERVERS); nothing was stored"
+        )
+    return list(dict.fromkeys(tools))
+
+
+def check_definition(s: Services, definition: AgentDef) -> None:
+    """An agent definition (the catalog's or one declared in Python) a run can be started
+    from: its model spec and its tools checked as `enqueue` checks them."""
+    check_model(definition.model)
+    checked_tools(s, definition.tools, f"agent {definition.name}: tools")
+
+
+def request_digest(new: NewRun) -> str:
+    """SHA-256 of what identifies the request a caller made: the agent, the input, who and
+    where from, and the parameters the caller chose. An entry point's run takes its model,
+    tools and system prompt from the catalog, not from the caller, so an edit of the catalog
+    between two deliveries of one event does not make the second a different request."""
+    identity: dict[str, Any] = {
+        "agent": new.agent,
+        "user_input": new.user_input,
+        "owner": new.owner,
+        "entry_kind": new.entry_kind,
+        "channel": new.channel,
+        "run_as": new.run_as,
+        "parent_run_id": new.parent_run_id,
+        "workflow": new.workflow,
+        "job": new.job,
+    }
+    if new.entry_kind not in CATALOG_KINDS:
+        identity.update(model=new.model, tools=new.tools, system=new.system)
+    return hashlib.sha256(to_json(identity).encode("utf-8")).hexdigest()
+
+
+def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
+    """Create the run (or find the one its request key already made) and publish it. The
+    same key with another request is refused (RequestConflict) and stores nothing."""
+    tools = _validate(s, new)
+    run_id = str(uuid.uuid4())
+    state = RunState.initial(new.agent, new.system, new.user_input)
+    payload = state.to_payload()
+    size = len(to_json(payload).encode())
+    if size > s.settings.step_max_bytes:
+        raise BadRequest(
+            f"the run's input and system prompt are {size} bytes, more than "
+            f"LIYAGENT_STEP_MAX_BYTES={s.settings.step_max_bytes}; nothing was stored: send "
+            "less, or raise the limit"
+        )
+    sealed = s.sealer.seal(run_id, "checkpoint", 0, payload)
+    may_wait = new.may_wait if new.may_wait is not None else new.entry_kind in WAITING_KINDS
+    spec: dict[str, Any] = {
+        "model": new.model,
+        "tools": tools,
+        "system": new.system,
+        "may_wait": may_wait,
+        "entry": new.entry or {},
+    }
+    if new.workflow is not None:
+        spec["workflow"] = new.workflow
+    if new.job is not None:
+        spec["job"] = new.job
+    try:
+        with s.engine.connect() as conn:
+            rid, created = insert_run(
+                conn,
+                run_id=run_id,
+                correlation_id=run_id,
+                request_key=new.request_key,
+                agent=new.agent,
+                owner=new.owner,
+                entry_kind=new.entry_kind,
+                spec=spec,
+                user_input=new.user_input,
+                sealed_checkpoint=sealed,
+                kind=_kind(new),
+                channel=new.channel,
+                run_as=new.run_as,
+                parent_run_id=new.parent_run_id,
+                resumable=_resumable(s, new, may_wait),
+                link=new.link,
+                request_digest=request_digest(new),
+            )
+    except RequestKeyConflict as exc:
+        raise RequestConflict(exc) from None
+    if created:
+        publish_quietly(s, rid, 1)
+    return rid, created
+
+
+def _kind(new: NewRun) -> str:
+    if new.job is not None:
+        return "job"
+    return "workflow" if new.workflow is not None else "agent"
+
+
+def _resumable(s: Services, new: NewRun, may_wait: bool) -> bool:
+    """Runs that may wait are always written ahead; entry-point runs only when
+    TICKETIQ_CRASH_RESUME_ENTRIES is true; a job by its kind."""
+    if new.resumable is not None:
+        return new.resumable
+    if new.entry_kind in ENTRY_KINDS and not may_wait:
+        return s.settings.crash_resume_entries
+    return True
+
+
+def publish_quietly(s: Services, run_id: str, attempt: int) -> None:
+    """Publish a run's message; a failure is logged, and Postgres (the outbox) keeps the run."""
+    try:
+        s.publisher.publish(run_id, attempt)
+    except Exception as exc:
+        log.warning(
+            "run.publish_failed",
+            run_id=run_id,
+            attempt=attempt,
+            error=str(exc),
+            next="the sweeper publishes it again once it has waited too long",
+        )

@@ -1,0 +1,259 @@
+"""What a worker does with one run message: fence it, lease the run, execute, let go.
+
+Every delivery is fenced at its start: the message's attempt must equal Postgres's and the
+lease must be free (`SET NX`); otherwise the message is stale or the run is alive elsewhere,
+and it is acked and dropped (I4). The sweeper resumes a run whose lease lapses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import sqlalchemy as sa
+import structlog
+
+from runtime.base import drain, faults
+from runtime.base.redact import error_facts, frames
+from runtime.core.agent import AgentRun
+from runtime.core.enqueue import publish_quietly
+from runtime.core.jobs import JobRun
+from runtime.core.workflow import WorkflowRun
+from runtime.fleet.heartbeat import LeaseLost, RunLease
+from runtime.fleet.leases import FENCE_HOLDER, Token, monotonic_ms
+from runtime.recovery import outage
+from runtime.sending.http import SendRefused
+from runtime.services import Services
+from store import db
+from store.records import insert_owned_audit
+from store.rows import Claimed, FencedOut, RunRow
+from store.runs import claim_delivery, fail_run, hand_back_store_fault
+
+log = structlog.get_logger(__name__)
+
+
+class NotHandled(Exception):
+    """The message could not be handled at all (Postgres or Redis unreachable before the run
+    was claimed, or a stale delivery holding the lease for a moment): it must go back to its
+    queue, never be acked and dropped."""
+
+
+class DatabaseUnreachable(NotHandled):
+    """Postgres could not be used at all when the run was to be claimed (down, refusing, its
+    database missing): nothing was claimed, and the message is held until it answers."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"run {run_id}: Postgres cannot be used ({type(cause).__name__})")
+        self.cause = cause
+
+
+def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
+    """Handle one delivery (`run_message`), waiting out a database outage with the message
+    held: never acked or dropped (I1), tried again after a growing pause, the outage said once
+    per interval for the whole worker. A warm shutdown during the wait raises NotHandled, so
+    the message goes back to its queue."""
+    worker = reserved_by or s.holder
+    while True:
+        try:
+            return run_message(s, run_id, attempt, reserved_by)
+        except DatabaseUnreachable as exc:
+            pause = outage.failed(s, worker, exc.cause, "run messages are held, none is lost")
+            if reserved_by is not None:
+                _reserve_quietly(s, reserved_by, run_id, attempt)
+            if drain.wait(pause):
+                raise NotHandled(
+                    f"run {run_id}: the worker stops while Postgres cannot be used; the message "
+                    "goes back to its queue"
+                ) from None
+
+
+def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
+    """Handle one delivery of the message for (run, attempt); returns how it ended.
+
+    The lease first (one Redis round trip: a run alive elsewhere is left alone without touching
+    Postgres; the message's reservation by `reserved_by`, the worker process that received it,
+    becomes the lease), then the claim, which counts the delivery in the same statement (I4)."""
+    # Every log line of this delivery carries the run, the attempt and (once known) the step.
+    with structlog.contextvars.bound_contextvars(run_id=run_id, attempt=attempt, step=None):
+        token = Token(run_id, attempt, s.holder)
+        s.presence.start()  # leases are trusted only once this process is seen to be alive
+        faults.point("before_lease")
+        started = monotonic_ms()
+        try:
+            if not s.leases.acquire(token, reserved_by):
+                if _held_by_older_attempt(s, token):
+                    # A stale delivery of an earlier attempt holds the lease for the few
+                    # milliseconds its fence takes (it is never claimed by a running attempt:
+                    # a claim needs the old lease gone), or a claimer's fence does while its
+                    # claim runs. This message may be the run's current one: back to the
+                    # queue, never dropped (I1).
+                    raise NotHandled(
+                        f"run {run_id}: a stale delivery of an earlier attempt holds the lease "
+                        "for a moment; this message is delivered again"
+                    )
+                log.info("message.lease_taken")
+                return "lease_taken"
+        except redis.RedisError as exc:
+            raise NotHandled(f"run {run_id}: {type(exc).__name__}: {exc}") from exc
+        faults.point("after_lease")
+        try:
+            with s.engine.connect() as conn:
+                claimed = claim_delivery(conn, run_id, attempt, s.holder)
+        except sa.exc.SQLAlchemyError as exc:
+            _release_quietly(s, token)
+            if db.unreachable(exc):
+                raise DatabaseUnreachable(run_id, exc) from exc
+            raise NotHandled(f"run {run_id}: {type(exc).__name__}") from exc
+        outage.answered(s, reserved_by or s.holder)
+        if claimed is None:
+            log.info("message.stale")
+            _release_quietly(s, token)
+            return "stale"
+        if claimed.run.deliveries > s.settings.timings.delivery_limit:
+            return _poison(s, claimed.run, token)
+        return _execute(s, claimed, token, started, reserved_by or s.holder)
+
+
+def _held_by_older_attempt(s: Services, token: Token) -> bool:
+    """Whether the run's lease is held by an earlier attempt than this message's, or by a
+    claimer's fence (held for the moment its claim takes: `Leases.fence_missing`, `take_dead`;
+    the message may still be the run's current one), or was let go between the failed acquire
+    and this look (only the failure path pays this round trip)."""
+    held = s.leases.holder(token.run_id)
+    if held is None:
+        return True
+    try:
+        holding = Token.parse(held)
+    except ValueError:
+        return False
+    return holding.attempt < token.attempt or holding.holder == FENCE_HOLDER
+
+
+def _poison(s: Services, row: RunRow, token: Token) -> str:
+    with s.engine.connect() as conn:
+        fail_run(
+            conn,
+            row.id,
+            row.attempt,
+            reason=f"its message was delivered {row.deliveries} times and its worker "
+            "died before starting it each time; check the workers' logs",
+            audit_kind="agent.run.failed",
+            detail={"code": "poison"},
+        )
+    _release_quietly(s, token)
+    return "poison"
+
+
+def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> str:
+    row = claimed.run
+    lease = s.heartbeat.hold(token, started)
+    release = True
+    try:
+        faults.point("after_claim")
+        attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
+        return attempt_class(s, row, lease, gates=claimed.gates).execute()
+    except (FencedOut, LeaseLost, SendRefused) as exc:
+        # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
+        # this attempt may still hold (its local deadline passed) is left to lapse, so the
+        # sweeper finds it by its deadline and claims the run the usual way.
+        release = isinstance(exc, FencedOut)
+        log.warning("run.fenced_out", why=str(exc))
+        _count_quietly(s, "fenced_total")
+        return "fenced"
+    except Exception as exc:
+        if outage.store_fault(exc):
+            # Postgres went away under the attempt: this process lives and holds the lease,
+            # so the run is not lost; it gives the run back once Postgres answers (I1).
+            release = False
+            return _give_back_after_store_fault(s, row, lease, worker, exc)
+        # Unexpected (a bug): behave as a crash. Keep the lease so it
+        # lapses and the sweeper resumes the run from its checkpoint elsewhere.
+        # Its message never reaches the log or the audit: it may carry user text (item 16).
+        release = False
+        facts = error_facts(exc)
+        log.error("run.error", **facts, frames=frames(exc))
+        _audit_quietly(s, row, "agent.run.error", {**facts, "worker": s.holder})
+        return "error"
+    finally:
+        s.heartbeat.drop(lease)
+        if release:
+            _release_quietly(s, token)
+
+
+def _give_back_after_store_fault(
+    s: Services, row: RunRow, lease: RunLease, worker: str, fault: BaseException
+) -> str:
+    """A store fault is not a process loss: hold the lease (the heartbeat renews it) until
+    Postgres answers, then give the run back as a new attempt in one fenced statement, with
+    no loss charged and audited as `agent.run.store_fault`, and publish it, so it resumes at
+    once instead of after its lease. Whether the statement the fault cut short was committed
+    is settled by the resume, which reads Postgres again (the step written, the answer stored,
+    each mark in doubt settled per the table, I2, I5). A lease lost meanwhile (Redis gone
+    too, past its deadline) leaves the run to the sweeper, which claims it the usual way."""
+    log.warning("run.store_fault", **error_facts(fault), next="held until Postgres answers")
+    try:
+        outage.wait_for_database(
+            s, worker, fault, "runs in flight keep their leases and wait for it", lease.check
+        )
+        with s.engine.connect() as conn:
+            new_attempt = hand_back_store_fault(
+                conn, row.id, row.attempt, s.holder, type(fault).__name__
+            )
+    except LeaseLost as exc:
+        log.warning("run.fenced_out", why=str(exc))
+        return "fenced"
+    except FencedOut as exc:  # another attempt owns the run: nothing more is written (I3)
+        log.warning("run.fenced_out", why=str(exc))
+        _release_quietly(s, lease.token)
+        return "fenced"
+    except sa.exc.SQLAlchemyError as exc:  # gone again: the lease lapses, the sweeper claims
+        log.warning("run.store_fault_unsettled", **error_facts(exc))
+        return "error"
+    _release_quietly(s, lease.token)
+    publish_quietly(s, row.id, new_attempt)
+    log.info("run.given_back", reason="store_fault", new_attempt=new_attempt)
+    return "store_fault"
+
+
+def _reserve_quietly(s: Services, holder: str, run_id: str, attempt: int) -> None:
+    """Reserve a held message again (its lease's acquire let the reservation go), so that if
+    this worker dies while it waits, the death watch publishes the run again at once."""
+    try:
+        s.leases.reserve(holder, run_id, attempt)
+    except redis.RedisError:  # the sweeper still finds the run queued too long
+        log.warning("reservation.failed")
+
+
+def _release_quietly(s: Services, token: Token) -> None:
+    try:
+        s.leases.release(token)
+    except Exception:  # the lease lapses by itself
+        log.warning("lease.release_failed")
+
+
+def _count_quietly(s: Services, name: str) -> None:
+    try:
+        s.redis.incr(f"{s.settings.namespace}metrics:{name}")
+    except Exception:
+        log.warning("metrics.count_failed", name=name)
+
+
+def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) -> None:
+    """Record what ended an attempt for operators, only while the attempt still owns the run
+    (I3): an attempt that fails after another took the run over (a thread of a paused
+    process whose connection broke while it was stopped) writes nothing, it only logs. Never
+    masks the original failure."""
+    try:
+        with s.engine.connect() as conn:
+            owned = insert_owned_audit(
+                conn,
+                run_id=row.id,
+                attempt=row.attempt,
+                kind=kind,
+                step=row.step,
+                detail=detail,
+            )
+        if not owned:
+            log.info("audit.fenced_out", kind=kind)
+    except Exception:
+        log.warning("audit.write_failed", kind=kind)

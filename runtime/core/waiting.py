@@ -1,0 +1,168 @@
+"""Calls that may make a run wait: approval-held writes and delegations to sub-agents.
+
+A run that may wait suspends (status waiting; its task ends; no worker or lease is held) and
+is queued again by whatever it waited for. Routing the same call again after a crash files no
+second approval (one request per step key) and creates no second child (one per delegation
+key): it finds the first, and its outcome if it has one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+from runtime.base import faults
+from runtime.core.enqueue import BadRequest, NewRun, enqueue, publish_quietly
+from runtime.durable.keys import approval_step_key, delegation_key
+from runtime.durable.state import RunState, ToolCall
+from runtime.services import Services
+from runtime.toolbox.tools import Tool
+from store.rows import RunRow
+from store.runs import claim_lost, get_run_by_request_key
+from store.waits import ensure_approval
+
+Outcome = dict[str, Any]
+
+
+class SendWrite(Protocol):
+    """The write path of the router that owns this wait router: mark, send, record."""
+
+    def __call__(
+        self,
+        state: RunState,
+        index: int,
+        call: ToolCall,
+        tool: Tool,
+        key: str,
+        stable: bool,
+        settlement: str | None,
+    ) -> Outcome: ...
+
+
+class Suspend(Exception):
+    """The run waits for `waiting_on` (approval:<id> or child:<run id>)."""
+
+    def __init__(self, waiting_on: str) -> None:
+        super().__init__(waiting_on)
+        self.waiting_on = waiting_on
+
+
+class WaitRouter:
+    def __init__(self, services: Services, run: RunRow, write: SendWrite) -> None:
+        self.s = services
+        self.run = run
+        self.write = write
+
+    @property
+    def may_wait(self) -> bool:
+        return bool(self.run.spec.get("may_wait", True))
+
+    def approval(self, state: RunState, index: int, call: ToolCall, tool: Tool) -> Outcome:
+        """File (or find) the request; wait, report a refusal, or send with the approval id."""
+        step_key = approval_step_key(
+            self.run.correlation_id, state.loop, state.step, index, call.id
+        )
+        with self.s.engine.connect() as conn:
+            request = ensure_approval(
+                conn,
+                run_id=self.run.id,
+                attempt=self.run.attempt,
+                approval_id=str(uuid.uuid4()),
+                step=state.step,
+                call_index=index,
+                step_key=step_key,
+                tool=tool.name,
+                args=call.args,
+            )
+        if request.status == "denied":
+            return {
+                "denied": True,
+                "approval_id": request.id,
+                "by": request.decided_by,
+                "reason": request.reason,
+            }
+        if request.status == "approved":
+            # An approved call always sends the approval id as its key, however often.
+            return self.write(state, index, call, tool, request.id, True, settlement=None)
+        faults.point("after_request")
+        if self.may_wait:
+            raise Suspend(f"approval:{request.id}")
+        return {
+            "held_for_approval": request.id,
+            "note": "Not made: it waits for a person's approval; this run cannot wait.",
+        }
+
+    def delegate(self, state: RunState, index: int, call: ToolCall) -> Outcome:
+        """Ask the child by its delegation key: its answer, or wait for it (taking over its
+        lapsed lease once, racing the sweeper with the same conditional claim)."""
+        key = state.delegation_keys.setdefault(
+            call.id, delegation_key(self.run.correlation_id, state.loop, state.step, index, call.id)
+        )
+        with self.s.engine.connect() as conn:
+            child = get_run_by_request_key(conn, key)
+        if child is None:
+            try:
+                child_id, _ = enqueue(self.s, self._child(call, key))
+            except BadRequest as exc:
+                return {"error": f"the sub-agent could not be started: {exc}"}
+            faults.point("after_request")
+            raise Suspend(f"child:{child_id}")
+        if child.status == "succeeded" and child.answer is not None:
+            answer = self.s.sealer.open(child.id, "answer", 0, child.answer)
+            return {"child_run": child.id, "answer": answer["text"]}
+        if child.status == "failed":
+            return {"child_run": child.id, "error": child.failure_reason}
+        if child.status in ("running", "answered") and self.s.leases.holder(child.id) is None:
+            # The same claim as the sweeper's, so of the two one wins (I4); its audit names this
+            # path, so an operator (and a test) can tell who took the child over.
+            with self.s.engine.connect() as conn:
+                claim = claim_lost(
+                    conn,
+                    child.id,
+                    child.attempt,
+                    self.s.settings.timings.loss_limit,
+                    seen="parent_asked_again",
+                )
+            if claim is not None and claim.status != "failed":
+                publish_quietly(self.s, claim.run_id, claim.attempt)
+        raise Suspend(f"child:{child.id}")
+
+    def _child_tools(self, asked: Any) -> list[str]:
+        """The tools a sub-agent may use: those asked for, each one its parent may use (a
+        delegation never widens what a run can do); none when none are asked for."""
+        if asked is None:
+            return []
+        if not isinstance(asked, list) or not all(isinstance(t, str) for t in asked):
+            raise BadRequest('a delegation\'s "tools" is a list of tool names')
+        parent = set(self.run.spec.get("tools") or [])
+        beyond = sorted(set(asked) - parent)
+        if beyond:
+            raise BadRequest(
+                f"a sub-agent may use only tools its parent run may use; not {', '.join(beyond)}"
+            )
+        return list(asked)
+
+    def _child(self, call: ToolCall, key: str) -> NewRun:
+        args = call.args
+        agent, text = args.get("agent"), args.get("input")
+        if not isinstance(agent, str) or not isinstance(text, str):
+            raise BadRequest('a delegation needs "agent" and "input" text')
+        script = args.get("script")
+        model = (
+            {"provider": "scripted", "script": script}
+            if script is not None
+            else dict(self.run.spec.get("model") or {})
+        )
+        return NewRun(
+            agent=agent,
+            user_input=text,
+            model=model,
+            owner=self.run.owner,
+            entry_kind="delegation",
+            channel=self.run.channel,
+            run_as=self.run.run_as,
+            tools=self._child_tools(args.get("tools")),
+            request_key=key,
+            parent_run_id=self.run.id,
+            may_wait=True,
+        )

@@ -1,0 +1,332 @@
+"""The client API app processes use: start runs and workflows, read them, wait for them,
+stop them, decide approvals."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from runtime.base.sealing import NoSealKeys, SealError
+from runtime.core.enqueue import (
+    AGENT_NAME,
+    BadRequest,
+    NewRun,
+    RequestConflict,
+    enqueue,
+    parse_agent,
+    publish_quietly,
+)
+from runtime.ops.erasure import Erased, erase
+from runtime.services import Services
+from store.gates import agent_has_runs, insert_stop, lift_stops
+from store.records import insert_audit_once, select_transcript
+from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
+from store.runs import get_run
+from store.views import runs_by_id_prefix
+from store.waits import decide_approval, get_approval, list_approvals
+
+TERMINAL = frozenset({"succeeded", "failed"})
+# The shortest run id prefix accepted (the demo prints 8 characters).
+MIN_PREFIX = 4
+# How many matches an ambiguous prefix lists.
+PREFIX_MATCHES_SHOWN = 10
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    status: str
+    attempt: int
+    lost_count: int
+    step: int
+    answer: str | None
+    failure_reason: str | None
+    waiting_on: str | None = None
+    # Set when the stored answer does not verify against its seal: it is not shown, never
+    # handed on, and the finding is audited (I6).
+    answer_error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+
+def parse_id(raw: str, what: str = "run id") -> str:
+    try:
+        return str(uuid.UUID(str(raw)))
+    except ValueError:
+        raise BadRequest(f"{raw!r} is not a valid {what} (a UUID)") from None
+
+
+def resolve_run_id(engine: sa.Engine, raw: str) -> str:
+    """A full run id, or the one run a unique prefix of at least MIN_PREFIX hex digits names
+    (the demo prints 8). No match: RunNotFound; several: BadRequest listing them."""
+    text = raw.strip().lower()
+    try:
+        return parse_id(text)
+    except BadRequest:
+        pass
+    digits = text.replace("-", "")
+    if len(digits) < MIN_PREFIX or len(digits) > 32 or not _HEX.fullmatch(digits):
+        raise BadRequest(
+            f"{raw!r} is not a valid run id (a UUID) nor a prefix of one (at least {MIN_PREFIX} "
+            "hex digits)"
+        )
+    with engine.connect() as conn:
+        found = runs_by_id_prefix(conn, digits, PREFIX_MATCHES_SHOWN + 1)
+    matches = [r for r in found if r.id.startswith(text)]
+    if not matches:
+        raise RunNotFound(raw)
+    if len(matches) > 1:
+        shown = ", ".join(f"{r.id} ({r.agent}, {r.status})" for r in matches[:PREFIX_MATCHES_SHOWN])
+        more = " and more" if len(matches) > PREFIX_MATCHES_SHOWN else ""
+        raise BadRequest(
+            f"run id prefix {raw!r} is ambiguous: it matches {shown}{more}; give more of the id"
+        )
+    return matches[0].id
+
+
+class Client:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def start_run(
+        self, *, agent: str, model: dict[str, Any], user_input: str, **options: Any
+    ) -> RunId:
+        """Insert the run with its first checkpoint, then publish its message; a request key
+        makes this idempotent (the same key with the same request returns the same run and
+        publishes nothing; with another request it raises RequestConflict). The run may use
+        exactly `tools=[...]` (none without it); an unknown tool or a bad or secret-bearing
+        model spec is a BadRequest and nothing is stored."""
+        new = NewRun(agent=parse_agent(agent), model=model, user_input=user_input, **options)
+        return enqueue(self.s, new)[0]
+
+    def start_workflow(
+        self, *, name: str, workflow: dict[str, Any], user_input: str = "start", **options: Any
+    ) -> RunId:
+        """Start a workflow run (a deterministic step graph) on the same durable machinery."""
+        new = NewRun(
+            agent=parse_agent(name, "workflow name"),
+            workflow=workflow,
+            user_input=user_input,
+            **options,
+        )
+        return enqueue(self.s, new)[0]
+
+    def start_job(
+        self,
+        *,
+        kind: str,
+        params: dict[str, Any],
+        request_key: str | None = None,
+        owner: str = "jobs",
+    ) -> RunId:
+        """Queue a background job for any worker; resumable kinds continue from their cursor.
+        Its parameters are checked for its kind first: bad ones store nothing."""
+        from runtime.core.jobs import JOB_KINDS, JobError
+
+        job_kind = JOB_KINDS.get(kind)
+        if job_kind is None:
+            raise BadRequest(f"unknown job kind {kind!r}; known: {', '.join(sorted(JOB_KINDS))}")
+        try:
+            job_kind.check(params)
+        except JobError as exc:
+            raise BadRequest(f"job {kind}: {exc}; nothing was stored") from None
+        return enqueue(
+            self.s,
+            NewRun(
+                agent=f"job:{kind}",
+                user_input=f"{kind} {json.dumps(params, sort_keys=True)}"[:2000],
+                job={"kind": kind, "params": params},
+                tools=list(job_kind.tools),
+                entry_kind="job",
+                channel="jobs",
+                owner=owner,
+                request_key=request_key,
+                resumable=job_kind.resumable,
+            ),
+        )[0]
+
+    def resolve_run_id(self, raw: str) -> str:
+        """A full run id, or the one run a unique prefix names (see `resolve_run_id`)."""
+        return resolve_run_id(self.s.engine, raw)
+
+    def get(self, run_id: str) -> RunView:
+        with self.s.engine.connect() as conn:
+            row = get_run(conn, parse_id(run_id))
+        answer, answer_error = None, None
+        if row.answer is not None:
+            try:
+                answer = str(self.s.sealer.open(row.id, "answer", 0, row.answer)["text"])
+            except NoSealKeys as exc:
+                answer_error = f"the answer is not shown: {exc}"
+            except SealError as exc:
+                answer_error = (
+                    "the stored answer does not verify against its seal; it is not shown and "
+                    "is never handed on (audited as agent.answer.unverified)"
+                )
+                with self.s.engine.connect() as conn:
+                    insert_audit_once(
+                        conn,
+                        run_id=row.id,
+                        kind="agent.answer.unverified",
+                        detail={"reason": str(exc), "status": row.status},
+                    )
+        return RunView(
+            row.id,
+            row.status,
+            row.attempt,
+            row.lost_count,
+            row.step,
+            answer,
+            row.failure_reason,
+            row.waiting_on,
+            answer_error,
+        )
+
+    def transcript(self, run_id: str) -> list[tuple[str, str]]:
+        with self.s.engine.connect() as conn:
+            return [(m.role, m.content) for m in select_transcript(conn, parse_id(run_id))]
+
+    def wait(
+        self,
+        run_id: str,
+        timeout_s: float = 60.0,
+        poll_s: float = 0.1,
+        until: frozenset[str] = TERMINAL,
+    ) -> RunView:
+        """Poll until the run reaches one of `until`; raise TimeoutError with its state."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = self.get(run_id)
+            if view.status in until:
+                return view
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {run_id} still {view.status} after {timeout_s}s "
+                    f"(attempt {view.attempt}, lost {view.lost_count})"
+                )
+            time.sleep(poll_s)
+
+    def stop(
+        self, *, run_id: str | None = None, agent: str | None = None, reason: str, by: str
+    ) -> list[str]:
+        """An operator's Stop of one run or of an agent's runs. Queued and waiting runs fail
+        now; running ones stop at their next step. Returns the runs failed now."""
+        if (run_id is None) == (agent is None):
+            raise BadRequest("stop exactly one run (run_id) or one agent (agent)")
+        if not reason.strip() or not by.strip():
+            raise BadRequest("a stop needs a reason and who stops")
+        if run_id is not None:
+            run_id = parse_id(run_id)
+            view = self.get(run_id)
+            if view.done:
+                raise BadRequest(f"run {run_id} already {view.status}; there is nothing to stop")
+        if agent is not None:
+            self.known_agent(agent)
+        with self.s.engine.connect() as conn:
+            return insert_stop(
+                conn,
+                run_id=None if run_id is None else parse_id(run_id),
+                agent=agent,
+                reason=reason,
+                by=by,
+            )
+
+    def erase(self, *, run_id: str | None = None, owner: str | None = None, by: str) -> Erased:
+        """Delete the content of a run (and its sub-agent runs) or of every run of an owner at
+        once, keeping a tombstone; one not finished is stopped and its attempt fenced out
+        first (runtime/ops/erasure.py)."""
+        return erase(
+            self.s, run_id=None if run_id is None else parse_id(run_id), owner=owner, by=by
+        )
+
+    def known_agent(self, agent: str) -> str:
+        """An agent a Stop may name: a valid name in the catalog (or declared in a tool
+        module), or one that has runs; any other is refused (BadRequest), nothing stored."""
+        from runtime.entries.entries import s_catalog
+
+        parse_agent(agent)
+        try:
+            catalog_names = set(s_catalog(self.s).agents)
+        except (ValueError, OSError):  # an unreadable catalog names no agent
+            catalog_names = set()
+        if agent in catalog_names:
+            return agent
+        with self.s.engine.connect() as conn:
+            if agent_has_runs(conn, agent):
+                return agent
+        raise BadRequest(
+            f"no agent named {agent!r}: it is not in the catalog ({self.s.settings.agents_file}) "
+            "and has no runs; check the name; nothing was stored"
+        )
+
+    def lift_stop(
+        self,
+        *,
+        run_id: str | None = None,
+        agent: str | None = None,
+        by: str,
+        reason: str | None = None,
+    ) -> list[StopRow]:
+        """Lift the Stops standing on one run or one agent, audited; later runs (and a run
+        that has not reached its next step) go on. Returns the stops lifted (none stood: [])."""
+        if (run_id is None) == (agent is None):
+            raise BadRequest("lift the stop of exactly one run (run_id) or one agent (agent)")
+        if not by.strip():
+            raise BadRequest("lifting a stop needs who lifts it")
+        if agent is not None:
+            parse_agent(agent)
+        with self.s.engine.connect() as conn:
+            return lift_stops(
+                conn,
+                run_id=None if run_id is None else parse_id(run_id),
+                agent=agent,
+                by=by,
+                reason=reason,
+            )
+
+    def approvals(self, run_id: str) -> list[ApprovalRow]:
+        with self.s.engine.connect() as conn:
+            return list_approvals(conn, parse_id(run_id))
+
+    def decide(
+        self, approval_id: str, *, approve: bool, by: str, reason: str | None = None
+    ) -> ApprovalRow:
+        """Decide a pending approval once; the run waiting on it continues at once."""
+        approval_id = parse_id(approval_id, "approval id")
+        with self.s.engine.connect() as conn:
+            decided = decide_approval(conn, approval_id, approve=approve, by=by, reason=reason)
+            if decided is None:
+                current = get_approval(conn, approval_id)
+        if decided is None:
+            if current is None:
+                raise BadRequest(f"approval {approval_id} does not exist")
+            raise BadRequest(
+                f"approval {approval_id} was already {current.status} by "
+                f"{current.decided_by}; nothing changed"
+            )
+        request, woke = decided
+        if woke is not None:
+            publish_quietly(self.s, request.run_id, woke)
+        return request
+
+
+__all__ = [
+    "AGENT_NAME",
+    "BadRequest",
+    "Client",
+    "RequestConflict",
+    "RunNotFound",
+    "RunView",
+    "parse_agent",
+    "parse_id",
+    "resolve_run_id",
+]

@@ -1,0 +1,176 @@
+"""A process's presence in Redis: how a dead process is seen at once, not after its lease.
+
+Every engine process names its Redis connections after its holder (`CLIENT SETNAME
+lya:<holder>`, the holder its lease tokens carry) and keeps one of them open, blocked, at all
+times. A process that dies closes its connections, and Redis forgets them at once; the death
+watch (`deaths.py`) sees a holder with no connection left and, after a short grace, claims its
+runs. A process whose connection only blipped reconnects within the grace and is left alone.
+
+The process side keeps that claim safe for vendors (I3): while its presence is down, its leases
+count for at most the grace (less a margin) from the moment it lost it, so the send guard stops
+it before any claim can happen; and when it reconnects it bumps its presence epoch
+(`presence:epoch:<holder>`) before trusting any renewal again. The death watch deletes a
+holder's leases only while that epoch is unchanged (one Lua script), so either the holder came
+back first (its leases are left alone) or its leases are gone and its renewals fail.
+
+On every (re)connect it also reads the store epoch (`leases.read_store_epoch`): a Redis that
+lost its data (restarted empty, an empty replica promoted) shows a new epoch id, and only then
+may the heartbeat take back, with SET NX of their own tokens, the leases Redis forgot
+(`heartbeat.py`). Whoever waits on a reconnect (the heartbeat) is woken at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+import structlog
+
+from runtime.base.redis_clients import RedisTarget, client_for
+from runtime.fleet.leases import CONNECTION_PREFIX, read_store_epoch
+
+log = structlog.get_logger(__name__)
+
+# How long a holder with no connection is given before its runs are claimed: a blip (a
+# restarted proxy, a failover) reconnects well within it; a dead process never does.
+GRACE_MS = 1000
+# The presence connection blocks this long per wait, and reconnects this often when down.
+BLOCK_S = 5
+RECONNECT_S = 0.1
+
+
+def connection_name(holder: str) -> str:
+    """The name every Redis connection of this holder carries (no spaces: CLIENT SETNAME)."""
+    return f"{CONNECTION_PREFIX}{holder}"
+
+
+def epoch_key(namespace: str, holder: str) -> str:
+    return f"{namespace}presence:epoch:{holder}"
+
+
+def _ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class Presence:
+    """This process's one blocked, named connection, and what its state means for sends."""
+
+    def __init__(
+        self, url: RedisTarget | str, namespace: str, holder: str, grace_ms: int = GRACE_MS
+    ) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.holder = holder
+        self.grace_ms = grace_ms
+        self.up = False
+        # Redis's id of the presence connection while it is up (CLIENT ID): the death watch's
+        # leader names it, so the other watchers see the leader's death as soon as Redis does.
+        self.connection_id: int | None = None
+        # When the presence was last lost (not yet established counts from now), and since
+        # when it is up again (monotonic ms).
+        self.lost_at_ms = _ms()
+        self.up_since_ms = 0
+        # The store epoch id Redis showed at the last (re)connect ("" before the first): a
+        # change means Redis lost its data meanwhile (see leases._EPOCH).
+        self.store_epoch = ""
+        self._on_up: list[Callable[[], None]] = []
+        self._pid = os.getpid()
+        self._started = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._client: redis.Redis[bytes] | None = None
+
+    def start(self, timeout_s: float = 5.0) -> None:
+        """Start the presence thread (once per process) and wait until it is up, so leases
+        taken after this are trusted from the start."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="liyagent-presence", daemon=True
+                )
+                self._thread.start()
+        self._started.wait(timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def on_up(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (it must not block) each time the presence is (re)established."""
+        self._on_up.append(wake)
+
+    def close_inherited(self) -> None:
+        """In a forked child: close the parent's presence socket here, so the parent's death
+        is not hidden by a copy of its connection living on in the child."""
+        if self._client is not None and os.getpid() != self._pid:
+            close_sockets_here(self._client)
+
+    def cap_ms(self) -> int | None:
+        """The latest monotonic moment this process may still write or send, by its presence:
+        None while it is up; while it is down, its grace from the loss, less the margin the
+        lease check keeps (applied by the caller)."""
+        if self.up:
+            return None
+        return self.lost_at_ms + self.grace_ms
+
+    def trusts(self, renewal_started_ms: int) -> bool:
+        """Whether a lease renewal sent at this moment may extend a lease: only while present,
+        and only if sent after the presence was (re)established and its epoch bumped."""
+        return self.up and renewal_started_ms >= self.up_since_ms
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            client: redis.Redis[bytes] | None = None
+            try:
+                client = self._client = client_for(
+                    self.url,
+                    client_name=connection_name(self.holder),
+                    single_connection_client=True,  # one connection: the id below is its own
+                    socket_timeout=BLOCK_S + 5,
+                    socket_connect_timeout=2,
+                    retry_on_timeout=False,
+                )
+                # The epoch first: a renewal is trusted only if sent after this.
+                client.incr(epoch_key(self.namespace, self.holder))
+                self.store_epoch = read_store_epoch(client, self.namespace).id
+                self.connection_id = int(client.client_id())
+                self.up_since_ms = _ms()
+                self.up = True
+                self._started.set()
+                log.info("presence.up", holder=self.holder, store_epoch=self.store_epoch)
+                for woken in self._on_up:
+                    woken()
+                wake = f"{self.namespace}presence:wake:{self.holder}"
+                while not self._stop.is_set():
+                    client.blpop([wake], timeout=BLOCK_S)
+            except redis.RedisError as exc:
+                self.connection_id = None
+                if self.up:
+                    self.lost_at_ms = _ms()
+                    self.up = False
+                    log.warning("presence.lost", holder=self.holder, error=str(exc))
+                self._started.set()  # a process that cannot reach Redis does not wait for it
+                self._stop.wait(RECONNECT_S)
+            finally:
+                if client is not None:
+                    client.close()
+
+
+def close_sockets_here(client: redis.Redis[bytes]) -> None:
+    """Close, in this process only, the sockets a forked child inherited with `client`: no
+    word to Redis (the parent still uses them), no shutdown, just this process's descriptors.
+    redis-py itself only drops them (its pool resets on a new pid), which keeps them open."""
+    pool = client.connection_pool
+    conns = [
+        *getattr(pool, "_available_connections", []),
+        *getattr(pool, "_in_use_connections", []),
+    ]
+    for conn in conns:
+        sock = getattr(conn, "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()

@@ -1,0 +1,79 @@
+"""Erasure: delete a run's content at once (or every run of an owner), keep a tombstone.
+
+One transaction: lock the runs (and their sub-agent runs), stop the ones not finished through
+the operator's Stop (queued and waiting ones fail at once), take over the attempt of those in
+flight (their attempt is bumped, so each write it tries next is fenced out, I3, and nothing it
+does later lands), then delete the content of all of them. What stays is the run's row with
+its status and an `agent.run.erased` audit row naming who erased it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import structlog
+
+from runtime.core.enqueue import BadRequest
+from runtime.services import Services
+from store.erasure import erase_content, fence_out, lock_erasable
+from store.gates import insert_stop
+from store.rows import RunNotFound
+
+log = structlog.get_logger(__name__)
+
+_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
+FINISHED = ("succeeded", "failed")
+
+
+class OwnerNotFound(LookupError):
+    """No run was ever started for this owner: nothing to erase."""
+
+    def __init__(self, owner: str) -> None:
+        super().__init__(
+            f"no run has owner {owner!r}; check the name (runs keep their owner after "
+            "erasure, so a name erased before is still found); nothing was erased"
+        )
+        self.owner = owner
+
+
+@dataclass(frozen=True)
+class Erased:
+    """What an erasure did: each run erased with its status now, and those it stopped first."""
+
+    runs: list[tuple[str, str]]
+    stopped: list[str]
+    by: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "erased": [{"run_id": i, "status": st} for i, st in self.runs],
+            "stopped": self.stopped,
+            "by": self.by,
+        }
+
+
+def erase(s: Services, *, run_id: str | None = None, owner: str | None = None, by: str) -> Erased:
+    """Erase one run (and its sub-agent runs) or every run of `owner`. An unknown run raises
+    RunNotFound, an owner without runs OwnerNotFound; bad input BadRequest; nothing changed."""
+    if (run_id is None) == (owner is None):
+        raise BadRequest("erase exactly one run (--run) or one owner's runs (--owner)")
+    if not _NAME.fullmatch(by.strip()):
+        raise BadRequest("an erasure needs who erases (printable, at most 200 characters)")
+    if owner is not None and not _NAME.fullmatch(owner):
+        raise BadRequest(f"{owner[:60]!r} is not an owner name (printable, 1-200 characters)")
+    by = by.strip()
+    with s.engine.connect() as conn:
+        conn.execution_options(isolation_level="READ COMMITTED")
+        with conn.begin():
+            targets = lock_erasable(conn, run_id=run_id, owner=owner)
+            if not targets:
+                raise RunNotFound(str(run_id)) if run_id is not None else OwnerNotFound(str(owner))
+            live = [t.id for t in targets if t.status not in FINISHED]
+            stopped = []
+            for live_id in live:
+                stopped += insert_stop(conn, run_id=live_id, agent=None, reason="erasure", by=by)
+            stopped += fence_out(conn, live, by=by)
+            runs = erase_content(conn, [t.id for t in targets], by=by)
+    log.info("run.erased", runs=[i for i, _ in runs], stopped=stopped, by=by, owner=owner)
+    return Erased(runs, sorted(stopped), by)

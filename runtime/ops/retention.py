@@ -1,0 +1,91 @@
+"""Retention: beat deletes what finished runs no longer need, in bounded batches, oldest first.
+
+What is kept and for how long is `Retention` (runtime/base/settings.py); the rules a deletion must
+keep (a run not finished, an answer not handed on, a key that still dedupes, a parent still
+running) are in the statement (store/retention.py). Each batch is one statement that skips
+rows another pass holds, so two beats are harmless; each is logged and counted in Redis
+(liyagent_retention_deleted_total, runtime/ops/metrics.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import redis
+import structlog
+
+from runtime.services import Services
+from store.retention import Batch, delete_expired_audit, delete_expired_runs
+
+log = structlog.get_logger(__name__)
+
+# Redis counters behind liyagent_retention_deleted_total{what} and _batches_total.
+COUNTERS = {"runs": "metrics:retention_runs_total", "audit": "metrics:retention_audit_total"}
+BATCHES = "metrics:retention_batches_total"
+
+
+@dataclass
+class RetentionReport:
+    """What one pass deleted: runs and audit rows, and the batches it took."""
+
+    enabled: bool = True
+    runs: int = 0
+    audit: int = 0
+    batches: int = 0
+    per_batch: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "enabled": self.enabled,
+            "runs": self.runs,
+            "audit": self.audit,
+            "batches": self.batches,
+        }
+
+
+def run_retention(s: Services) -> RetentionReport:
+    """One pass: batches of expired runs until one comes back short (or `max_batches`), then
+    batches of expired audit rows likewise. Off (LIYAGENT_RETENTION=false): deletes nothing."""
+    r = s.settings.retention
+    report = RetentionReport(enabled=r.enabled)
+    if not r.enabled:
+        return report
+    with s.engine.connect() as conn:
+        for what in ("runs", "audit"):
+            for _ in range(r.max_batches):
+                started = time.perf_counter()
+                if what == "runs":
+                    batch = delete_expired_runs(
+                        conn, keep_s=r.keep_s, key_window_s=r.key_window_s, batch=r.batch
+                    )
+                else:
+                    batch = delete_expired_audit(conn, keep_s=r.audit_keep_s, batch=r.batch)
+                _record(s, what, batch, (time.perf_counter() - started) * 1000)
+                setattr(report, what, getattr(report, what) + batch.deleted)
+                report.batches += 1
+                report.per_batch.append(batch.deleted)
+                if batch.deleted < r.batch:
+                    break
+    return report
+
+
+def _record(s: Services, what: str, batch: Batch, ms: float) -> None:
+    """The batch's log line and its counters (a Redis that is down loses a count, never a
+    deletion: the rows are gone either way)."""
+    log.info(
+        "retention.batch",
+        what=what,
+        deleted=batch.deleted,
+        oldest=batch.oldest.isoformat() if batch.oldest else None,
+        newest=batch.newest.isoformat() if batch.newest else None,
+        ms=round(ms, 1),
+    )
+    ns = s.settings.namespace
+    try:
+        pipe = s.redis.pipeline(transaction=False)
+        pipe.incrby(f"{ns}{COUNTERS[what]}", batch.deleted)
+        pipe.incr(f"{ns}{BATCHES}")
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("retention.uncounted", what=what, deleted=batch.deleted, error=str(exc))

@@ -1,0 +1,154 @@
+"""What every engine process checks before it takes any work: its settings, its seal keys and
+its tools; a worker also its database and its pool. A process that would fail every task
+instead refuses to start, saying what to fix, with the exit code the CLI gives for the same
+problem (liyagent/cli/common.py: 1 a database not migrated, 2 bad configuration, 3 Postgres or
+Redis out of reach)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from runtime.base import pools
+from runtime.base.pools import WorkerPool
+from runtime.base.redis_clients import check_reachable
+from runtime.base.sealing import load_sealer
+from runtime.base.settings import ConfigError, Settings, get_settings
+from runtime.recovery.outage import database_problem, schema_problem
+from runtime.services import registry_for
+from runtime.toolbox.tools import ToolDeclarationError
+from store import db
+from store.db import ConnectionLimits, connection_limits
+
+# The CLI's exit codes for the same problems.
+NOT_READY, BAD_CONFIG, UNREACHABLE = 1, 2, 3
+
+# Pools a worker runs under. gevent and eventlet run tasks as greenlets on one patched event
+# loop, where an async tool fails ("Runner.run() cannot be called from a running event loop")
+# while its run still ends `succeeded`: they are refused, as is any other pool.
+SUPPORTED_POOLS = ("prefork", "threads", "solo")
+_POOL_ALIASES = {"processes": "prefork"}
+
+
+class StartupRefused(Exception):
+    """This process must not start; the message says what to fix, `code` is its exit code."""
+
+    def __init__(self, message: str, code: int = BAD_CONFIG) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check(settings: Settings | None = None, *, database: bool = False) -> Settings:
+    """The settings, with seal keys and tools loaded (and with `database`, Postgres answering);
+    raises StartupRefused otherwise."""
+    try:
+        settings = settings or get_settings()
+        load_sealer(settings.production)
+        registry_for(settings)
+        check_reachable(settings)  # Sentinels that answer and know the master
+    except (ConfigError, ToolDeclarationError) as exc:
+        raise StartupRefused(str(exc)) from None
+    if database:
+        check_database(settings.database_url)
+    return settings
+
+
+def check_database(url: str) -> None:
+    """Postgres at `url` answers and holds the schema; StartupRefused with the CLI's sentence
+    and exit code otherwise (3 out of reach, 1 not migrated). The probe's engine is its own
+    and is closed, so no pool child inherits its socket."""
+    engine = db.create(url, pool_max=1)
+    try:
+        db.ping_schema(engine)
+    except sa.exc.ProgrammingError as exc:  # created, never migrated: every claim would fail
+        raise StartupRefused(schema_problem(exc), NOT_READY) from None
+    except sa.exc.SQLAlchemyError as exc:
+        if not db.unreachable(exc):
+            raise
+        raise StartupRefused(database_problem(exc, url), UNREACHABLE) from None
+    finally:
+        engine.dispose()
+
+
+def check_pool(name: str) -> None:
+    """A worker's pool (Celery's name for it) is one the engine supports; StartupRefused
+    otherwise, naming the supported ones."""
+    name = _POOL_ALIASES.get(name, name)
+    if name not in SUPPORTED_POOLS:
+        raise StartupRefused(
+            f"the {name} pool is not supported (async tools fail under it); start the worker "
+            "with -P prefork (the default), -P threads or -P solo"
+        )
+
+
+def queue_warning(consumed: list[str], queue: str) -> str | None:
+    """What to say when a worker does not consume the runs' queue (LIYAGENT_QUEUE), else None.
+    A worker of the deployment's periodic work only (`-Q <queue>.ops`) is meant so: silent."""
+    if queue in consumed or set(consumed) == {f"{queue}.ops"}:
+        return None
+    return (
+        f"this worker consumes {', '.join(consumed) or 'no queue'} but not {queue}, the queue "
+        f"runs are published to (LIYAGENT_QUEUE={queue}): it takes no runs; add {queue} to -Q, "
+        "or give it the LIYAGENT_QUEUE the other processes have"
+    )
+
+
+def check_connections(settings: Settings, pool: WorkerPool) -> str | None:
+    """Refuse a worker whose pool the connection pools or Postgres's `max_connections` cannot
+    serve, naming the numbers and what to set, instead of failing its runs later; returns a
+    warning when the server is only short of free connections right now, or could not be
+    asked."""
+    try:
+        limits = connection_limits(settings.database_url)
+    except sa.exc.SQLAlchemyError as exc:
+        # Whether a worker starts without its database is the reachability check's to say;
+        # this one can only not be made.
+        return (
+            f"Postgres ({db.hosts(settings.database_url)}) could not be asked for its connection "
+            f"limits ({type(exc).__name__}): {pool.describe()} was not checked against them"
+        )
+    refusal = connection_refusal(settings, pool, limits)
+    if refusal is not None:
+        raise StartupRefused(refusal)
+    free = limits.for_clients - limits.in_use
+    if pools.at_once(pool, settings.db_pool_max) > free:
+        return (
+            f"{pool.describe()} can open {pools.at_once(pool, settings.db_pool_max)} Postgres "
+            f"connections at once and the server has {free} free now ({limits.in_use} of "
+            f"{limits.for_clients} in use): statements wait for a connection while it is full"
+        )
+    return None
+
+
+def connection_refusal(
+    settings: Settings, pool: WorkerPool, limits: ConnectionLimits
+) -> str | None:
+    """Why this worker cannot be served (None when it can): a Redis pool bound under what its
+    threads need (redis-py fails a command at once when its pool is used up, where the
+    database pool lets a thread wait its turn), or more Postgres connections at once than the
+    server takes at all."""
+    need = pool.threads + pools.MAIN_THREADS
+    if pool.threads > 1 and 0 < settings.redis_pool_max < need:
+        return (
+            f"LIYAGENT_REDIS_POOL_MAX={settings.redis_pool_max} is under what "
+            f"{pool.describe()} needs: {need} connections (one per task thread inside a "
+            f"command, {pools.MAIN_THREADS} for the main process's own threads), and a Redis "
+            "pool that is used up fails the command; unset it (it follows -c) or set it to "
+            f"{need} or more"
+        )
+    at_once = pools.at_once(pool, settings.db_pool_max)
+    if at_once > limits.for_clients:
+        most = limits.for_clients - pools.MAIN_THREADS
+        fix = f"lower -c to {most} or less, or raise max_connections on the server"
+        if pool.threads > 1:
+            fix = (
+                f"set LIYAGENT_DB_POOL_MAX to at most {limits.for_clients}, less what other "
+                "processes use (the threads then take turns: each holds a connection for one "
+                f"statement only), {fix}"
+            )
+        return (
+            f"{pool.describe()} can open {at_once} Postgres connections at once, more than "
+            f"the server takes: max_connections={limits.max_connections}, {limits.reserved} "
+            f"of them reserved for superusers, so {limits.for_clients} for clients (and "
+            f"{limits.in_use} in use now). Either {fix}"
+        )
+    return None

@@ -1,0 +1,364 @@
+"""The sweeper: claims each run whose lease lapsed, once per loss, and republishes stale work.
+
+It runs in every worker's main process, on a thread of its own (`SweepThread`), so it runs on
+time whatever the run slots are doing; a pace key in Redis keeps the fleet to about one sweep
+per `sweep_interval_ms`, and a Redis lock to one at a time. The claim in Postgres is the real
+guard: one conditional update per lapsed run, of two sweeps one wins (I4).
+Lapsed leases are found through the deadline index; a periodic full reconcile (and one after
+Redis loses its data) also finds running runs that hold no lease at all.
+
+A store blip is not a death. After Redis comes back without its data (a new store epoch),
+no run is claimed for having no lease for `store_grace_ms`: live holders re-establish presence
+and take their leases back meanwhile (runtime/fleet/heartbeat.py). A run then found running with no
+lease has its key fenced first (`Leases.fence_missing`: a take-back and the claim exclude each
+other), and is claimed as a store fault, with no loss charged, while its holder's process is
+connected to Redis, or as a loss when that process is gone. Queued runs whose messages Redis
+lost are published again as soon as the new epoch is seen (`requeue_lost_messages`), not after
+the outbox's `requeue_after_ms`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import redis
+import structlog
+
+from runtime.fleet.leases import StoreEpoch, Token, monotonic_ms
+from runtime.services import Services
+from store.rows import Attempt, RunId
+from store.runs import (
+    attempt_statuses,
+    claim_lost_many,
+    claim_store_faulted_many,
+    db_now,
+    select_live,
+    touch_queued_before,
+    touch_stale_queued,
+)
+from store.waits import wake_ready
+
+log = structlog.get_logger(__name__)
+
+# Run messages delivered between the first and the second number of seconds ago and not yet
+# acknowledged, as (run id, attempt): what the broker holds for workers (tasks/deliveries.py).
+Deliveries = Callable[[float, float], list[tuple[str, int]]]
+
+
+@dataclass
+class SweepReport:
+    ran: bool = True
+    full_scan: bool = False
+    claimed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    republished: list[str] = field(default_factory=list)
+    # Claimed as a store fault (Redis lost the lease; the holder lives): no loss charged.
+    store_faulted: list[str] = field(default_factory=list)
+    # Within the grace after Redis came back without its data: no run was claimed for having
+    # no lease.
+    settling: bool = False
+    duration_ms: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ran": self.ran,
+            "full_scan": self.full_scan,
+            "settling": self.settling,
+            "claimed": self.claimed,
+            "store_faulted": self.store_faulted,
+            "failed": self.failed,
+            "republished": self.republished,
+            "duration_ms": round(self.duration_ms, 2),
+        }
+
+
+class Sweeper:
+    def __init__(self, services: Services, deliveries: Deliveries | None = None) -> None:
+        self.s = services
+        self.deliveries = deliveries
+        ns = services.settings.namespace
+        self.lock_key = f"{ns}sweeper:lock"
+        self.pace_key = f"{ns}sweeper:pace"
+        self.count_key = f"{ns}sweeper:count"
+        self._sent: set[tuple[str, int]] = set()
+        # After this sweeper itself could not reach Redis (no master, say), nothing is claimed
+        # for the store grace from when it answers again (monotonic ms; see `_sweep`).
+        self._unreachable = False
+        self._settle_until_ms = 0
+
+    def sweep(self) -> SweepReport:
+        """One sweep, if no other sweep holds the lock."""
+        started = time.perf_counter()
+        # A sweep takes milliseconds; a sweeper that dies holding the lock must not hold up
+        # recovery for longer than a lease.
+        lock_s = self.s.settings.timings.lease_ttl_ms / 1000
+        lock = self.s.redis.lock(self.lock_key, timeout=lock_s, blocking=False)
+        if not self._reached(lock.acquire):
+            return SweepReport(ran=False)
+        try:
+            report = self._sweep()
+        finally:
+            try:
+                lock.release()
+            except redis.exceptions.LockError:  # outlived its timeout; the claims still guard
+                log.warning("sweep.lock_expired")
+        report.duration_ms = (time.perf_counter() - started) * 1000
+        self._record_duration(report.duration_ms)
+        if report.claimed or report.failed or report.republished or report.store_faulted:
+            log.info("sweep.done", **report.to_json())
+        return report
+
+    def takes_turn(self, hold_ms: int) -> bool:
+        """Whether this process sweeps now: not when another process of the fleet swept less
+        than `hold_ms` ago; the first caller after the pace key lapsed takes it (SET NX PX)."""
+        return self._reached(
+            lambda: self.s.redis.set(self.pace_key, self.s.holder, nx=True, px=hold_ms)
+        )
+
+    def _reached(self, first: Callable[[], object]) -> bool:
+        """Make a sweep's first Redis call; after a failed one, the first that answers starts
+        the store grace (this sweeper saw Redis away: so did every holder)."""
+        try:
+            answer = bool(first())
+        except redis.RedisError:
+            self._unreachable = True
+            raise
+        if self._unreachable:
+            self._unreachable = False
+            self._settle_until_ms = monotonic_ms() + self.s.settings.timings.store_grace_ms
+        return answer
+
+    def _record_duration(self, ms: float) -> None:
+        """Keep the latest sweep durations for the metrics endpoint (any process scrapes)."""
+        ns = self.s.settings.namespace
+        pipe = self.s.redis.pipeline(transaction=False)
+        pipe.lpush(f"{ns}metrics:sweep_ms", f"{ms:.3f}")
+        pipe.ltrim(f"{ns}metrics:sweep_ms", 0, 999)
+        # Running totals only go up, as a Prometheus summary's count and sum must.
+        pipe.incr(f"{ns}metrics:sweep_count")
+        pipe.incrbyfloat(f"{ns}metrics:sweep_ms_total", round(ms, 3))
+        pipe.execute()
+
+    def _sweep(self) -> SweepReport:
+        report = SweepReport()
+        count = int(self.s.redis.incr(self.count_key))
+        epoch = self.s.leases.store_epoch()
+        requeued = requeue_lost_messages(self.s, epoch)
+        report.republished += [run_id for run_id, _ in requeued]
+        self._sent = set(requeued)  # one message per run and attempt from one sweep
+        # Right after Redis came back without its data, live holders are still taking their
+        # leases back: no run is claimed for having none until the grace has passed. (Lapsed
+        # leases are this epoch's own, and no holder can take one back: they are claimed.)
+        # Right after Redis restarted or failed over with its data, or after this sweeper
+        # itself could not reach it, leases may have lapsed while Redis was away, which says
+        # nothing about their holders: those are not claimed either until the grace has
+        # passed, while live holders take them back (a store fault is not a death).
+        grace_ms = self.s.settings.timings.store_grace_ms
+        away = epoch.restart_settling(grace_ms) or monotonic_ms() < self._settle_until_ms
+        report.settling = away or epoch.data_settling(grace_ms)
+        # Until a full reconcile ran in this epoch (Redis lost its data: leases and the index
+        # are gone), every sweep after the grace reconciles running runs against Redis.
+        report.full_scan = not report.settling and (
+            not epoch.reconciled or count % self.s.settings.timings.full_scan_every == 1
+        )
+        candidates = {} if away else {(t.run_id, t.attempt): t for t in self.s.leases.lapsed()}
+        if report.full_scan:
+            with self.s.engine.connect() as conn:
+                live = select_live(conn)
+            alive = self.s.leases.alive([run_id for run_id, _ in live])
+            for run_id, attempt in live:
+                if run_id not in alive:
+                    candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
+        self._take(list(candidates.values()), report)
+        if report.full_scan and not epoch.reconciled:
+            self.s.leases.mark_epoch(epoch, "reconciled")
+        with self.s.engine.connect() as conn:
+            woken = wake_ready(conn)
+            stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
+        again: list[tuple[str, int]] = [*woken, *stale]
+        again += self._orphaned({run_id for run_id, _ in stale})
+        for run, attempt_no in again:
+            self._publish_again(run, attempt_no, report)
+        return report
+
+    def _publish_again(self, run_id: str, attempt: int, report: SweepReport) -> None:
+        """Publish a queued run's message again, unless this sweep did already."""
+        if (run_id, attempt) in self._sent:
+            return
+        self._sent.add((run_id, attempt))
+        self.s.publisher.publish(run_id, attempt)
+        report.republished.append(run_id)
+
+    def _orphaned(self, stale: set[str]) -> list[tuple[str, int]]:
+        """Runs whose message a worker took off the queue more than the death grace ago and
+        then died with before reserving it (its main process is killed in that moment): no
+        lease, no reservation, still queued at that attempt. Older deliveries are the outbox's
+        (`stale`). A live worker reserves a message within milliseconds of taking it, so one
+        republished here by mistake is a duplicate, dropped by the lease and the claim (I4)."""
+        if self.deliveries is None:
+            return []
+        t = self.s.settings.timings
+        taken = self.deliveries(t.death_grace_ms / 1000, t.requeue_after_ms / 1000)
+        if not taken:
+            return []
+        held = self.s.leases.alive([run_id for run_id, _ in taken])
+        reserved = self.s.leases.all_reserved()
+        left = [
+            (r, a)
+            for r, a in dict.fromkeys(taken)
+            if r not in held and r not in stale and f"{r}:{a}" not in reserved
+        ]
+        if not left:
+            return []
+        with self.s.engine.connect() as conn:
+            now = attempt_statuses(conn, [run_id for run_id, _ in left])
+        return [(r, a) for r, a in left if now.get(r) == (a, "queued")]
+
+    def _take(self, tokens: list[Token], report: SweepReport) -> None:
+        """Claim, in one statement each, every candidate whose lease is really gone (I4): a
+        lapsed lease as a loss; a missing one (found by the full reconcile) once its key is
+        fenced, as a store fault while its holder's process is connected, else as a loss."""
+        known = [t for t in tokens if t.holder != "?"]
+        holders = self.s.leases.holders([t.run_id for t in known])
+        # Lapsed: fenced like a missing one, so that its holder taking it back after a store
+        # blip (SET NX, heartbeat.py) and this claim exclude each other; one taken back between
+        # the read and the fence is left alone (its index entry is the renewed lease's).
+        gone = self.s.leases.fence_missing(
+            [t for t, holder in zip(known, holders, strict=True) if holder is None]
+        )
+        # Renewed since the index was read (alive), or held by a newer attempt (stale entry).
+        newer = [t for t, h in zip(known, holders, strict=True) if h not in (None, str(t))]
+        # Running with no lease at all (Redis lost it): held by the sweeper while it claims,
+        # so a holder taking its lease back meanwhile and this claim exclude each other.
+        fenced = self.s.leases.fence_missing([t for t in tokens if t.holder == "?"])
+        present = sorted(self.s.leases.connected_holders()) if fenced else []
+        limit = self.s.settings.timings.loss_limit
+        missing = [(t.run_id, t.attempt) for t in fenced]
+        try:
+            with self.s.engine.connect() as conn:
+                faulted = claim_store_faulted_many(conn, missing, present)
+                won = {c.run_id for c in faulted}
+                claims = [
+                    *claim_lost_many(conn, [(t.run_id, t.attempt) for t in gone], limit),
+                    *claim_lost_many(
+                        conn, [p for p in missing if p[0] not in won], limit, seen="lease_missing"
+                    ),
+                ]
+                won |= {c.run_id for c in claims}
+                left = [t for t in [*gone, *fenced] if t.run_id not in won]
+                now = attempt_statuses(conn, [t.run_id for t in left]) if left else {}
+        finally:
+            self.s.leases.unfence(gone + fenced)  # the claims are committed: next attempts lease
+        self.s.leases.forget_many(gone + newer)
+        for token in left:
+            # Died between taking the lease and claiming the queued run: publish it again.
+            if now.get(token.run_id) == (token.attempt, "queued"):
+                self._publish_again(token.run_id, token.attempt, report)
+        resumed: list[tuple[str, int]] = []  # published together, in one round trip
+        for claim in faulted:
+            if claim.status == "failed":
+                report.failed.append(claim.run_id)
+                log.warning("sweep.run_failed", run_id=claim.run_id, reason="store_fault")
+                continue
+            report.store_faulted.append(claim.run_id)
+            log.info("sweep.store_faulted", run_id=claim.run_id, attempt=claim.attempt)
+            resumed.append((claim.run_id, claim.attempt))
+        for claim in claims:
+            if claim.status == "failed":
+                report.failed.append(claim.run_id)
+                log.warning("sweep.run_failed", run_id=claim.run_id, lost_count=claim.lost_count)
+                continue
+            report.claimed.append(claim.run_id)
+            log.debug(  # one line per claim only when asked: `sweep.done` sums them up
+                "sweep.claimed",
+                run_id=claim.run_id,
+                attempt=claim.attempt,
+                lost_count=claim.lost_count,
+                step=claim.step,
+            )
+            resumed.append((claim.run_id, claim.attempt))
+        self.s.publisher.publish_many(resumed)
+
+
+class SweepThread:
+    """Sweeps from a worker's main process, on its own thread: never queued behind runs, never
+    expired in a broker while every slot is busy (a beat-fired task was). Every worker runs one;
+    each looks every third of `sweep_interval_ms` and sweeps when the fleet's pace key is free,
+    so the fleet sweeps about once per interval and never goes longer than one without a sweep
+    while any worker reaches Redis. `guard` runs each look (a database outage is said once)."""
+
+    def __init__(
+        self,
+        sweeper: Sweeper,
+        guard: Callable[[Callable[[], SweepReport]], SweepReport | None] | None = None,
+    ) -> None:
+        self.sweeper = sweeper
+        interval_ms = sweeper.s.settings.timings.sweep_interval_ms
+        self.look_ms = max(interval_ms // 3, 1)
+        self.hold_ms = max(interval_ms - self.look_ms, 1)
+        self.guard = guard or (lambda work: work())
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._loop, name="liyagent-sweeps", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def look(self) -> SweepReport | None:
+        """One sweep when it is this process's turn. A look that is not its turn touches no
+        Postgres, so it is kept out of `guard`: it must not end a database outage it reports."""
+        if not self.sweeper.takes_turn(self.hold_ms):
+            return SweepReport(ran=False)
+        return self.guard(self.sweeper.sweep)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.look_ms / 1000):
+            try:
+                self.look()
+            except (redis.RedisError, OSError) as exc:
+                if not self._failing:  # once per outage: the next look tries again
+                    log.warning("sweep.failed", error=str(exc))
+                self._failing = True
+                continue
+            except Exception:  # the sweeps must outlive any one bad sweep
+                log.exception("sweep.error")
+            if self._failing:
+                log.info("sweep.resumed")
+            self._failing = False
+
+
+def requeue_lost_messages(s: Services, epoch: StoreEpoch) -> list[tuple[str, int]]:
+    """Once per store epoch, as soon as it is seen (by a sweep or the death watch): publish
+    again every run queued since before this Redis's data was born, whose message went to the
+    Redis that is gone (or to none, while Redis was away). The cut-off is Postgres's clock read
+    first, less the epoch's age by Redis's clock read after it: it errs towards leaving a run
+    queued at the very moment Redis came back to the outbox, never towards publishing one
+    queued (or claimed) after. Each run is stamped by one statement so that only one caller
+    publishes it (a message that arrives anyway is dropped by the lease and the claim, I4)."""
+    if epoch.requeued:
+        return []
+    again: list[tuple[RunId, Attempt]] = []
+    with s.engine.connect() as conn:
+        now = db_now(conn)
+        epoch = s.leases.store_epoch()  # after Postgres's clock: the age is no shorter
+        if epoch.requeued:
+            return []
+        # Never later than now: a run stamped by this loop (queued_at = now()) is not matched
+        # again.
+        cutoff = min(now, now - timedelta(milliseconds=epoch.now_ms - epoch.born_ms))
+        while batch := touch_queued_before(conn, cutoff):
+            again += batch
+    s.publisher.publish_many([(str(r), int(a)) for r, a in again])
+    # Marked after publishing: a caller that fails first leaves the runs it did not stamp to
+    # the next one (those it stamped are the outbox's).
+    s.leases.mark_epoch(epoch, "requeued")
+    if again:
+        log.info("sweep.requeued_lost_messages", runs=len(again), store_epoch=epoch.id)
+    return [(str(run_id), int(attempt)) for run_id, attempt in again]

@@ -1,0 +1,377 @@
+"""Every request that leaves a worker: one pooled HTTP client per process, and the send guard.
+
+Postgres cannot stop a paused process whose write goes to a vendor. So the guard sits where the
+bytes leave: immediately before request bytes are written to a socket, the attempt's local lease
+deadline (monotonic clock, no network) is checked, and every wait for an answer ends at that
+deadline (which moves on while the heartbeat renews the lease) or at the request's own total
+timeout, whichever comes first. A request of an attempt that lost its lease has therefore been
+refused, or abandoned by this client, before any other attempt can claim the run.
+
+What no client can close: bytes already handed to the kernel when a pause begins, the
+microseconds between the check and the `send`, and a vendor that goes on processing a request
+its client abandoned. That is why only keyed writes are ever sent again and why an empty
+read-back is reported, never resent (see `settlement.py`).
+
+The guard in force is a context variable set for the duration of an attempt (`guarded`); a
+process that runs no attempt (the front, the CLI) sends with timeouts only.
+
+The guard also tells, per tool call (`traffic.py`), whether any request of that call may have
+left: the first request byte it lets through marks the call's traffic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+import httpcore
+import httpx
+
+from runtime.base import pools
+from runtime.sending import traffic
+
+# Idle keep-alive connections are reused for this long (a vendor closing them sooner is fine:
+# the pool notices a closed socket before reusing it).
+KEEPALIVE_S = 30.0
+# One pooled client serves up to SHARD_THREADS threads (a thread-pool worker's threads are
+# spread over several). Each of those threads has at most one request open at a time, to the
+# model or to a vendor, so a client's bound of 64 covers its threads for both with keep-alive
+# for every connection: a pool whose bound was under the threads in flight (64 for a
+# `-P threads -c 200` worker) queued model calls behind each other, and one that kept fewer
+# alive than it used (16) closed and reconnected most of them, a TCP connect per step (and
+# with requests queued, httpcore's pool rescans every connection for each queued request on
+# every response: 30 ms of the worker's CPU a step at -c 200). A client per eight threads
+# also keeps each pool small: it checks every idle connection (a socket poll each) on every
+# request and every response.
+SHARD_THREADS = 8
+LIMITS = httpx.Limits(
+    max_connections=64, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S
+)
+
+
+class SendGuard(Protocol):
+    """What the guard asks of an attempt: how long it may still send, by the local clock."""
+
+    def send_time_left_s(self) -> float:
+        """Seconds this attempt may still send; zero or less means its lease may be gone."""
+        ...
+
+    def why_not(self) -> str:
+        """Why sending is refused now (names the run and attempt), for the error."""
+        ...
+
+
+class SendRefused(Exception):
+    """The send guard refused a request before its bytes left: the attempt's lease may have
+    lapsed, so another attempt may own the run. The attempt must stop; nothing was sent."""
+
+
+_guard: ContextVar[SendGuard | None] = ContextVar("liyagent_send_guard", default=None)
+# Monotonic deadline of the request being made in this context (its total timeout).
+_deadline: ContextVar[float | None] = ContextVar("liyagent_request_deadline", default=None)
+
+
+@contextlib.contextmanager
+def guarded(guard: SendGuard) -> Iterator[None]:
+    """Every request made in this context (and tasks it starts) passes `guard`."""
+    token = _guard.set(guard)
+    try:
+        yield
+    finally:
+        _guard.reset(token)
+
+
+@contextlib.contextmanager
+def total_timeout(seconds: float | None) -> Iterator[None]:
+    """Requests made in this context end after `seconds` in all (connect, send and answer)."""
+    if seconds is None:
+        yield
+        return
+    token = _deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def check_send() -> None:
+    """Raise `SendRefused` unless the attempt in force may still send (no network)."""
+    guard = _guard.get()
+    if guard is not None and guard.send_time_left_s() <= 0:
+        raise SendRefused(guard.why_not())
+
+
+def check_leaving() -> None:
+    """`check_send`, then count a request of the call in force as possibly sent: for a tool
+    about to send with a client of its own (a vendor SDK) right before its request."""
+    check_send()
+    traffic.leaving()
+
+
+def _bound(timeout: float | None) -> float | None:
+    """`timeout` shortened to the time the guard and the request's deadline leave."""
+    limits = [t for t in (timeout, _left()) if t is not None]
+    return max(0.001, min(limits)) if limits else None
+
+
+def _left() -> float | None:
+    left: list[float] = []
+    guard = _guard.get()
+    if guard is not None:
+        left.append(guard.send_time_left_s())
+    deadline = _deadline.get()
+    if deadline is not None:
+        left.append(deadline - time.monotonic())
+    return min(left) if left else None
+
+
+def _expired(started: float, timeout: float | None) -> str | None:
+    """Why a wait for an answer must end now, or None while it may go on."""
+    guard = _guard.get()
+    if guard is not None and guard.send_time_left_s() <= 0:
+        return f"abandoned: {guard.why_not()}"
+    deadline = _deadline.get()
+    if deadline is not None and time.monotonic() >= deadline:
+        return "the request's total timeout passed"
+    if timeout is not None and time.monotonic() - started >= timeout:
+        return "timed out"
+    return None
+
+
+class GuardedStream(httpcore.NetworkStream):
+    """A socket stream that checks the guard before every write and ends every read by the
+    guard's deadline (re-read after each slice, so a renewed lease lets a long answer come)."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if buffer:
+            check_send()  # the last moment before the bytes leave (I3 for vendors)
+            traffic.leaving()  # from here the request may reach its server
+        self._inner.write(buffer, _bound(timeout))
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        started = time.monotonic()
+        while True:
+            slice_s = _bound(None if timeout is None else timeout - (time.monotonic() - started))
+            try:
+                return self._inner.read(max_bytes, slice_s)
+            except httpcore.ReadTimeout:
+                why = _expired(started, timeout)
+                if why is not None:
+                    raise httpcore.ReadTimeout(why) from None
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        return GuardedStream(self._inner.start_tls(ssl_context, server_hostname, _bound(timeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class GuardedBackend(httpcore.NetworkBackend):
+    """Opens connections whose streams pass the guard; connecting itself is bounded by it."""
+
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        check_send()
+        with traffic.guard_connecting():
+            stream = self._inner.connect_tcp(
+                host, port, _bound(timeout), local_address, socket_options
+            )
+        return GuardedStream(stream)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        check_send()
+        with traffic.guard_connecting():
+            inner = self._inner.connect_unix_socket(path, _bound(timeout), socket_options)
+        return GuardedStream(inner)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class GuardedAsyncStream(httpcore.AsyncNetworkStream):
+    """The async twin of `GuardedStream`."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if buffer:
+            check_send()
+            traffic.leaving()
+        await self._inner.write(buffer, _bound(timeout))
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        started = time.monotonic()
+        while True:
+            slice_s = _bound(None if timeout is None else timeout - (time.monotonic() - started))
+            try:
+                return await self._inner.read(max_bytes, slice_s)
+            except httpcore.ReadTimeout:
+                why = _expired(started, timeout)
+                if why is not None:
+                    raise httpcore.ReadTimeout(why) from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        inner = await self._inner.start_tls(ssl_context, server_hostname, _bound(timeout))
+        return GuardedAsyncStream(inner)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class GuardedAsyncBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        check_send()
+        with traffic.guard_connecting():
+            stream = await self._inner.connect_tcp(
+                host, port, _bound(timeout), local_address, socket_options
+            )
+        return GuardedAsyncStream(stream)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        check_send()
+        with traffic.guard_connecting():
+            inner = await self._inner.connect_unix_socket(path, _bound(timeout), socket_options)
+        return GuardedAsyncStream(inner)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _guard_transports(client: httpx.Client | httpx.AsyncClient) -> None:
+    """Put the guard under every transport the client may use (proxies from the environment
+    included); a transport we cannot guard is refused rather than left open."""
+    transports = [client._transport, *client._mounts.values()]
+    for transport in transports:
+        if transport is None:
+            continue
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if isinstance(backend, httpcore.NetworkBackend):
+            pool._network_backend = GuardedBackend(backend)  # type: ignore[union-attr]
+        elif isinstance(backend, httpcore.AsyncNetworkBackend):
+            pool._network_backend = GuardedAsyncBackend(backend)  # type: ignore[union-attr]
+        else:
+            raise RuntimeError(f"cannot put the send guard under {type(transport).__name__}")
+
+
+def new_client(timeout_s: float = 30.0) -> httpx.Client:
+    """A pooled, guarded client; the client never retries (the engine decides)."""
+    client = httpx.Client(
+        transport=httpx.HTTPTransport(retries=0, limits=LIMITS),
+        timeout=httpx.Timeout(timeout_s),
+        limits=LIMITS,
+    )
+    _guard_transports(client)
+    return client
+
+
+def new_async_client(timeout_s: float = 30.0) -> httpx.AsyncClient:
+    client = httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(retries=0, limits=LIMITS),
+        timeout=httpx.Timeout(timeout_s),
+        limits=LIMITS,
+    )
+    _guard_transports(client)
+    return client
+
+
+_lock = threading.Lock()
+_clients: dict[int, list[httpx.Client]] = {}
+_assigned: dict[int, int] = {}  # threads given a client so far, per process
+_local = threading.local()
+
+
+def shared_client() -> httpx.Client:
+    """This thread's pooled client (keep-alive across calls and runs), one of this process's
+    clients, each shared by up to SHARD_THREADS threads (assigned in turn on a thread's first
+    call); a forked child makes its own rather than share its parent's sockets."""
+    pid = os.getpid()
+    found: tuple[int, httpx.Client] | None = getattr(_local, "client", None)
+    if found is not None and found[0] == pid:
+        return found[1]
+    with _lock:
+        if pid not in _clients:
+            _clients.clear()
+            _assigned.clear()
+            shards = -(-pools.needed() // SHARD_THREADS)
+            _clients[pid] = [new_client() for _ in range(max(1, shards))]
+            _assigned[pid] = 0
+        clients = _clients[pid]
+        client = clients[_assigned[pid] % len(clients)]
+        _assigned[pid] += 1
+    _local.client = (pid, client)
+    return client
+
+
+def shared_async_client() -> httpx.AsyncClient:
+    """This thread's pooled async client (a pool belongs to the event loop it first ran on,
+    and each thread's async tools run on that thread's one loop)."""
+    key = (os.getpid(), id(_loop_of_thread()))
+    found: tuple[tuple[int, int], httpx.AsyncClient] | None = getattr(_local, "async_client", None)
+    if found is None or found[0] != key:
+        found = (key, new_async_client())
+        _local.async_client = found
+    return found[1]
+
+
+def _loop_of_thread() -> object:
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

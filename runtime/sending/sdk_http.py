@@ -1,0 +1,149 @@
+"""httpx2 clients for the SDKs we build on (the MCP SDK, Anthropic's), whose every request
+leaves through a guarded pooled httpx client of `http.py`.
+
+Both SDKs speak `httpx2`, a fork of httpx with its own transports, so they cannot be handed our
+`httpx` clients directly. Instead they get an `httpx2` client whose transport hands each request
+to our client: the send guard (the lease deadline checked just before bytes leave, reads ended
+by it) and the process's connection pool then apply to SDK traffic exactly as to a tool's
+`ctx.http`. The SDK sees httpx2 responses and httpx2 errors, so its own handling is unchanged;
+`SendRefused` passes through untouched, since it must stop the attempt, not be retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+import httpx2
+
+from runtime.sending import http
+
+
+def _out(
+    client: httpx.Client | httpx.AsyncClient,
+    request: httpx2.Request,
+    body: bytes,
+    extra: Mapping[str, str],
+) -> httpx.Request:
+    """The SDK's request as one for our client (its timeouts kept, our headers added)."""
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in extra]
+    headers += [(k.lower(), v) for k, v in extra.items()]
+    extensions: dict[str, Any] = {}
+    if "timeout" in request.extensions:
+        extensions["timeout"] = request.extensions["timeout"]
+    return client.build_request(
+        request.method, str(request.url), headers=headers, content=body, extensions=extensions
+    )
+
+
+def as_httpx2_error(exc: httpx.HTTPError, request: httpx2.Request) -> httpx2.HTTPError:
+    """The httpx2 error of the same name (ReadTimeout stays ReadTimeout), so the SDK reacts to
+    our client's failures as it would to its own."""
+    kind = getattr(httpx2, type(exc).__name__, None)
+    if not (isinstance(kind, type) and issubclass(kind, httpx2.TransportError)):
+        kind = httpx2.TransportError
+    return kind(str(exc) or type(exc).__name__, request=request)
+
+
+def _response(source: httpx.Response, stream: Any) -> httpx2.Response:
+    return httpx2.Response(
+        source.status_code,
+        headers=source.headers.multi_items(),
+        stream=stream,
+        extensions={"http_version": source.http_version.encode()},
+    )
+
+
+class _Body(httpx2.SyncByteStream):
+    """A response body read from our client, its errors named as httpx2's."""
+
+    def __init__(self, response: httpx.Response, request: httpx2.Request) -> None:
+        self._response = response
+        self._request = request
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.iter_raw()
+        except httpx.HTTPError as exc:
+            raise as_httpx2_error(exc, self._request) from exc
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class _AsyncBody(httpx2.AsyncByteStream):
+    def __init__(self, response: httpx.Response, request: httpx2.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise as_httpx2_error(exc, self._request) from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class GuardedTransport(httpx2.BaseTransport):
+    """Sends an SDK's requests through our guarded pooled client (sync)."""
+
+    def __init__(
+        self,
+        client: Callable[[], httpx.Client] = http.shared_client,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._client = client
+        self._headers = {k.lower(): v for k, v in (headers or {}).items()}
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        client = self._client()
+        out = _out(client, request, request.read(), self._headers)
+        try:
+            response = client.send(out, stream=True)
+        except httpx.HTTPError as exc:
+            raise as_httpx2_error(exc, request) from exc
+        return _response(response, _Body(response, request))
+
+
+class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
+    """Sends an SDK's requests through our guarded pooled client (async). The client is looked
+    up per request, so the per-event-loop shared client of the calling thread is used."""
+
+    def __init__(
+        self,
+        client: Callable[[], httpx.AsyncClient] = http.shared_async_client,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._client = client
+        self._headers = {k.lower(): v for k, v in (headers or {}).items()}
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        client = self._client()
+        out = _out(client, request, await request.aread(), self._headers)
+        try:
+            response = await client.send(out, stream=True)
+        except httpx.HTTPError as exc:
+            raise as_httpx2_error(exc, request) from exc
+        return _response(response, _AsyncBody(response, request))
+
+
+def sync_client(timeout_s: float, headers: Mapping[str, str] | None = None) -> httpx2.Client:
+    """An httpx2 client for a sync SDK; nothing of its own is pooled, so it is cheap."""
+    return httpx2.Client(
+        transport=GuardedTransport(headers=headers), timeout=httpx2.Timeout(timeout_s)
+    )
+
+
+def async_client(
+    timeout_s: float,
+    headers: Mapping[str, str] | None = None,
+    client: Callable[[], httpx.AsyncClient] = http.shared_async_client,
+) -> httpx2.AsyncClient:
+    """An httpx2 client for an async SDK, over `client` (default: this thread's shared one)."""
+    return httpx2.AsyncClient(
+        transport=AsyncGuardedTransport(client, headers), timeout=httpx2.Timeout(timeout_s)
+    )

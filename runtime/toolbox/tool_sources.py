@@ -1,0 +1,178 @@
+"""Where tools come from: the modules `LIYAGENT_TOOLS` names (as Celery's `include` names task
+modules), the `liyagent.tools` entry-point group, MCP servers, and the engine's own.
+
+Every process (worker, beat, front, CLI) loads them at start; a module that fails to import, a
+tool registered twice, a keyed write without a window or an unknown kind stops the process with
+a message naming the module and the tool.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from importlib.metadata import entry_points
+from types import ModuleType
+from typing import Any
+
+from runtime.toolbox.tools import (
+    AgentDef,
+    Tool,
+    ToolDeclarationError,
+    ToolError,
+    ToolKind,
+    ToolRegistry,
+)
+from runtime.toolbox.typed_tools import FunctionTool
+
+ENTRY_POINT_GROUP = "liyagent.tools"
+
+
+def _engine_routed(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    raise ToolError("a delegation is routed by the engine, never invoked directly")
+
+
+def engine_tools() -> list[Tool]:
+    """The tools the engine routes itself: asking a sub-agent."""
+    return [
+        Tool(
+            "agent.delegate",
+            ToolKind.DELEGATION,
+            "Ask a sub-agent: give it an agent name and the input text; its answer comes back.",
+            _engine_routed,
+            parameters={
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "description": "the sub-agent's name"},
+                    "input": {"type": "string", "description": "what to ask it"},
+                },
+                "required": ["agent", "input"],
+            },
+        )
+    ]
+
+
+def declared_in(module: ModuleType) -> tuple[list[Tool], list[AgentDef]]:
+    """The tools and agents a module declares at its top level: tools defined in it (a tool
+    it imports from another module belongs to that module, so naming both loads it once)."""
+    origin = f"module {module.__name__}"
+    tools: list[Tool] = []
+    agents: list[AgentDef] = []
+    for value in vars(module).values():
+        if isinstance(value, FunctionTool):
+            if getattr(value.fn, "__module__", module.__name__) == module.__name__:
+                tools.append(value.to_tool(origin))
+        elif isinstance(value, Tool):
+            if getattr(value.invoke, "__module__", module.__name__) == module.__name__:
+                tools.append(replace(value, origin=origin))
+        elif isinstance(value, AgentDef):
+            agents.append(replace(value, origin=origin))
+    return tools, agents
+
+
+def import_module(name: str, setting: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ToolDeclarationError as exc:
+        raise ToolDeclarationError(f"{setting}: module {name}: {exc}") from None
+    except Exception as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        raise ToolDeclarationError(
+            f"{setting}: module {name} failed to import ({type(exc).__name__}: {exc}, at "
+            f"{where.filename}:{where.lineno}); fix it or remove it from {setting}"
+        ) from None
+
+
+def module_key(module: ModuleType) -> str:
+    """What makes a module one: its file (resolved), so a module imported under two names
+    (`acme.tools` and `tools`, from two entries of sys.path) or named twice is loaded once."""
+    file = getattr(module, "__file__", None)
+    return os.path.realpath(file) if file else module.__name__
+
+
+def _from_entry_points(seen: set[str]) -> Iterable[tuple[list[Tool], list[AgentDef]]]:
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        setting = f"entry point {ep.name} ({ENTRY_POINT_GROUP})"
+        module, _, attr = ep.value.partition(":")
+        loaded = import_module(module.strip(), setting)
+        if not attr:
+            if module_key(loaded) not in seen:
+                seen.add(module_key(loaded))
+                yield declared_in(loaded)
+            continue
+        target = getattr(loaded, attr.strip(), None)
+        if target is None:
+            raise ToolDeclarationError(f"{setting}: {ep.value} names nothing")
+        values = target() if callable(target) and not isinstance(target, FunctionTool) else target
+        items = list(values) if isinstance(values, list | tuple) else [values]
+        tools = [v.to_tool(setting) if isinstance(v, FunctionTool) else v for v in items]
+        yield (
+            [t for t in tools if isinstance(t, Tool)],
+            [v for v in items if isinstance(v, AgentDef)],
+        )
+
+
+def load_registry(
+    modules: Iterable[str],
+    kinds: dict[str, str] | None = None,
+    extra: Iterable[Callable[[], list[Tool]]] = (),
+    use_entry_points: bool = True,
+) -> ToolRegistry:
+    """Every tool and agent this process may use, with operators' reclassifications applied
+    (`LIYAGENT_TOOL_KINDS`); raises ToolDeclarationError naming what is wrong."""
+    tools = engine_tools()
+    agents: list[AgentDef] = []
+    seen: set[str] = set()
+    for name in modules:
+        module = import_module(name, "LIYAGENT_TOOLS")
+        if module_key(module) in seen:
+            continue  # the same module, named again or under another name
+        seen.add(module_key(module))
+        found_tools, found_agents = declared_in(module)
+        if not found_tools and not found_agents:
+            raise ToolDeclarationError(
+                f"LIYAGENT_TOOLS: module {name} declares no tools or agents (declare them at "
+                "its top level with @tool.read, @tool.write, ... or agent(...))"
+            )
+        tools += found_tools
+        agents += found_agents
+    if use_entry_points:
+        for found_tools, found_agents in _from_entry_points(seen):
+            tools += found_tools
+            agents += found_agents
+    for source in extra:
+        tools += source()
+    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents)
+    for agent in registry.agents.values():
+        unknown = registry.unknown(agent.tools or ())
+        if unknown:
+            raise ToolDeclarationError(
+                f"agent {agent.name} ({agent.origin}) names tools no module declares: "
+                f"{', '.join(unknown)}; known: {', '.join(registry.names())}"
+            )
+    return registry
+
+
+def _reclassified(tools: list[Tool], kinds: dict[str, str]) -> list[Tool]:
+    known = {t.name for t in tools}
+    unknown = sorted(set(kinds) - known)
+    if unknown:
+        raise ToolDeclarationError(f"LIYAGENT_TOOL_KINDS names unknown tools: {unknown}")
+    out = []
+    for tool in tools:
+        if tool.name not in kinds:
+            out.append(tool)
+            continue
+        try:
+            kind = ToolKind(kinds[tool.name])
+        except ValueError:
+            raise ToolDeclarationError(
+                f"LIYAGENT_TOOL_KINDS: {tool.name}={kinds[tool.name]!r} is not a kind; use "
+                f"{', '.join(k.value for k in ToolKind)}"
+            ) from None
+        # A tool reclassified as a read is made again on resume; it has nothing to read back.
+        reader = None if kind is ToolKind.READ else tool.reader
+        out.append(replace(tool, kind=kind, reader=reader))
+    return out
