@@ -15,7 +15,7 @@ from runtime.base.sealing import new_key_entry, parse_keys
 from runtime.base.settings import Timings
 from store import migrate
 from store.admin import create_database, database_url
-from tests.support.judge import judge_runs, wait_all
+from tests.support.judge import judge_runs, run_rows, until_in_flight, wait_all
 from tests.support.proxy import CuttableProxy
 from tests.support.scripts import mixed
 
@@ -45,7 +45,7 @@ def _assert_restart_survived(stack, runs: list[str], fault_at: datetime, latency
     verdict = judge_runs(stack, runs)
     verdict.assert_clean()
     assert sum(verdict.duplicate_writes.values()) == 0, verdict.duplicate_writes
-    rows = _run_rows(stack, runs)
+    rows = run_rows(stack, runs)
     assert len(rows) == len(runs)
     for r in rows:
         assert r.status == "succeeded" and r.lost_count == 0 and r.claimed == 0, r
@@ -55,35 +55,11 @@ def _assert_restart_survived(stack, runs: list[str], fault_at: datetime, latency
     assert took <= bound, f"the last run ended {took:.1f} s after the fault (bound {bound:.1f} s)"
 
 
-def _until_in_flight(stack, run_ids: list[str], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not any(stack.client.get(r).step >= 1 for r in run_ids):
-        assert time.monotonic() < deadline, "no run got going"
-        time.sleep(0.05)
-
-
-def _run_rows(stack, runs: list[str]) -> list:
-    """Each run's end, its losses and how each resume was audited (from Postgres)."""
-    return stack.rows(
-        "SELECT r.id, r.status, r.lost_count, r.attempt, r.claimed_by, r.created_at, "
-        "r.started_at, r.finished_at, "
-        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
-        " AND a.kind = 'agent.run.lost') AS claimed, "
-        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
-        " AND a.kind = 'agent.run.crash_resumed') AS crash_resumed, "
-        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
-        " AND a.kind = 'agent.run.store_fault' AND a.detail->>'reason' = 'store_fault') "
-        " AS store_faulted "
-        "FROM runs r WHERE r.id = ANY(CAST(:ids AS uuid[]))",
-        ids=runs,
-    )
-
-
 def _normal_run_s(stack, n: int, latency_ms: int) -> float:
     """How long `n` runs started together take on this stack with no fault: the longest."""
     runs = [stack.start(mixed(f"n{i}", latency_ms=latency_ms)) for i in range(n)]
     wait_all(stack, runs)
-    rows = _run_rows(stack, runs)
+    rows = run_rows(stack, runs)
     return max((r.finished_at - r.created_at).total_seconds() for r in rows)
 
 
@@ -99,14 +75,14 @@ def test_redis_restarted_empty_mid_run(stack, tmp_path) -> None:
         stack.beat()
         normal_s = _normal_run_s(stack, 4, latency_ms=500)
         runs = _start_runs(stack, 4)
-        _until_in_flight(stack, runs)
+        until_in_flight(stack, runs)
         redis.stop()  # every lease, message and lock is gone
         redis.start()
         wait_all(stack, runs)
         verdict = judge_runs(stack, runs)
         verdict.assert_clean()
         assert sum(verdict.duplicate_writes.values()) == 0, verdict.duplicate_writes
-        rows = _run_rows(stack, runs)
+        rows = run_rows(stack, runs)
         assert len(rows) == len(runs)
         for r in rows:
             assert r.status == "succeeded" and r.lost_count == 0, r
@@ -134,7 +110,7 @@ def test_queued_runs_start_at_once_after_redis_restarted_empty(stack, tmp_path) 
         ready_at = datetime.now(tz=UTC)
         wait_all(stack, runs)
         judge_runs(stack, runs).assert_clean()
-        for r in _run_rows(stack, runs):
+        for r in run_rows(stack, runs):
             waited = (r.started_at - ready_at).total_seconds()
             assert waited <= 5, f"run {r.id} started {waited:.1f} s after a worker was ready"
             assert r.lost_count == 0, r
@@ -155,7 +131,7 @@ def test_a_worker_killed_as_redis_restarts_empty_is_still_claimed(stack, tmp_pat
         runs = _start_runs(stack, 4, latency_ms=800)
         deadline = time.monotonic() + 30
         while True:
-            rows = _run_rows(stack, runs)
+            rows = run_rows(stack, runs)
             if all(r.status == "running" for r in rows):
                 break
             assert time.monotonic() < deadline, "the runs never all got going"
@@ -171,7 +147,7 @@ def test_a_worker_killed_as_redis_restarts_empty_is_still_claimed(stack, tmp_pat
         verdict = judge_runs(stack, runs)
         verdict.assert_clean()
         assert sum(verdict.duplicate_writes.values()) == 0, verdict.duplicate_writes
-        for r in _run_rows(stack, runs):
+        for r in run_rows(stack, runs):
             assert r.status == "succeeded", r
             if r.id in on_victim:
                 assert r.lost_count == 1 and r.claimed == 1 and r.crash_resumed == 1, r
@@ -194,7 +170,7 @@ def test_postgres_restarted_mid_run(stack, tmp_path, pool: str) -> None:
         stack.worker("w2", pool=pool)
         stack.beat()
         runs = _start_runs(stack, 4)
-        _until_in_flight(stack, runs)
+        until_in_flight(stack, runs)
         fault_at = datetime.now(tz=UTC)
         pg.stop("fast")  # every connection of every process drops
         pg.start()
@@ -258,7 +234,7 @@ def test_worker_cut_off_from_redis_stops_writing_within_a_lease(stack, servers, 
     cut = {"LIYAGENT_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}
     stack.worker("isolated", env=cut, pool=pool)
     runs = _start_runs(stack, 2, latency_ms=1500)
-    _until_in_flight(stack, runs)
+    until_in_flight(stack, runs)
     cut_at = datetime.now(tz=UTC)
     proxy.cut()
     wait_all(stack, runs)

@@ -22,7 +22,7 @@ from liyagent.local.servers import PrivatePostgres
 from runtime.base.settings import database_url as parsed_url
 from store import migrate
 from store.admin import create_database
-from tests.support.judge import judge_runs, wait_all
+from tests.support.judge import judge_runs, run_rows, until_in_flight, wait_all
 from tests.support.scripts import mixed
 
 LATENCY_MS = 500
@@ -78,25 +78,6 @@ def pair(stack) -> Iterator[Pair]:
         primary.remove()
 
 
-def _until_in_flight(stack, run_ids: list[str], at_least: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while sum(stack.client.get(r).step >= 1 for r in run_ids) < at_least:
-        assert time.monotonic() < deadline, "the runs never got going"
-        time.sleep(0.05)
-
-
-def _rows(stack, runs: list[str]) -> list:
-    return stack.rows(
-        "SELECT r.id, r.status, r.lost_count, r.attempt, r.finished_at, "
-        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
-        " AND a.kind = 'agent.run.lost') AS claimed, "
-        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
-        " AND a.kind = 'agent.run.store_fault') AS store_faulted "
-        "FROM runs r WHERE r.id = ANY(CAST(:ids AS uuid[]))",
-        ids=runs,
-    )
-
-
 def _first_progress_s(stack, runs: list[str], after: datetime) -> dict[str, float]:
     """For each run that had not ended by `after`: seconds from `after` to its first request
     at the model or a vendor (the simulator's own records)."""
@@ -117,14 +98,14 @@ def test_postgres_fails_over_to_its_synchronous_replica_mid_run(
     workers = [stack.worker("w1"), stack.worker("w2")]
     stack.beat()
     runs = [stack.start(mixed(f"p{i}", latency_ms=LATENCY_MS)) for i in range(RUNS)]
-    _until_in_flight(stack, runs, at_least=2)
+    until_in_flight(stack, runs, at_least=2)
     pair.primary.kill()  # SIGKILL the postmaster: every process's connections drop
     time.sleep(1.0)  # what a failover manager takes to decide, at the least
     pair.replica.promote()
     promoted_at = datetime.now(tz=UTC)
     wait_all(stack, runs, timeout=120)
 
-    rows = _rows(stack, runs)  # read from the new primary, through the same URL
+    rows = run_rows(stack, runs)  # read from the new primary, through the same URL
     assert len(rows) == RUNS
     verdict = judge_runs(stack, runs)
     # All succeeded; 0 duplicate; 0 stale: nothing written by an attempt after its give-back.

@@ -3,6 +3,7 @@ vendor's records only."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -78,3 +79,27 @@ def _store_faults(conn, run_ids: list[str]) -> list:
 def wait_all(stack, run_ids: list[str], timeout: float = 120) -> None:
     for run_id in run_ids:
         stack.wait(run_id, timeout=timeout)
+
+
+def until_in_flight(stack, run_ids: list[str], at_least: int = 1, timeout: float = 30) -> None:
+    """Wait until `at_least` of the runs have taken a step (a fault then cuts runs in flight)."""
+    deadline = time.monotonic() + timeout
+    while sum(stack.client.get(r).step >= 1 for r in run_ids) < at_least:
+        assert time.monotonic() < deadline, f"fewer than {at_least} runs got going"
+        time.sleep(0.05)
+
+
+def run_rows(stack, runs: list[str]) -> list:
+    """Each run's end, its losses and how each resume was audited (from Postgres)."""
+    return stack.rows(
+        "SELECT r.id, r.status, r.lost_count, r.attempt, r.claimed_by, r.created_at, "
+        "r.started_at, r.finished_at, "
+        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
+        " AND a.kind = 'agent.run.lost') AS claimed, "
+        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
+        " AND a.kind = 'agent.run.crash_resumed') AS crash_resumed, "
+        "(SELECT count(*) FROM audit_events a WHERE a.run_id = r.id "
+        " AND a.kind = 'agent.run.store_fault') AS store_faulted "
+        "FROM runs r WHERE r.id = ANY(CAST(:ids AS uuid[]))",
+        ids=runs,
+    )
