@@ -21,7 +21,7 @@ from liyagent.cli.common import (
     read_client,
 )
 from liyagent.cli.common import who as _who
-from runtime.entries.client import BadRequest, Client, parse_agent, parse_id
+from runtime.entries.client import AlreadyEnded, BadRequest, Client, Stopped, parse_agent, parse_id
 from store.rows import RunNotFound
 
 
@@ -98,22 +98,12 @@ def cmd_deny(args: argparse.Namespace) -> int:
     return _decide(args, approve=False)
 
 
-def _stop_run(c: Client, run_id: str, reason: str, by: str) -> tuple[list[str], list[str]]:
-    """Stop one run that has not ended: (failed now, stops at its next step)."""
-    view = c.get(run_id)
-    if view.done:
-        raise CliError(f"run {run_id} already {view.status}; nothing to stop", FAILED)
-    now = c.stop(run_id=run_id, reason=reason, by=by)
-    return now, [run_id] if c.get(run_id).status == "running" else []
-
-
-def _stop_agent(c: Client, agent: str, reason: str, by: str) -> tuple[list[str], list[str]]:
-    """Stop an agent's runs: (failed now, running ones that stop at their next step)."""
-    from store.views import running_runs
-
-    now = c.stop(agent=agent, reason=reason, by=by)
-    with c.s.engine.connect() as conn:
-        return now, running_runs(conn, agent)
+def _stop_run(c: Client, run_id: str, reason: str, by: str) -> Stopped:
+    """Stop one run that has not ended (one that has exits 1)."""
+    try:
+        return c.stop_run(run_id, reason=reason, by=by)
+    except AlreadyEnded as exc:
+        raise CliError(f"run {run_id} already {exc.status}; nothing to stop", FAILED) from None
 
 
 def _target(c: Client, args: argparse.Namespace) -> str | None:
@@ -139,10 +129,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     c = _client()
     run_id = _target(c, args)
     if run_id is not None:
-        now, running = _stop_run(c, run_id, reason, by)
+        done = _stop_run(c, run_id, reason, by)
         target = f"run {run_id}"
     else:
-        now, running = _stop_agent(c, args.agent, reason, by)
+        done = c.stop_agent(args.agent, reason=reason, by=by)
         target = (
             f"agent {args.agent} (its later runs are refused until the stop is lifted with "
             f"`liyagent stop --lift --agent {args.agent}`)"
@@ -150,10 +140,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {"run": run_id, "agent": args.agent, "by": by, "reason": reason,
-             "stopped_now": now, "stop_at_next_step": running}
+             "stopped_now": done.now, "stop_at_next_step": done.at_next_step}
         )  # fmt: skip
     else:
-        render_stop(out(), target, now, running)
+        render_stop(out(), target, done.now, done.at_next_step)
     return OK
 
 
