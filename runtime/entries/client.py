@@ -173,7 +173,7 @@ class Client:
                 user_input=f"{kind} {json.dumps(params, sort_keys=True)}"[:2000],
                 job={"kind": kind, "params": params},
                 tools=list(job_kind.tools),
-                entry_kind="job",
+                entry_kind=EntryKind.JOB,
                 channel="jobs",
                 owner=owner,
                 request_key=request_key,
