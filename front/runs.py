@@ -14,12 +14,10 @@ from starlette.responses import JSONResponse, Response
 from front.auth import Right, actor, protected, requires, services
 from front.body import Fields, path_id, path_uuid, read_json
 from front.errors import FrontError
-from runtime.core.enqueue import BadRequest
-from runtime.entries.client import AGENT_NAME, Client, Stopped, UnknownAgent
+from runtime.entries.client import AGENT_NAME, Client, NotDecided, Stopped, UnknownAgent
 from runtime.services import Services
 from store import db
 from store.rows import ApprovalRow, StopRow
-from store.waits import get_approval
 
 log = structlog.get_logger("front")
 
@@ -115,9 +113,8 @@ def _decide(
     """Decide once: an unknown approval is 404, one already decided 409 (nothing changes)."""
     try:
         return Client(s).decide(approval_id, approve=approve, by=by, reason=reason)
-    except BadRequest as exc:
-        with s.engine.connect() as conn:
-            current = get_approval(conn, approval_id)
+    except NotDecided as exc:
+        current = exc.current
         if current is None:
             raise FrontError(404, str(exc)) from None
         raise FrontError(409, str(exc), run_id=current.run_id, decided=current.status) from None

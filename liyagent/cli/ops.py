@@ -21,8 +21,16 @@ from liyagent.cli.common import (
     read_client,
 )
 from liyagent.cli.common import who as _who
-from runtime.entries.client import AlreadyEnded, BadRequest, Client, Stopped, parse_agent, parse_id
-from store.rows import RunNotFound
+from runtime.entries.client import (
+    AlreadyEnded,
+    BadRequest,
+    Client,
+    NotDecided,
+    Stopped,
+    parse_agent,
+    parse_id,
+)
+from store.rows import ApprovalRow, RunNotFound
 
 
 def _client() -> Client:
@@ -46,12 +54,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     return OK
 
 
-def _not_decided(c: Client, approval_id: str) -> CliError:
+def _not_decided(approval_id: str, current: ApprovalRow | None) -> CliError:
     """Why a decision changed nothing: no such approval, or it was decided before (exit 1)."""
-    from store.waits import get_approval
-
-    with c.s.engine.connect() as conn:
-        current = get_approval(conn, approval_id)
     if current is None:
         return CliError(
             f"approval {approval_id} does not exist; list a run's approvals with "
@@ -79,8 +83,8 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     c = _client()
     try:
         row = c.decide(approval_id, approve=approve, by=by, reason=args.reason)
-    except BadRequest:
-        raise _not_decided(c, approval_id) from None
+    except NotDecided as exc:
+        raise _not_decided(approval_id, exc.current) from None
     if args.json:
         print_json(approval_json(row))
     else:

@@ -58,6 +58,21 @@ class AlreadyEnded(BadRequest):
         self.status = status
 
 
+class NotDecided(BadRequest):
+    """A decision that changed nothing: the approval does not exist (`current` None) or was
+    decided before (`current` says how and by whom)."""
+
+    def __init__(self, approval_id: str, current: ApprovalRow | None) -> None:
+        if current is None:
+            super().__init__(f"approval {approval_id} does not exist")
+        else:
+            super().__init__(
+                f"approval {approval_id} was already {current.status} by "
+                f"{current.decided_by}; nothing changed"
+            )
+        self.current = current
+
+
 @dataclass(frozen=True)
 class Stopped:
     """What a Stop did: the runs failed now, and the running ones that stop at their next step."""
@@ -337,12 +352,7 @@ class Client:
             if decided is None:
                 current = get_approval(conn, approval_id)
         if decided is None:
-            if current is None:
-                raise BadRequest(f"approval {approval_id} does not exist")
-            raise BadRequest(
-                f"approval {approval_id} was already {current.status} by "
-                f"{current.decided_by}; nothing changed"
-            )
+            raise NotDecided(approval_id, current)
         request, woke = decided
         if woke is not None:
             publish_quietly(self.s, request.run_id, woke)
@@ -354,6 +364,7 @@ __all__ = [
     "AlreadyEnded",
     "BadRequest",
     "Client",
+    "NotDecided",
     "RequestConflict",
     "RunNotFound",
     "RunView",
