@@ -34,7 +34,7 @@ from front.a2a_tasks import ACTING, TaskHandler
 from front.auth import Right, lacks_right, principal, protected, services
 from front.body import read_limited
 from front.errors import FrontError
-from runtime.entries.entries import s_catalog
+from runtime.entries.start import agents
 from runtime.services import Services
 
 RPC_PATH = "/a2a"
@@ -43,7 +43,7 @@ RPC_PATH = "/a2a"
 def agent_card(s: Services, base_url: str) -> AgentCard:
     """The front as one A2A agent: each catalog agent a skill, the JSON-RPC endpoint, and the
     front's bearer token as its security scheme."""
-    catalog = s_catalog(s)
+    catalog = agents(s.settings, s.tools)
     skills = [
         AgentSkill(
             id=name,

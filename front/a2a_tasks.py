@@ -62,12 +62,12 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.concurrency import run_in_threadpool
 
 from front.body import ID, text_problem
-from runtime.core.enqueue import BadRequest, NewRun, enqueue
-from runtime.entries.client import Client
-from runtime.entries.entries import s_catalog
+from runtime.core.enqueue import BadRequest
+from runtime.entries import a2a
+from runtime.entries.start import agents as declared_agents
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
-from store.entries import A2ATask, EntryLink, get_a2a_task, list_a2a_tasks, mark_a2a_canceled
+from store.entries import A2ATask, get_a2a_task, list_a2a_tasks
 
 # Who acts through this request: the principal of the front's bearer token (front/a2a.py sets
 # it for each JSON-RPC request), recorded on a CancelTask's Stop.
@@ -104,7 +104,7 @@ def _skill(s: Services, params: SendMessageRequest) -> AgentDef:
     """The catalog agent the message names (metadata.skill), or the only one there is."""
     named = [dict(m).get("skill") for m in (params.message.metadata, params.metadata)]
     skill = next((n for n in named if isinstance(n, str) and n), None)
-    catalog = s_catalog(s)
+    catalog = declared_agents(s.settings, s.tools)
     agents = sorted(catalog.agents)
     if skill is None and len(agents) == 1:
         skill = agents[0]
@@ -183,8 +183,8 @@ class TaskHandler(RequestHandler):
         return row
 
     def _submit(self, params: SendMessageRequest) -> tuple[str, bool]:
-        """The message's task: a managed run linked to its task in one statement, once per
-        message id."""
+        """The message's task: a run linked to its task in one statement, once per message id
+        (`runtime/entries/a2a.py`)."""
         message = params.message
         if not ID.fullmatch(message.message_id):
             raise InvalidParamsError(f"messageId must match {ID.pattern}")
@@ -197,25 +197,13 @@ class TaskHandler(RequestHandler):
             )
         text, definition = _text_of(message), _skill(self.s, params)
         context_id = message.context_id or str(uuid.uuid4())
-        run_id, created = enqueue(
+        run_id, created = a2a.submit(
             self.s,
-            NewRun(
-                agent=definition.name,
-                user_input=text,
-                model=definition.model,
-                tools=definition.tools,
-                system=definition.system,
-                owner="a2a",
-                entry_kind="a2a",
-                channel="a2a",
-                request_key=f"a2a:{message.message_id}",
-                link=EntryLink(
-                    "a2a",
-                    message.message_id,
-                    context_id=context_id,
-                    message=json.dumps(MessageToDict(message)),
-                ),
-            ),
+            definition.name,
+            text,
+            message.message_id,
+            context_id,
+            json.dumps(MessageToDict(message)),
         )
         log.info("front.a2a_task", task_id=message.message_id, run_id=run_id, created=created)
         return message.message_id, created
@@ -302,15 +290,9 @@ class TaskHandler(RequestHandler):
             if row.state in ("completed", "failed", "canceled"):
                 raise TaskNotCancelableError(f"task {row.id} already {row.state}")
             try:
-                Client(self.s).stop(
-                    run_id=row.run_id,
-                    reason=f"A2A CancelTask of task {row.id}",
-                    by=ACTING.get(),
-                )
+                a2a.cancel(self.s, row.id, row.run_id, ACTING.get())
             except BadRequest as exc:
                 raise TaskNotCancelableError(str(exc)) from None
-            with self.s.engine.connect() as conn:
-                mark_a2a_canceled(conn, row.id)
             log.info("front.a2a_canceled", task_id=row.id, run_id=row.run_id)
             return self._task(row.id)
 

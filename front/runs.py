@@ -14,13 +14,10 @@ from starlette.responses import JSONResponse, Response
 from front.auth import Right, actor, protected, requires, services
 from front.body import Fields, path_id, path_uuid, read_json
 from front.errors import FrontError
-from runtime.core.enqueue import BadRequest
-from runtime.entries.client import AGENT_NAME, Client
+from runtime.entries.client import AGENT_NAME, Client, NotDecided, Stopped, UnknownAgent
 from runtime.services import Services
 from store import db
 from store.rows import ApprovalRow, StopRow
-from store.views import running_runs
-from store.waits import get_approval
 
 log = structlog.get_logger("front")
 
@@ -37,9 +34,7 @@ async def run_read(request: Request) -> Response:
 
 def _stop(s: Services, run_id: str, by: str, reason: str) -> bool:
     """Stop one existing run (404 for an unknown id); True if it was failed at once."""
-    client = Client(s)
-    client.get(run_id)
-    return run_id in client.stop(run_id=run_id, reason=reason, by=by)
+    return run_id in Client(s).stop_run(run_id, reason=reason, by=by).now
 
 
 @requires(Right.STOP)
@@ -55,20 +50,12 @@ async def run_stop(request: Request) -> Response:
     return JSONResponse({"run_id": run_id, "stopped_now": now, "by": by}, status_code=202)
 
 
-def _known_agent(s: Services, agent: str) -> None:
-    """404 for an agent neither in the catalog nor with runs (a Stop cannot name it)."""
+def _stop_agent(s: Services, agent: str, by: str, reason: str) -> Stopped:
+    """Stop an agent's runs; 404 for an agent neither in the catalog nor with runs."""
     try:
-        Client(s).known_agent(agent)
-    except BadRequest as exc:
+        return Client(s).stop_agent(agent, reason=reason, by=by)
+    except UnknownAgent as exc:
         raise FrontError(404, str(exc)) from None
-
-
-def _stop_agent(s: Services, agent: str, by: str, reason: str) -> tuple[list[str], list[str]]:
-    """Stop an agent's runs: (failed now, running ones that stop at their next step)."""
-    _known_agent(s, agent)
-    now = Client(s).stop(agent=agent, reason=reason, by=by)
-    with s.engine.connect() as conn:
-        return now, running_runs(conn, agent)
 
 
 @requires(Right.STOP)
@@ -79,10 +66,10 @@ async def agent_stop(request: Request) -> Response:
     body = await read_json(request)
     by = actor(request, body)
     reason = Fields(body, {"reason"}).text("reason", MAX_REASON_BYTES)
-    now, running = await run_in_threadpool(_stop_agent, services(request), agent, by, reason)
-    log.info("front.agent_stopped", agent=agent, by=by, stopped_now=len(now))
+    done = await run_in_threadpool(_stop_agent, services(request), agent, by, reason)
+    log.info("front.agent_stopped", agent=agent, by=by, stopped_now=len(done.now))
     return JSONResponse(
-        {"agent": agent, "stopped_now": now, "stop_at_next_step": running, "by": by},
+        {"agent": agent, "stopped_now": done.now, "stop_at_next_step": done.at_next_step, "by": by},
         status_code=202,
     )
 
@@ -126,9 +113,8 @@ def _decide(
     """Decide once: an unknown approval is 404, one already decided 409 (nothing changes)."""
     try:
         return Client(s).decide(approval_id, approve=approve, by=by, reason=reason)
-    except BadRequest as exc:
-        with s.engine.connect() as conn:
-            current = get_approval(conn, approval_id)
+    except NotDecided as exc:
+        current = exc.current
         if current is None:
             raise FrontError(404, str(exc)) from None
         raise FrontError(409, str(exc), run_id=current.run_id, decided=current.status) from None

@@ -1,4 +1,5 @@
-"""Teams through the Bot Framework: `POST /api/messages` takes the channel's activities.
+"""Teams through the Bot Framework: `POST /api/messages` takes the channel's activities (the
+HTTP side; everything else of Teams is `runtime/entries/teams.py`).
 
 Every request carries the channel's bearer JWT: its signature is checked against the keys the
 keys endpoint (JWKS, `LIYAGENT_TEAMS_JWKS_URL`) publishes, with PyJWT; its issuer must be the
@@ -32,8 +33,8 @@ from front.auth import services
 from front.body import read_json, text_problem
 from front.errors import FrontError
 from runtime.base.settings import Settings
-from runtime.core import catalog
-from runtime.entries.entries import TeamsTurn, intake_teams, receive_teams, s_catalog
+from runtime.entries.start import catalog_agent
+from runtime.entries.teams import TeamsTurn, receive_and_start
 from runtime.services import Services
 
 log = structlog.get_logger("front")
@@ -178,8 +179,8 @@ def parse_activity(activity: dict[str, Any]) -> TeamsTurn:
 def _agent(s: Services) -> str:
     agent = s.settings.teams_agent
     try:
-        s_catalog(s).agent(agent)
-    except (catalog.CatalogError, ValueError) as exc:
+        catalog_agent(s.settings, s.tools, agent)
+    except ValueError as exc:
         raise FrontError(
             503, f"LIYAGENT_TEAMS_AGENT={agent!r} cannot answer Teams ({exc}); fix the setting"
         ) from None
@@ -187,19 +188,8 @@ def _agent(s: Services) -> str:
 
 
 def _receive(s: Services, turn: TeamsTurn) -> tuple[int, bool]:
-    """Store the turn in the durable inbox, then start its run now; if starting fails, the
-    row is kept and beat's Teams intake starts it within a sweep interval."""
-    inbox_id, created = receive_teams(s, turn, _agent(s))
-    try:
-        intake_teams(s)
-    except Exception as exc:
-        log.warning(
-            "front.teams_intake_failed",
-            inbox_id=inbox_id,
-            error=repr(exc),
-            next="the activity is kept; beat's Teams intake starts its run",
-        )
-    return inbox_id, created
+    """Store the turn in the durable inbox and start its run (`runtime/entries/teams.py`)."""
+    return receive_and_start(s, turn, _agent(s))
 
 
 async def messages(request: Request) -> Response:

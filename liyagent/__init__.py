@@ -48,13 +48,14 @@ def declared_agent(name: str) -> AgentDef:
     """The agent named `name`, declared in the catalog file (`LIYAGENT_AGENTS_FILE`) or in
     Python in a tool module; BadRequest listing the known agents when there is none."""
     from runtime.base.settings import get_settings
-    from runtime.core.catalog import CatalogError, load
+    from runtime.core.catalog import CatalogError
+    from runtime.entries.start import UnknownAgent, catalog_agent
     from runtime.services import registry_for
 
     settings = get_settings()
     try:
-        return load(settings.agents_file).with_agents(registry_for(settings).agents).agent(name)
-    except CatalogError as exc:
+        return catalog_agent(settings, registry_for(settings), name)
+    except (CatalogError, UnknownAgent) as exc:
         raise BadRequest(
             f"{exc} (agents come from {settings.agents_file} and the modules LIYAGENT_TOOLS names)"
         ) from None

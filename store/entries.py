@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,12 +18,30 @@ from store.db import sql
 from store.rows import FencedOut
 
 
+class EntryKind(StrEnum):
+    """Where a run came from (`runs.entry_kind`): each entry point's code is one module of
+    `runtime/entries/`, and the engine's own kinds are started by the core."""
+
+    PLAIN = "plain"  # the client API's default (`Client.start_run`)
+    MANAGED = "managed"  # the client API, for an app that manages the run's approvals
+    PLAYGROUND = "playground"  # the client API, from a playground
+    RESUME = "resume"  # the client API, a run started again by the app
+    WEBHOOK = "webhook"  # POST /webhooks/{agent}: one run per agent and event id
+    TICKET_EVENT = "ticket_event"  # POST /tickets/{id}/events: one run per ticket and event
+    COPILOT = "copilot"  # POST /copilot/turns: one run per conversation and turn
+    CRON = "cron"  # a catalog cron trigger: one run per trigger and scheduled time
+    A2A = "a2a"  # an A2A SendMessage: one run per message, linked to its task
+    TEAMS = "teams"  # a Teams activity: one run per inbox row; its reply leaves Postgres
+    DELEGATION = "delegation"  # a sub-agent run a parent run's tool call started (core)
+    JOB = "job"  # a background job (core)
+
+
 @dataclass(frozen=True)
 class EntryLink:
     """What a new run is linked to: an A2A task id (with its context id and the message that
     created it), a cron trigger and slot, an inbox row."""
 
-    kind: str  # a2a | cron | teams
+    kind: EntryKind  # a2a | cron | teams
     ref: str
     scheduled_at: datetime | None = None
     context_id: str | None = None
@@ -31,7 +50,7 @@ class EntryLink:
 
     def cte(self) -> tuple[str, dict[str, Any]]:
         """A CTE inserting the link for the run the `r` CTE inserted."""
-        if self.kind == "a2a":
+        if self.kind == EntryKind.A2A:
             return (
                 "link AS (INSERT INTO a2a_tasks (id, run_id, context_id, message) "
                 "SELECT :link_ref, id, :link_context, CAST(:link_message AS jsonb) FROM r)",
@@ -41,13 +60,13 @@ class EntryLink:
                     "link_message": self.message,
                 },
             )
-        if self.kind == "cron":
+        if self.kind == EntryKind.CRON:
             return (
                 "link AS (INSERT INTO cron_runs (trigger, scheduled_at, run_id) "
                 "SELECT :link_ref, :link_at, id FROM r)",
                 {"link_ref": self.ref, "link_at": self.scheduled_at},
             )
-        if self.kind == "teams":
+        if self.kind == EntryKind.TEAMS:
             return (
                 "link AS (UPDATE teams_inbox SET status = 'running', run_id = r.id FROM r "
                 "WHERE teams_inbox.id = CAST(:link_ref AS bigint))",
@@ -82,57 +101,29 @@ def deliver(
     text: str,
     *,
     retention_s: int,
+    sealed_answer: bytes | None = None,
     reply: dict[str, Any] | None = None,
 ) -> None:
-    """Hand the stored answer on, once: the run is succeeded, the answer is on its transcript
-    and entry points, and it is kept sealed for `retention_s` more."""
+    """Hand the answer on, once, for the owning attempt only (I3): the run is succeeded, the
+    answer is on its transcript and its entry points (A2A task, cron record, Teams inbox row
+    with the posted `reply`), and it is kept sealed for `retention_s` more.
+
+    With `sealed_answer`, a running run's answer is stored in this same statement (an answer
+    that lives only in Postgres: no moment between storing and handing on to crash in);
+    without, the answer an earlier statement stored (`answered`, handed on outside first)."""
     row = conn.execute(
         sql(
             f"""
             WITH d AS (
-                UPDATE runs SET status = 'succeeded', finished_at = now(), updated_at = now(),
-                       answer_expires_at = now() + make_interval(secs => :retention)
-                WHERE id = :run_id AND attempt = :attempt AND status = 'answered'
-                RETURNING id),
-            t AS (
-                INSERT INTO transcript_messages (run_id, role, content)
-                SELECT id, 'assistant', :text FROM d)
-            {ends_cte("d", success=True, outcome_sql=":text")}
-            SELECT id FROM d
-            """
-        ),
-        {
-            "run_id": run_id,
-            "attempt": attempt,
-            "text": text,
-            "retention": retention_s,
-            "reply": json.dumps(reply) if reply is not None else None,
-        },
-    ).first()
-    if row is None:
-        raise FencedOut(run_id, attempt, "hand on the answer")
-
-
-def answer_and_deliver(
-    conn: sa.Connection,
-    run_id: str,
-    attempt: int,
-    text: str,
-    sealed_answer: bytes,
-    *,
-    retention_s: int,
-) -> None:
-    """Store the sealed answer and hand it on to entry points that live in Postgres
-    (transcript, A2A task, cron record) in one statement, for the owning attempt only (I3):
-    with nothing outside Postgres to tell, there is no moment between the two to crash in."""
-    row = conn.execute(
-        sql(
-            f"""
-            WITH d AS (
-                UPDATE runs SET status = 'succeeded', answer = :answer, answered_at = now(),
+                UPDATE runs SET status = 'succeeded',
+                       answer = coalesce(CAST(:answer AS bytea), answer),
+                       answered_at = CASE WHEN CAST(:answer AS bytea) IS NULL THEN answered_at
+                                          ELSE now() END,
                        finished_at = now(), updated_at = now(),
                        answer_expires_at = now() + make_interval(secs => :retention)
-                WHERE id = :run_id AND attempt = :attempt AND status = 'running'
+                WHERE id = :run_id AND attempt = :attempt
+                  AND status = CASE WHEN CAST(:answer AS bytea) IS NULL THEN 'answered'
+                                    ELSE 'running' END
                 RETURNING id),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)
@@ -147,11 +138,12 @@ def answer_and_deliver(
             "text": text,
             "answer": sealed_answer,
             "retention": retention_s,
-            "reply": None,
+            "reply": json.dumps(reply) if reply is not None else None,
         },
     ).first()
     if row is None:
-        raise FencedOut(run_id, attempt, "store and hand on the answer")
+        what = "hand on the answer" if sealed_answer is None else "store and hand on the answer"
+        raise FencedOut(run_id, attempt, what)
 
 
 def purge_answers(conn: sa.Connection) -> int:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from runtime.entries.entries import fire_cron, intake_teams
+from runtime.entries.cron import fire_cron
+from runtime.entries.teams import intake_teams
 from runtime.recovery import outage
 from store.entries import purge_answers
 from tasks.app import app

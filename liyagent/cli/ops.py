@@ -21,8 +21,16 @@ from liyagent.cli.common import (
     read_client,
 )
 from liyagent.cli.common import who as _who
-from runtime.entries.client import BadRequest, Client, parse_agent, parse_id
-from store.rows import RunNotFound
+from runtime.entries.client import (
+    AlreadyEnded,
+    BadRequest,
+    Client,
+    NotDecided,
+    Stopped,
+    parse_agent,
+    parse_id,
+)
+from store.rows import ApprovalRow, RunNotFound
 
 
 def _client() -> Client:
@@ -46,12 +54,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     return OK
 
 
-def _not_decided(c: Client, approval_id: str) -> CliError:
+def _not_decided(approval_id: str, current: ApprovalRow | None) -> CliError:
     """Why a decision changed nothing: no such approval, or it was decided before (exit 1)."""
-    from store.waits import get_approval
-
-    with c.s.engine.connect() as conn:
-        current = get_approval(conn, approval_id)
     if current is None:
         return CliError(
             f"approval {approval_id} does not exist; list a run's approvals with "
@@ -79,8 +83,8 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     c = _client()
     try:
         row = c.decide(approval_id, approve=approve, by=by, reason=args.reason)
-    except BadRequest:
-        raise _not_decided(c, approval_id) from None
+    except NotDecided as exc:
+        raise _not_decided(approval_id, exc.current) from None
     if args.json:
         print_json(approval_json(row))
     else:
@@ -98,22 +102,12 @@ def cmd_deny(args: argparse.Namespace) -> int:
     return _decide(args, approve=False)
 
 
-def _stop_run(c: Client, run_id: str, reason: str, by: str) -> tuple[list[str], list[str]]:
-    """Stop one run that has not ended: (failed now, stops at its next step)."""
-    view = c.get(run_id)
-    if view.done:
-        raise CliError(f"run {run_id} already {view.status}; nothing to stop", FAILED)
-    now = c.stop(run_id=run_id, reason=reason, by=by)
-    return now, [run_id] if c.get(run_id).status == "running" else []
-
-
-def _stop_agent(c: Client, agent: str, reason: str, by: str) -> tuple[list[str], list[str]]:
-    """Stop an agent's runs: (failed now, running ones that stop at their next step)."""
-    from store.views import running_runs
-
-    now = c.stop(agent=agent, reason=reason, by=by)
-    with c.s.engine.connect() as conn:
-        return now, running_runs(conn, agent)
+def _stop_run(c: Client, run_id: str, reason: str, by: str) -> Stopped:
+    """Stop one run that has not ended (one that has exits 1)."""
+    try:
+        return c.stop_run(run_id, reason=reason, by=by)
+    except AlreadyEnded as exc:
+        raise CliError(f"run {run_id} already {exc.status}; nothing to stop", FAILED) from None
 
 
 def _target(c: Client, args: argparse.Namespace) -> str | None:
@@ -139,10 +133,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     c = _client()
     run_id = _target(c, args)
     if run_id is not None:
-        now, running = _stop_run(c, run_id, reason, by)
+        done = _stop_run(c, run_id, reason, by)
         target = f"run {run_id}"
     else:
-        now, running = _stop_agent(c, args.agent, reason, by)
+        done = c.stop_agent(args.agent, reason=reason, by=by)
         target = (
             f"agent {args.agent} (its later runs are refused until the stop is lifted with "
             f"`liyagent stop --lift --agent {args.agent}`)"
@@ -150,10 +144,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {"run": run_id, "agent": args.agent, "by": by, "reason": reason,
-             "stopped_now": now, "stop_at_next_step": running}
+             "stopped_now": done.now, "stop_at_next_step": done.at_next_step}
         )  # fmt: skip
     else:
-        render_stop(out(), target, now, running)
+        render_stop(out(), target, done.now, done.at_next_step)
     return OK
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.entries.entries import teams_reply_key
+from runtime.entries.teams import teams_reply_key
 from simulators.vendor import (
     chat_replies_by_key,
     comments_by_key,

@@ -36,7 +36,7 @@ from liyagent.local.verdict import Trial, Verdict, Victim, judge_trials
 from runtime import services as runtime_services
 from runtime.base.sealing import Sealer
 from runtime.base.settings import Settings
-from runtime.entries.entries import fire_cron
+from runtime.entries.cron import fire_cron
 from runtime.recovery.deaths import death_watch_leader, hand_lead
 from runtime.services import holder_of
 from tasks.services import CeleryPublisher

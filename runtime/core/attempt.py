@@ -11,18 +11,17 @@ from runtime.base import drain, faults
 from runtime.base.sealing import SealError, digest
 from runtime.core.calls import CallRouter, KeyFn, Settled
 from runtime.core.enqueue import publish_quietly
+from runtime.core.entry import HandOnRefused, entry_point
 from runtime.core.waiting import Suspend
 from runtime.durable import chain
 from runtime.durable.gates import run_refusal
 from runtime.durable.state import RunState
-from runtime.entries.entries import post_teams_reply
 from runtime.fleet.heartbeat import RunLease
 from runtime.fleet.leases import monotonic_ms
 from runtime.sending import http
 from runtime.services import Services
-from runtime.toolbox.tools import ToolError
 from store.checkpoints import StepRecord, select_step_records, write_checkpoint
-from store.entries import answer_and_deliver, deliver
+from store.entries import deliver
 from store.gates import select_gates
 from store.records import insert_owned_audit
 from store.rows import FencedOut, GateRow, RunRow
@@ -218,19 +217,19 @@ class RunAttempt:
             self._read_gates(lasting=False)
 
     def _finish(self, text: str) -> None:
-        """Seal the final answer. Handed on to entry points in Postgres, it is stored and
-        delivered in one statement; a Teams reply leaves the process, so the answer is stored
-        first and a resume hands that answer on, never running the turn again."""
+        """Seal the final answer. An entry point in Postgres has it stored and delivered in one
+        statement; one outside (a post to a service) has it stored first, and a resume hands
+        that answer on, never running the turn again."""
         sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
         self.lease.check()
-        if self.run.entry_kind != "teams":
+        if not entry_point(self.run).outside:
             with self.s.engine.connect() as conn:
-                answer_and_deliver(
+                deliver(
                     conn,
                     self.run.id,
                     self.run.attempt,
                     text,
-                    sealed,
+                    sealed_answer=sealed,
                     retention_s=self.s.settings.answer_retention_s,
                 )
             faults.point("after_answer")
@@ -246,10 +245,11 @@ class RunAttempt:
         """Deliver the stored answer to its entry points, once (the run is then succeeded)."""
         reply = None
         self.lease.check()  # a taken-over attempt must not post or deliver (I3)
-        if self.run.entry_kind == "teams":
+        entry = entry_point(self.run)
+        if entry.outside:
             try:
-                reply = post_teams_reply(self.s, self.run, text)
-            except ToolError as exc:
+                reply = entry.hand_on(self.s, self.run, text)
+            except HandOnRefused as exc:
                 # A definite refusal (4xx): posting again cannot help; the hand-on fails.
                 self._fail(f"its answer could not be handed on: {exc}", "hand_on_refused")
             faults.point("after_reply")

@@ -18,18 +18,19 @@ from runtime.models.base import ModelError
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from store.db import to_json
-from store.entries import EntryLink
+from store.entries import EntryKind, EntryLink
 from store.rows import RequestKeyConflict, RunId
 from store.runs import insert_run
 
 log = structlog.get_logger(__name__)
 
+K = EntryKind
 # Entry kinds whose runs may suspend (wait for an approval without holding a worker).
-WAITING_KINDS = frozenset({"plain", "managed", "playground", "a2a", "resume", "delegation", "job"})
+WAITING_KINDS = frozenset({K.PLAIN, K.MANAGED, K.PLAYGROUND, K.A2A, K.RESUME, K.DELEGATION, K.JOB})
 # Entry-point runs TICKETIQ_CRASH_RESUME_ENTRIES covers: written ahead only when it is true.
-ENTRY_KINDS = frozenset({"cron", "webhook", "ticket_event", "copilot", "teams"})
+ENTRY_KINDS = frozenset({K.CRON, K.WEBHOOK, K.TICKET_EVENT, K.COPILOT, K.TEAMS})
 # Runs whose agent definition (model, tools, system) comes from the catalog, not the caller.
-CATALOG_KINDS = ENTRY_KINDS | {"a2a"}
+CATALOG_KINDS = ENTRY_KINDS | {K.A2A}
 
 
 class BadRequest(ValueError):
@@ -69,7 +70,8 @@ class NewRun:
     model: dict[str, Any] = field(default_factory=dict)
     workflow: dict[str, Any] | None = None
     owner: str = "app"
-    entry_kind: str = "plain"
+    # An `EntryKind`, or a kind of its own an app names through the client API.
+    entry_kind: str = EntryKind.PLAIN
     channel: str = "api"
     run_as: str | None = None
     tools: list[str] | None = None

@@ -17,6 +17,7 @@ from runtime.durable.keys import approval_step_key, delegation_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.services import Services
 from runtime.toolbox.tools import Tool
+from store.entries import EntryKind
 from store.rows import RunRow
 from store.runs import claim_lost, get_run_by_request_key
 from store.waits import ensure_approval
@@ -158,7 +159,7 @@ class WaitRouter:
             user_input=text,
             model=model,
             owner=self.run.owner,
-            entry_kind="delegation",
+            entry_kind=EntryKind.DELEGATION,
             channel=self.run.channel,
             run_as=self.run.run_as,
             tools=self._child_tools(args.get("tools")),

@@ -1,5 +1,11 @@
 """The client API app processes use: start runs and workflows, read them, wait for them,
-stop them, decide approvals."""
+stop them, decide approvals; and the operator's actions the front and the CLI share (stop a
+run or an agent, lift a stop, the one "known agent" check).
+
+As an entry kind (`plain`, `managed`, `playground`, `resume`): a run starts with
+`Client.start_run` (idempotent by its request key), its answer is handed on in Postgres (stored
+on the run and its transcript in one statement, read with `get` or `wait`), and a failure is
+told on the run alone (its status and reason)."""
 
 from __future__ import annotations
 
@@ -22,13 +28,16 @@ from runtime.core.enqueue import (
     parse_agent,
     publish_quietly,
 )
+from runtime.core.entry import InPostgres
+from runtime.entries.start import UnknownAgent, catalog_agent
 from runtime.ops.erasure import Erased, erase
 from runtime.services import Services
+from store.entries import EntryKind
 from store.gates import agent_has_runs, insert_stop, lift_stops
 from store.records import insert_audit_once, select_transcript
 from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
 from store.runs import get_run
-from store.views import runs_by_id_prefix
+from store.views import running_runs, runs_by_id_prefix
 from store.waits import decide_approval, get_approval, list_approvals
 
 TERMINAL = frozenset({"succeeded", "failed"})
@@ -37,6 +46,39 @@ MIN_PREFIX = 4
 # How many matches an ambiguous prefix lists.
 PREFIX_MATCHES_SHOWN = 10
 _HEX = re.compile(r"[0-9a-f]+")
+
+ENTRY = InPostgres(EntryKind.PLAIN, EntryKind.MANAGED, EntryKind.PLAYGROUND, EntryKind.RESUME)
+
+
+class AlreadyEnded(BadRequest):
+    """A Stop names a run that has ended: there is nothing to stop; nothing stored."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} already {status}; there is nothing to stop")
+        self.status = status
+
+
+class NotDecided(BadRequest):
+    """A decision that changed nothing: the approval does not exist (`current` None) or was
+    decided before (`current` says how and by whom)."""
+
+    def __init__(self, approval_id: str, current: ApprovalRow | None) -> None:
+        if current is None:
+            super().__init__(f"approval {approval_id} does not exist")
+        else:
+            super().__init__(
+                f"approval {approval_id} was already {current.status} by "
+                f"{current.decided_by}; nothing changed"
+            )
+        self.current = current
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What a Stop did: the runs failed now, and the running ones that stop at their next step."""
+
+    now: list[str]
+    at_next_step: list[str]
 
 
 @dataclass(frozen=True)
@@ -146,7 +188,7 @@ class Client:
                 user_input=f"{kind} {json.dumps(params, sort_keys=True)}"[:2000],
                 job={"kind": kind, "params": params},
                 tools=list(job_kind.tools),
-                entry_kind="job",
+                entry_kind=EntryKind.JOB,
                 channel="jobs",
                 owner=owner,
                 request_key=request_key,
@@ -228,17 +270,23 @@ class Client:
             run_id = parse_id(run_id)
             view = self.get(run_id)
             if view.done:
-                raise BadRequest(f"run {run_id} already {view.status}; there is nothing to stop")
+                raise AlreadyEnded(run_id, view.status)
         if agent is not None:
             self.known_agent(agent)
         with self.s.engine.connect() as conn:
-            return insert_stop(
-                conn,
-                run_id=None if run_id is None else parse_id(run_id),
-                agent=agent,
-                reason=reason,
-                by=by,
-            )
+            return insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
+
+    def stop_run(self, run_id: str, *, reason: str, by: str) -> Stopped:
+        """Stop one run that has not ended (RunNotFound, AlreadyEnded otherwise)."""
+        now = self.stop(run_id=run_id, reason=reason, by=by)
+        running = [] if run_id in now or self.get(run_id).status != "running" else [run_id]
+        return Stopped(now, running)
+
+    def stop_agent(self, agent: str, *, reason: str, by: str) -> Stopped:
+        """Stop a known agent's runs (UnknownAgent otherwise) and its later runs until lifted."""
+        now = self.stop(agent=agent, reason=reason, by=by)
+        with self.s.engine.connect() as conn:
+            return Stopped(now, running_runs(conn, agent))
 
     def erase(self, *, run_id: str | None = None, owner: str | None = None, by: str) -> Erased:
         """Delete the content of a run (and its sub-agent runs) or of every run of an owner at
@@ -250,20 +298,17 @@ class Client:
 
     def known_agent(self, agent: str) -> str:
         """An agent a Stop may name: a valid name in the catalog (or declared in a tool
-        module), or one that has runs; any other is refused (BadRequest), nothing stored."""
-        from runtime.entries.entries import s_catalog
-
+        module), or one that has runs; any other is refused (UnknownAgent), nothing stored."""
         parse_agent(agent)
         try:
-            catalog_names = set(s_catalog(self.s).agents)
-        except (ValueError, OSError):  # an unreadable catalog names no agent
-            catalog_names = set()
-        if agent in catalog_names:
+            catalog_agent(self.s.settings, self.s.tools, agent)
             return agent
+        except (ValueError, OSError):  # an unreadable catalog names no agent
+            pass
         with self.s.engine.connect() as conn:
             if agent_has_runs(conn, agent):
                 return agent
-        raise BadRequest(
+        raise UnknownAgent(
             f"no agent named {agent!r}: it is not in the catalog ({self.s.settings.agents_file}) "
             "and has no runs; check the name; nothing was stored"
         )
@@ -307,12 +352,7 @@ class Client:
             if decided is None:
                 current = get_approval(conn, approval_id)
         if decided is None:
-            if current is None:
-                raise BadRequest(f"approval {approval_id} does not exist")
-            raise BadRequest(
-                f"approval {approval_id} was already {current.status} by "
-                f"{current.decided_by}; nothing changed"
-            )
+            raise NotDecided(approval_id, current)
         request, woke = decided
         if woke is not None:
             publish_quietly(self.s, request.run_id, woke)
@@ -321,11 +361,15 @@ class Client:
 
 __all__ = [
     "AGENT_NAME",
+    "AlreadyEnded",
     "BadRequest",
     "Client",
+    "NotDecided",
     "RequestConflict",
     "RunNotFound",
     "RunView",
+    "Stopped",
+    "UnknownAgent",
     "parse_agent",
     "parse_id",
     "resolve_run_id",

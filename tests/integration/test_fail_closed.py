@@ -18,7 +18,8 @@ from starlette.exceptions import StarletteDeprecationWarning
 from front.app import create_app
 from runtime import services as runtime_services
 from runtime.entries.client import BadRequest
-from runtime.entries.entries import TeamsTurn, receive_teams, start_entry
+from runtime.entries.start import start_entry
+from runtime.entries.teams import TeamsTurn, receive_teams
 from tests.integration.test_cli import cli
 from tests.support.scripts import call, final, step
 

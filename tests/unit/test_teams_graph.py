@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from runtime.base.settings import Settings
-from runtime.entries.teams_graph import _is_ours, place_of
+from runtime.entries.teams import _is_ours, place_of
 from runtime.toolbox.tools import ToolError
 
 APP = "11111111-2222-3333-4444-555555555555"

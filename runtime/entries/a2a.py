@@ -1,0 +1,46 @@
+"""A2A tasks (the protocol's JSON-RPC endpoint is front/a2a.py, its request handler
+front/a2a_tasks.py).
+
+Starts: a SendMessage makes one run of the skill's catalog agent per message id (`a2a:<message
+id>`), linked to its task (named after the message, with its context and the message itself)
+in the inserting statement. Its answer is handed on in Postgres: the task is completed with the
+answer in the answering statement (`store.entries.ends_cte`). A failure is told the same way:
+the task is failed in the failing statement; a CancelTask is an operator Stop of the run whose
+failure then reads as canceled.
+"""
+
+from __future__ import annotations
+
+from runtime.core.entry import InPostgres
+from runtime.entries.client import Client
+from runtime.entries.start import start_entry
+from runtime.services import Services
+from store.entries import EntryKind, EntryLink, mark_a2a_canceled
+from store.rows import RunId
+
+ENTRY = InPostgres(EntryKind.A2A)
+
+
+def submit(
+    s: Services, agent: str, text: str, message_id: str, context_id: str, message: str
+) -> tuple[RunId, bool]:
+    """The run of the message `message_id` (made once), linked to its task in the same
+    statement; `message` is the A2A message as received (JSON text). (run id, new)"""
+    return start_entry(
+        s,
+        entry_kind=EntryKind.A2A,
+        agent=agent,
+        user_input=text,
+        request_key=f"a2a:{message_id}",
+        owner="a2a",
+        channel="a2a",
+        link=EntryLink(EntryKind.A2A, message_id, context_id=context_id, message=message),
+    )
+
+
+def cancel(s: Services, task_id: str, run_id: str, by: str) -> None:
+    """CancelTask: an operator Stop of the task's run (BadRequest if it has ended), recorded on
+    the task so its failure reads as canceled."""
+    Client(s).stop(run_id=run_id, reason=f"A2A CancelTask of task {task_id}", by=by)
+    with s.engine.connect() as conn:
+        mark_a2a_canceled(conn, task_id)

@@ -1,0 +1,31 @@
+"""Co-pilot turns (`POST /copilot/turns`, front/entries.py).
+
+Starts: one run of the named catalog agent per conversation and turn id (`copilot:<conversation>:
+<turn>`), owned by the user who asked. Its answer is handed on in Postgres: stored on the run
+and its transcript in one statement. A failure is told on the run alone.
+"""
+
+from __future__ import annotations
+
+from runtime.core.entry import InPostgres
+from runtime.entries.start import start_entry
+from runtime.services import Services
+from store.entries import EntryKind
+from store.rows import RunId
+
+ENTRY = InPostgres(EntryKind.COPILOT)
+
+
+def start_copilot_turn(
+    s: Services, agent: str, conversation: str, turn: str, text: str, user: str
+) -> tuple[RunId, bool]:
+    """The run of `agent` for turn `turn` of `conversation` (made once); (run id, new)."""
+    return start_entry(
+        s,
+        entry_kind=EntryKind.COPILOT,
+        agent=agent,
+        user_input=text,
+        request_key=f"copilot:{conversation}:{turn}",
+        owner=user,
+        channel="copilot",
+    )

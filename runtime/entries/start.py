@@ -1,0 +1,72 @@
+"""What every entry kind shares: the agents an entry may start (the catalog file's and those
+declared in tool modules, looked up in one place) and the one start, through the enqueue door
+(`runtime/core/enqueue.py`), idempotent by the entry's request key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.base.settings import Settings
+from runtime.core import catalog
+from runtime.core.enqueue import BadRequest, NewRun, enqueue
+from runtime.services import Services
+from runtime.toolbox.tools import AgentDef, ToolRegistry
+from store.entries import EntryKind, EntryLink
+from store.rows import RunId
+
+
+class UnknownAgent(BadRequest):
+    """No agent of that name is declared (the message lists the known ones); nothing stored."""
+
+
+def agents(settings: Settings, tools: ToolRegistry) -> catalog.Catalog:
+    """The catalog file's agents and triggers, with the agents declared in tool modules; a
+    catalog that cannot be read raises its `CatalogError` (a ValueError)."""
+    return catalog.load(settings.agents_file).with_agents(tools.agents)
+
+
+def catalog_agent(settings: Settings, tools: ToolRegistry, name: str) -> AgentDef:
+    """The declared agent `name`: `UnknownAgent` when there is none; a catalog that cannot be
+    read raises its `CatalogError`."""
+    found = agents(settings, tools)
+    try:
+        return found.agent(name)
+    except catalog.CatalogError as exc:
+        raise UnknownAgent(str(exc)) from None
+
+
+def start_entry(
+    s: Services,
+    *,
+    entry_kind: EntryKind,
+    agent: str,
+    user_input: str,
+    request_key: str,
+    owner: str,
+    channel: str,
+    entry: dict[str, Any] | None = None,
+    link: EntryLink | None = None,
+) -> tuple[RunId, bool]:
+    """Start a catalog agent's run for an entry point, idempotently by its request key; the
+    run's model, tools and system prompt are the agent's (BadRequest for an unknown agent or a
+    catalog that cannot be read)."""
+    try:
+        definition = catalog_agent(s.settings, s.tools, agent)
+    except catalog.CatalogError as exc:
+        raise BadRequest(str(exc)) from None
+    return enqueue(
+        s,
+        NewRun(
+            agent=agent,
+            user_input=user_input,
+            model=definition.model,
+            tools=definition.tools,
+            system=definition.system,
+            owner=owner,
+            entry_kind=entry_kind,
+            channel=channel,
+            request_key=request_key,
+            entry=entry,
+            link=link,
+        ),
+    )

@@ -1,0 +1,31 @@
+"""Ticket events (`POST /tickets/{ticket_id}/events`, front/entries.py).
+
+Starts: one run of the named catalog agent per ticket and event id (`ticket:<ticket>:<event
+id>`), its input the event's type and text. Its answer is handed on in Postgres: stored on the
+run and its transcript in one statement. A failure is told on the run alone.
+"""
+
+from __future__ import annotations
+
+from runtime.core.entry import InPostgres
+from runtime.entries.start import start_entry
+from runtime.services import Services
+from store.entries import EntryKind
+from store.rows import RunId
+
+ENTRY = InPostgres(EntryKind.TICKET_EVENT)
+
+
+def start_ticket_event(
+    s: Services, agent: str, ticket: str, event_id: str, kind: str, text: str
+) -> tuple[RunId, bool]:
+    """The run of `agent` for event `event_id` of `ticket` (made once); (run id, new)."""
+    return start_entry(
+        s,
+        entry_kind=EntryKind.TICKET_EVENT,
+        agent=agent,
+        user_input=f"Ticket {ticket} event {kind}:\n{text}",
+        request_key=f"ticket:{ticket}:{event_id}",
+        owner="tickets",
+        channel="tickets",
+    )

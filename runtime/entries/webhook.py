@@ -1,0 +1,30 @@
+"""Webhooks (`POST /webhooks/{agent}`, front/entries.py).
+
+Starts: one run of the catalog agent per agent and event id (`webhook:<agent>:<event id>`), so
+a repeated delivery returns the run the first one made. Its answer is handed on in Postgres:
+stored on the run and its transcript in one statement, read with `GET /runs/{id}`. A failure
+is told on the run alone (its status and reason): a webhook has no row of its own.
+"""
+
+from __future__ import annotations
+
+from runtime.core.entry import InPostgres
+from runtime.entries.start import start_entry
+from runtime.services import Services
+from store.entries import EntryKind
+from store.rows import RunId
+
+ENTRY = InPostgres(EntryKind.WEBHOOK)
+
+
+def start_webhook(s: Services, agent: str, event_id: str, text: str) -> tuple[RunId, bool]:
+    """The run of `agent` for webhook event `event_id` (made once); (run id, new)."""
+    return start_entry(
+        s,
+        entry_kind=EntryKind.WEBHOOK,
+        agent=agent,
+        user_input=text,
+        request_key=f"webhook:{agent}:{event_id}",
+        owner="webhook",
+        channel="webhook",
+    )
