@@ -17,6 +17,7 @@ import httpx
 
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
+from runtime.toolbox.job_kinds import JobKind
 
 Outcome = dict[str, Any]
 
@@ -224,15 +225,35 @@ class AgentDef:
 
 
 class ToolRegistry:
-    """Tools (and agents declared next to them) by name; one registry per process."""
+    """Tools (and agents and job kinds declared next to them) by name; one registry per
+    process."""
 
-    def __init__(self, tools: Iterable[Tool] = (), agents: Iterable[AgentDef] = ()) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        agents: Iterable[AgentDef] = (),
+        jobs: Iterable[JobKind] = (),
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self.agents: dict[str, AgentDef] = {}
+        self.jobs: dict[str, JobKind] = {}
         for tool in tools:
             self.register(tool)
         for agent in agents:
             self.add_agent(agent)
+        for kind in jobs:
+            self.add_job(kind)
+
+    def add_job(self, kind: JobKind) -> None:
+        known = self.jobs.get(kind.name)
+        if known is not None and known.run is kind.run:
+            return  # one declaration reached twice (a module under two names)
+        if known is not None:
+            raise ToolDeclarationError(
+                f"job kind {kind.name} is declared twice: by {known.origin} and by "
+                f"{kind.origin}; rename one of them"
+            )
+        self.jobs[kind.name] = kind
 
     def register(self, tool: Tool) -> None:
         first = self._tools.get(tool.name)
