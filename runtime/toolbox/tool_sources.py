@@ -125,7 +125,8 @@ def _from_entry_points(seen: set[str]) -> Iterable[Declared]:
         target = getattr(loaded, attr.strip(), None)
         if target is None:
             raise ToolDeclarationError(f"{setting}: {ep.value} names nothing")
-        values = target() if callable(target) and not isinstance(target, FunctionTool) else target
+        declaration = isinstance(target, FunctionTool | JobKind)
+        values = target() if callable(target) and not declaration else target
         items = list(values) if isinstance(values, list | tuple) else [values]
         tools = [v.to_tool(setting) if isinstance(v, FunctionTool) else v for v in items]
         yield Declared(

@@ -8,6 +8,8 @@ reader or dedupe window) and uses the `CallContext` it is given.
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -208,6 +210,15 @@ class Tool:
         }
 
 
+def declared_at(fn: Callable[..., Any]) -> str | None:
+    """Where a function is defined (its file, resolved, and first line): the same declaration
+    reached through two module names, or a module and an entry point, is one tool (or job)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None
+    return f"{os.path.realpath(code.co_filename)}:{code.co_firstlineno}"
+
+
 class ToolDeclarationError(ValueError):
     """A tool is declared wrong (no window, unknown kind, a name used twice); the message names
     the tool and where it came from. Processes refuse to start with it."""
@@ -246,7 +257,8 @@ class ToolRegistry:
 
     def add_job(self, kind: JobKind) -> None:
         known = self.jobs.get(kind.name)
-        if known is not None and known.run is kind.run:
+        where = declared_at(kind.run)
+        if known is not None and where is not None and declared_at(known.run) == where:
             return  # one declaration reached twice (a module under two names)
         if known is not None:
             raise ToolDeclarationError(

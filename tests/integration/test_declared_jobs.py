@@ -5,13 +5,14 @@ then resumed from its checkpointed cursor, not from the start."""
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from runtime.entries.client import BadRequest
+from tests.support.scripts import call, final, step
+from tests.support.user_modules import install
 
 MODULE = "acme_jobs"
 SOURCE = textwrap.dedent(
@@ -50,12 +51,7 @@ SOURCE = textwrap.dedent(
 def acme_jobs(stack, tmp_path: Path, monkeypatch) -> Path:
     """The module written where only PYTHONPATH finds it, named in LIYAGENT_TOOLS for every
     process started from now on (this one too); returns the directory its jobs write to."""
-    home = tmp_path / "acme"
-    home.mkdir()
-    (home / f"{MODULE}.py").write_text(SOURCE)
-    monkeypatch.setenv("PYTHONPATH", f"{home}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.syspath_prepend(str(home))
-    stack.reconfigure(tool_modules=(MODULE,))
+    install(stack, tmp_path / "acme", monkeypatch, **{MODULE: SOURCE})
     out = tmp_path / "tally"
     out.mkdir()
     return out
@@ -135,15 +131,9 @@ probed = agent("acme-probed", model={model!r}, tools=[wipe], system="Never wipe 
 def test_red_team_sends_each_probe_to_the_agents_model_and_makes_no_call(
     stack, tmp_path: Path, monkeypatch
 ) -> None:
-    from tests.support.scripts import call, final, step
-
     home = tmp_path / "probed"
-    home.mkdir()
     model = stack.model([step(call("toolu_w", "acme.wipe", what="prod")), final("no")])
-    (home / "acme_probed.py").write_text(PROBED.format(out=str(home), model=model))
-    monkeypatch.setenv("PYTHONPATH", f"{home}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.syspath_prepend(str(home))
-    stack.reconfigure(tool_modules=("acme_probed",))
+    install(stack, home, monkeypatch, acme_probed=PROBED.format(out=str(home), model=model))
     stack.worker()
     run_id = stack.client.start_job(
         kind="red_team",

@@ -3,8 +3,6 @@ LIYAGENT_JOB_MODULES name, and refused at load when declared wrong."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,20 +13,15 @@ from runtime.base.settings import Settings
 from runtime.toolbox.job_kinds import JobContext, JobDeclarationError, JobError, JobParams, job
 from runtime.toolbox.tool_sources import load_registry
 from runtime.toolbox.tools import ToolDeclarationError
+from tests.support.user_modules import importable_root, write_module
 
 BUILT_IN = ["classifier_training", "fine_tune", "red_team", "source_sync"]
 
 
 @pytest.fixture
 def user_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    for name in [m for m in sys.modules if m.startswith("lyt_jobs")]:
-        del sys.modules[name]
-
-
-def _module(root: Path, name: str, body: str) -> None:
-    (root / f"{name}.py").write_text(textwrap.dedent(body))
+    """A team's package outside the repository, importable like any installed module."""
+    yield from importable_root(tmp_path, monkeypatch, "lyt_jobs")
 
 
 JOB_MODULE = """
@@ -45,7 +38,7 @@ JOB_MODULE = """
 
 
 def test_a_module_of_jobs_alone_loads_with_its_kinds(user_package: Path) -> None:
-    _module(user_package, "lyt_jobs_a", JOB_MODULE.format(kind="acme.count"))
+    write_module(user_package, "lyt_jobs_a", JOB_MODULE.format(kind="acme.count"))
     registry = load_registry(["lyt_jobs_a"], use_entry_points=False)
     kind = registry.jobs["acme.count"]
     assert kind.resumable and kind.origin == "module lyt_jobs_a" and kind.tools == ()
@@ -69,8 +62,8 @@ def test_the_built_in_kinds_load_from_the_job_modules_setting(
 
 
 def test_one_kind_declared_by_two_modules_stops_the_load(user_package: Path) -> None:
-    _module(user_package, "lyt_jobs_b", JOB_MODULE.format(kind="acme.count"))
-    _module(user_package, "lyt_jobs_c", JOB_MODULE.format(kind="acme.count"))
+    write_module(user_package, "lyt_jobs_b", JOB_MODULE.format(kind="acme.count"))
+    write_module(user_package, "lyt_jobs_c", JOB_MODULE.format(kind="acme.count"))
     with pytest.raises(ToolDeclarationError, match=r"job kind acme\.count is declared twice"):
         load_registry(["lyt_jobs_b", "lyt_jobs_c"], use_entry_points=False)
     # One module named twice is one declaration.
@@ -80,7 +73,7 @@ def test_one_kind_declared_by_two_modules_stops_the_load(user_package: Path) -> 
 
 
 def test_a_job_declared_without_a_params_model_stops_the_load(user_package: Path) -> None:
-    _module(
+    write_module(
         user_package,
         "lyt_jobs_bad",
         """
