@@ -7,8 +7,9 @@ The public surface users build on; everything here is stable, nothing else is:
     @tool.read
     def lookup_order(ctx: CallContext, order_id: str) -> dict: ...
 
-Tools and agents live in the user's own modules, named by `LIYAGENT_TOOLS` (or the
-`liyagent.tools` entry-point group); workers, beat, the front and the CLI load them at start.
+Tools, agents and job kinds (`@job`) live in the user's own modules, named by `LIYAGENT_TOOLS`
+(or the `liyagent.tools` entry-point group); workers, beat, the front and the CLI load them at
+start.
 Runs are started, read and stopped, and approvals decided, through `client()`; a declared
 agent's run starts with `start_agent(name, input)`.
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from runtime.entries.client import BadRequest, Client, RunView
 from runtime.sending.http import SendRefused
+from runtime.toolbox.job_kinds import JobContext, JobError, JobKind, JobParams, job
 from runtime.toolbox.tools import (
     AgentDef,
     CallContext,
@@ -89,6 +91,10 @@ __all__ = [
     "Client",
     "FunctionTool",
     "InvalidArguments",
+    "JobContext",
+    "JobError",
+    "JobKind",
+    "JobParams",
     "RunView",
     "SendRefused",
     "Tool",
@@ -99,6 +105,7 @@ __all__ = [
     "agent",
     "client",
     "declared_agent",
+    "job",
     "services",
     "start_agent",
     "tool",

@@ -60,7 +60,11 @@ class Services:
     def model_for(self, run: RunRow) -> ModelProvider:
         """The provider the run's spec names. Providers record nothing of their own: what a
         model was asked is judged from the model server's records (I5)."""
-        model: dict[str, Any] = dict(run.spec.get("model") or {})
+        return self.provider_for(dict(run.spec.get("model") or {}), run.id)
+
+    def provider_for(self, model: dict[str, Any], run_id: str) -> ModelProvider:
+        """The provider a model spec names, for the run `run_id` (a job asking an agent's
+        model, the red-team probes, passes the agent's spec)."""
         provider = model.get("provider", "scripted")
         if provider == "scripted":
             return ScriptedProvider(model.get("script") or {})
@@ -73,7 +77,7 @@ class Services:
 
             return AnthropicProvider(model)
         raise ModelError(
-            f"run {run.id}: model provider {provider!r} is not available in this worker",
+            f"run {run_id}: model provider {provider!r} is not available in this worker",
             retryable=False,
         )
 
@@ -163,11 +167,12 @@ _registries: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...], str], Tool
 
 
 def registry_for(settings: Settings) -> ToolRegistry:
-    """The tools and agents `LIYAGENT_TOOLS` (and entry points) declare, and the tools of the
+    """The tools, agents and job kinds `LIYAGENT_TOOLS` (and entry points) declare, the
+    built-in job kinds `LIYAGENT_JOB_MODULES` names, and the tools of the
     MCP servers `LIYAGENT_MCP_SERVERS` names, loaded once per process; raises
     ToolDeclarationError naming the module, server and tool that are wrong."""
     key = (
-        tuple(settings.tool_modules),
+        tuple(settings.tool_modules) + tuple(f"job:{m}" for m in settings.job_modules),
         tuple(sorted(settings.tool_kinds.items())),
         settings.mcp_servers,
     )
@@ -180,7 +185,10 @@ def registry_for(settings: Settings) -> ToolRegistry:
 
                 extra = mcp_tools.sources(settings.mcp_servers)
             _registries[key] = load_registry(
-                settings.tool_modules, settings.tool_kinds, extra=extra
+                settings.tool_modules,
+                settings.tool_kinds,
+                extra=extra,
+                job_modules=settings.job_modules,
             )
         return _registries[key]
 

@@ -149,12 +149,14 @@ def cmd_workflow(args: argparse.Namespace) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    """Queue a background job of a known kind; with --wait, wait for its end."""
-    from runtime.core.jobs import JOB_KINDS
+    """Queue a background job of a known kind (built in, or declared with @job in a module
+    LIYAGENT_TOOLS names); with --wait, wait for its end."""
+    from runtime.services import registry_for
 
-    if args.kind not in JOB_KINDS:
+    known = registry_for(get_settings()).jobs
+    if args.kind not in known:
         raise CliError(
-            f"unknown job kind {args.kind!r}; known: {', '.join(sorted(JOB_KINDS))}; "
+            f"unknown job kind {args.kind!r}; known: {', '.join(sorted(known))}; "
             "nothing was stored",
             USAGE,
         )

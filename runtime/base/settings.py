@@ -372,6 +372,10 @@ class Settings:
     # Modules whose tools and agents every process loads (LIYAGENT_TOOLS, comma-separated),
     # the way Celery's `include` names task modules.
     tool_modules: tuple[str, ...] = ()
+    # Modules whose job kinds (`@job`) every process loads before LIYAGENT_TOOLS' own
+    # (LIYAGENT_JOB_MODULES, comma-separated): the built-in kinds, named as a module path so the
+    # engine never imports the package that declares them.
+    job_modules: tuple[str, ...] = ("liyagent.jobs",)
     # Operators' reclassification of tools, `name=kind` (e.g. chat.reply=read). A call already
     # marked a write stays a write whatever its tool is classified as now (I7).
     tool_kinds: dict[str, str] = field(default_factory=dict)
@@ -450,6 +454,9 @@ class Settings:
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             worker_sweeps=_env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
             tool_modules=_env_list("LIYAGENT_TOOLS"),
+            job_modules=_env_list("LIYAGENT_JOB_MODULES")
+            if "LIYAGENT_JOB_MODULES" in os.environ
+            else cls.job_modules,
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
             mcp_servers=os.environ.get("LIYAGENT_MCP_SERVERS", "").strip(),
             answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),

@@ -172,11 +172,16 @@ class Client:
     ) -> RunId:
         """Queue a background job for any worker; resumable kinds continue from their cursor.
         Its parameters are checked for its kind first: bad ones store nothing."""
-        from runtime.core.jobs import JOB_KINDS, JobError
+        from runtime.toolbox.job_kinds import JobError
 
-        job_kind = JOB_KINDS.get(kind)
+        known = self.s.tools.jobs
+        job_kind = known.get(kind)
         if job_kind is None:
-            raise BadRequest(f"unknown job kind {kind!r}; known: {', '.join(sorted(JOB_KINDS))}")
+            raise BadRequest(
+                f"unknown job kind {kind!r}; known: {', '.join(sorted(known))} (a team's own "
+                "kinds are declared with @job in the modules LIYAGENT_TOOLS names); nothing "
+                "was stored"
+            )
         try:
             job_kind.check(params)
         except JobError as exc:

@@ -1,5 +1,6 @@
 """Where tools come from: the modules `LIYAGENT_TOOLS` names (as Celery's `include` names task
-modules), the `liyagent.tools` entry-point group, MCP servers, and the engine's own.
+modules), the `liyagent.tools` entry-point group, MCP servers, and the engine's own. Job kinds
+(`@job`) come from the same modules, and from `LIYAGENT_JOB_MODULES` (the built-in kinds).
 
 Every process (worker, beat, front, CLI) loads them at start; a module that fails to import, a
 tool registered twice, a keyed write without a window or an unknown kind stops the process with
@@ -12,11 +13,12 @@ import importlib
 import os
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
+from runtime.toolbox.job_kinds import JobDeclarationError, JobKind
 from runtime.toolbox.tools import (
     AgentDef,
     Tool,
@@ -54,13 +56,31 @@ def engine_tools() -> list[Tool]:
     ]
 
 
-def declared_in(module: ModuleType) -> tuple[list[Tool], list[AgentDef]]:
-    """The tools and agents a module declares at its top level: tools defined in it (a tool
-    it imports from another module belongs to that module, so naming both loads it once)."""
+@dataclass
+class Declared:
+    """What one module (or entry point) declares."""
+
+    tools: list[Tool] = field(default_factory=list)
+    agents: list[AgentDef] = field(default_factory=list)
+    jobs: list[JobKind] = field(default_factory=list)
+
+
+def declared_in(module: ModuleType) -> Declared:
+    """The tools, agents and job kinds a module declares at its top level: tools and jobs
+    defined in it (one it imports from another module belongs to that module, so naming both
+    loads it once)."""
     origin = f"module {module.__name__}"
     tools: list[Tool] = []
     agents: list[AgentDef] = []
+    jobs: list[JobKind] = []
     for value in vars(module).values():
+        if isinstance(value, JobKind):
+            # A package declares the kinds its own submodules define and it exports.
+            home = str(getattr(value.run, "__module__", module.__name__))
+            inside = hasattr(module, "__path__") and home.startswith(f"{module.__name__}.")
+            if home == module.__name__ or inside:
+                jobs.append(replace(value, origin=origin))
+            continue
         if isinstance(value, FunctionTool):
             if getattr(value.fn, "__module__", module.__name__) == module.__name__:
                 tools.append(value.to_tool(origin))
@@ -69,13 +89,13 @@ def declared_in(module: ModuleType) -> tuple[list[Tool], list[AgentDef]]:
                 tools.append(replace(value, origin=origin))
         elif isinstance(value, AgentDef):
             agents.append(replace(value, origin=origin))
-    return tools, agents
+    return Declared(tools, agents, jobs)
 
 
 def import_module(name: str, setting: str) -> ModuleType:
     try:
         return importlib.import_module(name)
-    except ToolDeclarationError as exc:
+    except (ToolDeclarationError, JobDeclarationError) as exc:
         raise ToolDeclarationError(f"{setting}: module {name}: {exc}") from None
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -92,7 +112,7 @@ def module_key(module: ModuleType) -> str:
     return os.path.realpath(file) if file else module.__name__
 
 
-def _from_entry_points(seen: set[str]) -> Iterable[tuple[list[Tool], list[AgentDef]]]:
+def _from_entry_points(seen: set[str]) -> Iterable[Declared]:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         setting = f"entry point {ep.name} ({ENTRY_POINT_GROUP})"
         module, _, attr = ep.value.partition(":")
@@ -105,12 +125,14 @@ def _from_entry_points(seen: set[str]) -> Iterable[tuple[list[Tool], list[AgentD
         target = getattr(loaded, attr.strip(), None)
         if target is None:
             raise ToolDeclarationError(f"{setting}: {ep.value} names nothing")
-        values = target() if callable(target) and not isinstance(target, FunctionTool) else target
+        declaration = isinstance(target, FunctionTool | JobKind)
+        values = target() if callable(target) and not declaration else target
         items = list(values) if isinstance(values, list | tuple) else [values]
         tools = [v.to_tool(setting) if isinstance(v, FunctionTool) else v for v in items]
-        yield (
+        yield Declared(
             [t for t in tools if isinstance(t, Tool)],
             [v for v in items if isinstance(v, AgentDef)],
+            [replace(v, origin=setting) for v in items if isinstance(v, JobKind)],
         )
 
 
@@ -119,32 +141,37 @@ def load_registry(
     kinds: dict[str, str] | None = None,
     extra: Iterable[Callable[[], list[Tool]]] = (),
     use_entry_points: bool = True,
+    job_modules: Iterable[str] = (),
 ) -> ToolRegistry:
-    """Every tool and agent this process may use, with operators' reclassifications applied
-    (`LIYAGENT_TOOL_KINDS`); raises ToolDeclarationError naming what is wrong."""
+    """Every tool, agent and job kind this process may use, with operators' reclassifications
+    applied (`LIYAGENT_TOOL_KINDS`); raises ToolDeclarationError naming what is wrong."""
     tools = engine_tools()
     agents: list[AgentDef] = []
+    jobs: list[JobKind] = []
     seen: set[str] = set()
-    for name in modules:
-        module = import_module(name, "LIYAGENT_TOOLS")
+    named = [(n, "LIYAGENT_JOB_MODULES") for n in job_modules]
+    for name, setting in [*named, *((n, "LIYAGENT_TOOLS") for n in modules)]:
+        module = import_module(name, setting)
         if module_key(module) in seen:
             continue  # the same module, named again or under another name
         seen.add(module_key(module))
-        found_tools, found_agents = declared_in(module)
-        if not found_tools and not found_agents:
+        found = declared_in(module)
+        if not found.tools and not found.agents and not found.jobs:
             raise ToolDeclarationError(
-                f"LIYAGENT_TOOLS: module {name} declares no tools or agents (declare them at "
-                "its top level with @tool.read, @tool.write, ... or agent(...))"
+                f"{setting}: module {name} declares no tools or agents, and no job kinds (declare "
+                "them at its top level with @tool.read, @tool.write, ..., agent(...) or @job(...))"
             )
-        tools += found_tools
-        agents += found_agents
+        tools += found.tools
+        agents += found.agents
+        jobs += found.jobs
     if use_entry_points:
-        for found_tools, found_agents in _from_entry_points(seen):
-            tools += found_tools
-            agents += found_agents
+        for found in _from_entry_points(seen):
+            tools += found.tools
+            agents += found.agents
+            jobs += found.jobs
     for source in extra:
         tools += source()
-    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents)
+    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents, jobs)
     for agent in registry.agents.values():
         unknown = registry.unknown(agent.tools or ())
         if unknown:

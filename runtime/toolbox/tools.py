@@ -8,6 +8,8 @@ reader or dedupe window) and uses the `CallContext` it is given.
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -17,6 +19,7 @@ import httpx
 
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
+from runtime.toolbox.job_kinds import JobKind
 
 Outcome = dict[str, Any]
 
@@ -207,6 +210,15 @@ class Tool:
         }
 
 
+def declared_at(fn: Callable[..., Any]) -> str | None:
+    """Where a function is defined (its file, resolved, and first line): the same declaration
+    reached through two module names, or a module and an entry point, is one tool (or job)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None
+    return f"{os.path.realpath(code.co_filename)}:{code.co_firstlineno}"
+
+
 class ToolDeclarationError(ValueError):
     """A tool is declared wrong (no window, unknown kind, a name used twice); the message names
     the tool and where it came from. Processes refuse to start with it."""
@@ -224,15 +236,36 @@ class AgentDef:
 
 
 class ToolRegistry:
-    """Tools (and agents declared next to them) by name; one registry per process."""
+    """Tools (and agents and job kinds declared next to them) by name; one registry per
+    process."""
 
-    def __init__(self, tools: Iterable[Tool] = (), agents: Iterable[AgentDef] = ()) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        agents: Iterable[AgentDef] = (),
+        jobs: Iterable[JobKind] = (),
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self.agents: dict[str, AgentDef] = {}
+        self.jobs: dict[str, JobKind] = {}
         for tool in tools:
             self.register(tool)
         for agent in agents:
             self.add_agent(agent)
+        for kind in jobs:
+            self.add_job(kind)
+
+    def add_job(self, kind: JobKind) -> None:
+        known = self.jobs.get(kind.name)
+        where = declared_at(kind.run)
+        if known is not None and where is not None and declared_at(known.run) == where:
+            return  # one declaration reached twice (a module under two names)
+        if known is not None:
+            raise ToolDeclarationError(
+                f"job kind {kind.name} is declared twice: by {known.origin} and by "
+                f"{kind.origin}; rename one of them"
+            )
+        self.jobs[kind.name] = kind
 
     def register(self, tool: Tool) -> None:
         first = self._tools.get(tool.name)

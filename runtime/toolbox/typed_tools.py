@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from runtime.toolbox.tools import (
     ToolInDoubt,
     ToolKind,
     classify,
+    declared_at,
 )
 
 log = structlog.get_logger(__name__)
@@ -227,15 +227,6 @@ def _doc(fn: Fn) -> Doc:
     }
     first = (parsed.description or "").strip().split("\n\n")[0]
     return Doc(" ".join(first.split()), params)
-
-
-def declared_at(fn: Fn) -> str | None:
-    """Where a function is defined (its file, resolved, and first line): the same declaration
-    reached through two module names, or a module and an entry point, is one tool."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    if code is None:
-        return None
-    return f"{os.path.realpath(code.co_filename)}:{code.co_firstlineno}"
 
 
 _runners = threading.local()

@@ -7,9 +7,7 @@ model was told), the vendor simulator's records and the worker's log."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from runtime.ops.adhoc import adhoc_call
 from tests.support.scripts import call, final, raw_call, step
+from tests.support.user_modules import install
 
 MODULE = "acme_failing_tools"
 SOURCE = '''
@@ -105,13 +104,8 @@ def closed_port() -> int:
 
 @pytest.fixture
 def failing_module(stack, tmp_path: Path, monkeypatch) -> None:
-    home = tmp_path / "acme"
-    home.mkdir()
-    source = textwrap.dedent(SOURCE.format(closed_port=closed_port()))
-    (home / f"{MODULE}.py").write_text(source)
-    monkeypatch.setenv("PYTHONPATH", f"{home}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.syspath_prepend(str(home))
-    stack.reconfigure(tool_modules=(MODULE,))
+    source = SOURCE.format(closed_port=closed_port())
+    install(stack, tmp_path / "acme", monkeypatch, **{MODULE: source})
 
 
 def log_events(path: Path, event: str, run_id: str) -> list[dict[str, Any]]:

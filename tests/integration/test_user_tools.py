@@ -5,13 +5,13 @@ Judged by the vendor simulator's own records."""
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.support.scripts import call, final, step
+from tests.support.user_modules import install
 
 MODULE = "acme_support_tools"
 SOURCE = textwrap.dedent(
@@ -85,12 +85,7 @@ STEPS = [
 def user_module(stack, tmp_path: Path, monkeypatch) -> None:
     """The module written where only PYTHONPATH finds it, and named in LIYAGENT_TOOLS for every
     process started from now on (this one too)."""
-    home = tmp_path / "acme"
-    home.mkdir()
-    (home / f"{MODULE}.py").write_text(SOURCE)
-    monkeypatch.setenv("PYTHONPATH", f"{home}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.syspath_prepend(str(home))
-    stack.reconfigure(tool_modules=(MODULE,))
+    install(stack, tmp_path / "acme", monkeypatch, **{MODULE: SOURCE})
 
 
 def vendor_counts(stack, run_id: str) -> tuple[int, int, int]:

@@ -18,13 +18,14 @@ import sqlalchemy as sa
 from rich.console import Console
 
 from front.auth import SHARED_PRINCIPAL, Right, load_tokens, token_digest
+from liyagent.jobs import KINDS as JOB_KINDS
 from liyagent.local.verdict import Recovery, Verdict, summary_line, write_report
 from liyagent.reporting import render_recent, render_view
 from runtime.base.redact import error_facts
 from runtime.base.settings import ConfigError, Settings, Timings, database_url, redis_url
-from runtime.core.jobs import JOB_KINDS, JobError
 from runtime.entries.client import RunView
 from runtime.recovery.outage import database_problem
+from runtime.toolbox.job_kinds import JobError
 from store import db
 from store.views import RunSummary
 

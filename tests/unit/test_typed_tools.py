@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 from liyagent import CallContext, InvalidArguments, ToolDeclarationError, ToolKind, agent, tool
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.tool_sources import load_registry
+from tests.support.user_modules import importable_root, write_module
 
 
 class Priority(StrEnum):
@@ -196,20 +197,13 @@ def test_declarations_that_cannot_be_settled_are_refused() -> None:
 
 
 @pytest.fixture
-def user_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def user_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A user's package outside the repository, importable like any installed module."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    for name in [m for m in sys.modules if m.startswith("lyt_user")]:
-        del sys.modules[name]
-
-
-def _module(root: Path, name: str, body: str) -> None:
-    (root / f"{name}.py").write_text(textwrap.dedent(body))
+    yield from importable_root(tmp_path, monkeypatch, "lyt_user")
 
 
 def test_a_module_outside_the_repo_is_loaded_with_its_tools_and_agents(user_package) -> None:
-    _module(
+    write_module(
         user_package,
         "lyt_user_tools",
         """
@@ -257,7 +251,7 @@ def test_a_module_outside_the_repo_is_loaded_with_its_tools_and_agents(user_pack
     ],
 )
 def test_a_bad_module_stops_the_load_naming_module_and_tool(user_package, body, says) -> None:
-    _module(user_package, "lyt_user_bad", body)
+    write_module(user_package, "lyt_user_bad", body)
     with pytest.raises(ToolDeclarationError) as info:
         load_registry(["lyt_user_bad"], use_entry_points=False)
     assert says in str(info.value)
@@ -266,7 +260,7 @@ def test_a_bad_module_stops_the_load_naming_module_and_tool(user_package, body, 
 
 def test_a_tool_registered_twice_names_both_modules(user_package) -> None:
     for name in ("lyt_user_a", "lyt_user_b"):
-        _module(
+        write_module(
             user_package,
             name,
             """
@@ -296,7 +290,7 @@ def test_agents_declared_in_python_take_tool_objects_or_names() -> None:
 
 
 def test_a_tool_imported_by_another_module_is_loaded_once(user_package) -> None:
-    _module(
+    write_module(
         user_package,
         "lyt_user_home",
         """
@@ -306,7 +300,7 @@ def test_a_tool_imported_by_another_module_is_loaded_once(user_package) -> None:
             return {}
         """,
     )
-    _module(
+    write_module(
         user_package,
         "lyt_user_reuse",
         """
@@ -378,7 +372,7 @@ def test_args_sections_become_the_parameters_descriptions(declared) -> None:
 
 
 def test_a_tool_without_a_docstring_is_loaded_with_a_warning_naming_it(user_package) -> None:
-    _module(
+    write_module(
         user_package,
         "lyt_user_nodoc",
         """
@@ -436,7 +430,7 @@ def test_a_module_loaded_under_two_names_is_one(user_package, monkeypatch) -> No
 
 
 def test_two_functions_with_one_name_in_one_module_say_where_each_is(user_package) -> None:
-    _module(
+    write_module(
         user_package,
         "lyt_user_same",
         """
@@ -461,7 +455,7 @@ def test_two_functions_with_one_name_in_one_module_say_where_each_is(user_packag
 
 
 def test_an_agent_naming_a_tool_no_module_declares_stops_the_load(user_package) -> None:
-    _module(
+    write_module(
         user_package,
         "lyt_user_agent",
         """
