@@ -174,6 +174,7 @@ class Sweeper:
                 if run_id not in alive:
                     candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
         self._take(list(candidates.values()), report)
+        self._claim_given_up(report)
         if report.full_scan and not epoch.reconciled:
             self.s.leases.mark_epoch(epoch, "reconciled")
         with self.s.engine.connect() as conn:
@@ -217,6 +218,36 @@ class Sweeper:
         with self.s.engine.connect() as conn:
             now = attempt_statuses(conn, [run_id for run_id, _ in left])
         return [(r, a) for r, a in left if now.get(r) == (a, "queued")]
+
+    def _claim_given_up(self, report: SweepReport) -> None:
+        """Claim the runs whose holders gave their leases up because they could not reach
+        Postgres while others could (`Heartbeat.let_go_all`; the keys are fenced already): as
+        store faults while the holder's process is connected, no loss charged; as a loss if
+        it is gone meanwhile. Each exactly once (I4); the fences go once the claims commit."""
+        tokens = self.s.leases.given_up()
+        if not tokens:
+            return
+        present = sorted(self.s.leases.connected_holders())
+        pairs = [(t.run_id, t.attempt) for t in tokens]
+        limit = self.s.settings.timings.loss_limit
+        with self.s.engine.connect() as conn:
+            faulted = claim_store_faulted_many(conn, pairs, present)
+            won = {c.run_id for c in faulted}
+            lost = claim_lost_many(
+                conn, [p for p in pairs if p[0] not in won], limit, seen="lease_given_up"
+            )
+        self.s.leases.unfence(tokens)
+        self.s.leases.claimed_given_up(tokens)  # claimed now, or moved on before
+        resumed: list[tuple[str, int]] = []
+        for claim in [*faulted, *lost]:
+            if claim.status == "failed":
+                report.failed.append(claim.run_id)
+                log.warning("sweep.run_failed", run_id=claim.run_id, reason="given_up")
+                continue
+            (report.store_faulted if claim.run_id in won else report.claimed).append(claim.run_id)
+            log.info("sweep.given_up_claimed", run_id=claim.run_id, attempt=claim.attempt)
+            resumed.append((claim.run_id, claim.attempt))
+        self.s.publisher.publish_many(resumed)
 
     def _take(self, tokens: list[Token], report: SweepReport) -> None:
         """Claim, in one statement each, every candidate whose lease is really gone (I4): a
