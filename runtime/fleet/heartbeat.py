@@ -259,6 +259,13 @@ class PostgresReach:
         if self.on_cut_off is not None and self.cut_off():
             self.on_cut_off()
 
+    def reached_lately(self) -> bool:
+        """Whether a probe was answered within about one round (interval plus a probe's
+        wait); True before the probe has run, so a process that does not probe is not held."""
+        if self._thread is None:
+            return True
+        return monotonic_ms() - self.last_ok_ms <= self.interval_ms + self.attempt_ms
+
     def cut_off(self) -> bool:
         """Whether this process has not reached Postgres for longer than the bound while
         another holder has, after a probe of this one that failed had started: Postgres is

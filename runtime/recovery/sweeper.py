@@ -81,8 +81,8 @@ class Sweeper:
         self.s = services
         self.deliveries = deliveries
         ns = services.settings.namespace
-        self.lock_key = f"{ns}sweeper:lock"
-        self.pace_key = f"{ns}sweeper:pace"
+        self.lock_key = services.leases.sweep_lock_key
+        self.pace_key = services.leases.sweep_pace_key
         self.count_key = f"{ns}sweeper:count"
         self._sent: set[tuple[str, int]] = set()
         # After this sweeper itself could not reach Redis (no master, say), nothing is claimed
@@ -337,6 +337,9 @@ class SweepThread:
         self._thread = threading.Thread(target=self._loop, name="liyagent-sweeps", daemon=True)
 
     def start(self) -> None:
+        reach = self.sweeper.s.heartbeat.reach
+        if reach is not None:
+            reach.start()  # this process's own word on Postgres (see `look`)
         self._thread.start()
 
     def stop(self) -> None:
@@ -344,7 +347,13 @@ class SweepThread:
 
     def look(self) -> SweepReport | None:
         """One sweep when it is this process's turn. A look that is not its turn touches no
-        Postgres, so it is kept out of `guard`: it must not end a database outage it reports."""
+        Postgres, so it is kept out of `guard`: it must not end a database outage it reports.
+        A process whose probe has not reached Postgres lately does not take the turn: cut
+        from Postgres alone, its sweep would hang holding the fleet's lock, and sweepers that
+        reach it sweep instead."""
+        reach = self.sweeper.s.heartbeat.reach
+        if reach is not None and not reach.reached_lately():
+            return SweepReport(ran=False)
         if not self.sweeper.takes_turn(self.hold_ms):
             return SweepReport(ran=False)
         return self.guard(self.sweeper.sweep)
