@@ -16,6 +16,11 @@ fences a missing or lapsed key before it claims the run (`_FENCE_MISSING`), as t
 does the keys it takes, so a take-back and a claim exclude each other; and neither claims
 anything until `store_grace_ms` after Redis came back (or after it saw Redis away itself),
 which exceeds a heartbeat: live holders keep their runs.
+
+A process cut from Postgres alone (Redis reachable) would renew leases whose runs wait on
+Postgres for as long as the cut lasts. Its probe (`PostgresReach`) says when it has not reached
+Postgres for its bound while another holder has; the heartbeat then loses every lease here
+and gives them up, fenced, for a survivor's sweep to claim as store faults (`let_go_all`).
 """
 
 from __future__ import annotations
