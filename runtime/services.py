@@ -19,7 +19,7 @@ from runtime.base import pools
 from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.base.sealing import Sealer, load_sealer, say_dev_key_once
 from runtime.base.settings import Settings
-from runtime.fleet.heartbeat import Heartbeat, Owners
+from runtime.fleet.heartbeat import Heartbeat, Owners, PostgresReach
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence, close_sockets_here, connection_name
 from runtime.models.base import ModelError, ModelProvider
@@ -126,6 +126,17 @@ def build(
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
     presence = Presence(target, settings.namespace, holder, t.death_grace_ms)
     engine = db.engine_for(settings.database_url, pools.pool_max(settings.db_pool_max), name)
+    probe = db.probe_engine(settings.database_url, f"{name}:probe")
+    # Cut from Postgres alone for half a lease plus the death grace while others reach it,
+    # this process gives its leases up to them (runtime/fleet/heartbeat.py, PostgresReach).
+    reach = PostgresReach(
+        lambda: db.ping(probe),
+        leases,
+        holder,
+        interval_ms=max(t.heartbeat_ms // 2, 100),
+        bound_ms=t.lease_ttl_ms // 2 + t.death_grace_ms,
+        attempt_ms=db.PROBE_TIMEOUT_MS,
+    )
     heartbeat = Heartbeat(
         leases,
         t.heartbeat_ms,
@@ -133,6 +144,7 @@ def build(
         presence,
         owners=owners_in(engine),
         blip_wait_ms=t.lease_ttl_ms + t.store_grace_ms,
+        reach=reach,
     )
     if sealer is None:
         sealer = load_sealer(settings.production)

@@ -31,6 +31,8 @@ _SESSION_OPTIONS = (
 # 2 s, dead after 3 unanswered), unacknowledged bytes given up after 10 s, and a connect that
 # waits at most 5 s per host (a multi-host URL then tries the next one).
 CONNECT_TIMEOUT_S = 5
+# How long a process's Postgres probe waits for an answer before it counts as not reached.
+PROBE_TIMEOUT_MS = 2000
 _LINK_OPTIONS: dict[str, Any] = {
     "connect_timeout": CONNECT_TIMEOUT_S,
     "keepalives": 1,
@@ -109,6 +111,29 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
     sa.event.listen(engine, "checkout", _discard_if_closed)
     sa.event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     return engine
+
+
+def probe_engine(url: str, application_name: str = "") -> sa.Engine:
+    """One connection for a process's Postgres probe (runtime/fleet/heartbeat.py), apart from
+    the run threads' pool (a busy pool must not read as an outage), and quick to give up on a
+    cut link: unacknowledged bytes after PROBE_TIMEOUT_MS, a connect after 2 s."""
+    connect_args: dict[str, Any] = {
+        **_LINK_OPTIONS,
+        "connect_timeout": 2,
+        "tcp_user_timeout": PROBE_TIMEOUT_MS,
+        "options": "-c statement_timeout=2000",
+    }
+    if application_name:
+        connect_args["application_name"] = application_name[:63]
+    return sa.create_engine(
+        url,
+        isolation_level="AUTOCOMMIT",
+        pool_pre_ping=False,
+        hide_parameters=True,
+        pool_size=1,
+        max_overflow=0,
+        connect_args=connect_args,
+    )
 
 
 def engine_for(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "") -> sa.Engine:

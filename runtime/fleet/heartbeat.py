@@ -16,6 +16,11 @@ fences a missing or lapsed key before it claims the run (`_FENCE_MISSING`), as t
 does the keys it takes, so a take-back and a claim exclude each other; and neither claims
 anything until `store_grace_ms` after Redis came back (or after it saw Redis away itself),
 which exceeds a heartbeat: live holders keep their runs.
+
+A process cut from Postgres alone (Redis reachable) would renew leases whose runs wait on
+Postgres for as long as the cut lasts. Its probe (`PostgresReach`) says when it has not reached
+Postgres for its bound while another holder has; the heartbeat then loses every lease here
+and gives them up, fenced, for a survivor's sweep to claim as store faults (`let_go_all`).
 """
 
 from __future__ import annotations
@@ -194,6 +199,105 @@ class RunLease:
         self.renewed(started)
 
 
+class PostgresReach:
+    """Whether this process still reaches Postgres, by a probe of its own: one `SELECT 1` on
+    a connection of its own every `interval_ms`, each success told to Redis. A process cut
+    from Postgres alone (Redis reachable) would otherwise keep renewing leases whose runs are
+    blocked on Postgres, and no survivor could take them; `cut_off` says when it should give
+    them up instead (`Heartbeat.let_go_all`). When every process is cut (a failover), nobody
+    else reaches Postgres, `cut_off` stays False and the leases are kept, as before."""
+
+    def __init__(
+        self,
+        ping: Callable[[], None],
+        leases: Leases,
+        holder: str,
+        interval_ms: int,
+        bound_ms: int,
+        attempt_ms: int,
+    ) -> None:
+        self.ping = ping
+        self.leases = leases
+        self.holder = holder
+        self.interval_ms = interval_ms
+        # Not reached for this long (from the start of its last answered probe): cut off.
+        self.bound_ms = bound_ms
+        # A probe unanswered this long counts as failed (its link gives up about then too).
+        self.attempt_ms = attempt_ms
+        # Another holder's success counts only while this fresh (it probes every interval).
+        self.fresh_ms = interval_ms + attempt_ms // 4
+        now = monotonic_ms()
+        self.last_ok_ms = now  # when the last probe that was answered started
+        self.last_failed_ms = 0  # when the last probe that failed started
+        self.in_flight_since: int | None = None
+        self.on_cut_off: Callable[[], None] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="liyagent-postgres-probe", daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def probe(self) -> None:
+        """One probe: on an answer, tell Redis (others read it in `cut_off`); on a failure,
+        judge whether this process is cut off and, if so, say so (`on_cut_off`)."""
+        started = monotonic_ms()
+        self.in_flight_since = started
+        try:
+            self.ping()
+        except Exception:
+            self.last_failed_ms = started
+        else:
+            self.last_ok_ms = started
+            with contextlib.suppress(redis.RedisError):
+                self.leases.reached_postgres(self.holder, 60_000)
+        finally:
+            self.in_flight_since = None
+        if self.on_cut_off is not None and self.cut_off():
+            self.on_cut_off()
+
+    def reached_lately(self) -> bool:
+        """Whether a probe was answered within about one round (interval plus a probe's
+        wait); True before the probe has run, so a process that does not probe is not held."""
+        if self._thread is None:
+            return True
+        return monotonic_ms() - self.last_ok_ms <= self.interval_ms + self.attempt_ms
+
+    def cut_off(self) -> bool:
+        """Whether this process has not reached Postgres for longer than the bound while
+        another holder has, after a probe of this one that failed had started: Postgres is
+        up, only this process is cut from it, so its runs are better claimed by the others
+        (as store faults). Right after a failover, the first holder back cannot make the
+        others cut off: their probes started after its success are answered."""
+        now = monotonic_ms()
+        if now - self.last_ok_ms <= self.bound_ms:
+            return False
+        failed_at = self.last_failed_ms
+        if self.in_flight_since is not None and now - self.in_flight_since > self.attempt_ms:
+            failed_at = max(failed_at, self.in_flight_since)
+        try:
+            ago = self.leases.others_reached_ms_ago(self.holder)
+        except redis.RedisError:
+            return False  # Redis away too: the presence and the leases' own deadlines judge
+        return ago is not None and ago <= self.fresh_ms and failed_at > now - ago
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.probe()
+            except Exception:  # the probe must outlive any one bad round
+                log.exception("postgres_probe.error")
+            self._stop.wait(self.interval_ms / 1000)
+
+
 class Heartbeat:
     """Renews every lease this process holds, about every TTL/3, and at once when this
     process's presence comes back after a store blip."""
@@ -206,6 +310,7 @@ class Heartbeat:
         presence: Presence | None = None,
         owners: Owners | None = None,
         blip_wait_ms: int = 0,
+        reach: PostgresReach | None = None,
     ) -> None:
         self.leases = leases
         self.interval_ms = interval_ms
@@ -223,6 +328,10 @@ class Heartbeat:
         self._pid = os.getpid()
         if presence is not None:
             presence.on_up(self._wake.set)
+        # This process's Postgres probe (None: no probe, leases are kept through any outage).
+        self.reach = reach
+        if reach is not None:
+            reach.on_cut_off = self.let_go_all
 
     def hold(self, token: Token, acquired_ms: int) -> RunLease:
         if self.presence is not None:
@@ -252,10 +361,37 @@ class Heartbeat:
                 target=self._loop, name="liyagent-heartbeat", daemon=True
             )
             self._thread.start()
+        if self.reach is not None:
+            self.reach.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self.reach is not None:
+            self.reach.stop()
+
+    def let_go_all(self) -> None:
+        """This process cannot reach Postgres while others can (`PostgresReach.cut_off`): every
+        lease it holds is lost here first (its runs send and write nothing more, I3), then
+        given up in Redis for a survivor's sweep to claim as a store fault, no loss charged
+        (`Leases.let_go`). If Redis fails that, the lost leases lapse and are claimed so."""
+        with self._lock:
+            held = [h for h in self._held.values() if h.lost_why is None]
+        if not held:
+            return
+        for h in held:
+            h.lose("this worker cannot reach Postgres while other workers can; they take the run")
+        try:
+            given = self.leases.let_go([h.token for h in held])
+        except redis.RedisError as exc:
+            log.warning("lease.let_go_failed", error=str(exc), leases=len(held))
+            return
+        log.warning(
+            "lease.let_go",
+            reason="postgres unreachable from this worker only",
+            leases=len(given),
+            run_ids=[t.run_id for t in given],
+        )
 
     def beat(self) -> None:
         """Renew, in one pipeline, every lease whose run made progress within the stall bound;

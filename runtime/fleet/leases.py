@@ -202,6 +202,50 @@ if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
 return redis.call('HSETNX', KEYS[1], ARGV[2], '1')
 """
 
+# KEYS[1] = lease key, KEYS[2] = deadlines zset, KEYS[3] = the holder's leases set,
+# KEYS[4] = the let-go set, KEYS[5] = the sweepers' pace key, KEYS[6] = their lock; ARGV[1] =
+# token, ARGV[2] = the fence token, ARGV[3] = ttl ms.
+# A holder that cannot reach Postgres while others can gives its lease up for a survivor to
+# claim as a store fault: while the key still holds its token, the key is fenced at once (as
+# `_TAKE_DEAD` does, so no other delivery takes it meanwhile), the token's index entries are
+# dropped and it joins the let-go set the sweeper claims from (`Sweeper._claim_given_up`), and
+# the pace key and the sweep lock go so the next sweeper to look sweeps at once (a sweep of
+# this cut process may hold the lock, hung on Postgres; two sweeps at once are safe, each
+# claim is one conditional statement, I4). 0 when the key holds another token already (the
+# run was claimed: nothing to give).
+_LET_GO = """
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('DEL', KEYS[5], KEYS[6])
+return 1
+"""
+
+# KEYS[1] = the Postgres-reached zset (member = holder, score = Redis ms); ARGV[1] = holder,
+# ARGV[2] = how long an entry is kept (ms). This holder's probe just reached Postgres: its
+# entry is stamped by Redis's clock; entries of holders gone longer than that are dropped.
+_REACHED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+return 1
+"""
+
+# KEYS[1] = the Postgres-reached zset; ARGV[1] = holder. How long ago (ms, by Redis's clock)
+# any other holder last reached Postgres; -1 if none is known.
+_OTHERS_REACHED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local top = redis.call('ZREVRANGE', KEYS[1], 0, 1, 'WITHSCORES')
+for i = 1, #top, 2 do
+  if top[i] ~= ARGV[1] then return now - tonumber(top[i + 1]) end
+end
+return -1
+"""
+
 # The fence token's holder part: no process is named so (holders are host-pid).
 FENCE_HOLDER = "~sweep"
 
@@ -268,7 +312,15 @@ class Leases:
         self._unfence = client.register_script(_UNFENCE)
         self._epoch_mark = client.register_script(_EPOCH_MARK)
         self._epoch = client.register_script(_EPOCH)
+        self._let_go = client.register_script(_LET_GO)
+        self._reached = client.register_script(_REACHED)
+        self._others_reached = client.register_script(_OTHERS_REACHED)
         self.epoch_key = store_epoch_key(namespace)
+        self.let_go_key = f"{namespace}leases:let_go"
+        self.reached_key = f"{namespace}postgres:reached"
+        # The fleet's sweep pace (runtime/recovery/sweeper.py): who holds it swept just now.
+        self.sweep_pace_key = f"{namespace}sweeper:pace"
+        self.sweep_lock_key = f"{namespace}sweeper:lock"
 
     def key(self, run_id: str) -> str:
         return f"{self.namespace}checkpoint:{run_id}"
@@ -438,6 +490,44 @@ class Leases:
                 keys=[self.key(t.run_id) for t in tokens],
                 args=[str(fence_token(t)) for t in tokens],
             )
+
+    def let_go(self, tokens: list[Token]) -> list[Token]:
+        """Give these leases up for survivors to claim as store faults (see `_LET_GO`), in
+        one round trip; returns those that were still ours."""
+        pipe = self.client.pipeline(transaction=False)
+        for token in tokens:
+            self._let_go(
+                keys=[
+                    self.key(token.run_id),
+                    self.deadlines,
+                    self.leases_of(token.holder),
+                    self.let_go_key,
+                    self.sweep_pace_key,
+                    self.sweep_lock_key,
+                ],
+                args=[str(token), str(fence_token(token)), self.ttl_ms],
+                client=pipe,
+            )
+        return [t for t, ok in zip(tokens, pipe.execute(), strict=True) if int(ok)]
+
+    def given_up(self) -> list[Token]:
+        """Leases their holders gave up for want of Postgres, waiting for a claim."""
+        return [Token.parse(_text(m)) for m in self.client.smembers(self.let_go_key)]
+
+    def claimed_given_up(self, tokens: list[Token]) -> None:
+        """Drop these from the let-go set: their claims are settled."""
+        if tokens:
+            self.client.srem(self.let_go_key, *[str(t) for t in tokens])
+
+    def reached_postgres(self, holder: str, keep_ms: int) -> None:
+        """This holder's probe just reached Postgres (see `_REACHED`)."""
+        self._reached(keys=[self.reached_key], args=[holder, keep_ms])
+
+    def others_reached_ms_ago(self, holder: str) -> int | None:
+        """How long ago, by Redis's clock, another holder last reached Postgres (None: none
+        known)."""
+        ago = int(self._others_reached(keys=[self.reached_key], args=[holder]))
+        return None if ago < 0 else ago
 
     def store_epoch(self) -> StoreEpoch:
         """Which Redis this is and when it came back (one round trip, see `_EPOCH`)."""

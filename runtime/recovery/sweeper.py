@@ -81,8 +81,8 @@ class Sweeper:
         self.s = services
         self.deliveries = deliveries
         ns = services.settings.namespace
-        self.lock_key = f"{ns}sweeper:lock"
-        self.pace_key = f"{ns}sweeper:pace"
+        self.lock_key = services.leases.sweep_lock_key
+        self.pace_key = services.leases.sweep_pace_key
         self.count_key = f"{ns}sweeper:count"
         self._sent: set[tuple[str, int]] = set()
         # After this sweeper itself could not reach Redis (no master, say), nothing is claimed
@@ -174,6 +174,7 @@ class Sweeper:
                 if run_id not in alive:
                     candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
         self._take(list(candidates.values()), report)
+        self._claim_given_up(report)
         if report.full_scan and not epoch.reconciled:
             self.s.leases.mark_epoch(epoch, "reconciled")
         with self.s.engine.connect() as conn:
@@ -217,6 +218,36 @@ class Sweeper:
         with self.s.engine.connect() as conn:
             now = attempt_statuses(conn, [run_id for run_id, _ in left])
         return [(r, a) for r, a in left if now.get(r) == (a, "queued")]
+
+    def _claim_given_up(self, report: SweepReport) -> None:
+        """Claim the runs whose holders gave their leases up because they could not reach
+        Postgres while others could (`Heartbeat.let_go_all`; the keys are fenced already): as
+        store faults while the holder's process is connected, no loss charged; as a loss if
+        it is gone meanwhile. Each exactly once (I4); the fences go once the claims commit."""
+        tokens = self.s.leases.given_up()
+        if not tokens:
+            return
+        present = sorted(self.s.leases.connected_holders())
+        pairs = [(t.run_id, t.attempt) for t in tokens]
+        limit = self.s.settings.timings.loss_limit
+        with self.s.engine.connect() as conn:
+            faulted = claim_store_faulted_many(conn, pairs, present)
+            won = {c.run_id for c in faulted}
+            lost = claim_lost_many(
+                conn, [p for p in pairs if p[0] not in won], limit, seen="lease_given_up"
+            )
+        self.s.leases.unfence(tokens)
+        self.s.leases.claimed_given_up(tokens)  # claimed now, or moved on before
+        resumed: list[tuple[str, int]] = []
+        for claim in [*faulted, *lost]:
+            if claim.status == "failed":
+                report.failed.append(claim.run_id)
+                log.warning("sweep.run_failed", run_id=claim.run_id, reason="given_up")
+                continue
+            (report.store_faulted if claim.run_id in won else report.claimed).append(claim.run_id)
+            log.info("sweep.given_up_claimed", run_id=claim.run_id, attempt=claim.attempt)
+            resumed.append((claim.run_id, claim.attempt))
+        self.s.publisher.publish_many(resumed)
 
     def _take(self, tokens: list[Token], report: SweepReport) -> None:
         """Claim, in one statement each, every candidate whose lease is really gone (I4): a
@@ -306,6 +337,9 @@ class SweepThread:
         self._thread = threading.Thread(target=self._loop, name="liyagent-sweeps", daemon=True)
 
     def start(self) -> None:
+        reach = self.sweeper.s.heartbeat.reach
+        if reach is not None:
+            reach.start()  # this process's own word on Postgres (see `look`)
         self._thread.start()
 
     def stop(self) -> None:
@@ -313,7 +347,13 @@ class SweepThread:
 
     def look(self) -> SweepReport | None:
         """One sweep when it is this process's turn. A look that is not its turn touches no
-        Postgres, so it is kept out of `guard`: it must not end a database outage it reports."""
+        Postgres, so it is kept out of `guard`: it must not end a database outage it reports.
+        A process whose probe has not reached Postgres lately does not take the turn: cut
+        from Postgres alone, its sweep would hang holding the fleet's lock, and sweepers that
+        reach it sweep instead."""
+        reach = self.sweeper.s.heartbeat.reach
+        if reach is not None and not reach.reached_lately():
+            return SweepReport(ran=False)
         if not self.sweeper.takes_turn(self.hold_ms):
             return SweepReport(ran=False)
         return self.guard(self.sweeper.sweep)

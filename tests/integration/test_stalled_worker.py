@@ -34,17 +34,10 @@ STALE_WRITES = {
         # Under threads the whole worker stops (its heartbeat and death watch with it): the
         # lease lapses, and on waking every thread is fenced or refused by the send guard.
         ("after_mark:stop", "threads"),
-        pytest.param(
-            "before_send:stop",
-            "threads",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="known hole (issue 18 item 2), seen in about 2 of 5 runs: on waking, the "
-                "stale thread's request headers pass the send guard and only its body is refused, "
-                "so the vendor records a bodiless POST (answered 400, nothing created); Postgres "
-                "is never written. Under investigation: what lets the guard pass after the stop",
-            ),
-        ),
+        # Stopped at the same place from a pool thread: the stop lands on that thread at the
+        # point (runtime/base/faults.py), so on waking its request is refused whole, headers
+        # included.
+        ("before_send:stop", "threads"),
     ],
 )
 def test_stalled_worker_writes_nothing_after_takeover(stack, fault: str, pool: str) -> None:
