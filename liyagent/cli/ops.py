@@ -23,6 +23,7 @@ from liyagent.cli.common import (
 from liyagent.cli.common import who as _who
 from runtime.entries.client import BadRequest, Client, parse_agent, parse_id
 from store.rows import RunNotFound
+from store.states import RunStatus
 
 
 def _client() -> Client:
@@ -104,7 +105,7 @@ def _stop_run(c: Client, run_id: str, reason: str, by: str) -> tuple[list[str], 
     if view.done:
         raise CliError(f"run {run_id} already {view.status}; nothing to stop", FAILED)
     now = c.stop(run_id=run_id, reason=reason, by=by)
-    return now, [run_id] if c.get(run_id).status == "running" else []
+    return now, [run_id] if c.get(run_id).status == RunStatus.RUNNING else []
 
 
 def _stop_agent(c: Client, agent: str, reason: str, by: str) -> tuple[list[str], list[str]]:

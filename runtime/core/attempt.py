@@ -27,6 +27,7 @@ from store.gates import select_gates
 from store.records import insert_owned_audit
 from store.rows import FencedOut, GateRow, RunRow
 from store.runs import fail_run, hand_back, store_answer
+from store.states import RunStatus
 from store.waits import suspend, wake_parent
 
 log = structlog.get_logger(__name__)
@@ -97,7 +98,7 @@ class RunAttempt:
             self._take(self._claimed, lasting=True)
         else:
             self._gates()
-        if self.run.status == "answered":
+        if self.run.status == RunStatus.ANSWERED:
             text = self._open_answer()
             self._audit_resume(self.run.step, [], from_answer=True)
             self._hand_on(text)

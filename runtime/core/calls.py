@@ -25,7 +25,6 @@ from runtime.core.settlement import (
     NOT_FOUND_NOTE,
     UNKNOWN_NOTE,
     MarkFacts,
-    Settle,
     decide,
     not_found_note,
     taken_up_as,
@@ -50,7 +49,8 @@ from runtime.toolbox.tools import (
     ToolKind,
 )
 from store.checkpoints import finish_mark, mark_in_doubt, marks_by_index, select_marks
-from store.rows import GateRow, MarkRow, MarkStatus, RunRow
+from store.rows import GateRow, MarkRow, RunRow
+from store.states import MarkStatus, Settle
 
 log = structlog.get_logger(__name__)
 
@@ -151,12 +151,12 @@ class CallRouter:
         )
         kind = mark.kind if mark is not None else (tool.kind.value if tool else "unknown")
         if decision is Settle.REUSE and mark is not None:
-            return self._reuse(state, mark), Settle.REUSE.value, kind
+            return self._reuse(state, mark), Settle.REUSE, kind
         refusal = call_refusal(gates, self.run, call.name)
         if refusal is None and tool is None:
             refusal = f"tool {call.name} is not available"
         if refusal is not None:
-            return self._refuse(state, index, mark, refusal), "refused", kind
+            return self._refuse(state, index, mark, refusal), Settle.REFUSED, kind
         assert tool is not None
         if decision is Settle.MAKE:
             outcome = self._make(state, index, call, tool)
@@ -166,11 +166,11 @@ class CallRouter:
             outcome, how = self._send(
                 state, index, call, tool, mark.idem_key, True, mark.age_s, sent_before=True
             )
-            return outcome, how or Settle.RESEND.value, kind
+            return outcome, how or Settle.RESEND, kind
         if decision is Settle.READ_BACK:
             outcome, how = self._read_back(state, index, call, tool, mark.idem_key)
             return outcome, how, kind
-        return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN.value, kind
+        return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN, kind
 
     def ctx(self, state: RunState, call: ToolCall, key: str, stable: bool = True) -> CallContext:
         timeout = self.s.settings.timings.call_timeout_s
@@ -234,7 +234,7 @@ class CallRouter:
         tool: Tool,
         key: str,
         stable: bool,
-        settlement: str | None,
+        settlement: Settle | None,
     ) -> Outcome:
         """Mark in doubt, send with the key, record the outcome: the path of every write."""
         self.lease.check()
@@ -265,7 +265,7 @@ class CallRouter:
         key: str,
         stable: bool,
         marked_s_ago: float,
-        settlement: str | None = Settle.RESEND.value,
+        settlement: Settle | None = Settle.RESEND,
         sent_before: bool = True,
     ) -> tuple[Outcome, str | None]:
         """Send a marked write and record its outcome. A keyed write that fails in doubt is
@@ -284,7 +284,7 @@ class CallRouter:
                     outcome = tool.make(call.args, ctx)
                 except ToolFailed as exc:
                     if not sent_before and attempt == 1:  # no try of this call ever sent
-                        return self._failed(state, index, call, tool, exc), Settle.FAILED.value
+                        return self._failed(state, index, call, tool, exc), Settle.FAILED
                     doubt = exc  # an earlier try may have sent it
                 except ToolError as exc:
                     outcome = {"error": str(exc)}
@@ -298,7 +298,7 @@ class CallRouter:
                         continue
                     return self._settle_doubt(state, index, call, tool, key, str(doubt))
                 faults.point("after_send")
-                self._record(state, index, outcome, settlement if attempt == 1 else "resent")
+                self._record(state, index, outcome, settlement if attempt == 1 else Settle.RESEND)
                 faults.point("after_outcome")
                 return outcome, settlement
         raise AssertionError("unreachable")  # pragma: no cover
@@ -310,7 +310,7 @@ class CallRouter:
         (sealed, a resume reuses it) and the mark is `failed`, never in doubt (I2)."""
         self._log_failure(call, tool, exc, "call.failed")
         outcome = exc.outcome()
-        self._finish(state, index, MarkStatus.FAILED, outcome, Settle.FAILED.value)
+        self._finish(state, index, MarkStatus.FAILED, outcome, Settle.FAILED)
         return outcome
 
     def _log_failure(self, call: ToolCall, tool: Tool, exc: Exception, event: str) -> None:
@@ -347,7 +347,7 @@ class CallRouter:
         left): read it back if a reader exists, else unknown."""
         if tool.reader is not None:
             return self._read_back(state, index, call, tool, key, error)
-        return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN.value
+        return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN
 
     def _read_back(
         self,
@@ -368,17 +368,17 @@ class CallRouter:
             raise
         except Exception as exc:  # the reader failed: the write stays unknown, never resent
             self._log_failure(call, tool, exc, "call.read_back_failed")
-            return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN.value
+            return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN
         if found is None:
-            return self._settle(state, index, Settle.NOT_FOUND, error), Settle.NOT_FOUND.value
-        self._record(state, index, found, Settle.READ_BACK.value)
-        return found, Settle.READ_BACK.value
+            return self._settle(state, index, Settle.NOT_FOUND, error), Settle.NOT_FOUND
+        self._record(state, index, found, Settle.READ_BACK)
+        return found, Settle.READ_BACK
 
     def _refuse(self, state: RunState, index: int, mark: MarkRow | None, why: str) -> Outcome:
         """A gate refuses the call now: it is not made, and the model is told why."""
         if mark is None:
             return {"refused": why}
-        self._settle(state, index, "refused")
+        self._settle(state, index, Settle.REFUSED)
         return {
             "refused": why,
             "note": "An earlier attempt of this call may have reached its "
@@ -386,7 +386,7 @@ class CallRouter:
         }
 
     def _settle(
-        self, state: RunState, index: int, settlement: str, error: str | None = None
+        self, state: RunState, index: int, settlement: Settle, error: str | None = None
     ) -> Outcome:
         """Record, with an audit event, that a call in doubt was not sent again. `error`: it
         failed in this attempt (no process stopped), so the model is told that error, and the
@@ -430,7 +430,7 @@ class CallRouter:
         }
 
     def _record(
-        self, state: RunState, index: int, outcome: Outcome, settlement: str | None
+        self, state: RunState, index: int, outcome: Outcome, settlement: Settle | None
     ) -> None:
         """A marked call's result, for a resume to reuse instead of settling it; a result larger
         than what the step has left is replaced by a refusal the model reads."""
@@ -443,7 +443,7 @@ class CallRouter:
         index: int,
         status: MarkStatus,
         outcome: Outcome | None,
-        settlement: str | None,
+        settlement: Settle | None,
     ) -> None:
         """Finish a mark in doubt, with what the model was told sealed (fenced)."""
         sealed = None

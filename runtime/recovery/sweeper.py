@@ -40,6 +40,7 @@ from store.runs import (
     touch_queued_before,
     touch_stale_queued,
 )
+from store.states import RunStatus, Seen
 from store.waits import wake_ready
 
 log = structlog.get_logger(__name__)
@@ -216,7 +217,7 @@ class Sweeper:
             return []
         with self.s.engine.connect() as conn:
             now = attempt_statuses(conn, [run_id for run_id, _ in left])
-        return [(r, a) for r, a in left if now.get(r) == (a, "queued")]
+        return [(r, a) for r, a in left if now.get(r) == (a, RunStatus.QUEUED)]
 
     def _take(self, tokens: list[Token], report: SweepReport) -> None:
         """Claim, in one statement each, every candidate whose lease is really gone (I4): a
@@ -245,7 +246,10 @@ class Sweeper:
                 claims = [
                     *claim_lost_many(conn, [(t.run_id, t.attempt) for t in gone], limit),
                     *claim_lost_many(
-                        conn, [p for p in missing if p[0] not in won], limit, seen="lease_missing"
+                        conn,
+                        [p for p in missing if p[0] not in won],
+                        limit,
+                        seen=Seen.LEASE_MISSING,
                     ),
                 ]
                 won |= {c.run_id for c in claims}
@@ -256,11 +260,11 @@ class Sweeper:
         self.s.leases.forget_many(gone + newer)
         for token in left:
             # Died between taking the lease and claiming the queued run: publish it again.
-            if now.get(token.run_id) == (token.attempt, "queued"):
+            if now.get(token.run_id) == (token.attempt, RunStatus.QUEUED):
                 self._publish_again(token.run_id, token.attempt, report)
         resumed: list[tuple[str, int]] = []  # published together, in one round trip
         for claim in faulted:
-            if claim.status == "failed":
+            if claim.status == RunStatus.FAILED:
                 report.failed.append(claim.run_id)
                 log.warning("sweep.run_failed", run_id=claim.run_id, reason="store_fault")
                 continue
@@ -268,7 +272,7 @@ class Sweeper:
             log.info("sweep.store_faulted", run_id=claim.run_id, attempt=claim.attempt)
             resumed.append((claim.run_id, claim.attempt))
         for claim in claims:
-            if claim.status == "failed":
+            if claim.status == RunStatus.FAILED:
                 report.failed.append(claim.run_id)
                 log.warning("sweep.run_failed", run_id=claim.run_id, lost_count=claim.lost_count)
                 continue
