@@ -21,6 +21,7 @@ import structlog
 
 from runtime.base import faults
 from runtime.base.redact import error_facts, frames
+from runtime.core.fence import Fence
 from runtime.core.settlement import (
     NOT_FOUND_NOTE,
     UNKNOWN_NOTE,
@@ -111,6 +112,7 @@ class CallRouter:
         self.run = run
         self.lease = lease
         self.key_for = key_for or agent_key(run)
+        self.fence = Fence(services.engine, lease)
         self.waits = WaitRouter(services, run, self.write)
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
@@ -237,8 +239,7 @@ class CallRouter:
         settlement: Settle | None,
     ) -> Outcome:
         """Mark in doubt, send with the key, record the outcome: the path of every write."""
-        self.lease.check()
-        with self.s.engine.connect() as conn:
+        with self.fence.write() as conn:
             mark_in_doubt(
                 conn,
                 run_id=self.run.id,
@@ -449,8 +450,8 @@ class CallRouter:
         sealed = None
         if outcome is not None:
             sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
-        self.lease.check()  # after a long call: still ours? else the call stays in doubt
-        with self.s.engine.connect() as conn:
+        # After a long call: still ours? Else the call stays in doubt.
+        with self.fence.write() as conn:
             finish_mark(
                 conn,
                 run_id=self.run.id,
