@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from runtime.base import faults
 from runtime.core.enqueue import BadRequest, NewRun, enqueue, publish_quietly
+from runtime.core.pending import PendingCall
 from runtime.durable.keys import approval_step_key, delegation_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.services import Services
@@ -28,16 +29,7 @@ Outcome = dict[str, Any]
 class SendWrite(Protocol):
     """The write path of the router that owns this wait router: mark, send, record."""
 
-    def __call__(
-        self,
-        state: RunState,
-        index: int,
-        call: ToolCall,
-        tool: Tool,
-        key: str,
-        stable: bool,
-        settlement: Settle | None,
-    ) -> Outcome: ...
+    def __call__(self, p: PendingCall, settlement: Settle | None) -> Outcome: ...
 
 
 class Suspend(Exception):
@@ -84,7 +76,7 @@ class WaitRouter:
             }
         if request.status == ApprovalStatus.APPROVED:
             # An approved call always sends the approval id as its key, however often.
-            return self.write(state, index, call, tool, request.id, True, settlement=None)
+            return self.write(PendingCall(state, index, call, tool, request.id, True), None)
         faults.point("after_request")
         if self.may_wait:
             raise Suspend(f"approval:{request.id}")
