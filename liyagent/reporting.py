@@ -31,6 +31,7 @@ from store.checkpoints import StepRecord, select_marks, select_step_records
 from store.records import select_audit, select_transcript
 from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, StopRow, TranscriptRow
 from store.runs import get_run
+from store.states import ApprovalStatus
 from store.timeline import select_timeline
 from store.views import RunSummary
 
@@ -375,7 +376,11 @@ def render_approvals(out: Console, run_id: str, approvals: list[ApprovalRow]) ->
 
 def render_decision(out: Console, a: ApprovalRow) -> None:
     """What a decision did: the call it holds is made (approved) or the model is told (denied)."""
-    then = "the call is made" if a.status == "approved" else "the model is told it was denied"
+    then = (
+        "the call is made"
+        if a.status == ApprovalStatus.APPROVED
+        else "the model is told it was denied"
+    )
     out.print(
         Text(f"Approval {a.id} ({a.tool}) {a.status} by {a.decided_by}; run {a.run_id}: {then}.")
     )

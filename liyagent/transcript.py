@@ -23,6 +23,7 @@ from runtime.base.sealing import Sealer, SealError
 from runtime.durable import chain
 from store.checkpoints import StepRecord
 from store.rows import AuditRow, MarkRow, RunRow
+from store.states import MarkStatus
 
 # A summary is cut to this many characters (the whole record stays in Postgres).
 SUMMARY_CHARS = 160
@@ -137,7 +138,7 @@ def _mark_outcome(sealer: Sealer, run: RunRow, mark: MarkRow) -> Any:
 def _settled(mark: MarkRow | None, taken: dict[str, Any] | None, result: Any) -> str:
     """How the call ended, in the resume audit's words where a record says so."""
     if mark is not None:
-        return mark.settlement or ("made" if mark.status == "done" else "in doubt")
+        return mark.settlement or ("made" if mark.status == MarkStatus.DONE else "in doubt")
     if taken is not None:
         return str(taken.get("settled"))
     if isinstance(result, dict):

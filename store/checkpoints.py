@@ -9,8 +9,9 @@ import sqlalchemy as sa
 
 from store.db import sql
 from store.gates import gate_row, gates_of
-from store.rows import FencedOut, GateRow, MarkRow, MarkStatus
+from store.rows import FencedOut, GateRow, MarkRow
 from store.runs import OWNER_CTE
+from store.states import MarkStatus, Settle
 
 _MARK_COLUMNS = (
     "run_id, step, call_index, call_id, tool, kind, idem_key, stable_key, status, outcome, "
@@ -115,7 +116,14 @@ def mark_in_doubt(
 
 
 def _mark(row: sa.Row[Any]) -> MarkRow:
-    return MarkRow(**{**row._mapping, "status": MarkStatus(row.status)})
+    how = row.settlement
+    return MarkRow(
+        **{
+            **row._mapping,
+            "status": MarkStatus(row.status),
+            "settlement": None if how is None else Settle(how),
+        }
+    )
 
 
 # How finishing a mark is audited: a settlement and a failure are; a recorded result is not.

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from store.db import sql
 from store.entries import ends_cte
 from store.rows import GateRow, StopRow
+from store.states import RunStatus
 
 # The gates of each run row `r` of a statement's source, and that row's attempt and status
 # (the fence): a statement that claims or checkpoints a run reads them in its own round trip.
@@ -42,8 +43,9 @@ def gate_row(row: sa.Row[Any]) -> GateRow:
     m = row._mapping
     tools = m["agent_tools"]
     return GateRow(
-        **{k: m[k] for k in GATE_FIELDS if k != "agent_tools"},
+        **{k: m[k] for k in GATE_FIELDS - {"agent_tools", "run_status"}},
         agent_tools=None if tools is None else frozenset(tools),
+        run_status=RunStatus(m["run_status"]),
     )
 
 

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, NewType
+
+from store.states import ApprovalStatus, MarkStatus, RunStatus, Settle
 
 RunId = NewType("RunId", str)
 Attempt = NewType("Attempt", int)
-
-
-class MarkStatus(StrEnum):
-    """Where a marked call (`call_marks.status`) stands."""
-
-    IN_DOUBT = "in_doubt"  # marked just before it was made; it may or may not have landed
-    DONE = "done"  # its outcome is recorded (sealed); a resume reuses it
-    SETTLED = "settled"  # not sent again: unknown, not found by its reader, or refused
-    FAILED = "failed"  # the tool raised before any request of it left: nothing was sent
 
 
 class StoreError(RuntimeError):
@@ -79,7 +71,7 @@ class RunRow:
     answer_expires_at: datetime | None
     answer_purged_at: datetime | None
     spec: dict[str, Any]
-    status: str
+    status: RunStatus
     attempt: Attempt
     lost_count: int
     deliveries: int
@@ -127,7 +119,7 @@ class MarkRow:
     stable_key: bool
     status: MarkStatus
     outcome: bytes | None
-    settlement: str | None
+    settlement: Settle | None
     attempt: int
     marked_at: datetime
     settled_at: datetime | None
@@ -141,7 +133,7 @@ class ClaimResult:
 
     run_id: RunId
     attempt: Attempt
-    status: str
+    status: RunStatus
     lost_count: int
     step: int
 
@@ -182,7 +174,7 @@ class GateRow:
     agent_tools: frozenset[str] | None
     # The run's attempt and status now: the fence, read with the gates in one round trip.
     run_attempt: int = 0
-    run_status: str = ""
+    run_status: RunStatus | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +194,7 @@ class ApprovalRow:
     step_key: str
     tool: str
     args: dict[str, Any]
-    status: str
+    status: ApprovalStatus
     decided_by: str | None
     reason: str | None
     created_at: datetime

@@ -25,6 +25,7 @@ from store.rows import (
     RunRow,
 )
 from store.schema import runs
+from store.states import RunStatus, Seen
 
 _RUN_COLUMN_NAMES = tuple(c.name for c in runs.columns)
 _RUN_COLUMNS = ", ".join(_RUN_COLUMN_NAMES)
@@ -32,7 +33,8 @@ _RUN_COLUMNS = ", ".join(_RUN_COLUMN_NAMES)
 
 def _run(row: sa.Row[Any]) -> RunRow:
     """The run in a row holding its columns (and perhaps others, as the claim's gates)."""
-    return RunRow(**{c: row._mapping[c] for c in _RUN_COLUMN_NAMES})
+    fields = {c: row._mapping[c] for c in _RUN_COLUMN_NAMES}
+    return RunRow(**{**fields, "status": RunStatus(fields["status"])})
 
 
 def insert_run(
@@ -195,7 +197,11 @@ def fail_run(
     reason: str,
     audit_kind: str,
     detail: dict[str, Any],
-    from_statuses: tuple[str, ...] = ("running", "queued", "answered"),
+    from_statuses: tuple[RunStatus, ...] = (
+        RunStatus.RUNNING,
+        RunStatus.QUEUED,
+        RunStatus.ANSWERED,
+    ),
 ) -> bool:
     """Fail the run for this attempt with the reason told on its transcript and audited, in one
     statement; False if the attempt no longer owns the run."""
@@ -308,7 +314,7 @@ def _claim_results(rows: Any) -> list[ClaimResult]:
         ClaimResult(
             run_id=RunId(r.id),
             attempt=Attempt(r.attempt),
-            status=r.status,
+            status=RunStatus(r.status),
             lost_count=r.lost_count,
             step=r.step,
         )
@@ -317,7 +323,7 @@ def _claim_results(rows: Any) -> list[ClaimResult]:
 
 
 def claim_lost(
-    conn: sa.Connection, run_id: str, attempt: int, loss_limit: int, seen: str = "lease_lapsed"
+    conn: sa.Connection, run_id: str, attempt: int, loss_limit: int, seen: Seen = Seen.LEASE_LAPSED
 ) -> ClaimResult | None:
     """Claim one run whose lease lapsed (see `claim_lost_many`); None if another claim won."""
     claims = claim_lost_many(conn, [(run_id, attempt)], loss_limit, seen)
@@ -328,7 +334,7 @@ def claim_lost_many(
     conn: sa.Connection,
     lapsed: list[tuple[str, int]],
     loss_limit: int,
-    seen: str = "lease_lapsed",
+    seen: Seen = Seen.LEASE_LAPSED,
 ) -> list[ClaimResult]:
     """Claim runs whose leases lapsed, each exactly once per loss (I4), in one statement: each
     row matches only at the lapsed attempt while running or answered, so of two sweeps one wins
@@ -532,13 +538,15 @@ def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
     return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
 
 
-def attempt_statuses(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[Attempt, str]]:
+def attempt_statuses(
+    conn: sa.Connection, run_ids: list[str]
+) -> dict[str, tuple[Attempt, RunStatus]]:
     """Where each of these runs stands now: its attempt and status."""
     rows = conn.execute(
         sql("SELECT id, attempt, status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))"),
         {"ids": run_ids},
     ).all()
-    return {r.id: (Attempt(r.attempt), r.status) for r in rows}
+    return {r.id: (Attempt(r.attempt), RunStatus(r.status)) for r in rows}
 
 
 def touch_stale_queued(

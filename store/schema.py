@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-from store.rows import MarkStatus
+from store.states import MarkStatus, RunStatus
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -17,7 +17,7 @@ NAMING = {
 
 metadata = sa.MetaData(naming_convention=NAMING)
 
-RUN_STATUSES = ("queued", "running", "waiting", "answered", "succeeded", "failed")
+RUN_STATUSES = tuple(s.value for s in RunStatus)
 CALL_STATUSES = tuple(s.value for s in MarkStatus)
 
 

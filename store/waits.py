@@ -8,6 +8,7 @@ is over but whose wake was missed, so a lost message or a race only delays it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,11 +16,16 @@ import sqlalchemy as sa
 from store.db import sql
 from store.rows import ApprovalRow, Attempt, FencedOut, RunId
 from store.runs import OWNER_CTE
+from store.states import ApprovalStatus
 
 _APPROVAL_COLUMNS = (
     "id, run_id, step, call_index, step_key, tool, args, status, decided_by, reason, "
     "created_at, decided_at"
 )
+
+
+def _approval(fields: Mapping[Any, Any]) -> ApprovalRow:
+    return ApprovalRow(**{**fields, "status": ApprovalStatus(fields["status"])})
 
 
 def ensure_approval(
@@ -66,14 +72,14 @@ def ensure_approval(
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, f"file the approval for {tool}")
-    return ApprovalRow(**row._mapping)
+    return _approval(row._mapping)
 
 
 def get_approval(conn: sa.Connection, approval_id: str) -> ApprovalRow | None:
     row = conn.execute(
         sql(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = :id"), {"id": approval_id}
     ).first()
-    return None if row is None else ApprovalRow(**row._mapping)
+    return None if row is None else _approval(row._mapping)
 
 
 def list_approvals(conn: sa.Connection, run_id: str) -> list[ApprovalRow]:
@@ -81,7 +87,7 @@ def list_approvals(conn: sa.Connection, run_id: str) -> list[ApprovalRow]:
         sql(f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = :r ORDER BY created_at"),
         {"r": run_id},
     ).all()
-    return [ApprovalRow(**r._mapping) for r in rows]
+    return [_approval(r._mapping) for r in rows]
 
 
 def decide_approval(
@@ -116,7 +122,7 @@ def decide_approval(
         ),
         {
             "id": approval_id,
-            "status": "approved" if approve else "denied",
+            "status": ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED,
             "by": by,
             "reason": reason,
         },
@@ -124,7 +130,7 @@ def decide_approval(
     if row is None:
         return None
     fields = {k: v for k, v in row._mapping.items() if k != "woke"}
-    return ApprovalRow(**fields), (None if row.woke is None else Attempt(row.woke))
+    return _approval(fields), (None if row.woke is None else Attempt(row.woke))
 
 
 def suspend(conn: sa.Connection, run_id: str, attempt: int, waiting_on: str, step: int) -> None:

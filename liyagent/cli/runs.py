@@ -27,6 +27,7 @@ from runtime.durable.workflow_spec import WorkflowError, validate_workflow
 from runtime.entries.client import BadRequest, Client
 from runtime.models.scripted import ScriptError, validate_script
 from runtime.toolbox.tools import AgentDef
+from store.states import RunStatus
 
 
 def _client() -> Client:
@@ -85,7 +86,7 @@ def finish(c: Client, run_id: str, args: argparse.Namespace) -> int:
         print_json(view_json(view))
     else:
         render_view(out(), view)
-    if view.status != "failed":
+    if view.status != RunStatus.FAILED:
         return OK
     print(
         f"liyagent: run {run_id} failed: {view.failure_reason}; "

@@ -25,10 +25,10 @@ from simulators.vendor import (
     incidents_by_key,
 )
 from store.records import select_audit
+from store.states import FINISHED
 from store.trials import claims, losses, resumed_at
 from store.views import RunSummary, mark_keys, mark_tally, runs_by_ids
 
-TERMINAL = ("succeeded", "failed")
 # Vendor record tables, by the tool that writes them.
 VENDOR_TABLES: dict[str, tuple[str, Callable[[sa.Connection], dict[str, int]]]] = {
     "incident.create": ("incidents", incidents_by_key),
@@ -78,7 +78,7 @@ class Figures:
     @property
     def lost(self) -> int:
         """Runs that neither succeeded nor failed by the deadline."""
-        return sum(1 for line in self.lines if line.status not in TERMINAL)
+        return sum(1 for line in self.lines if line.status not in FINISHED)
 
     @property
     def resumed(self) -> int:

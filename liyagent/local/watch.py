@@ -28,13 +28,13 @@ from runtime.base.sealing import Sealer
 from runtime.base.settings import Settings
 from runtime.entries.client import Client
 from runtime.fleet.leases import Token
+from store.states import FINISHED, RunStatus
 from store.trials import teams_end
 from store.views import RunSummary, database_now, runs_by_ids
 from tasks.services import CeleryPublisher
 
 log = structlog.get_logger(__name__)
 
-TERMINAL = ("succeeded", "failed")
 POLL_S = 0.05
 # Kill once a run on the worker has written this many steps: mid-run, with calls behind it.
 KILL_AFTER_STEP = 2
@@ -85,7 +85,7 @@ class Deployment:
 
 def _busy_on(d: Deployment, proc: Proc, runs: list[RunSummary]) -> list[RunSummary]:
     pool = set(proc.children())
-    return [r for r in runs if r.status == "running" and d.holder_pid(r.id) in pool]
+    return [r for r in runs if r.status == RunStatus.RUNNING and d.holder_pid(r.id) in pool]
 
 
 def first_error(log_file: Path) -> str | None:
@@ -125,7 +125,7 @@ def kill_when_busy(
             return note
         if not proc.alive():
             raise DemoError(f"worker {name} exited by itself; see its log {proc.log}")
-        if runs and all(r.status in TERMINAL for r in runs):
+        if runs and all(r.status in FINISHED for r in runs):
             raise _nothing_to_kill(name, proc, runs, "held no run before every run ended")
         time.sleep(POLL_S)
     raise _nothing_to_kill(name, proc, runs, f"held no run within {timeout_s:.0f} s")
@@ -133,8 +133,12 @@ def kill_when_busy(
 
 def _describe(runs: list[RunSummary]) -> str:
     counts = Counter(r.status for r in runs)
-    parts = [f"{status} {counts[status]}" for status in ("succeeded", "failed") if counts[status]]
-    parts += [f"{s} {n}" for s, n in sorted(counts.items()) if s not in TERMINAL]
+    parts = [
+        f"{status} {counts[status]}"
+        for status in (RunStatus.SUCCEEDED, RunStatus.FAILED)
+        if counts[status]
+    ]
+    parts += [f"{s} {n}" for s, n in sorted(counts.items()) if s not in FINISHED]
     resumed = sum(1 for r in runs if r.lost_count > 0)
     return f"{', '.join(parts)} | resumed {resumed}"
 
@@ -155,7 +159,7 @@ def wait_until_done(d: Deployment, run_ids: list[str], timeout_s: float, out: Co
         task = progress.add_task("", total=len(run_ids))
         while True:
             runs = d.runs(run_ids)
-            done = sum(1 for r in runs if r.status in TERMINAL)
+            done = sum(1 for r in runs if r.status in FINISHED)
             text = _describe(runs)
             progress.update(task, completed=done, description=text)
             if not out.is_terminal and text != last:

@@ -3,6 +3,7 @@ answer, failure. `AgentRun` and `WorkflowRun` add the loop that produces steps."
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import structlog
@@ -26,6 +27,7 @@ from store.gates import select_gates
 from store.records import insert_owned_audit
 from store.rows import FencedOut, GateRow, RunRow
 from store.runs import fail_run, hand_back, store_answer
+from store.states import RunStatus
 from store.waits import suspend, wake_parent
 
 log = structlog.get_logger(__name__)
@@ -37,6 +39,20 @@ class HandedBack(Exception):
 
 class RunFailed(Exception):
     """The run was failed with a reason (already written); nothing more to do."""
+
+
+@dataclass(frozen=True)
+class GatesRead:
+    """Gates as one statement read them (the claim, a checkpoint, or a read of their own) and
+    when: they stand for `gates_fresh_ms`. Read with the claim, a checkpoint or for calls, they
+    may also serve the next step boundary (`lasting`); read by a boundary, only that one."""
+
+    row: GateRow
+    at_ms: int
+    lasting: bool
+
+    def young(self, fresh_ms: int) -> bool:
+        return monotonic_ms() - self.at_ms < fresh_ms
 
 
 class RunAttempt:
@@ -55,14 +71,11 @@ class RunAttempt:
         self.lease = lease
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         self.router = CallRouter(services, run, lease, key_for)
+        self.fence = self.router.fence
         # The gates the claim read, checked when the attempt starts.
         self._claimed = gates
-        # The gates last read and when: they stand for `gates_fresh_ms`. Read with the claim,
-        # a checkpoint or for calls, they may also serve the next step boundary (`_lasting`);
-        # read by a boundary, only that boundary.
-        self._fresh: GateRow | None = None
-        self._fresh_ms = 0
-        self._lasting = False
+        # The gates last read, whichever statement read them (`_take`).
+        self._read: GatesRead | None = None
 
     def execute(self) -> str:
         """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended.
@@ -96,7 +109,7 @@ class RunAttempt:
             self._take(self._claimed, lasting=True)
         else:
             self._gates()
-        if self.run.status == "answered":
+        if self.run.status == RunStatus.ANSWERED:
             text = self._open_answer()
             self._audit_resume(self.run.step, [], from_answer=True)
             self._hand_on(text)
@@ -109,12 +122,9 @@ class RunAttempt:
     def _gates(self) -> GateRow:
         """The gates as they stand now: the ones read less than `gates_fresh_ms` ago, or read
         again, fence included, in one statement (I3, I7)."""
-        if self._fresh is not None and self._young():
-            return self._fresh
+        if self._read is not None and self._read.young(self.s.settings.timings.gates_fresh_ms):
+            return self._read.row
         return self._read_gates(lasting=True)
-
-    def _young(self) -> bool:
-        return monotonic_ms() - self._fresh_ms < self.s.settings.timings.gates_fresh_ms
 
     def _read_gates(self, lasting: bool) -> GateRow:
         with self.s.engine.connect() as conn:
@@ -128,7 +138,7 @@ class RunAttempt:
         refusal = run_refusal(gates, self.run)
         if refusal is not None:
             self._fail(refusal, "gate_refused")
-        self._fresh, self._fresh_ms, self._lasting = gates, monotonic_ms(), lasting
+        self._read = GatesRead(gates, monotonic_ms(), lasting)
         return gates
 
     def _resume_calls(self, state: RunState) -> bool:
@@ -169,7 +179,9 @@ class RunAttempt:
         statement; returns them. A run not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false)
         writes none (lost, it fails): its calls go through the gates as `_gates` has them. A
         step that asks more than LIYAGENT_STEP_MAX_BYTES is refused whole: the run fails."""
-        self.lease.check()  # writes stop within one lease of losing it, even if Redis is gone
+        # Nothing of the step, its failure or (not written ahead) its calls, goes on from an
+        # attempt that may have lost its lease; the checkpoint's write checks it again.
+        self.lease.check()
         limit = self.s.settings.step_max_bytes
         asked = state.asked_bytes()
         if asked > limit:
@@ -183,7 +195,7 @@ class RunAttempt:
         if not self.run.resumable:
             return self._gates()
         sealed = chain.seal_step(self.s.sealer, self.run.id, state)
-        with self.s.engine.connect() as conn:
+        with self.fence.write() as conn:
             gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
         state.mark_written(digest(sealed))
         # Debug only: a line per step costs a thread-pool worker a JSON encode and the log
@@ -211,8 +223,9 @@ class RunAttempt:
         # Gates the claim, the last checkpoint or the last calls read within `gates_fresh_ms`
         # serve this boundary; otherwise (a slow step, or no statement since the last
         # boundary) they are read again. Either way the next boundary needs newer ones.
-        if self._fresh is not None and self._lasting and self._young():
-            self._lasting = False
+        read = self._read
+        if read is not None and read.lasting and read.young(self.s.settings.timings.gates_fresh_ms):
+            self._read = replace(read, lasting=False)
         else:
             self._read_gates(lasting=False)
 
@@ -221,9 +234,8 @@ class RunAttempt:
         statement; one outside (a post to a service) has it stored first, and a resume hands
         that answer on, never running the turn again."""
         sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
-        self.lease.check()
         if not entry_point(self.run).outside:
-            with self.s.engine.connect() as conn:
+            with self.fence.write() as conn:
                 deliver(
                     conn,
                     self.run.id,
@@ -236,7 +248,7 @@ class RunAttempt:
             self.log.info("run.succeeded")
             self._wake_parent()
             return
-        with self.s.engine.connect() as conn:
+        with self.fence.write() as conn:
             store_answer(conn, self.run.id, self.run.attempt, sealed)
         faults.point("after_answer")
         self._hand_on(text)
@@ -253,8 +265,7 @@ class RunAttempt:
                 # A definite refusal (4xx): posting again cannot help; the hand-on fails.
                 self._fail(f"its answer could not be handed on: {exc}", "hand_on_refused")
             faults.point("after_reply")
-            self.lease.check()
-        with self.s.engine.connect() as conn:
+        with self.fence.write() as conn:  # a taken-over attempt must not deliver (I3)
             deliver(
                 conn,
                 self.run.id,

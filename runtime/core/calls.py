@@ -21,11 +21,12 @@ import structlog
 
 from runtime.base import faults
 from runtime.base.redact import error_facts, frames
+from runtime.core.fence import Fence
+from runtime.core.pending import PendingCall
 from runtime.core.settlement import (
     NOT_FOUND_NOTE,
     UNKNOWN_NOTE,
     MarkFacts,
-    Settle,
     decide,
     not_found_note,
     taken_up_as,
@@ -50,7 +51,8 @@ from runtime.toolbox.tools import (
     ToolKind,
 )
 from store.checkpoints import finish_mark, mark_in_doubt, marks_by_index, select_marks
-from store.rows import GateRow, MarkRow, MarkStatus, RunRow
+from store.rows import GateRow, MarkRow, RunRow
+from store.states import MarkStatus, Settle
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +113,7 @@ class CallRouter:
         self.run = run
         self.lease = lease
         self.key_for = key_for or agent_key(run)
+        self.fence = Fence(services.engine, lease)
         self.waits = WaitRouter(services, run, self.write)
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
@@ -151,26 +154,25 @@ class CallRouter:
         )
         kind = mark.kind if mark is not None else (tool.kind.value if tool else "unknown")
         if decision is Settle.REUSE and mark is not None:
-            return self._reuse(state, mark), Settle.REUSE.value, kind
+            return self._reuse(state, mark), Settle.REUSE, kind
         refusal = call_refusal(gates, self.run, call.name)
         if refusal is None and tool is None:
             refusal = f"tool {call.name} is not available"
         if refusal is not None:
-            return self._refuse(state, index, mark, refusal), "refused", kind
+            return self._refuse(state, index, mark, refusal), Settle.REFUSED, kind
         assert tool is not None
         if decision is Settle.MAKE:
             outcome = self._make(state, index, call, tool)
             return outcome, taken_up_as(outcome).value, kind
         assert mark is not None
+        marked = PendingCall(state, index, call, tool, mark.idem_key, True)
         if decision is Settle.RESEND:
-            outcome, how = self._send(
-                state, index, call, tool, mark.idem_key, True, mark.age_s, sent_before=True
-            )
-            return outcome, how or Settle.RESEND.value, kind
+            outcome, how = self._send(marked, mark.age_s, sent_before=True)
+            return outcome, how or Settle.RESEND, kind
         if decision is Settle.READ_BACK:
-            outcome, how = self._read_back(state, index, call, tool, mark.idem_key)
+            outcome, how = self._read_back(marked)
             return outcome, how, kind
-        return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN.value, kind
+        return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN, kind
 
     def ctx(self, state: RunState, call: ToolCall, key: str, stable: bool = True) -> CallContext:
         timeout = self.s.settings.timings.call_timeout_s
@@ -219,53 +221,38 @@ class CallRouter:
                 return {"error": str(exc)}
             except ToolError as exc:
                 return {"error": str(exc)}
-        return self.write(state, index, call, tool, key, stable, settlement=None)
+        return self.write(PendingCall(state, index, call, tool, key, stable), settlement=None)
 
     def _invalid(self, call: ToolCall, exc: InvalidArguments) -> Outcome:
         """The model's arguments do not fit: it is told what is wrong and may try again."""
         self.log.info("call.invalid_arguments", call_id=call.id, tool=call.name, why=str(exc))
         return exc.outcome()
 
-    def write(
-        self,
-        state: RunState,
-        index: int,
-        call: ToolCall,
-        tool: Tool,
-        key: str,
-        stable: bool,
-        settlement: str | None,
-    ) -> Outcome:
+    def write(self, p: PendingCall, settlement: Settle | None) -> Outcome:
         """Mark in doubt, send with the key, record the outcome: the path of every write."""
-        self.lease.check()
-        with self.s.engine.connect() as conn:
+        with self.fence.write() as conn:
             mark_in_doubt(
                 conn,
                 run_id=self.run.id,
                 attempt=self.run.attempt,
-                step=state.step,
-                call_index=index,
-                call_id=call.id,
-                tool=tool.name,
-                kind=tool.kind.value,
-                idem_key=key,
-                stable_key=stable,
+                step=p.state.step,
+                call_index=p.index,
+                call_id=p.call.id,
+                tool=p.tool.name,
+                kind=p.tool.kind.value,
+                idem_key=p.key,
+                stable_key=p.stable,
             )
         faults.point("after_mark")
-        state.count("writes")
-        outcome, _ = self._send(state, index, call, tool, key, stable, 0.0, settlement, False)
+        p.state.count("writes")
+        outcome, _ = self._send(p, 0.0, settlement, False)
         return outcome
 
     def _send(
         self,
-        state: RunState,
-        index: int,
-        call: ToolCall,
-        tool: Tool,
-        key: str,
-        stable: bool,
+        p: PendingCall,
         marked_s_ago: float,
-        settlement: str | None = Settle.RESEND.value,
+        settlement: Settle | None = Settle.RESEND,
         sent_before: bool = True,
     ) -> tuple[Outcome, str | None]:
         """Send a marked write and record its outcome. A keyed write that fails in doubt is
@@ -273,8 +260,9 @@ class CallRouter:
         other doubt is settled by a reader, or reported unknown (never sent again, I2). A
         write that fails while no request of it ever left (`sent_before`: an earlier attempt
         may have sent it) is recorded failed: nothing was sent."""
+        state, index, call, tool = p.state, p.index, p.call, p.tool
         marked = time.monotonic() - marked_s_ago
-        ctx = self.ctx(state, call, key, stable)
+        ctx = self.ctx(state, call, p.key, p.stable)
         with traffic.watched(left=sent_before):
             for attempt in range(1, KEYED_TRIES + 1):
                 self.lease.check()  # a stalled attempt taken over meanwhile must not send (I3)
@@ -284,7 +272,7 @@ class CallRouter:
                     outcome = tool.make(call.args, ctx)
                 except ToolFailed as exc:
                     if not sent_before and attempt == 1:  # no try of this call ever sent
-                        return self._failed(state, index, call, tool, exc), Settle.FAILED.value
+                        return self._failed(p, exc), Settle.FAILED
                     doubt = exc  # an earlier try may have sent it
                 except ToolError as exc:
                     outcome = {"error": str(exc)}
@@ -292,25 +280,23 @@ class CallRouter:
                     doubt = exc
                 if doubt is not None:
                     self._log_failure(call, tool, doubt, "call.in_doubt")
-                    pause = self._keyed_pause(tool, stable, attempt, time.monotonic() - marked)
+                    pause = self._keyed_pause(tool, p.stable, attempt, time.monotonic() - marked)
                     if pause is not None:
                         time.sleep(pause)  # backoff before sending again with the same key
                         continue
-                    return self._settle_doubt(state, index, call, tool, key, str(doubt))
+                    return self._settle_doubt(p, str(doubt))
                 faults.point("after_send")
-                self._record(state, index, outcome, settlement if attempt == 1 else "resent")
+                self._record(state, index, outcome, settlement if attempt == 1 else Settle.RESEND)
                 faults.point("after_outcome")
                 return outcome, settlement
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _failed(
-        self, state: RunState, index: int, call: ToolCall, tool: Tool, exc: ToolFailed
-    ) -> Outcome:
+    def _failed(self, p: PendingCall, exc: ToolFailed) -> Outcome:
         """A marked write that failed before any request of it left: its error is recorded
         (sealed, a resume reuses it) and the mark is `failed`, never in doubt (I2)."""
-        self._log_failure(call, tool, exc, "call.failed")
+        self._log_failure(p.call, p.tool, exc, "call.failed")
         outcome = exc.outcome()
-        self._finish(state, index, MarkStatus.FAILED, outcome, Settle.FAILED.value)
+        self._finish(p.state, p.index, MarkStatus.FAILED, outcome, Settle.FAILED)
         return outcome
 
     def _log_failure(self, call: ToolCall, tool: Tool, exc: Exception, event: str) -> None:
@@ -340,45 +326,36 @@ class CallRouter:
             return None
         return pause
 
-    def _settle_doubt(
-        self, state: RunState, index: int, call: ToolCall, tool: Tool, key: str, error: str
-    ) -> tuple[Outcome, str]:
+    def _settle_doubt(self, p: PendingCall, error: str) -> tuple[Outcome, str]:
         """A write in doubt in this attempt (it failed with `error` after its request may have
         left): read it back if a reader exists, else unknown."""
-        if tool.reader is not None:
-            return self._read_back(state, index, call, tool, key, error)
-        return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN.value
+        if p.tool.reader is not None:
+            return self._read_back(p, error)
+        return self._settle(p.state, p.index, Settle.UNKNOWN, error), Settle.UNKNOWN
 
-    def _read_back(
-        self,
-        state: RunState,
-        index: int,
-        call: ToolCall,
-        tool: Tool,
-        key: str,
-        error: str | None = None,
-    ) -> tuple[Outcome, str]:
+    def _read_back(self, p: PendingCall, error: str | None = None) -> tuple[Outcome, str]:
         """Look a write in doubt up by its key. Found: its outcome. Not found: the model is
         told so, and it is not sent again (the vendor may still be processing it)."""
+        state, index, call, tool = p.state, p.index, p.call, p.tool
         assert tool.reader is not None
-        self.lease.check()
+        self.lease.check()  # a taken-over attempt must not ask its vendor either (I3)
         try:
-            found = tool.reader(call.args, self.ctx(state, call, key))
+            found = tool.reader(call.args, self.ctx(state, call, p.key))
         except http.SendRefused:
             raise
         except Exception as exc:  # the reader failed: the write stays unknown, never resent
             self._log_failure(call, tool, exc, "call.read_back_failed")
-            return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN.value
+            return self._settle(state, index, Settle.UNKNOWN, error), Settle.UNKNOWN
         if found is None:
-            return self._settle(state, index, Settle.NOT_FOUND, error), Settle.NOT_FOUND.value
-        self._record(state, index, found, Settle.READ_BACK.value)
-        return found, Settle.READ_BACK.value
+            return self._settle(state, index, Settle.NOT_FOUND, error), Settle.NOT_FOUND
+        self._record(state, index, found, Settle.READ_BACK)
+        return found, Settle.READ_BACK
 
     def _refuse(self, state: RunState, index: int, mark: MarkRow | None, why: str) -> Outcome:
         """A gate refuses the call now: it is not made, and the model is told why."""
         if mark is None:
             return {"refused": why}
-        self._settle(state, index, "refused")
+        self._settle(state, index, Settle.REFUSED)
         return {
             "refused": why,
             "note": "An earlier attempt of this call may have reached its "
@@ -386,7 +363,7 @@ class CallRouter:
         }
 
     def _settle(
-        self, state: RunState, index: int, settlement: str, error: str | None = None
+        self, state: RunState, index: int, settlement: Settle, error: str | None = None
     ) -> Outcome:
         """Record, with an audit event, that a call in doubt was not sent again. `error`: it
         failed in this attempt (no process stopped), so the model is told that error, and the
@@ -430,7 +407,7 @@ class CallRouter:
         }
 
     def _record(
-        self, state: RunState, index: int, outcome: Outcome, settlement: str | None
+        self, state: RunState, index: int, outcome: Outcome, settlement: Settle | None
     ) -> None:
         """A marked call's result, for a resume to reuse instead of settling it; a result larger
         than what the step has left is replaced by a refusal the model reads."""
@@ -443,14 +420,14 @@ class CallRouter:
         index: int,
         status: MarkStatus,
         outcome: Outcome | None,
-        settlement: str | None,
+        settlement: Settle | None,
     ) -> None:
         """Finish a mark in doubt, with what the model was told sealed (fenced)."""
         sealed = None
         if outcome is not None:
             sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
-        self.lease.check()  # after a long call: still ours? else the call stays in doubt
-        with self.s.engine.connect() as conn:
+        # After a long call: still ours? Else the call stays in doubt.
+        with self.fence.write() as conn:
             finish_mark(
                 conn,
                 run_id=self.run.id,

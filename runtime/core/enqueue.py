@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
 import structlog
 
+from runtime.base.validation import described
 from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
 from runtime.models import specs
@@ -84,6 +87,50 @@ class NewRun:
     link: EntryLink | None = None
     job: dict[str, Any] | None = None
     resumable: bool | None = None
+    # The model spec as a `RunRequest` checked it at the door: not checked again.
+    checked_model: specs.ProviderSpec | None = None
+
+
+class RunRequest(pydantic.BaseModel):
+    """What a caller of the client API asks for when it starts an agent run, validated once
+    at the door (field types, the agent's name, the model spec for its provider); the tools
+    are checked against this deployment's registry when the run is enqueued."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    agent: pydantic.StrictStr
+    user_input: pydantic.StrictStr
+    # Stored as given (it is part of the request's digest); checked by `runtime/models/specs.py`.
+    model: dict[str, Any]
+    tools: list[pydantic.StrictStr] | None = None
+    system: pydantic.StrictStr | None = None
+    request_key: pydantic.StrictStr | None = None
+    owner: pydantic.StrictStr = "app"
+    entry_kind: pydantic.StrictStr = "plain"
+    channel: pydantic.StrictStr = "api"
+    run_as: pydantic.StrictStr | None = None
+    may_wait: pydantic.StrictBool | None = None
+    resumable: pydantic.StrictBool | None = None
+    _spec: specs.ProviderSpec | None = pydantic.PrivateAttr(default=None)
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, Any]) -> RunRequest:
+        """The request checked, or BadRequest naming each field that is wrong (never a value:
+        a model spec may hold a secret) and the fields a request takes."""
+        try:
+            request = cls.model_validate(dict(fields))
+        except pydantic.ValidationError as exc:
+            raise BadRequest(
+                f"run request: {described(exc, '(request)')}; fields: {sorted(cls.model_fields)}; "
+                "nothing was stored"
+            ) from None
+        parse_agent(request.agent)
+        request._spec = check_model(request.model)
+        return request
+
+    def new_run(self) -> NewRun:
+        """The run to enqueue, its model spec marked as checked."""
+        return NewRun(**self.model_dump(), checked_model=self._spec)
 
 
 def _validate(s: Services, new: NewRun) -> list[str]:
@@ -102,15 +149,16 @@ def _validate(s: Services, new: NewRun) -> list[str]:
             raise BadRequest(str(exc)) from None
         # A workflow's own steps name the tools it calls, and only those.
         return checked_tools(s, sorted({step.tool for step in steps.values()}), "workflow")
-    check_model(new.model)
+    if new.checked_model is None:
+        check_model(new.model)
     return checked_tools(s, new.tools, "tools")
 
 
-def check_model(model: Any) -> None:
+def check_model(model: Any) -> specs.ProviderSpec:
     """A model spec a worker can use, and no secret in it (specs.py); BadRequest otherwise,
     naming the field and never its value."""
     try:
-        specs.check(model)
+        return specs.check(model)
     except ModelError as exc:
         raise BadRequest(f"{exc}; nothing was stored") from None
 

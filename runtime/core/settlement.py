@@ -6,25 +6,13 @@ Pure: it decides from the call's mark (if any), its tool as it stands now, and t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from runtime.toolbox.tools import ToolKind
-from store.rows import MarkStatus
+from store.states import MarkStatus, Settle
 
 # Kinds sent with a key their vendor may dedupe on: a keyed write's step key, an approved
 # call's approval id.
 _KEYED = frozenset({ToolKind.KEYED_WRITE, ToolKind.APPROVAL_WRITE})
-
-
-class Settle(StrEnum):
-    MAKE = "made"  # a read, or a write never marked: make it now, as on a first pass
-    REUSE = "reused"  # its outcome (or an earlier settlement) is recorded: reuse it
-    RESEND = "resent"  # keyed write, vendor dedupes longer than a resume: same key again
-    READ_BACK = "read_back"  # a reader looks the outcome up by key (found: its outcome)
-    NOT_FOUND = "not_found"  # the reader found nothing: not sent again, the model is told
-    UNKNOWN = "unknown"  # not sent again; the model is told the outcome is unknown
-    DENIED = "denied"  # an approval-held call a person denied: not made; the model is told
-    FAILED = "failed"  # the tool raised before any request of it left: nothing was sent
 
 
 def taken_up_as(outcome: dict[str, object]) -> Settle:

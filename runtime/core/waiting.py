@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from runtime.base import faults
 from runtime.core.enqueue import BadRequest, NewRun, enqueue, publish_quietly
+from runtime.core.pending import PendingCall
 from runtime.durable.keys import approval_step_key, delegation_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.services import Services
@@ -20,6 +21,7 @@ from runtime.toolbox.tools import Tool
 from store.entries import EntryKind
 from store.rows import RunRow
 from store.runs import claim_lost, get_run_by_request_key
+from store.states import OWNED, ApprovalStatus, RunStatus, Seen, Settle
 from store.waits import ensure_approval
 
 Outcome = dict[str, Any]
@@ -28,16 +30,7 @@ Outcome = dict[str, Any]
 class SendWrite(Protocol):
     """The write path of the router that owns this wait router: mark, send, record."""
 
-    def __call__(
-        self,
-        state: RunState,
-        index: int,
-        call: ToolCall,
-        tool: Tool,
-        key: str,
-        stable: bool,
-        settlement: str | None,
-    ) -> Outcome: ...
+    def __call__(self, p: PendingCall, settlement: Settle | None) -> Outcome: ...
 
 
 class Suspend(Exception):
@@ -75,16 +68,16 @@ class WaitRouter:
                 tool=tool.name,
                 args=call.args,
             )
-        if request.status == "denied":
+        if request.status == ApprovalStatus.DENIED:
             return {
                 "denied": True,
                 "approval_id": request.id,
                 "by": request.decided_by,
                 "reason": request.reason,
             }
-        if request.status == "approved":
+        if request.status == ApprovalStatus.APPROVED:
             # An approved call always sends the approval id as its key, however often.
-            return self.write(state, index, call, tool, request.id, True, settlement=None)
+            return self.write(PendingCall(state, index, call, tool, request.id, True), None)
         faults.point("after_request")
         if self.may_wait:
             raise Suspend(f"approval:{request.id}")
@@ -108,12 +101,12 @@ class WaitRouter:
                 return {"error": f"the sub-agent could not be started: {exc}"}
             faults.point("after_request")
             raise Suspend(f"child:{child_id}")
-        if child.status == "succeeded" and child.answer is not None:
+        if child.status == RunStatus.SUCCEEDED and child.answer is not None:
             answer = self.s.sealer.open(child.id, "answer", 0, child.answer)
             return {"child_run": child.id, "answer": answer["text"]}
-        if child.status == "failed":
+        if child.status == RunStatus.FAILED:
             return {"child_run": child.id, "error": child.failure_reason}
-        if child.status in ("running", "answered") and self.s.leases.holder(child.id) is None:
+        if child.status in OWNED and self.s.leases.holder(child.id) is None:
             # The same claim as the sweeper's, so of the two one wins (I4); its audit names this
             # path, so an operator (and a test) can tell who took the child over.
             with self.s.engine.connect() as conn:
@@ -122,9 +115,9 @@ class WaitRouter:
                     child.id,
                     child.attempt,
                     self.s.settings.timings.loss_limit,
-                    seen="parent_asked_again",
+                    seen=Seen.PARENT_ASKED_AGAIN,
                 )
-            if claim is not None and claim.status != "failed":
+            if claim is not None and claim.status != RunStatus.FAILED:
                 publish_quietly(self.s, claim.run_id, claim.attempt)
         raise Suspend(f"child:{child.id}")
 

@@ -24,6 +24,7 @@ from runtime.core.enqueue import (
     BadRequest,
     NewRun,
     RequestConflict,
+    RunRequest,
     enqueue,
     parse_agent,
     publish_quietly,
@@ -37,10 +38,10 @@ from store.gates import agent_has_runs, insert_stop, lift_stops
 from store.records import insert_audit_once, select_transcript
 from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
 from store.runs import get_run
+from store.states import FINISHED
 from store.views import running_runs, runs_by_id_prefix
 from store.waits import decide_approval, get_approval, list_approvals
 
-TERMINAL = frozenset({"succeeded", "failed"})
 # The shortest run id prefix accepted (the demo prints 8 characters).
 MIN_PREFIX = 4
 # How many matches an ambiguous prefix lists.
@@ -97,7 +98,7 @@ class RunView:
 
     @property
     def done(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in FINISHED
 
 
 def parse_id(raw: str, what: str = "run id") -> str:
@@ -139,16 +140,22 @@ class Client:
     def __init__(self, services: Services) -> None:
         self.s = services
 
-    def start_run(
-        self, *, agent: str, model: dict[str, Any], user_input: str, **options: Any
-    ) -> RunId:
+    def start_run(self, request: RunRequest | None = None, /, **fields: Any) -> RunId:
         """Insert the run with its first checkpoint, then publish its message; a request key
         makes this idempotent (the same key with the same request returns the same run and
-        publishes nothing; with another request it raises RequestConflict). The run may use
-        exactly `tools=[...]` (none without it); an unknown tool or a bad or secret-bearing
-        model spec is a BadRequest and nothing is stored."""
-        new = NewRun(agent=parse_agent(agent), model=model, user_input=user_input, **options)
-        return enqueue(self.s, new)[0]
+        publishes nothing; with another request it raises RequestConflict). Takes a
+        `RunRequest`, or its fields as keywords (`agent=`, `model=`, `user_input=`, ...),
+        validated into one. The run may use exactly `tools=[...]` (none without it); a field
+        of the wrong type or unknown, an unknown tool or a bad or secret-bearing model spec is
+        a BadRequest naming the field, and nothing is stored."""
+        if request is None:
+            request = RunRequest.parse(fields)
+        elif fields:
+            raise BadRequest(
+                f"start_run takes a RunRequest or its fields, not both (got {sorted(fields)}); "
+                "nothing was stored"
+            )
+        return enqueue(self.s, request.new_run())[0]
 
     def start_workflow(
         self, *, name: str, workflow: dict[str, Any], user_input: str = "start", **options: Any
@@ -247,7 +254,7 @@ class Client:
         run_id: str,
         timeout_s: float = 60.0,
         poll_s: float = 0.1,
-        until: frozenset[str] = TERMINAL,
+        until: frozenset[str] = FINISHED,
     ) -> RunView:
         """Poll until the run reaches one of `until`; raise TimeoutError with its state."""
         deadline = time.monotonic() + timeout_s

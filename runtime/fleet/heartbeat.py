@@ -36,6 +36,7 @@ import structlog
 
 from runtime.fleet.leases import Leases, Token, monotonic_ms
 from runtime.fleet.presence import Presence
+from store.states import OWNED
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +50,6 @@ SAFETY_MARGIN_MS = 500
 # `attempt_statuses`); what a lease taken back after Redis lost its data is checked against.
 Owners = Callable[[list[str]], dict[str, tuple[int, str]]]
 # The statuses in which an attempt owns its run (the fence's, store.runs OWNER_CTE).
-OWNING = ("running", "answered")
 
 
 class LeaseLost(Exception):
@@ -464,7 +464,7 @@ class Heartbeat:
             return
         for h in got:
             now_at = None if owners is None else owners.get(h.token.run_id)
-            if now_at is not None and now_at[0] == h.token.attempt and now_at[1] in OWNING:
+            if now_at is not None and now_at[0] == h.token.attempt and now_at[1] in OWNED:
                 h.epoch = epoch
                 h.renewed(now)
                 log.info("lease.taken_back", run_id=h.token.run_id, attempt=h.token.attempt)

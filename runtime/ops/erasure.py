@@ -19,11 +19,11 @@ from runtime.services import Services
 from store.erasure import erase_content, fence_out, lock_erasable
 from store.gates import insert_stop
 from store.rows import RunNotFound
+from store.states import FINISHED
 
 log = structlog.get_logger(__name__)
 
 _NAME = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
-FINISHED = ("succeeded", "failed")
 
 
 class OwnerNotFound(LookupError):

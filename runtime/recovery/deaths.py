@@ -48,6 +48,7 @@ from runtime.fleet.presence import connection_name
 from runtime.recovery.sweeper import requeue_lost_messages
 from runtime.services import Services
 from store.runs import attempt_statuses, claim_lost_many
+from store.states import RunStatus, Seen
 
 log = structlog.get_logger(__name__)
 
@@ -199,7 +200,7 @@ class DeathWatch:
             self.s.leases.unfence(tokens)
             return
         report.dead.append(holder)
-        report.claimed += claim_and_publish(self.s, tokens, "connection_closed", fenced=True)
+        report.claimed += claim_and_publish(self.s, tokens, Seen.CONNECTION_CLOSED, fenced=True)
         # A lease taken between its acquire and its claim leaves the run queued at that
         # attempt, and the acquire let the message's reservation go: it is published again
         # like a reserved one (claimed runs moved to the next attempt and are left alone).
@@ -240,7 +241,7 @@ def _text(raw: bytes | str | int) -> str:
 
 
 def claim_and_publish(
-    s: Services, tokens: list[Token], seen: str, *, fenced: bool = False
+    s: Services, tokens: list[Token], seen: Seen, *, fenced: bool = False
 ) -> list[str]:
     """Claim the lost attempts in Postgres in bounded batches (one statement each; of two
     claims one wins each run, I4) and publish each batch's new attempts in one round trip as
@@ -261,7 +262,9 @@ def claim_and_publish(
         finally:
             if fenced:  # committed, or failed (the sweeper claims them later)
                 s.leases.unfence(chunk)
-        s.publisher.publish_many([(c.run_id, c.attempt) for c in claims if c.status != "failed"])
+        s.publisher.publish_many(
+            [(c.run_id, c.attempt) for c in claims if c.status != RunStatus.FAILED]
+        )
         for claim in claims:
             log.debug(  # `deaths.taken` and `deaths.pool_child` sum the claims up
                 "deaths.claimed",
@@ -283,7 +286,7 @@ def republish_reserved(s: Services, reserved: list[tuple[str, int]]) -> list[str
         return []
     with s.engine.connect() as conn:
         now = attempt_statuses(conn, [run_id for run_id, _ in reserved])
-    again = [(r, a) for r, a in reserved if now.get(r) == (a, "queued")]
+    again = [(r, a) for r, a in reserved if now.get(r) == (a, RunStatus.QUEUED)]
     s.publisher.publish_many(again)
     return [r for r, _ in again]
 
@@ -293,7 +296,7 @@ def claim_dead_child(s: Services, token: Token) -> list[str]:
     (only if it still holds this token) and claim the run at once, without a sweep."""
     if not s.leases.take_token(token):
         return []
-    return claim_and_publish(s, [token], "pool_child_died")
+    return claim_and_publish(s, [token], Seen.POOL_CHILD_DIED)
 
 
 class DeathWatchThread:

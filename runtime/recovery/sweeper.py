@@ -40,6 +40,7 @@ from store.runs import (
     touch_queued_before,
     touch_stale_queued,
 )
+from store.states import RunStatus, Seen
 from store.waits import wake_ready
 
 log = structlog.get_logger(__name__)
@@ -217,7 +218,7 @@ class Sweeper:
             return []
         with self.s.engine.connect() as conn:
             now = attempt_statuses(conn, [run_id for run_id, _ in left])
-        return [(r, a) for r, a in left if now.get(r) == (a, "queued")]
+        return [(r, a) for r, a in left if now.get(r) == (a, RunStatus.QUEUED)]
 
     def _claim_given_up(self, report: SweepReport) -> None:
         """Claim the runs whose holders gave their leases up because they could not reach
@@ -234,7 +235,7 @@ class Sweeper:
             faulted = claim_store_faulted_many(conn, pairs, present)
             won = {c.run_id for c in faulted}
             lost = claim_lost_many(
-                conn, [p for p in pairs if p[0] not in won], limit, seen="lease_given_up"
+                conn, [p for p in pairs if p[0] not in won], limit, seen=Seen.LEASE_GIVEN_UP
             )
         self.s.leases.unfence(tokens)
         self.s.leases.claimed_given_up(tokens)  # claimed now, or moved on before
@@ -276,7 +277,10 @@ class Sweeper:
                 claims = [
                     *claim_lost_many(conn, [(t.run_id, t.attempt) for t in gone], limit),
                     *claim_lost_many(
-                        conn, [p for p in missing if p[0] not in won], limit, seen="lease_missing"
+                        conn,
+                        [p for p in missing if p[0] not in won],
+                        limit,
+                        seen=Seen.LEASE_MISSING,
                     ),
                 ]
                 won |= {c.run_id for c in claims}
@@ -287,11 +291,11 @@ class Sweeper:
         self.s.leases.forget_many(gone + newer)
         for token in left:
             # Died between taking the lease and claiming the queued run: publish it again.
-            if now.get(token.run_id) == (token.attempt, "queued"):
+            if now.get(token.run_id) == (token.attempt, RunStatus.QUEUED):
                 self._publish_again(token.run_id, token.attempt, report)
         resumed: list[tuple[str, int]] = []  # published together, in one round trip
         for claim in faulted:
-            if claim.status == "failed":
+            if claim.status == RunStatus.FAILED:
                 report.failed.append(claim.run_id)
                 log.warning("sweep.run_failed", run_id=claim.run_id, reason="store_fault")
                 continue
@@ -299,7 +303,7 @@ class Sweeper:
             log.info("sweep.store_faulted", run_id=claim.run_id, attempt=claim.attempt)
             resumed.append((claim.run_id, claim.attempt))
         for claim in claims:
-            if claim.status == "failed":
+            if claim.status == RunStatus.FAILED:
                 report.failed.append(claim.run_id)
                 log.warning("sweep.run_failed", run_id=claim.run_id, lost_count=claim.lost_count)
                 continue

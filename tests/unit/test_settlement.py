@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.core.settlement import MarkFacts, Settle, decide
+from runtime.core.settlement import MarkFacts, decide
 from runtime.toolbox.tools import ToolKind
-from store.rows import MarkStatus
+from store.states import MarkStatus, Settle
 
 BOUND = 3600.0
 
