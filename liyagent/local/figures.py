@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from liyagent.local.judge import claims, losses, resumed_at
 from runtime.entries.entries import teams_reply_key
 from simulators.vendor import (
     chat_replies_by_key,
@@ -25,7 +26,6 @@ from simulators.vendor import (
     incidents_by_key,
 )
 from store.records import select_audit
-from store.trials import claims, losses, resumed_at
 from store.views import RunSummary, mark_keys, mark_tally, runs_by_ids
 
 TERMINAL = ("succeeded", "failed")
