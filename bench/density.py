@@ -36,10 +36,10 @@ from bench import procstat
 from bench.lab import Lab, WorkerSpec
 from bench.report import Figure, Section, Target, quantile
 from bench.sides import LiyagentSide, wait_ended
+from liyagent.local import judge
 from liyagent.local.cluster import START_TIMEOUT_S, worker_argv
 from liyagent.local.procs import Proc
 from runtime.services import holder_of
-from store import trials as judge
 
 CPU_PER_STEP_MS = Target("<=", 2.0, "issue 18")
 THROUGHPUT = Target(">=", 0.9, "issue 18")

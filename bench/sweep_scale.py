@@ -33,6 +33,7 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
+from bench.bulk import finish_runs, insert_running_runs
 from bench.lab import Lab
 from bench.report import Figure, Section, Target, quantile
 from runtime import services as runtime_services
@@ -41,7 +42,6 @@ from runtime.fleet.leases import Leases, Token
 from runtime.fleet.presence import connection_name
 from runtime.recovery.sweeper import Sweeper, SweepReport
 from runtime.services import Services
-from store.bench import finish_runs, insert_running_runs
 from tasks.deliveries import unacked_runs
 
 SWEEP_P99 = Target("<=", 100.0, "issue 12 (DESIGN.md's index path)")

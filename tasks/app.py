@@ -1,71 +1,14 @@
-"""The Celery app and the signals that tie worker life to the engine."""
+"""The Celery app: its configuration and the task modules it loads. The signals that tie
+worker and beat life to the engine are in `tasks/lifecycle.py`, loaded with the tasks (the
+`include` list is imported before a worker's or beat's first signal), so this module imports
+nothing of `tasks/` and the glue has no import circle."""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
+from celery import Celery
 
-from celery import Celery, signals
-
-from runtime import services as runtime_services
-from runtime.base import drain, logs
-from runtime.ops import startup
-from store import db
-
-app = Celery("liyagent", include=["tasks.runs", "tasks.sweeps", "tasks.entries"])
+app = Celery(
+    "liyagent",
+    include=["tasks.lifecycle", "tasks.runs", "tasks.sweeps", "tasks.entries"],
+)
 app.config_from_object("celeryconfig")
-
-from tasks import pools, worker  # noqa: E402  (the worker glue needs the app configured first)
-
-
-def _refuse_unless_ready(what: str, *, database: bool = False, controller: Any = None) -> None:
-    """Stop this process now, with the reason and the CLI's exit code for it, rather than take
-    messages it would fail (and ack, or requeue) one by one: production without seal keys, a
-    tool module that does not load, a worker's database out of reach or an unsupported pool."""
-    try:
-        if controller is not None:
-            startup.check_pool(worker.pool_name(controller))
-        startup.check(database=database)
-    except startup.StartupRefused as exc:
-        print(f"liyagent {what} does not start: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(exc.code) from None
-
-
-@signals.worker_init.connect
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
-    logs.configure()
-    _refuse_unless_ready("worker", database=True, controller=sender)
-    worker.warn_unless_consuming_runs(sender)
-    pools.size_and_check(sender)  # before the pool forks or any connection opens
-    drain.install()  # before the pool forks, so children share the flag
-    worker.note_main_process()
-
-
-@signals.worker_ready.connect
-def _on_worker_ready(**_: Any) -> None:
-    # The pool runs: the main process names itself in Redis and watches for dead processes.
-    worker.start_watching()
-
-
-@signals.task_received.connect
-def _on_task_received(request: Any = None, **_: Any) -> None:
-    worker.reserved(request)
-
-
-@signals.worker_process_init.connect
-def _on_child_start(**_: Any) -> None:
-    db.dispose_inherited()
-    # The parent's Redis sockets must not live on here: its death would go unseen.
-    runtime_services.forget_inherited()
-
-
-@signals.worker_shutting_down.connect
-def _on_shutting_down(**_: Any) -> None:
-    # Warm shutdown: runs hand themselves back at their next step boundary.
-    drain.request()
-
-
-@signals.beat_init.connect
-def _on_beat_init(**_: Any) -> None:
-    logs.configure()
-    _refuse_unless_ready("beat")

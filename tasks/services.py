@@ -9,6 +9,7 @@ from runtime.base import faults
 from runtime.base.settings import get_settings
 from runtime.entries.client import Client
 from runtime.services import Services
+from tasks.app import app
 
 # The run task's name: its message carries (run id, attempt).
 RUN_TASK = "liyagent.run"
@@ -45,7 +46,6 @@ class CeleryPublisher:
 
 def services() -> Services:
     """This process's services, publishing through the worker's own Celery app."""
-    from tasks.app import app
 
     def make() -> Services:
         settings = get_settings()

@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from liyagent.local.judge import claims, losses, resumed_at
 from runtime.entries.teams import teams_reply_key
 from simulators.vendor import (
     chat_replies_by_key,
@@ -26,7 +27,6 @@ from simulators.vendor import (
 )
 from store.records import select_audit
 from store.states import FINISHED
-from store.trials import claims, losses, resumed_at
 from store.views import RunSummary, mark_keys, mark_tally, runs_by_ids
 
 # Vendor record tables, by the tool that writes them.

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from store import trials as judge
+from liyagent.local import judge
 from store.timeline import Timeline, select_timelines
 
 # How many of the slowest recoveries the report draws the timeline of.

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import celeryconfig
 from liyagent.local.backends import DemoError
+from liyagent.local.judge import teams_end
 from liyagent.local.procs import Proc
 from liyagent.local.report import KillNote
 from runtime import services as runtime_services
@@ -29,7 +30,6 @@ from runtime.base.settings import Settings
 from runtime.entries.client import Client
 from runtime.fleet.leases import Token
 from store.states import FINISHED, RunStatus
-from store.trials import teams_end
 from store.views import RunSummary, database_now, runs_by_ids
 from tasks.services import CeleryPublisher
 

@@ -15,11 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from liyagent.local.cluster import POOLS
+from liyagent.local.judge import losses
 from runtime.fleet.leases import Token
 from runtime.recovery.deaths import CLAIM_BATCH, claim_and_publish, death_watch_leader
 from runtime.services import holder_of
 from store.runs import claim_delivery
-from store.trials import losses
 from tests.support.judge import judge_runs, wait_all
 from tests.support.proxy import CuttableProxy
 from tests.support.scripts import mixed

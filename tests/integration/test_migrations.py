@@ -14,8 +14,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from bench.bulk import finish_runs, insert_running_runs
 from store import migrate
-from store.bench import finish_runs, insert_running_runs
 from store.schema import metadata
 
 CATALOG = """

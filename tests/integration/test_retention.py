@@ -12,10 +12,10 @@ import uuid
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from bench.bulk import finish_runs, insert_running_runs
 from runtime.base.settings import Retention
 from runtime.ops.metrics import LiyagentCollector
 from runtime.ops.retention import RetentionReport, run_retention
-from store.bench import finish_runs, insert_running_runs
 from store.records import insert_audit
 from store.retention import delete_expired_runs
 from store.runs import claim_delivery, insert_run, store_answer

@@ -8,11 +8,11 @@ import time
 
 import redis
 
+from bench.bulk import insert_running_runs
 from runtime.base.settings import Timings
 from runtime.entries.client import Client
 from runtime.fleet.leases import Leases, Token
 from runtime.recovery.sweeper import Sweeper
-from store.bench import insert_running_runs
 from store.runs import claim_delivery, claim_lost, claim_lost_many
 from tests.support.scripts import final
 from tests.support.stack import RecordingPublisher, services_with

@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 import pytest
 
 from liyagent.local.cluster import worker_argv
+from liyagent.local.judge import claims, losses, resumed_at
 from runtime.core import executor
 from runtime.fleet.presence import connection_name
 from runtime.services import holder_of
 from store import db
 from store.runs import claim_delivery, claim_lost
-from store.trials import claims, losses, resumed_at
 from tests.support.judge import judge_runs, wait_all
 from tests.support.scripts import call, final, mixed, step
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from store import trials as judge
+from liyagent.local import judge
 
 
 @dataclass

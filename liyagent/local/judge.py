@@ -1,5 +1,6 @@
-"""The kill trials' judge, in SQL: every verdict reads Postgres and the vendors' own records,
-never the engine's belief about itself."""
+"""The kill trials' judge, in SQL: every verdict reads Postgres and the vendors' own records
+(the simulators' `sim` schema), never the engine's belief about itself. Harness SQL, so it lives
+with the trials, not in `store/` (which holds only the engine's)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Bulk rows for the benchmarks (bench/): many running runs in one statement, so the sweeper
-and the fenced statements can be timed at scale without starting runs one by one."""
+"""Bulk rows for the benchmarks (and the tests that time the sweeper at scale): many running
+runs in one statement, so the sweeper and the fenced statements can be timed at scale without
+starting runs one by one. Harness SQL, so it lives with the bench, not in `store/`."""
 
 from __future__ import annotations
 
