@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NewType
 
-from store.states import ApprovalStatus, MarkStatus, RunStatus, Settle
+from store.states import ApprovalStatus, MarkStatus, RunKind, RunStatus, Settle
 
 RunId = NewType("RunId", str)
 Attempt = NewType("Attempt", int)
@@ -62,7 +62,7 @@ class RunRow:
     agent: str
     owner: str
     entry_kind: str
-    kind: str
+    kind: RunKind
     channel: str
     run_as: str | None
     parent_run_id: str | None

@@ -25,7 +25,7 @@ from store.rows import (
     RunRow,
 )
 from store.schema import runs
-from store.states import RunStatus, Seen
+from store.states import RunKind, RunStatus, Seen
 
 _RUN_COLUMN_NAMES = tuple(c.name for c in runs.columns)
 _RUN_COLUMNS = ", ".join(_RUN_COLUMN_NAMES)
@@ -34,7 +34,9 @@ _RUN_COLUMNS = ", ".join(_RUN_COLUMN_NAMES)
 def _run(row: sa.Row[Any]) -> RunRow:
     """The run in a row holding its columns (and perhaps others, as the claim's gates)."""
     fields = {c: row._mapping[c] for c in _RUN_COLUMN_NAMES}
-    return RunRow(**{**fields, "status": RunStatus(fields["status"])})
+    return RunRow(
+        **{**fields, "status": RunStatus(fields["status"]), "kind": RunKind(fields["kind"])}
+    )
 
 
 def insert_run(

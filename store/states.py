@@ -1,5 +1,6 @@
 """The states the store writes and returns, as enums: a run's status, a marked call's status,
-how a call was settled, an approval's decision and how a lost attempt was seen.
+what it executes, how a call was settled, an approval's decision and how a lost attempt was
+seen.
 
 `StrEnum`s, so each member is the very string Postgres holds and JSON carries (no migration):
 a member compares equal to its text, and a row's text converts back with `RunStatus(text)`.
@@ -25,6 +26,14 @@ class RunStatus(StrEnum):
 FINISHED = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
 # A run in either state is owned by an attempt, which holds (or held) its lease.
 OWNED = frozenset({RunStatus.RUNNING, RunStatus.ANSWERED})
+
+
+class RunKind(StrEnum):
+    """What a run executes (`runs.kind`): an agent's model loop, a workflow, or a declared job."""
+
+    AGENT = "agent"
+    WORKFLOW = "workflow"
+    JOB = "job"
 
 
 class MarkStatus(StrEnum):

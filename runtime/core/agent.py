@@ -10,6 +10,7 @@ import time
 
 from runtime.base import faults
 from runtime.core.attempt import RunAttempt
+from runtime.core.outcome import Outcome
 from runtime.durable.state import RunState
 from runtime.models.base import ModelError, ModelProvider, StepAnswer, StepRequest
 
@@ -17,7 +18,7 @@ MODEL_TRIES = 3
 
 
 class AgentRun(RunAttempt):
-    def _loop(self, state: RunState) -> str:
+    def _loop(self, state: RunState) -> Outcome:
         self._resume_calls(state)
         model = self._model()
         while True:
@@ -32,7 +33,7 @@ class AgentRun(RunAttempt):
             faults.point("after_model_step")
             if answer.final:
                 self._finish(answer.text or "")
-                return "succeeded"
+                return Outcome.SUCCEEDED
             state.take_step(answer.text, answer.calls, self.run.attempt)
             gates = self._checkpoint(state)
             faults.point("after_checkpoint")

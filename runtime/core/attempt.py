@@ -13,6 +13,7 @@ from runtime.base.sealing import SealError, digest
 from runtime.core.calls import CallRouter, KeyFn, Settled
 from runtime.core.enqueue import publish_quietly
 from runtime.core.entry import HandOnRefused, entry_point
+from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.durable import chain
 from runtime.durable.gates import run_refusal
@@ -77,7 +78,7 @@ class RunAttempt:
         # The gates last read, whichever statement read them (`_take`).
         self._read: GatesRead | None = None
 
-    def execute(self) -> str:
+    def execute(self) -> Outcome:
         """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended.
         Every request the attempt makes passes its lease's send guard (`http.guarded`)."""
         try:
@@ -89,19 +90,19 @@ class RunAttempt:
             try:
                 self._fail(str(exc), "seal_failed", step=self.run.step)
             except RunFailed:
-                return "failed"
+                return Outcome.FAILED
         except RunFailed:
-            return "failed"
+            return Outcome.FAILED
         except HandedBack:
-            return "handed_back"
+            return Outcome.HANDED_BACK
         except Suspend as wait:
             with self.s.engine.connect() as conn:
                 suspend(conn, self.run.id, self.run.attempt, wait.waiting_on, self.run.step)
             self.s.leases.release(self.lease.token)
             self.log.info("run.waiting", waiting_on=wait.waiting_on)
-            return "waiting"
+            return Outcome.WAITING
 
-    def _execute(self) -> str:
+    def _execute(self) -> Outcome:
         # Every start and every resume, a hand-on of a stored answer included, passes the gates
         # as they stand now before it does anything: a refusal fails the run with its reason,
         # told to its entry points, and nothing is sent (I7).
@@ -113,10 +114,10 @@ class RunAttempt:
             text = self._open_answer()
             self._audit_resume(self.run.step, [], from_answer=True)
             self._hand_on(text)
-            return "answer_handed_on"
+            return Outcome.ANSWER_HANDED_ON
         return self._loop(self._load_state())
 
-    def _loop(self, state: RunState) -> str:
+    def _loop(self, state: RunState) -> Outcome:
         raise NotImplementedError
 
     def _gates(self) -> GateRow:

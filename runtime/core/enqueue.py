@@ -24,6 +24,7 @@ from store.db import to_json
 from store.entries import EntryKind, EntryLink
 from store.rows import RequestKeyConflict, RunId
 from store.runs import insert_run
+from store.states import RunKind
 
 log = structlog.get_logger(__name__)
 
@@ -263,10 +264,10 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
     return rid, created
 
 
-def _kind(new: NewRun) -> str:
+def _kind(new: NewRun) -> RunKind:
     if new.job is not None:
-        return "job"
-    return "workflow" if new.workflow is not None else "agent"
+        return RunKind.JOB
+    return RunKind.WORKFLOW if new.workflow is not None else RunKind.AGENT
 
 
 def _resumable(s: Services, new: NewRun, may_wait: bool) -> bool:

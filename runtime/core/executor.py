@@ -18,6 +18,7 @@ from runtime.base.redact import error_facts, frames
 from runtime.core.agent import AgentRun
 from runtime.core.enqueue import publish_quietly
 from runtime.core.jobs import JobRun
+from runtime.core.outcome import Outcome
 from runtime.core.workflow import WorkflowRun
 from runtime.fleet.heartbeat import LeaseLost, RunLease
 from runtime.fleet.leases import FENCE_HOLDER, Token, monotonic_ms
@@ -28,6 +29,7 @@ from store import db
 from store.records import insert_owned_audit
 from store.rows import Claimed, FencedOut, RunRow
 from store.runs import claim_delivery, fail_run, hand_back_store_fault
+from store.states import RunKind
 
 log = structlog.get_logger(__name__)
 
@@ -47,7 +49,7 @@ class DatabaseUnreachable(NotHandled):
         self.cause = cause
 
 
-def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
+def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> Outcome:
     """Handle one delivery (`run_message`), waiting out a database outage with the message
     held: never acked or dropped (I1), tried again after a growing pause, the outage said once
     per interval for the whole worker. A warm shutdown during the wait raises NotHandled, so
@@ -67,7 +69,7 @@ def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = No
                 ) from None
 
 
-def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> str:
+def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> Outcome:
     """Handle one delivery of the message for (run, attempt); returns how it ended.
 
     The lease first (one Redis round trip: a run alive elsewhere is left alone without touching
@@ -92,7 +94,7 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
                         "for a moment; this message is delivered again"
                     )
                 log.info("message.lease_taken")
-                return "lease_taken"
+                return Outcome.LEASE_TAKEN
         except redis.RedisError as exc:
             raise NotHandled(f"run {run_id}: {type(exc).__name__}: {exc}") from exc
         faults.point("after_lease")
@@ -108,7 +110,7 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
         if claimed is None:
             log.info("message.stale")
             _release_quietly(s, token)
-            return "stale"
+            return Outcome.STALE
         if claimed.run.deliveries > s.settings.timings.delivery_limit:
             return _poison(s, claimed.run, token)
         return _execute(s, claimed, token, started, reserved_by or s.holder)
@@ -129,7 +131,7 @@ def _held_by_older_attempt(s: Services, token: Token) -> bool:
     return holding.attempt < token.attempt or holding.holder == FENCE_HOLDER
 
 
-def _poison(s: Services, row: RunRow, token: Token) -> str:
+def _poison(s: Services, row: RunRow, token: Token) -> Outcome:
     with s.engine.connect() as conn:
         fail_run(
             conn,
@@ -141,16 +143,16 @@ def _poison(s: Services, row: RunRow, token: Token) -> str:
             detail={"code": "poison"},
         )
     _release_quietly(s, token)
-    return "poison"
+    return Outcome.POISON
 
 
-def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> str:
+def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> Outcome:
     row = claimed.run
     lease = s.heartbeat.hold(token, started)
     release = True
     try:
         faults.point("after_claim")
-        attempt_class = {"workflow": WorkflowRun, "job": JobRun}.get(row.kind, AgentRun)
+        attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
         return attempt_class(s, row, lease, gates=claimed.gates).execute()
     except (FencedOut, LeaseLost, SendRefused) as exc:
         # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
@@ -159,7 +161,7 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
         release = isinstance(exc, FencedOut)
         log.warning("run.fenced_out", why=str(exc))
         _count_quietly(s, "fenced_total")
-        return "fenced"
+        return Outcome.FENCED
     except Exception as exc:
         if outage.store_fault(exc):
             # Postgres went away under the attempt: this process lives and holds the lease,
@@ -173,7 +175,7 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
         facts = error_facts(exc)
         log.error("run.error", **facts, frames=frames(exc))
         _audit_quietly(s, row, "agent.run.error", {**facts, "worker": s.holder})
-        return "error"
+        return Outcome.ERROR
     finally:
         s.heartbeat.drop(lease)
         if release:
@@ -182,7 +184,7 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
 
 def _give_back_after_store_fault(
     s: Services, row: RunRow, lease: RunLease, worker: str, fault: BaseException
-) -> str:
+) -> Outcome:
     """A store fault is not a process loss: hold the lease (the heartbeat renews it) until
     Postgres answers, then give the run back as a new attempt in one fenced statement, with
     no loss charged and audited as `agent.run.store_fault`, and publish it, so it resumes at
@@ -201,18 +203,18 @@ def _give_back_after_store_fault(
             )
     except LeaseLost as exc:
         log.warning("run.fenced_out", why=str(exc))
-        return "fenced"
+        return Outcome.FENCED
     except FencedOut as exc:  # another attempt owns the run: nothing more is written (I3)
         log.warning("run.fenced_out", why=str(exc))
         _release_quietly(s, lease.token)
-        return "fenced"
+        return Outcome.FENCED
     except sa.exc.SQLAlchemyError as exc:  # gone again: the lease lapses, the sweeper claims
         log.warning("run.store_fault_unsettled", **error_facts(exc))
-        return "error"
+        return Outcome.ERROR
     _release_quietly(s, lease.token)
     publish_quietly(s, row.id, new_attempt)
     log.info("run.given_back", reason="store_fault", new_attempt=new_attempt)
-    return "store_fault"
+    return Outcome.STORE_FAULT
 
 
 def _reserve_quietly(s: Services, holder: str, run_id: str, attempt: int) -> None:

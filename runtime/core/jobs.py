@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from runtime.base import faults
 from runtime.core.attempt import RunAttempt
+from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.core.workflow import workflow_key
 from runtime.durable.state import RunState, ToolCall
@@ -35,7 +36,7 @@ class JobRun(RunAttempt):
         self._taken_up: dict[str, dict[str, Any]] = {}
         self._state: RunState | None = None
 
-    def _loop(self, state: RunState) -> str:
+    def _loop(self, state: RunState) -> Outcome:
         job = self.run.spec.get("job") or {}
         known = self.s.tools.jobs
         kind = known.get(str(job.get("kind")))
@@ -56,7 +57,7 @@ class JobRun(RunAttempt):
         except JobError as exc:
             self._fail(str(exc), "job_error")
         self._finish(summary if isinstance(summary, str) else json.dumps(summary, sort_keys=True))
-        return "succeeded"
+        return Outcome.SUCCEEDED
 
     # The JobContext a declared job works through (runtime/toolbox/job_kinds.py).
 

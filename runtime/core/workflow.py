@@ -12,6 +12,7 @@ import json
 from runtime.base import faults
 from runtime.core.attempt import RunAttempt
 from runtime.core.calls import KeyFn
+from runtime.core.outcome import Outcome
 from runtime.durable.keys import workflow_step_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.durable.workflow_spec import WorkflowError, WorkflowStep, validate_workflow
@@ -35,7 +36,7 @@ class WorkflowRun(RunAttempt):
     ) -> None:
         super().__init__(services, run, lease, key_for=workflow_key(run), gates=gates)
 
-    def _loop(self, state: RunState) -> str:
+    def _loop(self, state: RunState) -> Outcome:
         try:
             steps = validate_workflow(self.run.spec.get("workflow"))
         except WorkflowError as exc:
@@ -49,7 +50,7 @@ class WorkflowRun(RunAttempt):
             current = state.cursor.get("current")
             if current is None:
                 self._finish(self._summary(state))
-                return "succeeded"
+                return Outcome.SUCCEEDED
             executed = state.count_of("executed")
             if executed >= MAX_EXECUTED:
                 self._fail(f"it executed {executed} steps without ending", "step_limit")
