@@ -158,14 +158,22 @@ class Client:
         return enqueue(self.s, request.new_run())[0]
 
     def start_workflow(
-        self, *, name: str, workflow: dict[str, Any], user_input: str = "start", **options: Any
+        self,
+        *,
+        name: str,
+        workflow: dict[str, Any],
+        user_input: str = "start",
+        request_key: str | None = None,
+        owner: str = "app",
     ) -> RunId:
-        """Start a workflow run (a deterministic step graph) on the same durable machinery."""
+        """Start a workflow run (a deterministic step graph) on the same durable machinery; a
+        request key makes it idempotent as for `start_run`."""
         new = NewRun(
             agent=parse_agent(name, "workflow name"),
             workflow=workflow,
             user_input=user_input,
-            **options,
+            request_key=request_key,
+            owner=owner,
         )
         return enqueue(self.s, new)[0]
 
