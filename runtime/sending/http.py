@@ -7,6 +7,11 @@ deadline (which moves on while the heartbeat renews the lease) or at the request
 timeout, whichever comes first. A request of an attempt that lost its lease has therefore been
 refused, or abandoned by this client, before any other attempt can claim the run.
 
+A request leaves in one write: its head and body are held until the request is complete (the
+empty write that ends an HTTP/1.1 message, or the first read of its answer) and are checked and
+handed to the kernel together, so a process paused between head and body sends nothing, never
+a head without its body. Only a request larger than `HOLD_MAX_BYTES` leaves in parts.
+
 What no client can close: bytes already handed to the kernel when a pause begins, the
 microseconds between the check and the `send`, and a vendor that goes on processing a request
 its client abandoned. That is why only keyed writes are ever sent again and why an empty
@@ -52,6 +57,44 @@ SHARD_THREADS = 8
 LIMITS = httpx.Limits(
     max_connections=64, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S
 )
+
+
+# A request's bytes are held until it is complete, up to this many: a larger one (a long
+# conversation sent to a model) leaves in parts of about this size.
+HOLD_MAX_BYTES = 1 << 20
+
+
+class _Held:
+    """The bytes of the request being written on one connection, held so they leave at once."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def add(self, buffer: bytes) -> bytes:
+        """Hold `buffer`; what must leave now: all that is held once the request has ended
+        (an empty write ends an HTTP/1.1 message) or the hold is full, else nothing."""
+        if buffer:
+            self._parts.append(buffer)
+            self._size += len(buffer)
+            if self._size < HOLD_MAX_BYTES:
+                return b""
+        return self.take()
+
+    def take(self) -> bytes:
+        """Everything held, now leaving (before a read: its request has been written whole)."""
+        data = b"".join(self._parts)
+        self._parts.clear()
+        self._size = 0
+        return data
+
+
+def _leaving(data: bytes) -> bool:
+    """Check the guard for bytes about to leave (I3 for vendors) and mark the call's traffic."""
+    if not data:
+        return False
+    check_leaving()  # the last moment before the bytes leave; from here they may arrive
+    return True
 
 
 class SendGuard(Protocol):
@@ -144,19 +187,23 @@ def _expired(started: float, timeout: float | None) -> str | None:
 
 
 class GuardedStream(httpcore.NetworkStream):
-    """A socket stream that checks the guard before every write and ends every read by the
-    guard's deadline (re-read after each slice, so a renewed lease lets a long answer come)."""
+    """A socket stream that holds a request's bytes until it is complete, checks the guard as
+    they leave (in one write), and ends every read by the guard's deadline (re-read after each
+    slice, so a renewed lease lets a long answer come)."""
 
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
+        self._held = _Held()
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if buffer:
-            check_send()  # the last moment before the bytes leave (I3 for vendors)
-            traffic.leaving()  # from here the request may reach its server
-        self._inner.write(buffer, _bound(timeout))
+        data = self._held.add(buffer)
+        if _leaving(data):
+            self._inner.write(data, _bound(timeout))
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data = self._held.take()
+        if _leaving(data):
+            self._inner.write(data, _bound(timeout))
         started = time.monotonic()
         while True:
             slice_s = _bound(None if timeout is None else timeout - (time.monotonic() - started))
@@ -223,14 +270,17 @@ class GuardedAsyncStream(httpcore.AsyncNetworkStream):
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
+        self._held = _Held()
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if buffer:
-            check_send()
-            traffic.leaving()
-        await self._inner.write(buffer, _bound(timeout))
+        data = self._held.add(buffer)
+        if _leaving(data):
+            await self._inner.write(data, _bound(timeout))
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data = self._held.take()
+        if _leaving(data):
+            await self._inner.write(data, _bound(timeout))
         started = time.monotonic()
         while True:
             slice_s = _bound(None if timeout is None else timeout - (time.monotonic() - started))

@@ -5,6 +5,7 @@ timeout, however slowly the server drips its answer."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -145,3 +146,45 @@ def test_without_a_guard_requests_go_with_timeouts_only(server) -> None:
     url, seen = server
     assert _call_http().get(f"{url}/free").status_code == 200
     assert seen.requests == ["/free"]
+
+
+def test_a_request_leaves_whole_or_not_at_all() -> None:
+    """A process paused between a request's head and its body (here: its lease lost while
+    the body is produced) sends nothing, not a head without its body: the server's socket
+    receives no byte. A complete request arrives in one segment's worth of writes."""
+    received: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            conn.settimeout(10)
+            data = b""
+            with conn:
+                while chunk := conn.recv(65536):
+                    data += chunk
+                    if data.endswith(b"helloworld"):
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            received.append(data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/incidents"
+    lease = Lease(until=time.monotonic() + 30)
+
+    def body() -> Iterator[bytes]:
+        yield b"hello"
+        lease.lost = True  # taken over while the body is being written
+        yield b"world"
+
+    headers = {"Content-Length": "10", "Connection": "close"}
+    with http.guarded(lease), pytest.raises(http.SendRefused):
+        _call_http().post(url, content=body(), headers=headers)
+    lease.lost = False
+    with http.guarded(lease):
+        assert _call_http().post(url, content=b"helloworld", headers=headers).status_code == 200
+    thread.join(timeout=10)
+    listener.close()
+    assert received[0] == b"", received[0][:200]  # nothing of the refused request arrived
+    assert received[1].startswith(b"POST /incidents") and received[1].endswith(b"helloworld")
