@@ -28,12 +28,15 @@ test: lint typecheck
 demo: install
 	$(PY) -m liyagent demo
 
-# The kill trials, 200 by default, under LIYAGENT_TRIALS_POOL (prefork, or threads), then the
-# partition trials `make test` leaves out (a worker cut from Redis only, from Postgres only;
-# as root: network namespaces).
+# The kill trials, 200 by default, under LIYAGENT_TRIALS_POOL (prefork, or threads), then every
+# store-fault trial, the partitions `make test` leaves out included (a worker cut from Redis
+# only, from Postgres only; as root: network namespaces), their figures and commit written to
+# reports/store-faults.json (published as docs/evidence/store-faults.json).
+STORE_FAULT_TRIALS := tests/integration/test_fault_trials.py tests/integration/test_redis_failover.py \
+	tests/integration/test_postgres_failover.py tests/integration/test_partitions.py
 trials: install
 	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} LIYAGENT_TRIALS_POOL=$${LIYAGENT_TRIALS_POOL:-prefork} $(PY) -m pytest tests/unit/test_kill_trials.py -q
-	LIYAGENT_PARTITION_TRIALS=1 $(PY) -m pytest tests/integration/test_partitions.py -q
+	LIYAGENT_PARTITION_TRIALS=1 LIYAGENT_FIGURES_REPORT=reports/store-faults.json $(PY) -m pytest $(STORE_FAULT_TRIALS) -q
 
 # Every figure of issue 12 side by side in one run, against the targets: throughput and added
 # latency vs plain Celery, server-counted Postgres/Redis work per step, scaling, sweeps at 100k

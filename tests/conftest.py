@@ -4,6 +4,7 @@ simulator as a real process."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 
 from liyagent.local.procs import Proc, python
 from liyagent.local.servers import PrivatePostgres, PrivateRedis, reachable
+from liyagent.local.verdict import measured_commit
 from runtime.base.sealing import new_key_entry, parse_keys
 from runtime.base.settings import Settings
 from store import migrate
@@ -213,3 +215,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("liyagent figures")
         for line in lines:
             terminalreporter.write_line(line)
+    report = os.environ.get("LIYAGENT_FIGURES_REPORT")
+    if report:  # published evidence: the figures, the outcome and the commit they ran on
+        stats = terminalreporter.stats
+        outcome = {k: len(stats.get(k, [])) for k in ("passed", "failed", "error", "xfailed")}
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(
+            json.dumps(
+                {
+                    "commit": measured_commit(),
+                    "args": terminalreporter.config.invocation_params.args,
+                    "outcome": outcome,
+                    "figures": sorted(lines),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        terminalreporter.write_line(f"figures written to {report}")

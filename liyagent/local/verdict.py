@@ -301,7 +301,7 @@ def report_extra(timings: Any, options: Any) -> dict[str, Any]:
     """What a report records besides the verdict: the commit measured, the bound, the kill
     window and every timing the trials ran with."""
     return {
-        "commit": _commit(),
+        "commit": measured_commit(),
         "recovery_bound_s": RECOVERY_BOUND_S,
         "kill_window_s": list(options.kill_window_s),
         "timings": asdict(timings),
@@ -312,7 +312,7 @@ def report_extra(timings: Any, options: Any) -> dict[str, Any]:
     }
 
 
-def _commit() -> dict[str, Any]:
+def measured_commit() -> dict[str, Any]:
     """The commit the trials ran on, and whether the tree had changes beyond it."""
     import subprocess
 
