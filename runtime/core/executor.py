@@ -257,5 +257,8 @@ def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) 
             )
         if not owned:
             log.info("audit.fenced_out", kind=kind)
-    except Exception:
-        log.warning("audit.write_failed", kind=kind)
+    except Exception as exc:
+        if outage.store_fault(exc):  # said once, with the counts, when Postgres answers
+            outage.audit_unwritten(kind)
+        else:
+            log.warning("audit.write_failed", kind=kind)

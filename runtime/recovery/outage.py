@@ -6,7 +6,9 @@ says so once per interval for all its processes together, not once per message a
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -100,6 +102,51 @@ class Outage:
 _here = Outage()
 
 
+class AuditGap:
+    """Audit rows this process could not write while Postgres was out of reach, by kind. Each
+    attempt's end is in its own log line already; the gap in the audit trail is said once,
+    with its counts, when Postgres answers again (issue 19), not once per row."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, kind: str) -> None:
+        with self._lock:
+            self._counts[kind] += 1
+
+    def take(self) -> dict[str, int]:
+        """The counts since the last take, now cleared (empty without a lock when none)."""
+        if not self._counts:
+            return {}
+        with self._lock:
+            counts = dict(self._counts)
+            self._counts.clear()
+        return counts
+
+
+_gap = AuditGap()
+
+
+def audit_unwritten(kind: str) -> None:
+    """An audit row of `kind` could not be written for want of Postgres: counted for the gap."""
+    _gap.add(kind)
+
+
+def say_audit_gap() -> dict[str, int]:
+    """Say, once, which audit rows this process could not write while Postgres was away."""
+    gap = _gap.take()
+    if gap:
+        log.warning(
+            "audit.gap",
+            unwritten=gap,
+            total=sum(gap.values()),
+            next="those attempts' ends are in this process's log lines only (run.store_fault, "
+            "run.error); the runs themselves are in Postgres",
+        )
+    return gap
+
+
 def _keys(s: Services, worker: str) -> tuple[str, str]:
     base = f"{s.settings.namespace}outage:postgres:{worker}"
     return f"{base}:said", f"{base}:open"
@@ -133,7 +180,8 @@ def failed(s: Services, worker: str, exc: BaseException, holding: str) -> float:
 
 def answered(s: Services, worker: str) -> None:
     """Postgres answered: if this process had seen it out of reach, the first process of the
-    worker to get here says the outage is over (one line)."""
+    worker to get here says the outage is over (one line), and any gap in the audit trail."""
+    say_audit_gap()
     lasted = _here.answered()
     if lasted is None:
         return

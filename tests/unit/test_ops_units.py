@@ -242,3 +242,19 @@ def test_error_facts_carry_no_message() -> None:
         facts = error_facts(exc)
     assert facts["error"] == "ValueError" and "test_ops_units.py" in facts["where"]
     assert "secret user text" not in json.dumps(facts)
+
+
+def test_audit_rows_lost_to_an_outage_are_said_once_with_their_counts() -> None:
+    from structlog.testing import capture_logs
+
+    from runtime.recovery import outage
+
+    outage.say_audit_gap()  # nothing left over from another test
+    for kind in ("agent.run.error", "agent.run.error", "agent.run.failed"):
+        outage.audit_unwritten(kind)
+    with capture_logs() as logs:
+        said = outage.say_audit_gap()
+        again = outage.say_audit_gap()
+    assert said == {"agent.run.error": 2, "agent.run.failed": 1} and again == {}
+    gaps = [e for e in logs if e["event"] == "audit.gap"]
+    assert len(gaps) == 1 and gaps[0]["total"] == 3
