@@ -23,7 +23,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import counts, density, kill_trials, storage, sweep_scale, throughput
+from bench import (
+    counts,
+    density,
+    framework_step,
+    kill_trials,
+    storage,
+    streams,
+    sweep_scale,
+    throughput,
+)
 from bench.lab import Lab, LabError, open_lab, pg_settings, redis_client
 from bench.report import (
     Section,
@@ -38,7 +47,17 @@ from bench.report import (
 )
 from runtime.base.settings import Timings
 
-SECTIONS = ("throughput", "counts", "scaling", "sweeps", "recovery", "storage", "density")
+SECTIONS = (
+    "throughput",
+    "counts",
+    "scaling",
+    "sweeps",
+    "recovery",
+    "storage",
+    "density",
+    "streams",
+    "frameworks",
+)
 INTERRUPTED = 130
 CANNOT_START = 3
 
@@ -171,6 +190,10 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
         "density": lambda lab: density.measure_density(
             lab, density.DensityOptions.quick() if opts.quick else density.DensityOptions()
         ),
+        "streams": lambda lab: streams.measure_streams(lab, 100 if opts.quick else streams.STREAMS),
+        "frameworks": lambda lab: framework_step.measure_frameworks(
+            lab, 50 if opts.quick else framework_step.STEPS
+        ),
     }
 
 
@@ -252,6 +275,7 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
             "recovery": kill_trials.__doc__,
             "storage": storage.__doc__,
             "density": density.__doc__,
+            "streams": streams.__doc__,
         },
         "sections": {k: s.to_json() for k, s in sections.items()},
         "chart": str(chart),

@@ -7,6 +7,8 @@ id is the same task and a client that lost the answer finds the task again by th
 state is its run's: queued before any start is submitted, running is working, waiting on an
 approval is auth-required (a person must authorize a held write), succeeded is completed with
 the answer as the task's one artifact, failed is failed (canceled when CancelTask stopped it).
+The card says streaming: SendStreamingMessage and SubscribeToTask stream the task's updates
+from its run's events (front/a2a_tasks.py).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def agent_card(s: Services, base_url: str) -> AgentCard:
                 url=f"{base_url}{RPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"
             )
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         security_schemes={
             "bearer": SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(
@@ -95,11 +97,13 @@ async def card(request: Request) -> Response:
     return JSONResponse(agent_card_to_dict(found))
 
 
-# The right each A2A method that changes something needs; reading tasks needs none.
+# The right each A2A method that changes something, or follows a task's stream, needs; reading
+# tasks once (GetTask, ListTasks) needs none.
 METHOD_RIGHTS = {
     "SendMessage": Right.START,
     "SendStreamingMessage": Right.START,
     "CancelTask": Right.STOP,
+    "SubscribeToTask": Right.READ,
 }
 
 

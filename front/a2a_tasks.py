@@ -1,9 +1,14 @@
 """The A2A request handler over liyagent's runs (the SDK's `RequestHandler`): SendMessage,
-GetTask, ListTasks and CancelTask, and how a run's state reads as a task's.
+SendStreamingMessage, GetTask, ListTasks, CancelTask and SubscribeToTask, and how a run's state
+reads as a task's.
 
 A task is named after the message that created it; its state is its run's (see
 `store.entries.TASK_STATE_SQL`), its answer the one artifact, the message it came from its
-history. Streaming, subscriptions and push notifications are not offered.
+history. A stream (SendStreamingMessage, SubscribeToTask) is the task, then one
+TaskStatusUpdateEvent per run event (runtime/ops/events.py, the events `GET /runs/{id}/events`
+sends; the event in its metadata, `event`) until the run's last, with the answer as a
+TaskArtifactUpdateEvent before the first update that says completed. It waits on the run's
+nudge between reads, holding no database connection. Push notifications are not offered.
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from a2a.server.context import ServerCallContext
@@ -41,11 +47,13 @@ from a2a.types import (
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
+    TaskArtifactUpdateEvent,
     TaskNotCancelableError,
     TaskNotFoundError,
     TaskPushNotificationConfig,
     TaskState,
     TaskStatus,
+    TaskStatusUpdateEvent,
     UnsupportedOperationError,
 )
 from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
@@ -65,6 +73,7 @@ from front.body import ID, text_problem
 from runtime.core.enqueue import BadRequest
 from runtime.entries import a2a
 from runtime.entries.start import agents as declared_agents
+from runtime.ops.events import RunEvent, first_page
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from store.entries import A2ATask, get_a2a_task, list_a2a_tasks
@@ -87,6 +96,8 @@ STATES = {
 _NAMES = {state: name for name, state in STATES.items()}
 # States a SendMessage that may block answers at: the task ended or needs a person.
 _SETTLED = frozenset({"completed", "failed", "canceled", "auth-required"})
+# States a task does not leave.
+_ENDED = frozenset({"completed", "failed", "canceled"})
 _POLL_S = 0.25
 
 
@@ -134,6 +145,21 @@ def _status_note(row: A2ATask) -> str | None:
     return None
 
 
+def _answer(row: A2ATask) -> Artifact | None:
+    """A completed task's one artifact, its answer."""
+    if row.state != "completed" or row.answer is None:
+        return None
+    return Artifact(artifact_id=f"{row.id}-answer", name="answer", parts=[Part(text=row.answer)])
+
+
+def status_update(row: A2ATask, event: RunEvent) -> TaskStatusUpdateEvent:
+    """The task's status after one of its run's events, the event in its metadata."""
+    update = TaskStatusUpdateEvent(task_id=row.id, context_id=row.context_id or "")
+    update.status.CopyFrom(task_of(row).status)
+    update.metadata.update({"run_id": row.run_id, "event": event.to_json()})
+    return update
+
+
 def task_of(row: A2ATask) -> Task:
     """The A2A task for a stored task and its run; the answer is its one artifact."""
     task = Task(id=row.id, context_id=row.context_id or "")
@@ -142,38 +168,44 @@ def task_of(row: A2ATask) -> Task:
     note = _status_note(row)
     if note:
         task.status.message.CopyFrom(_agent_note(note))
-    if row.state == "completed" and row.answer is not None:
-        task.artifacts.append(
-            Artifact(artifact_id=f"{row.id}-answer", name="answer", parts=[Part(text=row.answer)])
-        )
+    answer = _answer(row)
+    if answer is not None:
+        task.artifacts.append(answer)
     if row.message:
         task.history.append(ParseDict(row.message, Message(), ignore_unknown_fields=True))
     task.metadata.update({"run_id": row.run_id, "skill": row.agent})
     return task
 
 
+@contextmanager
+def _answered() -> Iterator[None]:
+    """An unexpected failure of the work inside is logged and answered as a JSON-RPC internal
+    error that says what to do (never a traceback); a refused request as invalid params."""
+    try:
+        yield
+    except A2AError:
+        raise
+    except BadRequest as exc:
+        raise InvalidParamsError(str(exc)) from None
+    except Exception as exc:
+        log.error("front.a2a_failed", error=repr(exc), exc_info=exc)
+        raise InternalError(
+            f"internal error ({type(exc).__name__}); retrying with the same messageId is "
+            "safe, and the front's log has the details"
+        ) from None
+
+
 class TaskHandler(RequestHandler):
-    """The SDK's request handler over liyagent's runs: SendMessage, GetTask, ListTasks and
-    CancelTask; streaming and push notifications are not offered."""
+    """The SDK's request handler over liyagent's runs: SendMessage, SendStreamingMessage,
+    GetTask, ListTasks, CancelTask and SubscribeToTask; push notifications are not offered."""
 
     def __init__(self, s: Services) -> None:
         self.s = s
 
     async def _call(self, work: Callable[[], T]) -> T:
-        """Run store and runtime work in a thread; an unexpected failure is logged and answered
-        as a JSON-RPC internal error that says what to do (never a traceback)."""
-        try:
+        """Run store and runtime work in a thread, its failures answered as `_answered` says."""
+        with _answered():
             return await run_in_threadpool(work)
-        except A2AError:
-            raise
-        except BadRequest as exc:
-            raise InvalidParamsError(str(exc)) from None
-        except Exception as exc:
-            log.error("front.a2a_failed", error=repr(exc), exc_info=exc)
-            raise InternalError(
-                f"internal error ({type(exc).__name__}); retrying with the same messageId is "
-                "safe, and the front's log has the details"
-            ) from None
 
     def _task(self, task_id: str) -> A2ATask:
         with self.s.engine.connect() as conn:
@@ -298,19 +330,56 @@ class TaskHandler(RequestHandler):
 
         return task_of(await self._call(cancel))
 
+    async def _stream(
+        self, task_id: str, history: Any
+    ) -> AsyncGenerator[Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
+        """The task, then a status update per run event until the run's last: the answer as
+        an artifact once the task completed, before the first update that says so.
+
+        The run's events are read once on opening, as the SSE route reads its first page
+        (`first_page`, under a watch opened before the read); the task is read again after
+        it, so its state includes every event up to that page's last seq, and the follow
+        goes on from exactly there (an event between the two reads may repeat a state, never
+        lose one)."""
+        run_id = (await self._call(lambda: self._task(task_id))).run_id
+        with _answered():
+            opened = await first_page(self.s.engine, self.s.changes, run_id, 0)
+        try:
+            row = await self._call(lambda: self._task(task_id))
+            yield apply_history_length(task_of(row), history)
+            if row.state in _ENDED:
+                return
+            answered = False
+            async for event in opened.passed().follow(self.s.engine):
+                row = await self._call(lambda: self._task(task_id))
+                answer = _answer(row)
+                if answer is not None and not answered:
+                    answered = True
+                    context_id = row.context_id or ""
+                    yield TaskArtifactUpdateEvent(
+                        task_id=row.id, context_id=context_id, artifact=answer, last_chunk=True
+                    )
+                yield status_update(row, event)
+        finally:
+            self.s.changes.close(opened.watch)
+
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
-        """Not offered (the card says streaming: false): use SendMessage and GetTask."""
-        _unsupported("streaming is not offered; use SendMessage, then GetTask")
-        yield  # pragma: no cover
+        """SendStreamingMessage: the message's task (made once per message id), then its
+        updates as its run's events are recorded, until it ended."""
+        validate_history_length(params.configuration)
+        task_id, _ = await self._call(lambda: self._submit(params))
+        async for item in self._stream(task_id, params.configuration):
+            yield item
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
-        """Not offered: poll GetTask."""
-        _unsupported("subscriptions are not offered; poll GetTask")
-        yield  # pragma: no cover
+        """SubscribeToTask: the task as it stands, then its updates until it ended (a client
+        whose stream broke subscribes again and goes on from the task's current state)."""
+        async for item in self._stream(params.id, None):
+            yield item
 
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
@@ -341,7 +410,3 @@ class TaskHandler(RequestHandler):
     ) -> AgentCard:
         """There is no extended card: the public one lists every skill."""
         raise ExtendedAgentCardNotConfiguredError
-
-
-def _unsupported(message: str) -> NoReturn:
-    raise UnsupportedOperationError(message)

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from front import a2a, entries, erasure, runs, teams
+from front import a2a, entries, erasure, events, runs, teams
 from front.errors import HANDLERS
 from runtime.ops.metrics import registry_for
 from runtime.services import Services
@@ -48,6 +48,7 @@ ROUTES = [
     Route("/api/messages", teams.messages, methods=["POST"]),
     Route("/approvals/{approval_id}/decision", runs.approval_decision, methods=["POST"]),
     Route("/runs/{run_id}", runs.run_read, methods=["GET"]),
+    Route("/runs/{run_id}/events", events.run_events, methods=["GET"]),
     Route("/runs/{run_id}/stop", runs.run_stop, methods=["POST"]),
     Route("/runs/{run_id}/stop/lift", runs.run_stop_lift, methods=["POST"]),
     Route("/runs/{run_id}/erase", erasure.run_erase, methods=["POST"]),

@@ -14,8 +14,14 @@ right. A presented token is hashed and compared with every configured digest in 
 
 Rights: `start` (start runs: webhooks, ticket events, co-pilot turns, A2A tasks, Teams
 messages), `decide` (decide approvals), `stop` (stop runs and agents, and lift stops), `erase`
-(erase a run's or an owner's runs' content, front/erasure.py). Reads (`GET /runs/{id}`, A2A
-task reads) need a valid token and no right. Who decided or stopped is
+(erase a run's or an owner's runs' content, front/erasure.py), `read` (follow a run's event
+stream: `GET /runs/{id}/events`, A2A SubscribeToTask). One-shot reads (`GET /runs/{id}`, A2A
+task reads) need a valid token and no right.
+
+A browser's EventSource cannot send an Authorization header, so the events route alone also
+takes the token as `?access_token=` (`requires(..., query_token=True)`); the access log and
+the refusals log the path only, never the query, so the token reaches no log. Give a browser
+a token that carries `read` and nothing else. Who decided or stopped is
 always the token's principal, never a name in the body (see `actor`).
 """
 
@@ -51,6 +57,7 @@ class Right(StrEnum):
     DECIDE = "decide"  # decide approvals
     STOP = "stop"  # stop runs and agents, and lift stops
     ERASE = "erase"  # erase runs' content (a run, or an owner's runs)
+    READ = "read"  # follow runs' event streams (SSE, A2A SubscribeToTask)
 
 
 WHAT = {
@@ -58,6 +65,7 @@ WHAT = {
     Right.DECIDE: "decide approvals",
     Right.STOP: "stop runs and agents and lift stops",
     Right.ERASE: "erase runs",
+    Right.READ: "follow runs' events",
 }
 
 
@@ -164,9 +172,10 @@ def _tokens(request: Request) -> Tokens:
     return tokens
 
 
-def authenticate(request: Request) -> Principal:
+def authenticate(request: Request, query_token: bool = False) -> Principal:
     """The principal of the request's bearer token: 503 when no token is configured, 401 for
-    a missing or unknown one."""
+    a missing or unknown one. `query_token`: with no Authorization header, the token may come
+    as `?access_token=` (the events route only, for a browser's EventSource)."""
     tokens = _tokens(request)
     if not tokens.entries:
         raise FrontError(
@@ -176,6 +185,8 @@ def authenticate(request: Request) -> Principal:
             "restart it",
         )
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if not scheme and query_token:
+        scheme, given = "bearer", request.query_params.get("access_token", "")
     principal = tokens.find(given.strip()) if scheme.lower() == "bearer" and given else None
     if principal is None:
         raise FrontError(
@@ -217,9 +228,9 @@ def lacks_right(name: str, right: Right) -> FrontError:
     )
 
 
-def _guard(endpoint: Endpoint, right: Right | None) -> Endpoint:
+def _guard(endpoint: Endpoint, right: Right | None, query_token: bool = False) -> Endpoint:
     async def guarded(request: Request) -> Response:
-        found = authenticate(request)
+        found = authenticate(request, query_token)
         if right is not None and right not in found.rights:
             raise lacks_right(found.name, right)
         request.state.principal = found
@@ -235,10 +246,11 @@ def protected(endpoint: Endpoint) -> Endpoint:
     return _guard(endpoint, None)
 
 
-def requires(right: Right) -> Callable[[Endpoint], Endpoint]:
-    """The endpoint, run only for a principal holding `right` (403 naming it otherwise)."""
+def requires(right: Right, query_token: bool = False) -> Callable[[Endpoint], Endpoint]:
+    """The endpoint, run only for a principal holding `right` (403 naming it otherwise);
+    `query_token`: the token may also come as `?access_token=` (see the module's docstring)."""
 
     def decorate(endpoint: Endpoint) -> Endpoint:
-        return _guard(endpoint, right)
+        return _guard(endpoint, right, query_token)
 
     return decorate

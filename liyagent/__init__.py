@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runtime.entries.aclient import AsyncClient
 from runtime.entries.client import BadRequest, Client, RunView
+from runtime.ops.events import EventKind, EventPage, RunEvent
 from runtime.sending.http import SendRefused
 from runtime.toolbox.job_kinds import JobContext, JobError, JobKind, JobParams, job
 from runtime.toolbox.tools import (
@@ -44,6 +46,12 @@ def client() -> Client:
     from tasks.services import client as celery_client
 
     return celery_client()
+
+
+def aclient() -> AsyncClient:
+    """`client()` for asyncio apps: the same methods as coroutines, and
+    `async for event in aclient().events(run_id)` to follow a run's events."""
+    return AsyncClient(client())
 
 
 def declared_agent(name: str) -> AgentDef:
@@ -86,15 +94,19 @@ def services() -> Services:
 
 __all__ = [
     "AgentDef",
+    "AsyncClient",
     "BadRequest",
     "CallContext",
     "Client",
+    "EventKind",
+    "EventPage",
     "FunctionTool",
     "InvalidArguments",
     "JobContext",
     "JobError",
     "JobKind",
     "JobParams",
+    "RunEvent",
     "RunView",
     "SendRefused",
     "Tool",
@@ -102,6 +114,7 @@ __all__ = [
     "ToolError",
     "ToolInDoubt",
     "ToolKind",
+    "aclient",
     "agent",
     "client",
     "declared_agent",

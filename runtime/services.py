@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import redis
@@ -16,9 +16,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from runtime.base import pools
+from runtime.base.changes import RunChanges
 from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.base.sealing import Sealer, load_sealer, say_dev_key_once
 from runtime.base.settings import Settings
+from runtime.base.tracing import OFF, Tracing, from_env
 from runtime.fleet.heartbeat import Heartbeat, Owners, PostgresReach
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence, close_sockets_here, connection_name
@@ -56,6 +58,11 @@ class Services:
     holder: str
     # This process's named, always-open Redis connection: how its death is seen at once.
     presence: Presence
+    # "Run X changed" nudges: announced after the engine's writes, watched by followers of a
+    # run's events (runtime/base/changes.py). The default publishes and hears nothing.
+    changes: RunChanges = field(default_factory=lambda: RunChanges(None, ""))
+    # Its traces (OpenTelemetry), off unless an OTLP endpoint is configured.
+    tracing: Tracing = OFF
 
     def model_for(self, run: RunRow) -> ModelProvider:
         """The provider the run's spec names. Providers record nothing of their own: what a
@@ -76,10 +83,27 @@ class Services:
             from runtime.models.anthropic import AnthropicProvider
 
             return AnthropicProvider(model)
+        if provider == "framework":
+            return self.guest_provider(model, run_id)
         raise ModelError(
             f"run {run_id}: model provider {provider!r} is not available in this worker",
             retryable=False,
         )
+
+    def guest_provider(self, model: dict[str, Any], run_id: str) -> ModelProvider:
+        """The provider of the framework agent a spec names (`runtime/toolbox/guests.py`), as
+        this process's tool modules registered it."""
+        name, framework = model.get("agent"), model.get("framework")
+        guest = self.tools.guests.get(str(name))
+        if guest is None or guest.framework != framework:
+            raise ModelError(
+                f"run {run_id}: the {framework} agent {name!r} is not registered in this "
+                "worker; add the module that declares it (durable(agent, name=...)) to "
+                "LIYAGENT_TOOLS and start the worker again",
+                retryable=False,
+            )
+        provider: ModelProvider = guest.provider()
+        return provider
 
 
 def holder_of(pid: int) -> str:
@@ -160,6 +184,8 @@ def build(
         publisher=publisher,
         holder=holder,
         presence=presence,
+        changes=RunChanges(client, settings.namespace),
+        tracing=from_env(holder),
     )
 
 

@@ -164,8 +164,10 @@ def make_engine(database_url: str) -> Engine:
         pool_pre_ping=True,
         # Recorded request bodies carry users' text: never in exception messages.
         hide_parameters=True,
-        pool_size=10,
-        max_overflow=40,
+        # Connections are kept once opened (a vendor does not fork a database backend per
+        # request): closing overflow ones after each burst costs the shared machine's CPU.
+        pool_size=50,
+        max_overflow=0,
         connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
     )
 

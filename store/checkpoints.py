@@ -82,15 +82,16 @@ def mark_in_doubt(
     stable_key: bool,
 ) -> MarkRow:
     """Mark a changing call in doubt just before it is made (fenced, I3). Marking it again (a
-    resume sending a keyed write again) keeps its first kind and key (I7)."""
+    resume sending a keyed write again) keeps its first kind and key (I7), and its first
+    attempt and time (its run event's place, store/events.py)."""
     row = conn.execute(
         sql(
             f"""
             WITH {OWNER_CTE}
             INSERT INTO call_marks (run_id, step, call_index, call_id, tool, kind, idem_key,
-                                    stable_key, status, attempt)
+                                    stable_key, status, attempt, first_attempt, first_marked_at)
             SELECT id, :step, :call_index, :call_id, :tool, :kind, :idem_key, :stable_key,
-                   'in_doubt', :attempt
+                   'in_doubt', :attempt, :attempt, now()
             FROM owner
             ON CONFLICT (run_id, step, call_index) DO UPDATE
                 SET attempt = excluded.attempt, marked_at = now()

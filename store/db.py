@@ -77,7 +77,7 @@ def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
 
 
 # Connections one process's engine may open when nothing sizes it (a prefork child, the CLI, the
-# front): five kept open, ten more opened for a burst and closed again.
+# front).
 DEFAULT_POOL_MAX = 15
 
 
@@ -85,10 +85,12 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
     """A new engine for `url` in autocommit mode with the server-side safety bounds above,
     opening at most `pool_max` connections: each is checked out for one statement only (never
     across a model or tool call), so a thread waits for the pool only when more threads than
-    that are inside a statement at once. About an eighth of them (at least 5) are kept open;
-    the rest are opened for a burst and closed again. `application_name` names them in
+    that are inside a statement at once. A connection is opened when no idle one is free and
+    then kept: the pool holds at most the most statements the process had in flight at once.
+    (Keeping an eighth and closing the rest after a burst opened 2.7 connections per run of a
+    `-P threads -c 500` worker: a backend forked and torn down each time, most of Postgres's
+    CPU in `make bench`'s density section; kept, 154.) `application_name` names them in
     `pg_stat_activity` (the process's holder)."""
-    keep = min(pool_max, max(5, pool_max // 8))
     connect_args: dict[str, Any] = {"options": _SESSION_OPTIONS, **_LINK_OPTIONS}
     if application_name:
         connect_args["application_name"] = application_name[:63]
@@ -103,8 +105,8 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
         # SQL parameters carry users' text: never put them in exception messages, which reach
         # logs and audit rows.
         hide_parameters=True,
-        pool_size=keep,
-        max_overflow=pool_max - keep,
+        pool_size=pool_max,
+        max_overflow=0,
         connect_args=connect_args,
     )
     sa.event.listen(engine, "connect", _uuid_as_text)

@@ -247,10 +247,12 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
                 UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
                        resume_reason = 'handed_back', queued_at = now(), updated_at = now()
                 WHERE id = :run_id AND attempt = :attempt AND status = 'running'
-                RETURNING id, attempt, step),
+                RETURNING id, attempt, step, claimed_at),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
-                SELECT id, 'agent.run.handed_back', attempt, step, CAST(:detail AS jsonb) FROM h)
+                SELECT id, 'agent.run.handed_back', attempt, step,
+                       CAST(:detail AS jsonb) || jsonb_build_object('claimed_at', claimed_at)
+                FROM h)
             SELECT attempt FROM h
             """
         ),
@@ -279,12 +281,15 @@ def hand_back_store_fault(
                        status = CASE WHEN status = 'answered' THEN 'answered' ELSE 'queued' END,
                        resume_reason = 'store_fault', queued_at = now(), updated_at = now()
                 WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
-                RETURNING id, attempt, step, lost_count),
+                RETURNING id, attempt, step, lost_count, claimed_at,
+                          answer IS NOT NULL AS answered),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, 'agent.run.store_fault', attempt, step,
                        jsonb_build_object('reason', 'store_fault', 'lost_count', lost_count,
                                           'faulted_attempt', attempt - 1,
+                                          'faulted_claimed_at', claimed_at,
+                                          'answered', answered,
                                           'holder', CAST(:worker AS text),
                                           'seen', 'postgres_unreachable',
                                           'error', CAST(:what AS text))
@@ -410,6 +415,7 @@ def claim_lost_many(
                                           'reason', failure_reason, 'resumable', resumable,
                                           'lost_holder', claimed_by, 'seen', CAST(:seen AS text),
                                           'lost_claimed_at', claimed_at,
+                                          'answered', answered,
                                           'code', CASE WHEN status <> 'failed' THEN NULL
                                                        WHEN answered THEN 'hand_on_lost'
                                                        WHEN NOT resumable THEN 'interrupted'
@@ -476,7 +482,7 @@ def claim_store_faulted_many(
                 WHERE runs.id = ANY(ARRAY(SELECT id FROM picked))
                   AND status IN ('running', 'answered')
                 RETURNING runs.id, runs.attempt, status, lost_count, step, failure_reason,
-                          resumable, claimed_by, claimed_at),
+                          resumable, claimed_by, claimed_at, answer IS NOT NULL AS answered),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
@@ -486,6 +492,7 @@ def claim_store_faulted_many(
                                           'faulted_attempt', attempt - 1,
                                           'holder', claimed_by, 'seen', 'lease_missing',
                                           'faulted_claimed_at', claimed_at,
+                                          'answered', answered,
                                           'failure', failure_reason,
                                           'code', CASE WHEN status = 'failed'
                                                        THEN 'interrupted' END)
@@ -532,12 +539,13 @@ def db_now(conn: sa.Connection) -> Any:
     return conn.execute(sql("SELECT now() AS now")).scalar_one()
 
 
-def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
-    """Every run that should hold a lease now, for the sweeper's full reconcile."""
+def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt, str | None]]:
+    """Every run that should hold a lease now, with who claimed it, for the sweeper's full
+    reconcile."""
     rows = conn.execute(
-        sql("SELECT id, attempt FROM runs WHERE status IN ('running', 'answered')")
+        sql("SELECT id, attempt, claimed_by FROM runs WHERE status IN ('running', 'answered')")
     ).all()
-    return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
+    return [(RunId(r.id), Attempt(r.attempt), r.claimed_by) for r in rows]
 
 
 def attempt_statuses(

@@ -173,6 +173,11 @@ call_marks = sa.Table(
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("settled_at", sa.DateTime(timezone=True), nullable=True),
+    # The attempt that first marked it, and when: never moved by a resume marking it again (a
+    # keyed write sent again moves `attempt` and `marked_at`), so its run event keeps its
+    # place (store/events.py). NULL on marks written before they existed.
+    sa.Column("first_attempt", sa.Integer, nullable=True),
+    sa.Column("first_marked_at", sa.DateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint("run_id", "step", "call_index"),
     sa.CheckConstraint(
         "status IN (" + ",".join(f"'{s}'" for s in CALL_STATUSES) + ")", name="status"

@@ -141,11 +141,12 @@ def suspend(conn: sa.Connection, run_id: str, attempt: int, waiting_on: str, ste
             WITH s AS (
                 UPDATE runs SET status = 'waiting', waiting_on = :on, updated_at = now()
                 WHERE id = :run_id AND attempt = :attempt AND status = 'running'
-                RETURNING id, attempt),
+                RETURNING id, attempt, claimed_by, claimed_at),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, 'agent.run.waiting', attempt, :step,
-                       jsonb_build_object('waiting_on', :on) FROM s)
+                       jsonb_build_object('waiting_on', :on, 'worker', claimed_by,
+                                          'claimed_at', claimed_at) FROM s)
             SELECT id FROM s
             """
         ),

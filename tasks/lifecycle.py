@@ -11,7 +11,7 @@ from typing import Any
 from celery import signals
 
 from runtime import services as runtime_services
-from runtime.base import drain, logs
+from runtime.base import drain, logs, tracing
 from runtime.ops import startup
 from store import db
 from tasks import pools, worker
@@ -68,3 +68,11 @@ def _on_shutting_down(**_: Any) -> None:
 def _on_beat_init(**_: Any) -> None:
     logs.configure()
     _refuse_unless_ready("beat")
+
+
+@signals.worker_process_shutdown.connect
+@signals.worker_shutdown.connect
+def _on_exit(**_: Any) -> None:
+    # A pool child recycled (max tasks, memory) or stopped, or the worker itself: its spans
+    # are exported before it goes (billiard's children exit without atexit handlers).
+    tracing.shutdown_here()

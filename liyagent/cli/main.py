@@ -24,6 +24,7 @@ from liyagent.cli import ops as cli_ops
 from liyagent.cli import runs as cli_runs
 from liyagent.cli import serve as cli_serve
 from liyagent.cli import trials as cli_trials
+from liyagent.cli import watch as cli_watch
 from liyagent.cli.common import (
     FAILED,
     OK,
@@ -209,8 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("principal", help="who the token speaks for (recorded as who decides/stops)")
     p.add_argument(
         "--rights",
-        default="start,decide,stop",
-        help="comma list of start, decide, stop, erase (default: the first three; erase, which "
+        default="start,decide,stop,read",
+        help="comma list of start, decide, stop, erase, read (default: all but erase, which "
         "deletes runs' content, only when named)",
     )
     p.set_defaults(handler=cmd_keys_token)
@@ -219,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", help="database URL (default: LIYAGENT_DATABASE_URL)")
     p.set_defaults(handler=cmd_db_upgrade)
     cli_runs.add_parsers(sub)
+    cli_watch.add_parsers(sub)
     p = sub.add_parser("status", help="one run, or the most recent runs")
     p.add_argument("run_id", nargs="?", metavar="RUN_ID")
     p.add_argument("--limit", type=int, default=20, help="how many recent runs (default 20)")

@@ -8,6 +8,9 @@ import sys
 
 import structlog
 
+# Libraries whose per-request INFO lines are noise at production volume.
+QUIET_LIBRARIES = ("httpx", "httpcore")
+
 
 class _StderrLoggerFactory:
     """Loggers that write to `sys.stderr` as it is when they write (not as it was when logs
@@ -39,3 +42,9 @@ def configure(level: str | None = None) -> None:
         logger_factory=_StderrLoggerFactory(),
         cache_logger_on_first_use=False,
     )
+    # httpx (the model providers' and the vendor tools' client) logs every request at INFO:
+    # two lines a model step in a worker, written under the GIL its task threads share. They
+    # are kept for DEBUG; the engine's own events say which step and call each request was.
+    quiet = logging.DEBUG if level_name == "DEBUG" else logging.WARNING
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(quiet)

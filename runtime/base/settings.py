@@ -398,6 +398,9 @@ class Settings:
     # How long an A2A SendMessage that did not ask to return at once waits for its task to end
     # or to need a person before answering with the task as it stands (clients then poll).
     a2a_wait_s: float = 30.0
+    # How often an open event stream (SSE, A2A streaming) sends a heartbeat comment, so proxies
+    # keep an idle stream open.
+    sse_ping_s: float = 15.0
     # The Teams bot (Bot Framework): its app id (the audience of the channel's tokens; empty
     # refuses every activity), the token issuer, the keys endpoint (JWKS) the tokens' signatures
     # are checked against, and the catalog agent that answers its turns.
@@ -466,6 +469,7 @@ class Settings:
             front_tokens=os.environ.get("LIYAGENT_FRONT_TOKENS", ""),
             public_url=os.environ.get("LIYAGENT_PUBLIC_URL", "").rstrip("/"),
             a2a_wait_s=float(_env_int("LIYAGENT_A2A_WAIT_S", int(cls.a2a_wait_s))),
+            sse_ping_s=float(_env_int("LIYAGENT_SSE_PING_S", int(cls.sse_ping_s))),
             teams_app_id=os.environ.get("LIYAGENT_TEAMS_APP_ID", "").strip(),
             teams_issuer=os.environ.get("LIYAGENT_TEAMS_ISSUER") or cls.teams_issuer,
             teams_jwks_url=os.environ.get("LIYAGENT_TEAMS_JWKS_URL") or cls.teams_jwks_url,

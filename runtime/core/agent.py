@@ -29,16 +29,30 @@ class AgentRun(RunAttempt):
                     "answer; raise LIYAGENT_STEP_LIMIT or fix the agent",
                     "step_limit",
                 )
+            with self.s.tracing.step(state.step + 1):
+                if self._step(model, state):
+                    return Outcome.SUCCEEDED
+
+    def _step(self, model: ModelProvider, state: RunState) -> bool:
+        """One model step: ask, then the final answer (True), or the checkpoint and calls."""
+        with self.s.tracing.model_request(state.step + 1):
             answer = self._ask(model, state)
-            faults.point("after_model_step")
-            if answer.final:
-                self._finish(answer.text or "")
-                return Outcome.SUCCEEDED
-            state.take_step(answer.text, answer.calls, self.run.attempt)
-            gates = self._checkpoint(state)
-            faults.point("after_checkpoint")
-            results, _ = self.router.route(state, resuming=False, gates=gates)
-            state.add_results(results)
+        faults.point("after_model_step")
+        if answer.refused is not None:
+            # A final answer that does not fit the declared output type: the step is written
+            # with the model told why, then the next one is asked (I5).
+            state.take_refused(answer.text, answer.calls, answer.refused, self.run.attempt)
+            self._checkpoint(state)
+            return False
+        if answer.final:
+            self._finish(answer.text or "", answer.output)
+            return True
+        state.take_step(answer.text, answer.calls, self.run.attempt)
+        gates = self._checkpoint(state)
+        faults.point("after_checkpoint")
+        results, _ = self.router.route(state, resuming=False, gates=gates)
+        state.add_results(results)
+        return False
 
     def _model(self) -> ModelProvider:
         try:

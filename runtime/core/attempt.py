@@ -20,6 +20,7 @@ from runtime.durable.gates import run_refusal
 from runtime.durable.state import RunState
 from runtime.fleet.heartbeat import RunLease
 from runtime.fleet.leases import monotonic_ms
+from runtime.models.base import Typed
 from runtime.sending import http
 from runtime.services import Services
 from store.checkpoints import StepRecord, select_step_records, write_checkpoint
@@ -98,6 +99,7 @@ class RunAttempt:
         except Suspend as wait:
             with self.s.engine.connect() as conn:
                 suspend(conn, self.run.id, self.run.attempt, wait.waiting_on, self.run.step)
+            self.s.changes.announce(self.run.id)
             self.s.leases.release(self.lease.token)
             self.log.info("run.waiting", waiting_on=wait.waiting_on)
             return Outcome.WAITING
@@ -147,7 +149,8 @@ class RunAttempt:
         there were any."""
         if state.calls:
             gates = self._gates()
-            results, settled = self.router.route(state, resuming=True, gates=gates)
+            with self.s.tracing.step(state.step, resumed=True):
+                results, settled = self.router.route(state, resuming=True, gates=gates)
             state.add_results(results)
             self._audit_resume(state.step, settled)
             return True
@@ -213,6 +216,8 @@ class RunAttempt:
     def _boundary(self, state: RunState) -> None:
         """Between steps: still ours? shutting down? still allowed? (I3, I7)"""
         structlog.contextvars.bind_contextvars(step=state.step)
+        # The spans of the step just done leave now: a SIGKILL loses only the step in flight.
+        self.s.tracing.flush()
         self.lease.renew()
         if drain.requested():
             with self.s.engine.connect() as conn:
@@ -230,11 +235,15 @@ class RunAttempt:
         else:
             self._read_gates(lasting=False)
 
-    def _finish(self, text: str) -> None:
-        """Seal the final answer. An entry point in Postgres has it stored and delivered in one
-        statement; one outside (a post to a service) has it stored first, and a resume hands
-        that answer on, never running the turn again."""
-        sealed = self.s.sealer.seal(self.run.id, "answer", 0, {"text": text})
+    def _finish(self, text: str, output: Typed | None = None) -> None:
+        """Seal the final answer (with its typed value, when its agent declares an output
+        type). An entry point in Postgres has it stored and delivered in one statement; one
+        outside (a post to a service) has it stored first, and a resume hands that answer on,
+        never running the turn again."""
+        answer: dict[str, Any] = {"text": text}
+        if output is not None:
+            answer["output"] = output.value
+        sealed = self.s.sealer.seal(self.run.id, "answer", 0, answer)
         if not entry_point(self.run).outside:
             with self.fence.write() as conn:
                 deliver(
@@ -310,6 +319,7 @@ class RunAttempt:
                 detail=detail,
             ):
                 raise FencedOut(self.run.id, self.run.attempt, "audit the resume")
+        self.s.changes.announce(self.run.id)
         self.log.info(
             "run.resumed",
             step=step,
@@ -331,6 +341,7 @@ class RunAttempt:
             )
         if not done:
             raise FencedOut(self.run.id, self.run.attempt, "fail the run")
+        self.s.changes.announce(self.run.id)
         self.log.warning("run.failed", code=code, reason=reason)
         self._wake_parent()
         raise RunFailed(reason)

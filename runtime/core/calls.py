@@ -113,7 +113,7 @@ class CallRouter:
         self.run = run
         self.lease = lease
         self.key_for = key_for or agent_key(run)
-        self.fence = Fence(services.engine, lease)
+        self.fence = Fence(services.engine, lease, services.changes)
         self.waits = WaitRouter(services, run, self.write)
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
@@ -130,8 +130,11 @@ class CallRouter:
         results: list[Message] = []
         settled: list[Settled] = []
         self._left = self.s.settings.step_max_bytes - state.asked_bytes()
+        tracing = self.s.tracing
         for index, call in enumerate(state.calls):
-            outcome, how, kind = self._one(state, index, call, marks.get(index), gates)
+            with tracing.call(call.name, index, call.id) as span:
+                outcome, how, kind = self._one(state, index, call, marks.get(index), gates)
+                tracing.settled(span, kind, how)
             message = tool_message(call, self._bounded(state, call, outcome))
             self._left -= len(message["content"].encode())
             results.append(message)
@@ -165,6 +168,7 @@ class CallRouter:
             outcome = self._make(state, index, call, tool)
             return outcome, taken_up_as(outcome).value, kind
         assert mark is not None
+        self.s.tracing.call_key(mark.idem_key)
         marked = PendingCall(state, index, call, tool, mark.idem_key, True)
         if decision is Settle.RESEND:
             outcome, how = self._send(marked, mark.age_s, sent_before=True)
@@ -207,6 +211,7 @@ class CallRouter:
         if tool.kind is ToolKind.APPROVAL_WRITE:
             return self.waits.approval(state, index, call, tool)
         key, stable = self.key_for(state, index, call)
+        self.s.tracing.call_key(key)
         if tool.kind is ToolKind.READ:
             self.lease.check()
             state.count("reads")

@@ -13,6 +13,7 @@ from typing import Any
 import pydantic
 import structlog
 
+from runtime.base.tracing import SPEC_KEY, new_run_trace
 from runtime.base.validation import described
 from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
@@ -150,9 +151,22 @@ def _validate(s: Services, new: NewRun) -> list[str]:
             raise BadRequest(str(exc)) from None
         # A workflow's own steps name the tools it calls, and only those.
         return checked_tools(s, sorted({step.tool for step in steps.values()}), "workflow")
-    if new.checked_model is None:
-        check_model(new.model)
+    spec = new.checked_model if new.checked_model is not None else check_model(new.model)
+    checked_guest(s, spec)
     return checked_tools(s, new.tools, "tools")
+
+
+def checked_guest(s: Services, spec: specs.ProviderSpec) -> None:
+    """A spec naming a framework agent names one this deployment registered; BadRequest
+    listing the registered ones otherwise."""
+    if isinstance(spec, specs.FrameworkSpec) and (
+        getattr(s.tools.guests.get(spec.agent), "framework", None) != spec.framework
+    ):
+        known = ", ".join(f"{g.name} ({g.framework})" for g in s.tools.guests.values())
+        raise BadRequest(
+            f"model names the {spec.framework} agent {spec.agent!r}, which no module "
+            f"LIYAGENT_TOOLS names registers (registered: {known or 'none'}); nothing was stored"
+        )
 
 
 def check_model(model: Any) -> specs.ProviderSpec:
@@ -231,6 +245,8 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
         "system": new.system,
         "may_wait": may_wait,
         "entry": new.entry or {},
+        # Its trace context (W3C traceparent): every attempt's spans join this one trace.
+        SPEC_KEY: new_run_trace(run_id),
     }
     if new.workflow is not None:
         spec["workflow"] = new.workflow
@@ -281,7 +297,10 @@ def _resumable(s: Services, new: NewRun, may_wait: bool) -> bool:
 
 
 def publish_quietly(s: Services, run_id: str, attempt: int) -> None:
-    """Publish a run's message; a failure is logged, and Postgres (the outbox) keeps the run."""
+    """Publish a run's message; a failure is logged, and Postgres (the outbox) keeps the run.
+    The run's followers are nudged first: whatever made this attempt (a start, a hand-back, a
+    wake, a claim) is committed."""
+    s.changes.announce(run_id)
     try:
         s.publisher.publish(run_id, attempt)
     except Exception as exc:

@@ -15,6 +15,7 @@ import structlog
 
 from runtime.base import drain, faults
 from runtime.base.redact import error_facts, frames
+from runtime.base.tracing import AttemptFacts
 from runtime.core.agent import AgentRun
 from runtime.core.enqueue import publish_quietly
 from runtime.core.jobs import JobRun
@@ -111,6 +112,7 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
             log.info("message.stale")
             _release_quietly(s, token)
             return Outcome.STALE
+        s.changes.announce(run_id)
         if claimed.run.deliveries > s.settings.timings.delivery_limit:
             return _poison(s, claimed.run, token)
         return _execute(s, claimed, token, started, reserved_by or s.holder)
@@ -142,11 +144,54 @@ def _poison(s: Services, row: RunRow, token: Token) -> Outcome:
             audit_kind="agent.run.failed",
             detail={"code": "poison"},
         )
+    s.changes.announce(row.id)
     _release_quietly(s, token)
     return Outcome.POISON
 
 
+# How an attempt ends when its run has ended too (the run span is written then).
+RUN_ENDED = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.ANSWER_HANDED_ON})
+
+
 def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> Outcome:
+    """The attempt, inside its span when traces are on (runtime/base/tracing.py); a tracing
+    failure is logged and never touches the run."""
+    span = None
+    if s.tracing.on:
+        try:
+            span = s.tracing.attempt(_facts(claimed.run))
+        except Exception as exc:
+            log.warning("traces.attempt_failed", error=type(exc).__name__)
+    outcome = Outcome.ERROR
+    try:
+        outcome = _attempt(s, claimed, token, started, worker)
+        return outcome
+    finally:
+        if span is not None:
+            try:
+                span.end(outcome.value, outcome in RUN_ENDED)
+            except Exception as exc:
+                log.warning("traces.attempt_failed", error=type(exc).__name__)
+
+
+def _facts(row: RunRow) -> AttemptFacts:
+    lost_checkpoint = None
+    if row.checkpoint_attempt == row.attempt - 1:
+        lost_checkpoint = row.checkpointed_at
+    return AttemptFacts(
+        run_id=row.id,
+        agent=row.agent,
+        kind=row.kind.value,
+        attempt=row.attempt,
+        spec=row.spec,
+        resume_reason=row.resume_reason,
+        created_at=row.created_at,
+        lost_at=row.queued_at,
+        lost_checkpoint_at=lost_checkpoint,
+    )
+
+
+def _attempt(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> Outcome:
     row = claimed.run
     lease = s.heartbeat.hold(token, started)
     release = True
@@ -255,7 +300,9 @@ def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) 
                 step=row.step,
                 detail=detail,
             )
-        if not owned:
+        if owned:
+            s.changes.announce(row.id)
+        else:
             log.info("audit.fenced_out", kind=kind)
     except Exception as exc:
         if outage.store_fault(exc):  # said once, with the counts, when Postgres answers

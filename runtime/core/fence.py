@@ -15,20 +15,27 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
+from runtime.base.changes import RunChanges
 from runtime.fleet.heartbeat import RunLease
 
 
 class Fence:
     """An attempt's fenced writes: the lease check, then a connection for the statement."""
 
-    def __init__(self, engine: sa.Engine, lease: RunLease) -> None:
+    def __init__(
+        self, engine: sa.Engine, lease: RunLease, changes: RunChanges | None = None
+    ) -> None:
         self.engine = engine
         self.lease = lease
+        self.changes = changes
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
         """A connection for one fenced write, opened only once the lease is still ours by the
-        local clock (`LeaseLost` otherwise, raised before anything is written, I3)."""
+        local clock (`LeaseLost` otherwise, raised before anything is written, I3). Once it
+        committed, the run's followers are nudged (runtime/base/changes.py)."""
         self.lease.check()
         with self.engine.connect() as conn:
             yield conn
+        if self.changes is not None:
+            self.changes.announce(self.lease.token.run_id)

@@ -184,6 +184,35 @@ class RunState:
         )
         self.history.append({"step": self.step, "attempt": attempt, "calls": [c.id for c in calls]})
 
+    def take_refused(
+        self, text: str | None, calls: list[ToolCall], reason: str, attempt: int
+    ) -> None:
+        """Append a model step whose final answer was refused (it does not fit the agent's
+        output type) and what the model is told: a tool message per call the answer was made
+        of (an output tool's), else a user message; both marked `retry`. Nothing is made; the
+        caller checkpoints the step, so it is never asked again (I5)."""
+        self.step += 1
+        self.count("model_steps")
+        self.count("refused_answers")
+        self.calls = []
+        self.messages.append(
+            {"role": "assistant", "content": text, "tool_calls": [c.to_json() for c in calls]}
+        )
+        told = {"error": reason, "hint": "answer again, with a final answer that fits its type"}
+        for c in calls:
+            self.messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": c.id,
+                    "name": c.name,
+                    "content": _canonical(told),
+                    "retry": True,
+                }
+            )
+        if not calls:
+            self.messages.append({"role": "user", "content": reason, "retry": True})
+        self.history.append({"step": self.step, "attempt": attempt, "calls": [], "refused": True})
+
     def add_results(self, results: list[Message]) -> None:
         """Tool results of the current step, appended before the next model step is asked."""
         self.messages.extend(results)

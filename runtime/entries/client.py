@@ -13,6 +13,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from runtime.core.enqueue import (
 from runtime.core.entry import InPostgres
 from runtime.entries.start import UnknownAgent, catalog_agent
 from runtime.ops.erasure import Erased, erase
+from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow, read_events
 from runtime.services import Services
 from store.entries import EntryKind
 from store.gates import agent_has_runs, insert_stop, lift_stops
@@ -95,6 +97,9 @@ class RunView:
     # Set when the stored answer does not verify against its seal: it is not shown, never
     # handed on, and the finding is audited (I6).
     answer_error: str | None = None
+    # The answer's value when its agent declares an output type (checked against that type by
+    # the worker and sealed with the answer); None otherwise.
+    output: Any = None
 
     @property
     def done(self) -> bool:
@@ -134,6 +139,18 @@ def resolve_run_id(engine: sa.Engine, raw: str) -> str:
             f"run id prefix {raw!r} is ambiguous: it matches {shown}{more}; give more of the id"
         )
     return matches[0].id
+
+
+def parse_after(raw: object) -> int:
+    """A sequence number to read a run's events after (a Last-Event-ID, `after=`): a whole
+    number, 0 or more; anything else is a BadRequest."""
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not text.isdigit() or len(text) > 18:
+        raise BadRequest(
+            f"{raw!r} is not an event sequence number (a whole number, 0 or more: the `seq` of "
+            "the last event seen, 0 for all)"
+        )
+    return int(text)
 
 
 class Client:
@@ -223,10 +240,11 @@ class Client:
     def get(self, run_id: str) -> RunView:
         with self.s.engine.connect() as conn:
             row = get_run(conn, parse_id(run_id))
-        answer, answer_error = None, None
+        answer, answer_error, output = None, None, None
         if row.answer is not None:
             try:
-                answer = str(self.s.sealer.open(row.id, "answer", 0, row.answer)["text"])
+                opened = self.s.sealer.open(row.id, "answer", 0, row.answer)
+                answer, output = str(opened["text"]), opened.get("output")
             except NoSealKeys as exc:
                 answer_error = f"the answer is not shown: {exc}"
             except SealError as exc:
@@ -251,6 +269,7 @@ class Client:
             row.failure_reason,
             row.waiting_on,
             answer_error,
+            output,
         )
 
     def transcript(self, run_id: str) -> list[tuple[str, str]]:
@@ -277,6 +296,22 @@ class Client:
                 )
             time.sleep(poll_s)
 
+    def events(self, run_id: str, after: int = 0) -> EventPage:
+        """The run's events after sequence number `after` (0: all of them), as Postgres holds
+        them now, with the run's status; RunNotFound for an unknown run. The same event
+        always has the same `seq`, and new events only ever follow (runtime/ops/events.py)."""
+        return read_events(self.s.engine, parse_id(run_id), parse_after(after))
+
+    def follow(
+        self, run_id: str, after: int = 0, recheck_s: float = RECHECK_S
+    ) -> Iterator[RunEvent]:
+        """Every event of the run after `after`, as it is recorded, ending once the run has
+        ended; woken by the engine's nudge, reading again at least every `recheck_s`."""
+        run_id, after = parse_id(run_id), parse_after(after)
+        with self.s.engine.connect() as conn:
+            get_run(conn, run_id)  # RunNotFound now, not at the first iteration
+        return follow(self.s.engine, self.s.changes, run_id, after, recheck_s)
+
     def stop(
         self, *, run_id: str | None = None, agent: str | None = None, reason: str, by: str
     ) -> list[str]:
@@ -294,7 +329,10 @@ class Client:
         if agent is not None:
             self.known_agent(agent)
         with self.s.engine.connect() as conn:
-            return insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
+            failed = insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
+        for stopped in failed:
+            self.s.changes.announce(stopped)
+        return failed
 
     def stop_run(self, run_id: str, *, reason: str, by: str) -> Stopped:
         """Stop one run that has not ended (RunNotFound, AlreadyEnded otherwise)."""
@@ -390,6 +428,7 @@ __all__ = [
     "RunView",
     "Stopped",
     "UnknownAgent",
+    "parse_after",
     "parse_agent",
     "parse_id",
     "resolve_run_id",

@@ -147,6 +147,13 @@ class RunLease:
                 self._cond.wait(min(left_ms, 500) / 1000)
         return self.lost_why is None and self.send_time_left_s() > 0
 
+    def regained(self) -> bool:
+        """After the local deadline passed: whether it passed only because Redis blinked (this
+        process's presence lost since the last confirmation) and the heartbeat has confirmed
+        or taken back the lease since, waiting for it (at most the blip wait). A lease lost
+        for good, or one that lapsed with Redis reachable, is not regained."""
+        return self.lost_why is None and self.blipped() and self._await_confirmation()
+
     def why_not(self) -> str:
         why = self.lost_why or "its lease may have lapsed (no renewal reached Redis in time)"
         return f"run {self.token.run_id}: attempt {self.token.attempt} may not send: {why}"
@@ -156,7 +163,7 @@ class RunLease:
         called right before every write and every call that leaves the process (I3)."""
         self.progress()
         if self.send_time_left_s() <= 0:
-            if self.lost_why is None and self.blipped() and self._await_confirmation():
+            if self.regained():
                 return  # Redis blinked and confirmed the lease again: the attempt goes on
             self.lose("its local lease deadline passed without a renewal")
             assert self.lost_why is not None

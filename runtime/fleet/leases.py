@@ -552,6 +552,16 @@ class Leases:
         raw = self._lapsed(keys=[self.deadlines], args=[limit])
         return [Token.parse(r.decode() if isinstance(r, bytes) else r) for r in raw]
 
+    def indexed(self, tokens: list[Token]) -> set[Token]:
+        """Which of these tokens still have a deadline in the index (one round trip)."""
+        if not tokens:
+            return set()
+        pipe = self.client.pipeline(transaction=False)
+        for token in tokens:
+            pipe.zscore(self.deadlines, str(token))
+        scores = pipe.execute()
+        return {t for t, score in zip(tokens, scores, strict=True) if score is not None}
+
     def forget(self, token: Token) -> None:
         """Drop a stale index entry (its lease is gone or belongs to a newer attempt)."""
         self.forget_many([token])

@@ -38,15 +38,30 @@ class StepRequest:
 
 
 @dataclass(frozen=True)
+class Typed:
+    """A final answer's value, checked against the output type its agent declares (JSON-able:
+    it is sealed with the answer and read back as `RunView.output`)."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
 class StepAnswer:
-    """Either tool calls to make, or a final text."""
+    """Either tool calls to make, or a final text (with its typed value when the agent declares
+    an output type), or a final answer refused because it does not fit that type."""
 
     text: str | None
     calls: list[ToolCall]
+    output: Typed | None = None
+    # Why the model's final answer was refused (it does not fit the declared output type): the
+    # step is written with the model told why (`RunState.take_refused`) and the next step is
+    # asked, within the step limit. `calls` are then the calls the answer itself was made of
+    # (an output tool's), told the refusal, never made.
+    refused: str | None = None
 
     @property
     def final(self) -> bool:
-        return not self.calls
+        return not self.calls and self.refused is None
 
 
 class ModelError(Exception):

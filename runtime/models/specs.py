@@ -123,8 +123,22 @@ class AnthropicSpec(ProviderSpec):
     timeout_s: float = pydantic.Field(default=60.0, gt=0)
 
 
+class FrameworkSpec(ProviderSpec):
+    """A framework's agent (Pydantic AI, OpenAI Agents SDK) registered in the workers' tool
+    modules: it answers each step with its own model (`runtime/toolbox/guests.py`). The spec
+    only names it, so it holds no code and no secret: its model, endpoint and key are the
+    agent's own, in the worker's code and environment."""
+
+    provider_name: ClassVar[str] = "framework"
+    provider: Literal["framework"] = "framework"
+    # Which adapter registered it ("pydantic-ai", "openai-agents"), for messages and checks.
+    framework: str = pydantic.Field(pattern=r"^[a-z][a-z0-9-]{0,39}$")
+    # The name it was registered under (`durable(agent, name=...)`).
+    agent: str = pydantic.Field(pattern=r"^[A-Za-z0-9._-]{1,200}$")
+
+
 PROVIDERS: dict[str, type[ProviderSpec]] = {
-    s.provider_name: s for s in (ScriptedSpec, OpenAISpec, AnthropicSpec)
+    s.provider_name: s for s in (ScriptedSpec, OpenAISpec, AnthropicSpec, FrameworkSpec)
 }
 
 

@@ -13,6 +13,7 @@ from runtime.base.pools import WorkerPool
 from runtime.base.redis_clients import check_reachable
 from runtime.base.sealing import load_sealer
 from runtime.base.settings import ConfigError, Settings, get_settings
+from runtime.base.tracing import TracesUnavailable, check_installed
 from runtime.recovery.outage import database_problem, schema_problem
 from runtime.services import registry_for
 from runtime.toolbox.tools import ToolDeclarationError
@@ -45,7 +46,8 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
         load_sealer(settings.production)
         registry_for(settings)
         check_reachable(settings)  # Sentinels that answer and know the master
-    except (ConfigError, ToolDeclarationError) as exc:
+        check_installed()  # traces asked for (OTEL_EXPORTER_OTLP_ENDPOINT) can be exported
+    except (ConfigError, ToolDeclarationError, TracesUnavailable) as exc:
         raise StartupRefused(str(exc)) from None
     if database:
         check_database(settings.database_url)

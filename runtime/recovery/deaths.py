@@ -262,6 +262,8 @@ def claim_and_publish(
         finally:
             if fenced:  # committed, or failed (the sweeper claims them later)
                 s.leases.unfence(chunk)
+        for claim in claims:
+            s.changes.announce(claim.run_id)
         s.publisher.publish_many(
             [(c.run_id, c.attempt) for c in claims if c.status != RunStatus.FAILED]
         )

@@ -170,10 +170,17 @@ class Sweeper:
         if report.full_scan:
             with self.s.engine.connect() as conn:
                 live = select_live(conn)
-            alive = self.s.leases.alive([run_id for run_id, _ in live])
-            for run_id, attempt in live:
-                if run_id not in alive:
-                    candidates.setdefault((run_id, attempt), Token(run_id, attempt, "?"))
+            alive = self.s.leases.alive([run_id for run_id, _, _ in live])
+            unheld = [Token(r, a, h or "?") for r, a, h in live if r not in alive]
+            # A lease whose deadline is still indexed ran out its TTL (its holder stopped
+            # renewing it) after `lapsed()` was read: a loss, claimed with its holder. Redis
+            # losing a lease loses its index entry with it (one script writes both), and only
+            # those are missing ("?"), claimed as store faults while their holder is connected:
+            # a stopped process's connections stay open, so a lapse is never judged by them.
+            indexed = self.s.leases.indexed(unheld)
+            for token in unheld:
+                found = token if token in indexed else Token(token.run_id, token.attempt, "?")
+                candidates.setdefault((token.run_id, token.attempt), found)
         self._take(list(candidates.values()), report)
         self._claim_given_up(report)
         if report.full_scan and not epoch.reconciled:
@@ -183,6 +190,8 @@ class Sweeper:
             stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
         again: list[tuple[str, int]] = [*woken, *stale]
         again += self._orphaned({run_id for run_id, _ in stale})
+        for woke, _ in woken:
+            self.s.changes.announce(woke)
         for run, attempt_no in again:
             self._publish_again(run, attempt_no, report)
         return report
@@ -239,6 +248,8 @@ class Sweeper:
             )
         self.s.leases.unfence(tokens)
         self.s.leases.claimed_given_up(tokens)  # claimed now, or moved on before
+        for claim in [*faulted, *lost]:
+            self.s.changes.announce(claim.run_id)
         resumed: list[tuple[str, int]] = []
         for claim in [*faulted, *lost]:
             if claim.status == "failed":
@@ -289,6 +300,8 @@ class Sweeper:
         finally:
             self.s.leases.unfence(gone + fenced)  # the claims are committed: next attempts lease
         self.s.leases.forget_many(gone + newer)
+        for claim in [*faulted, *claims]:
+            self.s.changes.announce(claim.run_id)
         for token in left:
             # Died between taking the lease and claiming the queued run: publish it again.
             if now.get(token.run_id) == (token.attempt, RunStatus.QUEUED):

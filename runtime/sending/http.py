@@ -104,6 +104,11 @@ class SendGuard(Protocol):
         """Seconds this attempt may still send; zero or less means its lease may be gone."""
         ...
 
+    def regained(self) -> bool:
+        """With no time left: whether that was a store blip the lease came through (waits for
+        the lease to be confirmed again, or lost); True lets the request leave after all."""
+        ...
+
     def why_not(self) -> str:
         """Why sending is refused now (names the run and attempt), for the error."""
         ...
@@ -143,9 +148,13 @@ def total_timeout(seconds: float | None) -> Iterator[None]:
 
 
 def check_send() -> None:
-    """Raise `SendRefused` unless the attempt in force may still send (no network)."""
+    """Raise `SendRefused` unless the attempt in force may still send (no network). A request
+    that meets a store blip (Redis failing over, a dropped connection) waits, unsent, until
+    the heartbeat has confirmed the lease again, as a write at a step boundary does, instead
+    of stopping a live attempt whose run would then be charged a loss; a lease lost meanwhile
+    (its run claimed elsewhere) is refused (I3)."""
     guard = _guard.get()
-    if guard is not None and guard.send_time_left_s() <= 0:
+    if guard is not None and guard.send_time_left_s() <= 0 and not guard.regained():
         raise SendRefused(guard.why_not())
 
 

@@ -46,6 +46,19 @@ def as_httpx2_error(exc: httpx.HTTPError, request: httpx2.Request) -> httpx2.HTT
     return kind(str(exc) or type(exc).__name__, request=request)
 
 
+def as_httpx_error(
+    exc: httpx2.TransportError | httpx2.InvalidURL,
+) -> httpx.TransportError | httpx.InvalidURL:
+    """The other way round: an SDK's httpx2 error as httpx's of the same name (a timeout at
+    least a timeout), for code that judges httpx's errors (`runtime/models/errors.classify`)."""
+    if isinstance(exc, httpx2.InvalidURL):
+        return httpx.InvalidURL(str(exc))
+    kind = getattr(httpx, type(exc).__name__, None)
+    if not (isinstance(kind, type) and issubclass(kind, httpx.TransportError)):
+        kind = httpx.TimeoutException if isinstance(exc, httpx2.TimeoutException) else None
+    return (kind or httpx.TransportError)(str(exc) or type(exc).__name__)
+
+
 def _response(source: httpx.Response, stream: Any) -> httpx2.Response:
     return httpx2.Response(
         source.status_code,

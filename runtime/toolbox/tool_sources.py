@@ -18,6 +18,7 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
+from runtime.toolbox.guests import GuestAgent
 from runtime.toolbox.job_kinds import JobDeclarationError, JobKind
 from runtime.toolbox.tools import (
     AgentDef,
@@ -63,6 +64,13 @@ class Declared:
     tools: list[Tool] = field(default_factory=list)
     agents: list[AgentDef] = field(default_factory=list)
     jobs: list[JobKind] = field(default_factory=list)
+    guests: list[GuestAgent] = field(default_factory=list)
+
+    def add_guest(self, guest: GuestAgent, origin: str) -> None:
+        """A framework agent: itself, its tools and its definition."""
+        self.guests.append(guest)
+        self.tools += guest.tools(origin)
+        self.agents.append(guest.definition(origin))
 
 
 def declared_in(module: ModuleType) -> Declared:
@@ -73,7 +81,11 @@ def declared_in(module: ModuleType) -> Declared:
     tools: list[Tool] = []
     agents: list[AgentDef] = []
     jobs: list[JobKind] = []
+    found = Declared(tools, agents, jobs)
     for value in vars(module).values():
+        if isinstance(value, GuestAgent):
+            found.add_guest(value, origin)
+            continue
         if isinstance(value, JobKind):
             # A package declares the kinds its own submodules define and it exports.
             home = str(getattr(value.run, "__module__", module.__name__))
@@ -89,7 +101,7 @@ def declared_in(module: ModuleType) -> Declared:
                 tools.append(replace(value, origin=origin))
         elif isinstance(value, AgentDef):
             agents.append(replace(value, origin=origin))
-    return Declared(tools, agents, jobs)
+    return found
 
 
 def import_module(name: str, setting: str) -> ModuleType:
@@ -129,11 +141,15 @@ def _from_entry_points(seen: set[str]) -> Iterable[Declared]:
         values = target() if callable(target) and not declaration else target
         items = list(values) if isinstance(values, list | tuple) else [values]
         tools = [v.to_tool(setting) if isinstance(v, FunctionTool) else v for v in items]
-        yield Declared(
+        declared = Declared(
             [t for t in tools if isinstance(t, Tool)],
             [v for v in items if isinstance(v, AgentDef)],
             [replace(v, origin=setting) for v in items if isinstance(v, JobKind)],
         )
+        for guest in items:
+            if isinstance(guest, GuestAgent):
+                declared.add_guest(guest, setting)
+        yield declared
 
 
 def load_registry(
@@ -148,6 +164,7 @@ def load_registry(
     tools = engine_tools()
     agents: list[AgentDef] = []
     jobs: list[JobKind] = []
+    guests: list[GuestAgent] = []
     seen: set[str] = set()
     named = [(n, "LIYAGENT_JOB_MODULES") for n in job_modules]
     for name, setting in [*named, *((n, "LIYAGENT_TOOLS") for n in modules)]:
@@ -156,7 +173,7 @@ def load_registry(
             continue  # the same module, named again or under another name
         seen.add(module_key(module))
         found = declared_in(module)
-        if not found.tools and not found.agents and not found.jobs:
+        if not found.tools and not found.agents and not found.jobs:  # a guest brings an agent
             raise ToolDeclarationError(
                 f"{setting}: module {name} declares no tools or agents, and no job kinds (declare "
                 "them at its top level with @tool.read, @tool.write, ..., agent(...) or @job(...))"
@@ -164,14 +181,16 @@ def load_registry(
         tools += found.tools
         agents += found.agents
         jobs += found.jobs
+        guests += found.guests
     if use_entry_points:
         for found in _from_entry_points(seen):
             tools += found.tools
             agents += found.agents
             jobs += found.jobs
+            guests += found.guests
     for source in extra:
         tools += source()
-    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents, jobs)
+    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents, jobs, guests)
     for agent in registry.agents.values():
         unknown = registry.unknown(agent.tools or ())
         if unknown:

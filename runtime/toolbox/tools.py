@@ -244,16 +244,32 @@ class ToolRegistry:
         tools: Iterable[Tool] = (),
         agents: Iterable[AgentDef] = (),
         jobs: Iterable[JobKind] = (),
+        guests: Iterable[Any] = (),
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.agents: dict[str, AgentDef] = {}
         self.jobs: dict[str, JobKind] = {}
+        # Framework agents by name (`runtime/toolbox/guests.py`, `GuestAgent`): what answers
+        # the steps of a run whose model spec names one (`Services.provider_for`).
+        self.guests: dict[str, Any] = {}
         for tool in tools:
             self.register(tool)
         for agent in agents:
             self.add_agent(agent)
         for kind in jobs:
             self.add_job(kind)
+        for guest in guests:
+            self.add_guest(guest)
+
+    def add_guest(self, guest: Any) -> None:
+        """A framework agent (its tools and definition are registered with the others)."""
+        known = self.guests.get(guest.name)
+        if known is not None and known is not guest:
+            raise ToolDeclarationError(
+                f"framework agent {guest.name} is declared twice ({known.framework} and "
+                f"{guest.framework}); give one another name"
+            )
+        self.guests[guest.name] = guest
 
     def add_job(self, kind: JobKind) -> None:
         known = self.jobs.get(kind.name)

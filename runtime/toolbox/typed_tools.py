@@ -106,7 +106,7 @@ class FunctionTool:
             )
         reader = None
         if self.reader_fn is not None:
-            reader = _reader(self.reader_fn, self.name)
+            reader = reader_for(self.reader_fn, self.name)
         return Tool(
             name=self.name,
             kind=self.kind,
@@ -162,7 +162,8 @@ def as_outcome(value: Any) -> Outcome:
     return plain if isinstance(plain, dict) else {"result": plain}
 
 
-def _reader(fn: Fn, tool: str) -> Callable[[dict[str, Any], CallContext], Outcome | None]:
+def reader_for(fn: Fn, tool: str) -> Callable[[dict[str, Any], CallContext], Outcome | None]:
+    """A write's reader from a typed function (the context first, then the write's arguments)."""
     takes_ctx, model = _signature(fn, f"{tool} (reader)")
 
     def read(args: dict[str, Any], ctx: CallContext) -> Outcome | None:

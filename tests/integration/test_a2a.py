@@ -132,7 +132,7 @@ def test_the_card_lists_each_agent_as_a_skill_behind_the_bearer_scheme(front) ->
     ]
     assert body["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert body["securityRequirements"] == [{"schemes": {"bearer": {}}}]
-    assert body["capabilities"].get("streaming", False) is False
+    assert body["capabilities"]["streaming"] is True  # SendStreamingMessage, SubscribeToTask
 
 
 def test_a_task_completes_and_a_repeated_message_is_the_same_task(stack, front, agents_file):
@@ -264,7 +264,9 @@ BAD_RPC: list[tuple[Any, int]] = [
     (_call("SendMessage", _msg(messageId=None, metadata={"skill": "helper"})), -32602),
     (_call("SendMessage", _msg(taskId="t-9", metadata={"skill": "helper"})), -32001),
     (_call("SendMessage", _msg(role="ROLE_AGENT", metadata={"skill": "helper"})), -32602),
-    (_call("SendStreamingMessage", _msg(metadata={"skill": "helper"})), -32004),
+    # Streams refuse bad input before they open (tests/integration/test_a2a_streaming.py).
+    (_call("SendStreamingMessage", _msg(parts=[], metadata={"skill": "helper"})), -32602),
+    (_call("SubscribeToTask", {"id": "no-such-task"}), -32001),
     (_call("CreateTaskPushNotificationConfig", {"taskId": "x", "url": "http://x"}), -32003),
     (_call("ListTasks", {"pageSize": 1000}), -32602),
     (_call("ListTasks", {"pageToken": "not-a-token"}), -32602),

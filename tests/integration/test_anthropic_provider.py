@@ -259,6 +259,9 @@ class LapsedLease:
     def send_time_left_s(self) -> float:
         return -1.0
 
+    def regained(self) -> bool:
+        return False  # no store blip here: a lease out of time stays out
+
     def why_not(self) -> str:
         return "run run-1: attempt 1 may not send: its lease may have lapsed"
 

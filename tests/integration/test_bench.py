@@ -22,8 +22,21 @@ from liyagent.local.procs import ROOT
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(300)]
 
-SECTIONS = {"throughput", "counts", "scaling", "sweeps", "recovery", "storage", "density"}
-GROUPS = (["throughput", "counts", "scaling", "sweeps", "storage"], ["recovery", "density"])
+SECTIONS = {
+    "throughput",
+    "counts",
+    "scaling",
+    "sweeps",
+    "recovery",
+    "storage",
+    "density",
+    "streams",
+    "frameworks",
+}
+GROUPS = (
+    ["throughput", "counts", "scaling", "sweeps", "storage", "frameworks"],
+    ["recovery", "density", "streams"],
+)
 # A seed whose kill comes 1.2 s after the victim is up, while its runs are in flight.
 SEED = "13"
 # Figures that may honestly be absent, each with its note saying why.
@@ -83,3 +96,9 @@ def test_quick_bench_reports_every_section_with_numbers(tmp_path: Path) -> None:
     storage = sections["storage"]["figures"]
     for key in ("wal_flat_ratio", "written_to_kept", "rebuild_p50_ms", "soak_growth"):
         assert storage[key]["target"] is not None and storage[key]["verdict"] in ("PASS", "MISS")
+    frameworks = sections["frameworks"]["figures"]
+    for key in ("pydantic_ai_over_native_ms", "openai_agents_over_native_ms"):
+        assert frameworks[key]["target"] is not None and frameworks[key]["verdict"] in (
+            "PASS",
+            "MISS",
+        )

@@ -12,7 +12,6 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-import sqlalchemy as sa
 
 from liyagent.local.cluster import POOLS
 from liyagent.local.judge import losses
@@ -141,7 +140,7 @@ def test_a_run_whose_worker_died_before_claiming_it_is_published_again(
 
 
 def test_a_blip_shorter_than_the_grace_claims_nothing(stack) -> None:
-    host, port = _redis_address(stack)
+    host, port = stack.redis_address()
     proxy = CuttableProxy(host, port)
     stack.worker(
         "watcher", runs=False, sweeps=False
@@ -176,11 +175,6 @@ def test_twenty_runs_on_workers_that_all_die_at_once(stack) -> None:
         assert view.status == "succeeded" and view.lost_count == 1, view
         assert _losses(stack, run_id) == ["connection_closed"]
     judge_runs(stack, runs).assert_clean()
-
-
-def _redis_address(stack) -> tuple[str, int]:
-    url = sa.make_url(stack.settings.redis_url.replace("redis://", "postgresql://"))
-    return url.host or "127.0.0.1", url.port or 6379
 
 
 # Killed while leading the death watch, the survivor's watch claims the victim's run within

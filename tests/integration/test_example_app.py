@@ -9,21 +9,25 @@ from __future__ import annotations
 import json
 import os
 import random
-import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from liyagent.local.procs import ROOT, Proc, python
+from liyagent.local.procs import ROOT
 from tests.integration.test_cli import cli
+from tests.support.order_desk import (
+    ORDER_DESK,
+    Desk,
+    kill_after_the_first_write,
+    start_desk,
+    with_path,
+)
 from tests.support.scripts import call, final, step
 
-EXAMPLE = ROOT / "examples" / "order_desk"
+EXAMPLE = ORDER_DESK
 ORDER = "A-1001"
 STEPS = [
     step(call("toolu_lookup", "lookup_order", order_id=ORDER), latency_ms=200),
@@ -40,30 +44,15 @@ STEPS = [
 ]
 
 
-@dataclass
-class Desk:
-    url: str
-    db: Path
-    proc: Proc
-
-    def rows(self, sql: str, *params: object) -> list[sqlite3.Row]:
-        with sqlite3.connect(self.db) as conn:
-            conn.row_factory = sqlite3.Row
-            return list(conn.execute(sql, params).fetchall())
-
-
 def example_env(base: dict[str, str]) -> dict[str, str]:
-    return {**base, "PYTHONPATH": f"{EXAMPLE}{os.pathsep}{base.get('PYTHONPATH', '')}"}
+    return with_path(base, EXAMPLE)
 
 
 @pytest.fixture
 def desk(tmp_path: Path) -> Iterator[Desk]:
-    db = tmp_path / "desk.sqlite"
-    argv = python("-m", "order_desk.service", "--port", "0", "--db", str(db))
-    proc = Proc("desk", argv, example_env(dict(os.environ)), tmp_path / "desk.log")
-    url = proc.wait_for(r"order desk listening on (\S+)", timeout=30).group(1)
-    yield Desk(url, db, proc)
-    proc.kill()
+    desk = start_desk(tmp_path, example_env(dict(os.environ)))
+    yield desk
+    desk.proc.kill()
 
 
 def user_env(stack, desk: Desk) -> dict[str, str]:
@@ -134,12 +123,7 @@ def test_a_worker_killed_mid_run_resumes_without_a_write_twice(
     stack, desk, fault, expected
 ) -> None:
     env = user_env(stack, desk)
-    victim = stack.worker("victim", fault=fault, env=env)
-    run_id = start_agent(env)
-    stack.fault_hit("victim")
-    victim.popen.wait(timeout=10)
-    stack.worker("survivor", env=env)
-    stack.beat()
+    run_id = stack.kill_then_resume(fault, lambda: start_agent(env), env=env)
     view = stack.wait(run_id)
     assert view.status == "succeeded", view
     assert view.lost_count == 1
@@ -155,16 +139,8 @@ def test_a_worker_killed_at_a_random_moment_after_the_first_write(stack, desk) -
     seed = int(os.environ.get("LIYAGENT_KILL_SEED") or random.randrange(2**31))
     delay = random.Random(seed).uniform(0.0, 1.2)
     env = user_env(stack, desk)
-    victim = stack.worker("victim", env=env)
-    run_id = start_agent(env)
-    deadline = time.monotonic() + 60
-    while not desk.rows("SELECT 1 FROM requests WHERE method = 'POST'"):
-        assert time.monotonic() < deadline, "the agent never wrote to the desk"
-        time.sleep(0.02)
-    time.sleep(delay)  # the random moment (seed in the failure message)
-    victim.kill()
-    stack.worker("survivor", env=env)
-    stack.beat()
+    # The random moment (seed in the failure message).
+    run_id = kill_after_the_first_write(stack, desk, env, lambda: start_agent(env), delay)
     view = stack.wait(run_id)
     assert view.status == "succeeded", f"seed {seed}: {view}"
     verdict = judge(desk, run_id)

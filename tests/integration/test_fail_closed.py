@@ -79,7 +79,10 @@ def test_a_run_that_names_no_tools_is_offered_none(stack) -> None:
         ({"model": _openai(api_key=SECRET)}, "model.api_key: a secret is never put"),
         ({"model": _openai(api_key_env=SECRET)}, "looks like an API key"),
         ({"model": _openai(headers={"Authorization": "x"})}, "model.headers: a secret"),
-        ({"model": {"provider": "opnai", "model": "m"}}, "known: anthropic, openai, scripted"),
+        (
+            {"model": {"provider": "opnai", "model": "m"}},
+            "known: anthropic, framework, openai, scripted",
+        ),
         ({"model": _openai(temprature=0.2)}, "temprature: Extra inputs are not permitted"),
         ({"model": _openai(api_key_env="MY KEY")}, "api_key_env: String should match"),
         ({"model": {"provider": "anthropic"}}, "anthropic model spec: model: Field required"),

@@ -131,6 +131,7 @@ def test_webhook_is_one_run_per_event_and_reads_back(stack, front) -> None:
         "failure_reason": None,
         "waiting_on": None,
         "answer_error": None,
+        "output": None,
     }
     unknown = _webhook(front, "evt-2", agent="ghost")
     assert unknown.status_code == 404 and "no agent named 'ghost'" in unknown.json()["error"]

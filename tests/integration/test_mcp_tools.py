@@ -273,6 +273,9 @@ class Lease:
     def send_time_left_s(self) -> float:
         return self.until - time.monotonic()
 
+    def regained(self) -> bool:
+        return False  # no store blip here: a lease out of time stays out
+
     def why_not(self) -> str:
         return "run r: attempt 1 may not send: its lease may have lapsed"
 

@@ -10,13 +10,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
 
 from runtime.sending import http
 from runtime.sending.call_http import CallHTTP
+from tests.support.loopback import serving
 
 
 @dataclass
@@ -28,6 +29,9 @@ class Lease:
 
     def send_time_left_s(self) -> float:
         return 0.0 if self.lost else self.until - time.monotonic()
+
+    def regained(self) -> bool:
+        return False  # no store blip here: a lease out of time stays out
 
     def why_not(self) -> str:
         return "run r: attempt 1 may not send: its lease may have lapsed"
@@ -75,13 +79,8 @@ class Handler(BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[str, Seen]]:
     seen = Seen()
     handler = type("H", (Handler,), {"seen": seen})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    srv.daemon_threads = True
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}", seen
-    srv.shutdown()
-    srv.server_close()
+    with serving(handler) as url:
+        yield url, seen
 
 
 def _call_http(timeout_s: float = 10.0) -> CallHTTP:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from dataclasses import replace
 
 import redis
 
@@ -274,3 +275,43 @@ def test_live_lease_is_never_claimed(stack) -> None:
         report = Sweeper(services).sweep()
         assert report.claimed == []
     assert stack.client.get(run_id).status == "running"
+
+
+def test_a_lease_running_out_during_a_full_scan_is_a_loss_even_with_its_holder_connected(
+    stack,
+) -> None:
+    """A stopped (SIGSTOPped, stalled) holder keeps its Redis connections open: a lease whose
+    TTL runs out between the sweep's read of the lapsed index and its full scan is still a
+    loss, charged, never taken for a lease Redis lost (a store fault)."""
+    publisher = RecordingPublisher()
+    every_sweep_scans = replace(stack.settings.timings, full_scan_every=1)
+    services = services_with(stack, publisher, every_sweep_scans)
+    services.presence.start()  # the holder's connection stays open, as a stopped one's does
+    sweeper = Sweeper(services)
+    if sweeper.sweep().settling:  # this Redis's first epoch: wait out its grace once
+        time.sleep(services.settings.timings.store_grace_ms / 1000)
+    run_id = Client(services).start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+    )
+    short = Leases(services.redis, services.settings.namespace, ttl_ms=300)
+    assert short.acquire(Token(run_id, 1, services.holder))
+    with stack.db() as conn:
+        assert claim_delivery(conn, run_id, 1, services.holder) is not None
+    read_lapsed = services.leases.lapsed
+
+    def lapsed_then_expire(limit: int = 1000) -> list[Token]:
+        # The real index read, while the lease still holds; its TTL runs out just after.
+        tokens = read_lapsed(limit)
+        deadline = time.monotonic() + 5
+        while short.holder(run_id) is not None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        return tokens
+
+    services.leases.lapsed = lapsed_then_expire  # type: ignore[method-assign]
+    publisher.sent.clear()
+    report = sweeper.sweep()
+    assert report.full_scan and report.claimed == [run_id] and report.store_faulted == []
+    assert publisher.sent == [(run_id, 2)]
+    run = stack.client.get(run_id)
+    assert (run.attempt, run.lost_count) == (2, 1)

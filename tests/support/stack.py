@@ -163,19 +163,28 @@ class Stack:
         proc.wait_for(r"beat: Starting", timeout=60)
         return proc
 
-    def kill_at(self, fault: str, start: Callable[[], str], pool: str | None = None) -> str:
-        """Start a victim worker armed with `fault`, start work with `start`, and return once
-        the fault has SIGKILLed the victim's whole process group."""
-        self.worker("victim", fault=fault, pool=pool)
+    def kill_at(
+        self,
+        fault: str,
+        start: Callable[[], str],
+        pool: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> str:
+        """Start a victim worker armed with `fault` (`env` added to its environment), start
+        work with `start`, and return once the fault has SIGKILLed its whole process group."""
+        victim = self.worker("victim", fault=fault, pool=pool, env=env)
         run_id = start()
         self.fault_hit("victim")
-        self.procs[-1].popen.wait(timeout=10)
+        victim.popen.wait(timeout=10)
         return run_id
 
-    def kill_then_resume(self, fault: str, start: Callable[[], str]) -> str:
-        """`kill_at`, then a survivor worker and beat to recover the lost work."""
-        run_id = self.kill_at(fault, start)
-        self.worker("survivor")
+    def kill_then_resume(
+        self, fault: str, start: Callable[[], str], env: dict[str, str] | None = None
+    ) -> str:
+        """`kill_at`, then a survivor worker (with the same `env`) and beat to recover the
+        lost work."""
+        run_id = self.kill_at(fault, start, env=env)
+        self.worker("survivor", env=env)
         self.beat()
         return run_id
 
@@ -215,14 +224,7 @@ class Stack:
 
     def told_by_tool(self, run_id: str, step: int) -> dict[str, dict[str, Any]]:
         """The same, by tool name."""
-        rows = self.vendor(
-            "SELECT body FROM sim.requests WHERE vendor = 'model' AND run_id = :r "
-            "AND call = :s AND status = 200 ORDER BY id DESC LIMIT 1",
-            r=run_id,
-            s=str(step),
-        )
-        assert rows, f"the model was never asked for step {step} of run {run_id}"
-        messages = rows[0].body["messages"]
+        messages = self.model_request(run_id, step)["messages"]
         last = max(i for i, m in enumerate(messages) if m["role"] != "tool")
         names = {
             c["id"]: c["function"]["name"].replace("__", ".")
@@ -261,14 +263,26 @@ class Stack:
     def offered(self, run_id: str, step: int) -> list[str]:
         """The tool names the model was offered when asked for `step`, from the model
         server's record of that request (wire names mapped back)."""
+        body = self.model_request(run_id, step, answered=False)
+        return [t["function"]["name"].replace("__", ".") for t in body.get("tools", [])]
+
+    def model_request(self, run_id: str, step: int, *, answered: bool = True) -> dict[str, Any]:
+        """The body of the last request the model was sent for `step` (`answered`: of those
+        it answered with a 200), from the model server's records."""
+        status = "AND status = 200 " if answered else ""
         rows = self.vendor(
             "SELECT body FROM sim.requests WHERE vendor = 'model' AND run_id = :r "
-            "AND call = :s ORDER BY id DESC LIMIT 1",
+            f"AND call = :s {status}ORDER BY id DESC LIMIT 1",
             r=run_id,
             s=str(step),
         )
         assert rows, f"the model was never asked for step {step} of run {run_id}"
-        return [t["function"]["name"].replace("__", ".") for t in rows[0].body.get("tools", [])]
+        return dict(rows[0].body)
+
+    def redis_address(self) -> tuple[str, int]:
+        """The host and port of the stack's Redis (for a proxy a test can cut in front of it)."""
+        url = sa.make_url(self.settings.redis_url.replace("redis://", "postgresql://"))
+        return url.host or "127.0.0.1", url.port or 6379
 
     def wait(self, run_id: str, timeout: float = 60.0) -> RunView:
         return self.client.wait(run_id, timeout_s=timeout)

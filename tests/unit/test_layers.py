@@ -60,6 +60,8 @@ RUNTIME_PARTS: list[tuple[str, ...]] = [
     ("sending", "durable"),
     ("models",),
     ("toolbox",),
+    # Framework adapters (Pydantic AI, OpenAI Agents SDK): guests on the toolbox's seam.
+    ("frameworks",),
     ("fleet",),
     ("services",),
     ("recovery",),

@@ -54,7 +54,7 @@ def test_an_inline_secret_is_refused_without_repeating_it(spec: dict[str, Any], 
     ("spec", "says"),
     [
         ({"provider": "opnai", "model": "m"}, "model.provider 'opnai' is not a known provider"),
-        ({"provider": 7}, "known: anthropic, openai, scripted"),
+        ({"provider": 7}, "known: anthropic, framework, openai, scripted"),
         ("gpt-4o", "model must be an object with a provider"),
         ({"provider": "openai", "model": "m", "max_token": 5}, "max_token: Extra inputs"),
         ({"provider": "openai", "model": "m", "api_key_env": "1BAD"}, "api_key_env: String"),

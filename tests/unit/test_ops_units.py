@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from rich.console import Console
 
 from front.auth import SHARED_PRINCIPAL, Right, load_tokens, token_digest
+from liyagent.cli.main import main
 from liyagent.jobs import KINDS as JOB_KINDS
 from liyagent.local.verdict import Recovery, Verdict, summary_line, write_report
 from liyagent.reporting import render_recent, render_view
@@ -207,6 +208,23 @@ def test_front_tokens_map_to_principals() -> None:
     assert shared is not None and shared.name == SHARED_PRINCIPAL and shared.rights == set(Right)
     assert tokens.find("a-secre") is None and tokens.find("") is None
     assert token_digest("x") == hashlib.sha256(b"x").hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("argv", "rights"),
+    [
+        ([], ["start", "decide", "stop", "read"]),  # erase only when named
+        (["--rights", "read"], ["read"]),  # a viewer's token: follows streams, starts nothing
+    ],
+)
+def test_a_new_token_has_the_rights_asked(
+    argv: list[str], rights: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["keys", "token", "viewer", *argv]) == 0
+    token, entry = capsys.readouterr().out.strip().splitlines()
+    loaded = load_tokens(_settings(front_tokens=json.dumps({"tokens": [json.loads(entry)]})))
+    found = loaded.find(token)
+    assert found is not None and found.rights == {Right(r) for r in rights}
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """What users are shown imports only the public surface: the README's Python examples and the
-example app import `liyagent` (the top-level package) and nothing else of ours."""
+example apps import `liyagent` (the top-level package) and its framework adapters
+(`liyagent.adapters.<framework>`), nothing else of ours."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ def _ours(source: str) -> set[str]:
             names = [node.module]
         for name in names:
             top = name.split(".")[0]
-            if top in INTERNALS or (top == "liyagent" and name != "liyagent"):
+            # `liyagent.adapters.<framework>` is public too: each needs its optional extra,
+            # so the top-level package cannot import it for the user.
+            public = name == "liyagent" or name.startswith("liyagent.adapters.")
+            if top in INTERNALS or (top == "liyagent" and not public):
                 found.add(name)
     return found
 

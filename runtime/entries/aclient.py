@@ -1,0 +1,77 @@
+"""The client API for asyncio apps (FastAPI and the like): every public method of `Client`,
+as a coroutine running the very same code in a worker thread (no second copy of the logic),
+and `events(run_id)`, which is both awaitable (a page, as `Client.events`) and an async
+iterator following the run until it ends (its waits hold no thread and no connection)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from runtime.entries.client import Client, parse_after, parse_id
+from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow_async
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _twin(
+    method: Callable[Concatenate[Client, P], R],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]:
+    """`Client.method` as a coroutine of the async client: the sync code, in a thread."""
+
+    async def run(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, self.sync, *args, **kwargs)
+
+    run.__name__, run.__qualname__ = method.__name__, f"AsyncClient.{method.__name__}"
+    run.__doc__ = method.__doc__
+    return run
+
+
+class Events:
+    """`await` it for one page after `after`; `async for` it to follow the run to its end."""
+
+    def __init__(self, client: AsyncClient, run_id: str, after: int, recheck_s: float) -> None:
+        self.client, self.run_id, self.after, self.recheck_s = client, run_id, after, recheck_s
+
+    def __await__(self) -> Generator[Any, None, EventPage]:
+        return asyncio.to_thread(self.client.sync.events, self.run_id, self.after).__await__()
+
+    def __aiter__(self) -> AsyncIterator[RunEvent]:
+        s = self.client.sync.s
+        run_id, after = parse_id(self.run_id), parse_after(self.after)
+        return follow_async(s.engine, s.changes, run_id, after, self.recheck_s)
+
+
+class AsyncClient:
+    """`Client`'s methods as coroutines (see the module's docstring)."""
+
+    def __init__(self, sync: Client) -> None:
+        self.sync = sync
+
+    start_run = _twin(Client.start_run)
+    start_workflow = _twin(Client.start_workflow)
+    start_job = _twin(Client.start_job)
+    resolve_run_id = _twin(Client.resolve_run_id)
+    get = _twin(Client.get)
+    transcript = _twin(Client.transcript)
+    wait = _twin(Client.wait)
+    stop = _twin(Client.stop)
+    stop_run = _twin(Client.stop_run)
+    stop_agent = _twin(Client.stop_agent)
+    erase = _twin(Client.erase)
+    known_agent = _twin(Client.known_agent)
+    lift_stop = _twin(Client.lift_stop)
+    approvals = _twin(Client.approvals)
+    decide = _twin(Client.decide)
+
+    def events(self, run_id: str, after: int = 0, recheck_s: float = RECHECK_S) -> Events:
+        """The run's events after `after`: awaited, a page; iterated, followed to its end."""
+        return Events(self, run_id, after, recheck_s)
+
+    def follow(
+        self, run_id: str, after: int = 0, recheck_s: float = RECHECK_S
+    ) -> AsyncIterator[RunEvent]:
+        """Every event after `after` as it is recorded, until the run ends."""
+        return aiter(self.events(run_id, after, recheck_s))

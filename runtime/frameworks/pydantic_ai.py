@@ -1,0 +1,526 @@
+"""A team's `pydantic_ai.Agent` run durably on liyagent's own loop (`runtime/core/agent.py`).
+
+The agent's code is kept: its model answers each step (one request through
+`pydantic_ai.direct.model_request`, the agent's tool definitions and output tool in its
+`ModelRequestParameters`, its OpenAI client's HTTP through the send guard); its function tools
+become liyagent tools of the kinds the team declares (`kinds={...}`, a write when none), each
+called as Pydantic AI calls it (arguments validated by its own validator, `ModelRetry` told to
+the model). Checkpoints, seals, step keys, marks and settlement are the native agents' code.
+
+Why an adapter the engine drives, not a durability capability (`TemporalDurability`,
+`DBOSDurability`): those keep Pydantic AI's graph as the loop and replay it deterministically
+over recorded activities. liyagent does not replay code; it seals what each step added and
+resumes from the last record, so its loop must stay the loop for a resume to ask only the
+steps after it (I5) and settle each call left in doubt by its kind (I2). The agent is read
+once, when the module is loaded: what it would need that this adapter does not support is
+refused then, naming the feature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import types
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, cast
+
+import pydantic
+from pydantic_ai import Agent, direct, exceptions, messages
+from pydantic_ai.capabilities.abstract import leaf_capabilities
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.tools import RunContext, ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
+from pydantic_ai.usage import RunUsage
+from pydantic_core import to_jsonable_python
+
+from runtime.base.validation import described, problems
+from runtime.durable.state import Message, ToolCall
+from runtime.frameworks import calls as shared
+from runtime.frameworks.calls import CallTransport, current_call, decoded
+from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
+from runtime.models.openai import read_arguments
+from runtime.sending import sdk_http
+from runtime.toolbox.guests import GuestAgent, guest_tool_name
+from runtime.toolbox.tools import (
+    CallContext,
+    InvalidArguments,
+    Outcome,
+    Tool,
+    ToolDeclarationError,
+    ToolError,
+    ToolInDoubt,
+    ToolKind,
+)
+from runtime.toolbox.typed_tools import as_outcome, run_coroutine
+
+OUTPUT_TOOL = "final_result"
+# The capabilities every 2.68 agent carries (tool search, pending messages): harmless here.
+DEFAULT_CAPABILITIES = frozenset({"ToolSearch", "PendingMessageDrainCapability"})
+MODEL_TIMEOUT_S = 60.0
+
+
+def parse_kind(agent: str, tool: str, raw: str) -> tuple[ToolKind, float | None]:
+    """`read`, `write`, `approval_write` or `keyed_write:<dedupe window in seconds>`."""
+    return shared.parse_kind(f"pydantic-ai agent {agent}", tool, raw)
+
+
+def _refuse(agent: str, feature: str, instead: str) -> ToolDeclarationError:
+    return ToolDeclarationError(
+        f"pydantic-ai agent {agent}: {feature} is not supported on liyagent; {instead}"
+    )
+
+
+def _static_texts(agent: Agent[Any, Any], name: str) -> tuple[str | None, str | None]:
+    """Its system prompt and instructions, which must be plain text: a function of them would
+    run per request in Pydantic AI, and its result would not be in the sealed record."""
+    prompts = list(getattr(agent, "_system_prompts", ()) or ())
+    dynamic = getattr(agent, "_system_prompt_functions", ()) or ()
+    if dynamic or getattr(agent, "_system_prompt_dynamic_functions", None):
+        raise _refuse(name, "a system prompt function", "give the system prompt as text")
+    instructions = getattr(agent, "_instructions", None) or []
+    if not isinstance(instructions, list | tuple):
+        instructions = [instructions]
+    # Each is a `SourcedInstruction` in 2.x (its text or function in `.instruction`).
+    plain = [getattr(i, "instruction", i) for i in instructions]
+    texts = [i for i in plain if isinstance(i, str)]
+    if len(texts) != len(instructions):
+        raise _refuse(name, "dynamic instructions (a function)", "give the instructions as text")
+    system = "\n\n".join(str(p) for p in prompts) or None
+    return system, "\n\n".join(texts) or None
+
+
+def _check_agent(agent: Agent[Any, Any], name: str) -> None:
+    """Refuse, naming it, what a run would need and the adapter does not do."""
+    if agent.deps_type not in (type(None), None, object):
+        raise _refuse(
+            name,
+            f"deps ({getattr(agent.deps_type, '__name__', agent.deps_type)})",
+            "a tool reads what it needs itself (settings, clients); the run's input is text",
+        )
+    if getattr(agent, "_output_validators", None):
+        raise _refuse(name, "an output validator", "put the check in the output type")
+    if getattr(agent, "_event_stream_handler", None) is not None:
+        raise _refuse(name, "streaming (event_stream_handler)", "read the run's events instead")
+    extra = sorted(
+        {type(c).__name__ for c in leaf_capabilities(agent.root_capability)} - DEFAULT_CAPABILITIES
+    )
+    if extra:
+        raise _refuse(
+            name,
+            f"capabilities ({', '.join(extra)}; history processors among them)",
+            "drop them: liyagent's loop owns the history (what each step adds is sealed)",
+        )
+    if callable(agent.model_settings):
+        raise _refuse(name, "model settings given as a function", "give them as a dict")
+    if getattr(agent, "_dynamic_toolsets", None):
+        raise _refuse(name, "a dynamic toolset", "declare its tools on the agent")
+
+
+def _output(agent: Agent[Any, Any], name: str) -> tuple[pydantic.TypeAdapter[Any], bool] | None:
+    """The declared output type's validator, and whether it is wrapped in `response` (a
+    schema that is not an object); None for text output."""
+    output_type = agent.output_type
+    if output_type is str:
+        return None
+    one_type = isinstance(output_type, type | types.UnionType)
+    if not one_type and getattr(output_type, "__origin__", None) is None:
+        raise _refuse(
+            name,
+            f"output type {output_type!r} (an output function, ToolOutput, NativeOutput, ...)",
+            "declare one type (a pydantic model, dataclass, TypedDict or scalar)",
+        )
+    try:
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(cast(Any, output_type))
+        schema = adapter.json_schema()
+    except Exception as exc:
+        raise _refuse(name, f"output type {output_type!r} ({exc})", "declare one type") from None
+    return adapter, schema.get("type") != "object"
+
+
+class PydanticAIAgent(GuestAgent):
+    """One registered `pydantic_ai.Agent`: its tools, its provider, its output type."""
+
+    framework: ClassVar[str] = "pydantic-ai"
+
+    def __init__(
+        self,
+        agent: Agent[Any, Any],
+        *,
+        name: str,
+        kinds: Mapping[str, str] | None = None,
+        readers: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> None:
+        super().__init__(name)
+        _check_agent(agent, name)
+        self.agent = agent
+        self._system, self.instructions = _static_texts(agent, name)
+        self.output = _output(agent, name)
+        self.model = self._model_of(agent)
+        self._ctx = RunContext[None](deps=None, model=self.model, usage=RunUsage())
+        self.toolsets, self.defs = self._tool_defs()
+        shared.check_named(
+            f"pydantic-ai agent {name}", self.defs, {"kinds": kinds, "readers": readers}
+        )
+        self.kinds = {
+            t: parse_kind(name, t, (kinds or {}).get(t, ToolKind.WRITE.value)) for t in self.defs
+        }
+        self.readers = dict(readers or {})
+        self._tools = [self._tool(t) for t in self.defs]
+        self._providers = shared.PerThread(lambda: PydanticAIProvider(self, guarded(self.model)))
+
+    def _model_of(self, agent: Agent[Any, Any]) -> Model:
+        model = agent.model
+        if not isinstance(model, Model):
+            raise _refuse(
+                self.name,
+                f"a model named by a string ({model!r})",
+                "give the agent a model object (OpenAIChatModel(..., provider=OpenAIProvider("
+                "base_url=..., api_key=...)))",
+            )
+        from pydantic_ai.models.function import FunctionModel
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.models.test import TestModel
+
+        if not isinstance(model, OpenAIChatModel | FunctionModel | TestModel):
+            raise _refuse(
+                self.name,
+                f"model {type(model).__name__}",
+                "use OpenAIChatModel (any OpenAI-compatible endpoint): its HTTP is what "
+                "liyagent passes through its send guard",
+            )
+        return model
+
+    def _tool_defs(self) -> tuple[dict[str, AbstractToolset[Any]], dict[str, Any]]:
+        """Each function tool's toolset and its `ToolsetTool` (definition and validator)."""
+        owners: dict[str, AbstractToolset[Any]] = {}
+        found: dict[str, Any] = {}
+        for toolset in self.agent.toolsets:
+            if not isinstance(toolset, FunctionToolset):
+                raise _refuse(
+                    self.name,
+                    f"toolset {type(toolset).__name__} (MCP servers among them)",
+                    "serve an MCP server's tools with LIYAGENT_MCP_SERVERS, or declare the "
+                    "tools as function tools",
+                )
+            for tool in toolset.tools.values():
+                if tool.prepare is not None:
+                    raise _refuse(
+                        self.name, f"tool {tool.name}'s prepare function", "declare it as is"
+                    )
+            # A loop of its own, closed after: the module is loaded before a pool forks, and a
+            # child must not inherit a thread's loop (run_coroutine keeps one per thread).
+            with asyncio.Runner() as runner:
+                listed = runner.run(toolset.get_tools(self._ctx))
+            for tool_name, listed_tool in listed.items():
+                if listed_tool.tool_def.kind != "function":
+                    continue  # the output tool is the adapter's own
+                owners[tool_name], found[tool_name] = toolset, listed_tool
+        return owners, found
+
+    def _tool(self, tool_name: str) -> Tool:
+        kind, window = self.kinds[tool_name]
+        definition: ToolDefinition = self.defs[tool_name].tool_def
+        registry_name = guest_tool_name(self.name, tool_name)
+
+        def validate(args: dict[str, Any]) -> dict[str, Any]:
+            try:
+                checked = self.defs[tool_name].args_validator.validate_python(args)
+            except pydantic.ValidationError as exc:
+                found = [{"field": f, "message": m} for f, m in problems(exc, "(arguments)")]
+                raise InvalidArguments(registry_name, found) from None
+            return dict(checked)
+
+        def invoke(args: dict[str, Any], ctx: CallContext) -> Outcome:
+            checked = validate(args)
+            if kind.changes:
+                ctx.check_send()  # the lease, just before; from here a failure is in doubt
+            try:
+                with shared.in_call(ctx):
+                    result = run_coroutine(
+                        self.toolsets[tool_name].call_tool(
+                            tool_name, checked, self._tool_ctx(ctx, tool_name), self.defs[tool_name]
+                        )
+                    )
+            except exceptions.ModelRetry as exc:
+                raise ToolError(str(exc)) from exc
+            except (ToolError, ToolInDoubt):
+                raise
+            return as_outcome(result)
+
+        return Tool(
+            name=registry_name,
+            kind=kind,
+            reader=shared.write_reader(
+                f"pydantic-ai agent {self.name}", tool_name, kind, self.readers, registry_name
+            ),
+            description=definition.description or tool_name,
+            invoke=invoke,
+            dedupe_window_s=window,
+            parameters=definition.parameters_json_schema,
+            validate=validate,
+            origin=f"pydantic-ai agent {self.name}",
+        )
+
+    def _tool_ctx(self, ctx: CallContext, tool_name: str) -> RunContext[None]:
+        return RunContext[None](
+            deps=None,
+            model=self.model,
+            usage=RunUsage(),
+            tool_call_id=ctx.call_id,
+            tool_name=tool_name,
+            run_step=ctx.step,
+            run_id=ctx.run_id,
+        )
+
+    def tools(self, origin: str) -> list[Tool]:
+        return list(self._tools)
+
+    def system(self) -> str | None:
+        return self._system
+
+    def provider(self) -> ModelProvider:
+        """One per process and thread (each thread runs its own event loop)."""
+        return self._providers.get()
+
+    def function_defs(self) -> list[ToolDefinition]:
+        return [t.tool_def for t in self.defs.values()]
+
+
+def guarded(model: Model) -> Model:
+    """The agent's model with its OpenAI client's HTTP through the send guard, its own retries
+    off (the engine decides when to ask again): the same model name, endpoint, key, profile
+    and settings. A model that makes no HTTP (FunctionModel, TestModel) is used as it is."""
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    if not isinstance(model, OpenAIChatModel):
+        return model
+    client = shared.plain_chat_body(
+        model.client.copy(http_client=sdk_http.async_client(MODEL_TIMEOUT_S), max_retries=0)
+    )
+    return OpenAIChatModel(
+        model.model_name,
+        provider=OpenAIProvider(openai_client=client),
+        profile=model.profile,
+        settings=model.settings,
+    )
+
+
+class PydanticAIProvider:
+    """Answers each step with one request to the agent's own model."""
+
+    name = "pydantic-ai"
+
+    def __init__(self, guest: PydanticAIAgent, model: Model) -> None:
+        self.guest = guest
+        self.model = model
+        self.prefix = f"{guest.name}."
+        self.params = ModelRequestParameters(
+            function_tools=guest.function_defs(),
+            output_mode="tool" if guest.output is not None else "text",
+            output_tools=[self._output_def()] if guest.output is not None else [],
+            allow_text_output=guest.output is None,
+        )
+
+    def _output_def(self) -> ToolDefinition:
+        assert self.guest.output is not None
+        adapter, wrapped = self.guest.output
+        schema = adapter.json_schema()
+        if wrapped:
+            schema = {
+                "type": "object",
+                "properties": {"response": schema},
+                "required": ["response"],
+            }
+        return ToolDefinition(
+            name=OUTPUT_TOOL,
+            parameters_json_schema=schema,
+            description="The final response which ends this conversation",
+            kind="output",
+        )
+
+    def next_step(self, request: StepRequest) -> StepAnswer:
+        settings: dict[str, Any] = dict(
+            cast(Mapping[str, Any], self.guest.agent.model_settings or {})
+        )
+        settings["extra_headers"] = {**settings.get("extra_headers", {}), **request.headers()}
+        try:
+            response = run_coroutine(
+                direct.model_request(
+                    self.model,
+                    to_model_messages(request.messages, self.prefix, self.guest.instructions),
+                    model_settings=settings,  # type: ignore[arg-type]
+                    model_request_parameters=self.params,
+                    instrument=False,
+                )
+            )
+        except exceptions.ModelHTTPError as exc:
+            raise shared.model_error(request.run_id, exc) from exc
+        except exceptions.ModelRequestTimeout as exc:
+            # The agent's own `request_timeout` ran out: a timeout like the client's, though no
+            # transport error is under it.
+            raise shared.model_error(request.run_id, TimeoutError(str(exc))) from exc
+        except (exceptions.ModelAPIError, exceptions.UnexpectedModelBehavior) as exc:
+            refused = shared.send_refused(exc)
+            if refused is not None:
+                raise refused from None  # the attempt stops; asking again cannot help
+            # No response (timeout, lost connection: asked again) or an answer Pydantic AI
+            # could not use (not asked again): see shared.model_error.
+            raise shared.model_error(request.run_id, exc) from exc
+        return self.answer(response)
+
+    def answer(self, response: messages.ModelResponse) -> StepAnswer:
+        """The step's answer from the model's response: calls, a final text, a typed final
+        answer, or a final answer refused for its type (the model is then told why)."""
+        text = "".join(p.content for p in response.parts if isinstance(p, messages.TextPart))
+        parts = [p for p in response.parts if isinstance(p, messages.ToolCallPart)]
+        outputs = [p for p in parts if p.tool_name == OUTPUT_TOOL]
+        calls = [self._call(p) for p in parts]
+        if not outputs:
+            if calls or self.guest.output is None:
+                return StepAnswer(text=text or None, calls=calls)
+            return StepAnswer(
+                text=text or None,
+                calls=[],
+                refused=f"a final answer is given by calling {OUTPUT_TOOL}, not as text",
+            )
+        if len(parts) > 1:
+            return StepAnswer(
+                text=text or None,
+                calls=calls,
+                refused=f"{OUTPUT_TOOL} is called alone, after the other tools' results",
+            )
+        return self._typed(text or None, outputs[0], calls)
+
+    def _typed(
+        self, text: str | None, part: messages.ToolCallPart, calls: list[ToolCall]
+    ) -> StepAnswer:
+        assert self.guest.output is not None
+        adapter, wrapped = self.guest.output
+        try:
+            args = part.args_as_dict()
+            value = adapter.validate_python(args["response"] if wrapped else args)
+        except (ValueError, KeyError) as exc:
+            if isinstance(exc, pydantic.ValidationError):
+                reason = described(exc, "(answer)")
+            else:
+                reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            return StepAnswer(
+                text=text, calls=calls, refused=f"the answer does not fit its type: {reason}"
+            )
+        plain = to_jsonable_python(value)
+        return StepAnswer(text=json.dumps(plain, sort_keys=True), calls=[], output=Typed(plain))
+
+    def _call(self, part: messages.ToolCallPart) -> ToolCall:
+        name = part.tool_name if part.tool_name == OUTPUT_TOOL else self.prefix + part.tool_name
+        # Arguments the model wrote that are not a JSON object: the call is not made, the model
+        # is told (as for arguments that fail their schema), the raw text given back as it was.
+        raw = part.args if isinstance(part.args, str) else None
+        args, error = read_arguments(raw) if raw is not None and raw.strip() else (None, None)
+        if error is not None:
+            return ToolCall(part.tool_call_id, name, {}, args_error=error, raw_args=raw)
+        return ToolCall(part.tool_call_id, name, args if args is not None else part.args_as_dict())
+
+
+def to_model_messages(
+    conversation: list[Message], prefix: str, instructions: str | None
+) -> list[messages.ModelMessage]:
+    """liyagent's conversation as Pydantic AI's messages (the registry's tool names mapped
+    back to the agent's), its instructions on the last request, as Pydantic AI sends them."""
+    out: list[messages.ModelMessage] = []
+    parts: list[Any] = []
+
+    def flush() -> None:
+        if parts:
+            out.append(messages.ModelRequest(parts=list(parts)))
+            parts.clear()
+
+    framework = _framework_name(prefix)
+    for message in conversation:
+        role = message.get("role")
+        if role == "assistant":
+            flush()
+            out.append(messages.ModelResponse(parts=_response_parts(message, framework)))
+        elif role == "tool":
+            parts.append(_tool_part(message, framework))
+        elif role == "system":
+            parts.append(messages.SystemPromptPart(content=str(message.get("content") or "")))
+        elif message.get("retry"):  # a final answer refused for its type, told as feedback
+            parts.append(
+                messages.RetryFeedbackPart(
+                    content=str(message.get("content") or ""),
+                    retry=messages.RetryInfo(cause="model_retry"),
+                )
+            )
+        else:
+            parts.append(messages.UserPromptPart(content=str(message.get("content") or "")))
+    flush()
+    if instructions and out and isinstance(out[-1], messages.ModelRequest):
+        out[-1].instructions = instructions
+    return out
+
+
+def _framework_name(prefix: str) -> Callable[[str], str]:
+    def name(registry: str) -> str:
+        return registry[len(prefix) :] if registry.startswith(prefix) else registry
+
+    return name
+
+
+def _response_parts(message: Message, name: Callable[[str], str]) -> list[Any]:
+    parts: list[Any] = []
+    if message.get("content"):
+        parts.append(messages.TextPart(content=str(message["content"])))
+    for call in message.get("tool_calls") or []:
+        raw = call.get("raw_args")
+        parts.append(
+            messages.ToolCallPart(
+                tool_name=name(str(call["name"])),
+                args=raw if isinstance(raw, str) else dict(call.get("args") or {}),
+                tool_call_id=str(call["id"]),
+            )
+        )
+    return parts
+
+
+def _tool_part(message: Message, name: Callable[[str], str]) -> Any:
+    tool = name(str(message.get("name") or ""))
+    content = str(message.get("content") or "")
+    try:
+        value: Any = json.loads(content)
+    except ValueError:
+        value = content
+    if message.get("retry"):  # the output tool's call refused for its type
+        return messages.ToolReturnPart(
+            tool_name=tool,
+            content=value,
+            tool_call_id=str(message["tool_call_id"]),
+            outcome="retried",
+            retry=messages.RetryInfo(cause="validation_error"),
+        )
+    return messages.ToolReturnPart(
+        tool_name=tool, content=value, tool_call_id=str(message["tool_call_id"])
+    )
+
+
+def durable(
+    agent: Agent[Any, Any],
+    *,
+    name: str | None = None,
+    kinds: Mapping[str, str] | None = None,
+    readers: Mapping[str, Callable[..., Any]] | None = None,
+) -> PydanticAIAgent:
+    """Register a `pydantic_ai.Agent` to run on liyagent (hold the result at the top level of
+    a module LIYAGENT_TOOLS names); `kinds` maps each tool to `read`, `write`,
+    `approval_write` or `keyed_write:<seconds>` (a tool not named is a write); `readers` maps
+    a write to the function that finds its outcome by the call's key after a crash (the
+    `CallContext` first, then the write's arguments; None when it finds none)."""
+    chosen = name or agent.name
+    if not chosen:
+        raise ToolDeclarationError("durable(agent): give the agent a name (name=...)")
+    return PydanticAIAgent(agent, name=chosen, kinds=kinds, readers=readers)
+
+
+# Shared with the other adapters (runtime/frameworks/calls.py), named here as before.
+_decoded = decoded
+__all__ = ["CallTransport", "PydanticAIAgent", "current_call", "durable", "parse_kind"]

@@ -1,0 +1,71 @@
+"""The OpenAI Agents SDK example (examples/agents_desk): a team's plain `agents.Agent` with
+`@function_tool` tools, its model served by the simulators' OpenAI-compatible endpoint through the
+SDK's own `AsyncOpenAI` client, brought to liyagent by one module of kind declarations and started
+by name. A worker SIGKILLed with a write in flight: the desk's records show no duplicate, the
+model server's records show no step asked twice, and the resumed run ends with the right typed
+answer (the flows in tests/support/framework_apps.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import framework_apps as apps
+from tests.support.framework_apps import ANSWER, ORDER, TOOL_STEPS, FrameworkApp
+from tests.support.order_desk import Desk
+from tests.support.scripts import final
+
+APP = FrameworkApp(
+    package="agents_desk",
+    agent="agents-desk",
+    framework="openai-agents",
+    adapter="openai_agents",
+    steps=[
+        *TOOL_STEPS,
+        # A final answer that does not fit its type: the model is told, then answers again.
+        final(json.dumps({"order_id": ORDER, "refunded_cents": "all", "summary": "x"}), 200),
+        final(json.dumps(ANSWER), latency_ms=200),
+    ],
+)
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> Iterator[Desk]:
+    yield from APP.desk(tmp_path)
+
+
+def test_the_agents_sdk_agent_runs_on_a_real_worker(stack, desk) -> None:
+    run_id = apps.runs_through(APP, stack, desk)
+    # The answer that did not fit was told to the model, which then answered again.
+    users = [m for m in stack.model_request(run_id, 5)["messages"] if m["role"] == "user"]
+    said = str(users[-1]["content"])
+    assert "refunded_cents" in said and "does not fit" in said
+
+
+@pytest.mark.kill
+@pytest.mark.parametrize(("fault", "expected"), apps.WRITES_IN_FLIGHT)
+def test_a_worker_killed_with_a_write_in_flight_resumes_without_a_duplicate(
+    stack, desk, fault, expected
+) -> None:
+    apps.resumes_a_write_in_flight(APP, stack, desk, fault, expected)
+
+
+@pytest.mark.kill
+def test_a_worker_killed_at_a_random_moment_after_the_first_write(stack, desk) -> None:
+    apps.resumes_a_kill_at_a_random_moment(APP, stack, desk)
+
+
+@pytest.mark.parametrize(("kinds", "says"), apps.WRONG_KINDS)
+def test_a_wrong_kinds_mapping_stops_the_worker_at_start(stack, desk, tmp_path, kinds, says):
+    apps.refuses_to_start_on_wrong_kinds(APP, stack, desk, tmp_path / "team", kinds, says)
+
+
+def test_a_run_naming_an_unregistered_framework_agent_is_refused_at_the_door(stack) -> None:
+    apps.refuses_an_unregistered_agent(APP, stack)
+
+
+def test_an_approval_held_tool_waits_and_is_sent_with_its_approval_id(stack, desk, tmp_path):
+    apps.holds_a_refund_for_approval(APP, stack, desk, tmp_path / "team")
