@@ -2,9 +2,13 @@
 cron fires, Teams turns from the durable inbox and webhook calls on it, and SIGKILL it at a
 random moment 0.2-4 s after it is up, while a survivor worker and beat recover throughout.
 
-The victim and the app front publish to a queue only victims consume, so the work a round
-starts is really on the victim when it dies; the survivor consumes the recovery queue the
-sweeper publishes to. The timings are the product's (lease 8 s, sweep 3 s).
+The app front (and the harness) start each round's runs on a queue only victims consume, so the
+work a round starts is really on the victim when it dies. Whatever a worker publishes itself
+(the death watch's and the sweeper's claims, republished messages) goes to the deployment's one
+run queue, which the survivor consumes: a victim leading the death watch when the previous
+victim's runs are claimed publishes them there, not to a queue whose only consumer it is and
+which nobody reads once the last victim is killed (one CI run left three runs there until the
+outbox's 30 s republish). The timings are the product's (lease 8 s, sweep 3 s).
 
 Every other round hands the death watch's lead to the victim once it is up (as if it had
 started first), so the report times the death of a leading worker as often as a following one;
@@ -148,7 +152,7 @@ class TrialDeployment:
             pool=options.pool,
         )
         self.cluster.beat(survivor_env)
-        self.front_url = self.cluster.front({**self.victim_env(), **self.channel.env(TEAMS)})
+        self.front_url = self.cluster.front({**self.starter_env(), **self.channel.env(TEAMS)})
         victims = replace(self.settings, queue=self.victim_queue)
         app = Celery("liyagent-trials", set_as_current=False)
         app.conf.update(celeryconfig.config_for(victims))
@@ -159,9 +163,15 @@ class TrialDeployment:
             base_url=self.front_url, timeout=10, headers={"Authorization": f"Bearer {token}"}
         )
 
-    def victim_env(self) -> dict[str, str]:
+    def starter_env(self) -> dict[str, str]:
+        """The front's: the runs it starts go to the victims' queue."""
         env = child_env(replace(self.settings, queue=self.victim_queue), self.seal_keys)
         return {**env, **self.bot_env}
+
+    def victim_env(self) -> dict[str, str]:
+        """A victim's: it consumes the victims' queue (`-Q`), and what it publishes itself
+        goes to the deployment's run queue, the survivor's."""
+        return {**child_env(self.settings, self.seal_keys), **self.bot_env}
 
     def stop(self) -> None:
         if hasattr(self, "channel"):
