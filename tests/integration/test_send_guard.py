@@ -5,6 +5,7 @@ timeout, however slowly the server drips its answer."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -187,3 +188,42 @@ def test_a_request_leaves_whole_or_not_at_all() -> None:
     listener.close()
     assert received[0] == b"", received[0][:200]  # nothing of the refused request arrived
     assert received[1].startswith(b"POST /incidents") and received[1].endswith(b"helloworld")
+
+
+class CookieSetter(BaseHTTPRequestHandler):
+    """Sets a session cookie on /login; records the Cookie header every request came with."""
+
+    protocol_version = "HTTP/1.1"
+    cookies: list[str | None]
+
+    def do_GET(self) -> None:
+        self.cookies.append(self.headers.get("Cookie"))
+        self.send_response(200)
+        if self.path == "/login":
+            self.send_header("Set-Cookie", "session=tenant-a; Path=/")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_cookie_one_call_was_given_never_rides_on_another_calls_request() -> None:
+    """The pooled clients serve every run of the process: a vendor's session cookie set on one
+    run's call must not be sent with the next run's requests (sync and async alike)."""
+    cookies: list[str | None] = []
+    handler = type("C", (CookieSetter,), {"cookies": cookies})
+    with serving(handler) as url:
+
+        def call(run: str) -> CallHTTP:
+            return CallHTTP.for_call(key=run, run_id=run, attempt=1, call="1:c", timeout_s=5)
+
+        assert call("run-a").get(f"{url}/login").headers["set-cookie"].startswith("session=")
+        assert call("run-b").get(f"{url}/next").status_code == 200
+
+        async def async_calls() -> None:
+            await call("run-c").aget(f"{url}/login")
+            await call("run-d").aget(f"{url}/next")
+
+        asyncio.run(async_calls())
+    assert cookies == [None, None, None, None]
