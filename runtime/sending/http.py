@@ -38,23 +38,19 @@ from typing import Any, Protocol
 import httpcore
 import httpx
 
-from runtime.base import pools
 from runtime.sending import traffic
 
 # Idle keep-alive connections are reused for this long (a vendor closing them sooner is fine:
 # the pool notices a closed socket before reusing it).
 KEEPALIVE_S = 30.0
-# One pooled client serves up to SHARD_THREADS threads (a thread-pool worker's threads are
-# spread over several). Each of those threads has at most one request open at a time, to the
-# model or to a vendor, so a client's bound of 64 covers its threads for both with keep-alive
-# for every connection: a pool whose bound was under the threads in flight (64 for a
-# `-P threads -c 200` worker) queued model calls behind each other, and one that kept fewer
-# alive than it used (16) closed and reconnected most of them, a TCP connect per step (and
-# with requests queued, httpcore's pool rescans every connection for each queued request on
-# every response: 30 ms of the worker's CPU a step at -c 200). A client per eight threads
-# also keeps each pool small: it checks every idle connection (a socket poll each) on every
-# request and every response.
-SHARD_THREADS = 8
+# Each thread has its own pooled client (`shared_client`). A thread has at most one request open
+# at a time on it, to the model or to a vendor, so the bound of 64 is never what a thread waits
+# for, and every connection it opens is kept alive: a pool whose bound was under the threads in
+# flight (64 for a `-P threads -c 200` worker) queued model calls behind each other, and one
+# that kept fewer alive than it used (16) closed and reconnected most of them, a TCP connect per
+# step. A client of its own also keeps each pool small: httpcore checks every idle connection
+# of a pool (a socket poll each) on every request and every answer, and a client shared by 8
+# threads held about 16 of them.
 LIMITS = httpx.Limits(
     max_connections=64, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S
 )
@@ -423,30 +419,17 @@ def new_async_client(timeout_s: float = 30.0) -> httpx.AsyncClient:
     return client
 
 
-_lock = threading.Lock()
-_clients: dict[int, list[httpx.Client]] = {}
-_assigned: dict[int, int] = {}  # threads given a client so far, per process
 _local = threading.local()
 
 
 def shared_client() -> httpx.Client:
-    """This thread's pooled client (keep-alive across calls and runs), one of this process's
-    clients, each shared by up to SHARD_THREADS threads (assigned in turn on a thread's first
-    call); a forked child makes its own rather than share its parent's sockets."""
+    """This thread's pooled client (keep-alive across calls and runs, see `LIMITS`); a forked
+    child makes its own rather than share its parent's sockets."""
     pid = os.getpid()
     found: tuple[int, httpx.Client] | None = getattr(_local, "client", None)
     if found is not None and found[0] == pid:
         return found[1]
-    with _lock:
-        if pid not in _clients:
-            _clients.clear()
-            _assigned.clear()
-            shards = -(-pools.needed() // SHARD_THREADS)
-            _clients[pid] = [new_client() for _ in range(max(1, shards))]
-            _assigned[pid] = 0
-        clients = _clients[pid]
-        client = clients[_assigned[pid] % len(clients)]
-        _assigned[pid] += 1
+    client = new_client()
     _local.client = (pid, client)
     return client
 
