@@ -19,17 +19,27 @@ batches and publishes them, and the survivor's free threads take them. Kill to r
 the resumed attempt's claim (Postgres's clock, the kill trials' measure); lost = runs not
 succeeded; duplicates from the simulator's records (a call site that created twice); stale =
 anything a lost attempt wrote after its takeover.
+
+Request floor: what one request costs the client through the engine's own guarded HTTP client
+(`runtime/sending/http.py`), alone on one thread in the bench process (no other load of its
+own): a model step's POST to the simulators' model (a one-step script with no latency) and a
+tool's GET (the vendor's ticket read), the median thread CPU of REQUESTS each. A model step of
+the 4-step agent makes one model request and, on average, three quarters of a tool request,
+so this is the part of the CPU per step that HTTP alone takes on this machine.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 
 from bench import procstat
@@ -39,6 +49,7 @@ from bench.sides import LiyagentSide, wait_ended
 from liyagent.local import judge
 from liyagent.local.cluster import START_TIMEOUT_S, worker_argv
 from liyagent.local.procs import Proc
+from runtime.sending import http
 from runtime.services import holder_of
 
 CPU_PER_STEP_MS = Target("<=", 2.0, "issue 18")
@@ -48,6 +59,9 @@ RESUME_P50_S = Target("<=", 2.0, "issue 18")
 RESUME_MAX_S = Target("<=", 5.0, "issue 18")
 ZERO = Target("<=", 0, "issue 18")
 MODEL_STEPS = 4
+# Tool requests per model step of the 4-step agent (a read, a comment, a read, the answer).
+TOOL_REQUESTS_PER_STEP = 3 / MODEL_STEPS
+REQUESTS = 300
 # Threads the main process adds to a worker's pools (heartbeat, death watch, consumer).
 MAIN_THREADS = 4
 TOOLS = ["ticket.read", "issue.comment"]
@@ -309,6 +323,43 @@ def _mass_loss(lab: Lab, side: LiyagentSide, opts: DensityOptions) -> _MassLoss:
     return _MassLoss(len(ids), resume, lost, duplicates, stale, claimed)
 
 
+@dataclass(frozen=True)
+class _RequestFloor:
+    model_post_ms: float
+    tool_get_ms: float
+
+    @property
+    def per_step_ms(self) -> float:
+        return self.model_post_ms + TOOL_REQUESTS_PER_STEP * self.tool_get_ms
+
+
+def _request_floor(side: LiyagentSide) -> _RequestFloor:
+    """The median client CPU of one model POST and one tool GET through the engine's guarded
+    client, on one thread (see the module docstring)."""
+    spec = side.models.spec([{"final": "floor", "latency_ms": 0}])
+    body = {"model": spec["model"], "messages": [{"role": "user", "content": "floor"}]}
+    headers = {"Authorization": "Bearer bench"}
+    ticket = f"{side.settings.vendor_url.rstrip('/')}/tickets/T-1"
+    client = http.new_client()
+    try:
+        post = _median_cpu_ms(
+            lambda: client.post(f"{spec['base_url']}/chat/completions", json=body, headers=headers)
+        )
+        get = _median_cpu_ms(lambda: client.get(ticket))
+    finally:
+        client.close()
+    return _RequestFloor(post, get)
+
+
+def _median_cpu_ms(request: Callable[[], httpx.Response]) -> float:
+    samples = []
+    for _ in range(REQUESTS):
+        started = time.thread_time()
+        request().raise_for_status()
+        samples.append((time.thread_time() - started) * 1000)
+    return statistics.median(samples)
+
+
 def measure_density(lab: Lab, opts: DensityOptions) -> Section:
     """Section 6 (see the module docstring)."""
     section = Section(
@@ -321,6 +372,7 @@ def measure_density(lab: Lab, opts: DensityOptions) -> Section:
     bursts: list[_Burst] = []
     mass: _MassLoss | None = None
     try:
+        floor = _request_floor(side)
         threads = _launch(lab, lab.liyagent("density-threads", settings), "threads", opts.threads)
         try:
             bursts.append(_burst(lab, side, threads, "threads", opts.threads, opts))
@@ -334,11 +386,17 @@ def measure_density(lab: Lab, opts: DensityOptions) -> Section:
             lab.stop(prefork)
     finally:
         side.close()
-    section.figures = _figures(bursts, mass)
+    section.figures = [*_figures(bursts, mass), *_floor_figures(floor)]
     section.matrix = _matrix(bursts)
     section.detail = {
         "agent": four_step(opts.latency_ms),
         "options": opts.__dict__,
+        "request_floor": {
+            "model_post_ms": round(floor.model_post_ms, 3),
+            "tool_get_ms": round(floor.tool_get_ms, 3),
+            "per_step_ms": round(floor.per_step_ms, 3),
+            "requests": REQUESTS,
+        },
         "bursts": [b.to_json() for b in bursts],
         "mass_loss": None if mass is None else mass.to_json(),
     }
@@ -430,6 +488,21 @@ def _figures(bursts: list[_Burst], mass: _MassLoss | None) -> list[Figure]:
             Figure("mass_stale", "writes after a takeover", mass.stale, "", ZERO, digits=0),
         ]
     return out
+
+
+def _floor_figures(floor: _RequestFloor) -> list[Figure]:
+    return [
+        Figure(
+            "request_model_post_ms", "one model POST alone: client CPU", floor.model_post_ms, "ms"
+        ),
+        Figure("request_tool_get_ms", "one tool GET alone: client CPU", floor.tool_get_ms, "ms"),
+        Figure(
+            "request_per_step_ms",
+            f"HTTP alone per model step (1 POST + {TOOL_REQUESTS_PER_STEP:g} GET)",
+            floor.per_step_ms,
+            "ms",
+        ),
+    ]
 
 
 def _matrix(bursts: list[_Burst]) -> tuple[list[str], list[list[str]]]:

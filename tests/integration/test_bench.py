@@ -90,6 +90,9 @@ def test_quick_bench_reports_every_section_with_numbers(tmp_path: Path) -> None:
     density = sections["density"]["figures"]
     for key in ("threads_cpu_ms_per_step", "mass_resume_p50_s", "mass_lost", "mass_duplicates"):
         assert density[key]["target"] is not None and density[key]["verdict"] in ("PASS", "MISS")
+    # What HTTP alone takes of a step is a part of the step's whole CPU.
+    floor = density["request_per_step_ms"]["value"]
+    assert 0 < floor < density["threads_cpu_ms_per_step"]["value"], density
     counts = sections["counts"]["figures"]
     for key in ("read_step_write_statements", "read_step_pg_round_trips", "run_row_writes"):
         assert counts[key]["target"] is not None and counts[key]["verdict"] in ("PASS", "MISS")
