@@ -84,6 +84,23 @@ def parse_kind(who: str, tool: str, raw: str) -> tuple[ToolKind, float | None]:
     return kind, None
 
 
+def declared_kind(
+    who: str, tool: str, declared: str | None, *, held: bool, approval: str
+) -> tuple[ToolKind, float | None]:
+    """A tool's kind: as declared, else a write, or an approval write when the framework holds
+    the tool for a person (`held`: the framework's approval becomes liyagent's); a held tool
+    declared another kind is refused, naming `approval` (how the framework said it)."""
+    if declared is None:
+        declared = ToolKind.APPROVAL_WRITE.value if held else ToolKind.WRITE.value
+    kind, window = parse_kind(who, tool, declared)
+    if held and kind is not ToolKind.APPROVAL_WRITE:
+        raise ToolDeclarationError(
+            f"{who}: tool {tool} {approval} but is declared {declared!r}; "
+            f'declare it "approval_write" (or drop {approval})'
+        )
+    return kind, window
+
+
 def check_named(
     who: str, tools: Collection[str], named: Mapping[str, Mapping[str, Any] | None]
 ) -> None:

@@ -234,15 +234,9 @@ class OpenAIAgentsAgent(GuestAgent):
         """The declared kind; a tool that `needs_approval` is an approval write (the SDK's
         approval becomes liyagent's), and a kind that says otherwise is refused."""
         held = self.defs[tool].needs_approval is True
-        if declared is None:
-            declared = ToolKind.APPROVAL_WRITE.value if held else ToolKind.WRITE.value
-        kind, window = shared.parse_kind(_who(self.name), tool, declared)
-        if held and kind is not ToolKind.APPROVAL_WRITE:
-            raise ToolDeclarationError(
-                f"{_who(self.name)}: tool {tool} needs_approval but is declared {declared!r}; "
-                'declare it "approval_write" (or drop needs_approval)'
-            )
-        return kind, window
+        return shared.declared_kind(
+            _who(self.name), tool, declared, held=held, approval="needs_approval"
+        )
 
     def _tool(self, tool_name: str) -> Tool:
         kind, window = self.kinds[tool_name]
@@ -268,8 +262,11 @@ class OpenAIAgentsAgent(GuestAgent):
 
         def invoke(args: dict[str, Any], ctx: CallContext) -> Outcome:
             checked = validate(args)
-            if kind.changes:
-                ctx.check_send()  # the lease, just before; from here a failure is in doubt
+            # The lease, just before, whatever kind the registry gives the tool now (a
+            # LIYAGENT_TOOL_KINDS override may make a read a write): the body may send with a
+            # client the guard does not see, and from here a failure is in doubt (a read's is
+            # only said: making it again is harmless).
+            ctx.check_send()
             text = json.dumps(checked)
             tool_ctx = ToolContext[None](
                 context=None, tool_name=tool_name, tool_call_id=ctx.call_id, tool_arguments=text

@@ -19,6 +19,7 @@ refused then, naming the feature.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import types
 from collections.abc import Callable, Mapping
@@ -57,6 +58,12 @@ OUTPUT_TOOL = "final_result"
 # The capabilities every 2.68 agent carries (tool search, pending messages): harmless here.
 DEFAULT_CAPABILITIES = frozenset({"ToolSearch", "PendingMessageDrainCapability"})
 MODEL_TIMEOUT_S = 60.0
+# Why a tool timeout is refused: Pydantic AI turns one into ModelRetry, which would tell the
+# model to call again a write whose request may have been sent (and leave its body running).
+_TIMEOUT = (
+    "set the timeout on the tool's own HTTP client: a write cut off by it would be told to "
+    "the model as a retry while its request may have left"
+)
 
 
 def parse_kind(agent: str, tool: str, raw: str) -> tuple[ToolKind, float | None]:
@@ -161,8 +168,17 @@ class PydanticAIAgent(GuestAgent):
         shared.check_named(
             f"pydantic-ai agent {name}", self.defs, {"kinds": kinds, "readers": readers}
         )
+        # A tool with `requires_approval=True` is an approval write: Pydantic AI's approval
+        # becomes liyagent's (held for a person through its approvals).
         self.kinds = {
-            t: parse_kind(name, t, (kinds or {}).get(t, ToolKind.WRITE.value)) for t in self.defs
+            t: shared.declared_kind(
+                f"pydantic-ai agent {name}",
+                t,
+                (kinds or {}).get(t),
+                held=self.defs[t].tool_def.kind == "unapproved",
+                approval="requires_approval",
+            )
+            for t in self.defs
         }
         self.readers = dict(readers or {})
         self._tools = [self._tool(t) for t in self.defs]
@@ -202,17 +218,21 @@ class PydanticAIAgent(GuestAgent):
                     "serve an MCP server's tools with LIYAGENT_MCP_SERVERS, or declare the "
                     "tools as function tools",
                 )
+            if toolset.timeout is not None:
+                raise _refuse(self.name, f"a tool timeout ({toolset.timeout} s)", _TIMEOUT)
             for tool in toolset.tools.values():
                 if tool.prepare is not None:
                     raise _refuse(
                         self.name, f"tool {tool.name}'s prepare function", "declare it as is"
                     )
+                if tool.timeout is not None:
+                    raise _refuse(self.name, f"tool {tool.name}'s timeout", _TIMEOUT)
             # A loop of its own, closed after: the module is loaded before a pool forks, and a
             # child must not inherit a thread's loop (run_coroutine keeps one per thread).
             with asyncio.Runner() as runner:
                 listed = runner.run(toolset.get_tools(self._ctx))
             for tool_name, listed_tool in listed.items():
-                if listed_tool.tool_def.kind != "function":
+                if listed_tool.tool_def.kind not in ("function", "unapproved"):
                     continue  # the output tool is the adapter's own
                 owners[tool_name], found[tool_name] = toolset, listed_tool
         return owners, found
@@ -232,13 +252,18 @@ class PydanticAIAgent(GuestAgent):
 
         def invoke(args: dict[str, Any], ctx: CallContext) -> Outcome:
             checked = validate(args)
-            if kind.changes:
-                ctx.check_send()  # the lease, just before; from here a failure is in doubt
+            tool_ctx = self._tool_ctx(ctx, tool_name)
             try:
+                self._check_args(tool_name, checked, tool_ctx)
+                # The lease, just before, whatever kind the registry gives the tool now (a
+                # LIYAGENT_TOOL_KINDS override may make a read a write): the body may send with
+                # a client the guard does not see, and from here a failure is in doubt (a
+                # read's is only said: making it again is harmless).
+                ctx.check_send()
                 with shared.in_call(ctx):
                     result = run_coroutine(
                         self.toolsets[tool_name].call_tool(
-                            tool_name, checked, self._tool_ctx(ctx, tool_name), self.defs[tool_name]
+                            tool_name, checked, tool_ctx, self.defs[tool_name]
                         )
                     )
             except exceptions.ModelRetry as exc:
@@ -260,6 +285,16 @@ class PydanticAIAgent(GuestAgent):
             validate=validate,
             origin=f"pydantic-ai agent {self.name}",
         )
+
+    def _check_args(self, tool_name: str, args: dict[str, Any], ctx: RunContext[None]) -> None:
+        """The tool's own `args_validator`, as Pydantic AI runs it after the schema's: before
+        anything is sent, so its `ModelRetry` is a call that failed for certain, told to the
+        model."""
+        check = self.defs[tool_name].args_validator_func
+        if check is not None:
+            result = check(ctx, **args)
+            if inspect.isawaitable(result):
+                run_coroutine(cast(Any, result))
 
     def _tool_ctx(self, ctx: CallContext, tool_name: str) -> RunContext[None]:
         return RunContext[None](
@@ -302,8 +337,15 @@ def guarded(model: Model) -> Model:
         model.model_name,
         provider=OpenAIProvider(openai_client=client),
         profile=model.profile,
-        settings=model.settings,
+        settings=cast(Any, without_retries(model.settings)),
     )
+
+
+def without_retries(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Model settings with their `max_retries` left out: the engine decides when a step is
+    asked again (one classifier, the step limit), so the SDK client's retries stay off (a
+    `max_retries` would have Pydantic AI copy the client with that many)."""
+    return {k: v for k, v in (settings or {}).items() if k != "max_retries"}
 
 
 class PydanticAIProvider:
@@ -340,9 +382,7 @@ class PydanticAIProvider:
         )
 
     def next_step(self, request: StepRequest) -> StepAnswer:
-        settings: dict[str, Any] = dict(
-            cast(Mapping[str, Any], self.guest.agent.model_settings or {})
-        )
+        settings = without_retries(cast(Mapping[str, Any], self.guest.agent.model_settings))
         settings["extra_headers"] = {**settings.get("extra_headers", {}), **request.headers()}
         try:
             response = run_coroutine(

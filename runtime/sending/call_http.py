@@ -37,7 +37,12 @@ class CallHTTP:
         )
 
     def _merged(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        headers = {**self.headers, **dict(kwargs.pop("headers", None) or {})}
+        """The request's arguments with the call's headers set over the tool's own, whatever
+        case the tool wrote them in: one `Idempotency-Key`, the step key (I8), never the tool's
+        beside it for the vendor to pick from."""
+        headers = httpx.Headers(kwargs.pop("headers", None) or {})
+        for name, value in self.headers.items():
+            headers[name] = value
         timeout = kwargs.pop("timeout", self.timeout_s)
         return {**kwargs, "headers": headers, "timeout": timeout}
 

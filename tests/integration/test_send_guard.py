@@ -227,3 +227,31 @@ def test_a_cookie_one_call_was_given_never_rides_on_another_calls_request() -> N
 
         asyncio.run(async_calls())
     assert cookies == [None, None, None, None]
+
+
+class KeyRecorder(BaseHTTPRequestHandler):
+    """Records every Idempotency-Key header each request came with."""
+
+    protocol_version = "HTTP/1.1"
+    keys: list[list[str]]
+
+    def do_GET(self) -> None:
+        self.keys.append(self.headers.get_all("Idempotency-Key") or [])
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_the_calls_step_key_is_the_one_idempotency_key_sent() -> None:
+    """A tool (or a team's client through CallTransport) that sets an idempotency key of its own,
+    in whatever case, sends one key: the step's (I8), never two for the vendor to pick from."""
+    keys: list[list[str]] = []
+    handler = type("K", (KeyRecorder,), {"keys": keys})
+    with serving(handler) as url:
+        call = CallHTTP.for_call(key="step-key", run_id="r", attempt=1, call="1:c", timeout_s=5)
+        call.get(url, headers={"idempotency-key": "the-tools-own"})
+        call.get(url, headers={"Idempotency-Key": "the-tools-own"})
+        call.get(url)
+    assert keys == [["step-key"], ["step-key"], ["step-key"]]

@@ -47,7 +47,10 @@ ANSWERS: dict[str, tuple[int, dict[str, str], dict[str, Any]]] = {
     "no-quota": (429, {}, _error("You exceeded your current quota", "insufficient_quota")),
     "unavailable": (503, {"Retry-After": "2"}, _error("The server is overloaded", "overloaded")),
     "not-implemented": (501, {}, _error("not implemented", "not_implemented")),
+    "busy": (503, {}, _error("The server is overloaded", "overloaded")),
 }
+# Chat requests the server was sent, per case.
+SEEN: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +64,7 @@ def server() -> Iterator[str]:
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
             case = self.path.strip("/").split("/")[0]
+            SEEN[case] = SEEN.get(case, 0) + 1
             if case == "slow":
                 time.sleep(2)
             if case not in ANSWERS:  # "drop": no status line at all
@@ -158,6 +162,22 @@ def test_the_agents_own_request_timeout_is_a_timeout_worth_asking_again(server: 
         provider.next_step(StepRequest(RUN, 1, 1, [{"role": "user", "content": "hi"}], []))
     assert raised.value.retryable is True
     assert str(raised.value).startswith(f"run {RUN}: the model provider did not answer in time")
+
+
+def test_the_agents_own_max_retries_never_asks_a_step_twice(server: str) -> None:
+    """The engine decides when a step is asked again: a `max_retries` in the model's or the
+    agent's settings is left out, so the SDK sends a step's request once."""
+    model = OpenAIChatModel(
+        "m",
+        provider=OpenAIProvider(base_url=f"{server}/busy/v1", api_key="k"),
+        settings={"max_retries": 3},
+    )
+    agent = Agent(model, name="desk", model_settings={"max_retries": 2})
+    provider = pydantic_durable(agent).provider()
+    with pytest.raises(ModelError) as raised:
+        provider.next_step(StepRequest(RUN, 1, 1, [{"role": "user", "content": "hi"}], []))
+    assert raised.value.retryable is True
+    assert SEEN["busy"] == 1
 
 
 def _request() -> httpx2.Request:

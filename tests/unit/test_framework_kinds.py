@@ -9,6 +9,7 @@ from types import ModuleType
 
 import pytest
 
+from runtime.sending import traffic
 from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolKind
 from tests.unit import test_openai_agents_adapter, test_pydantic_ai_adapter
 
@@ -77,3 +78,17 @@ def test_a_write_may_have_a_reader_that_finds_it_by_its_key(adapter: ModuleType)
         adapter.durable(adapter.desk(), readers={"refnud": find_refund})
     with pytest.raises(ToolDeclarationError, match="only a write"):
         adapter.durable(adapter.desk(), kinds={"lookup": "read"}, readers={"lookup": find_refund})
+
+
+def test_every_tool_body_starts_after_the_lease_check_that_counts_it_sent(
+    adapter: ModuleType,
+) -> None:
+    """LIYAGENT_TOOL_KINDS may make a tool declared a read a write: whatever its kind, its body
+    (which may send with a client of its own) starts only after the lease check, and from then
+    the call counts as possibly sent, so a write's error is in doubt, never a failure for
+    certain (a read's doubt is only said)."""
+    guest = adapter.durable(adapter.desk(), kinds={"lookup": "read"})
+    [lookup] = [t for t in guest.tools("here") if t.name == "desk.lookup"]
+    with traffic.watched() as seen:
+        lookup.make({"order_id": "A"}, adapter.ctx_for("desk.lookup"))
+    assert seen.left

@@ -22,12 +22,14 @@ from liyagent.adapters.pydantic_ai import current_call, durable
 from runtime.durable.state import RunState, ToolCall
 from runtime.frameworks.pydantic_ai import OUTPUT_TOOL, to_model_messages
 from runtime.models.base import StepRequest
+from runtime.sending import traffic
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.tools import (
     CallContext,
     InvalidArguments,
     ToolDeclarationError,
     ToolError,
+    ToolKind,
 )
 
 
@@ -232,3 +234,55 @@ def test_the_call_transport_hands_back_a_decoded_body() -> None:
     out = _decoded(raw)
     assert out.json() == {"ok": True} and out.headers["x-vendor"] == "desk"
     assert "content-encoding" not in out.headers
+
+
+def test_a_tool_timeout_is_refused() -> None:
+    """Pydantic AI turns a tool timeout into ModelRetry: a write cut off by one would be told to
+    the model as a retry while its request may have left."""
+    with pytest.raises(ToolDeclarationError, match="pydantic-ai agent a: a tool timeout"):
+        durable(Agent(TestModel(), name="a", tool_timeout=5))
+    agent: Agent[None, str] = Agent(TestModel(), name="a")
+
+    @agent.tool_plain(timeout=3)
+    def slow() -> str:
+        """Slow."""
+        return "done"
+
+    with pytest.raises(ToolDeclarationError, match="tool slow's timeout"):
+        durable(agent)
+
+
+def test_a_tool_that_requires_approval_is_an_approval_write() -> None:
+    agent: Agent[None, str] = Agent(TestModel(), name="a")
+
+    @agent.tool_plain(requires_approval=True)
+    def send_money(cents: int) -> str:
+        """Send money."""
+        return "sent"
+
+    tools = {t.name: t for t in durable(agent).tools("here")}
+    assert tools["a.send_money"].kind is ToolKind.APPROVAL_WRITE
+    with pytest.raises(ToolDeclarationError, match="requires_approval but is declared 'write'"):
+        durable(agent, kinds={"send_money": "write"})
+
+
+def test_a_tools_own_args_validator_runs_before_anything_is_sent() -> None:
+    agent: Agent[None, str] = Agent(TestModel(), name="a")
+    sent: list[int] = []
+
+    def positive(ctx: RunContext[None], cents: int) -> None:
+        if cents <= 0:
+            raise ModelRetry("cents must be positive")
+
+    @agent.tool_plain(args_validator=positive)
+    def refund(cents: int) -> str:
+        """Refund."""
+        sent.append(cents)
+        return "ok"
+
+    [tool] = durable(agent, kinds={"refund": "write"}).tools("here")
+    with traffic.watched() as seen, pytest.raises(ToolError, match="cents must be positive"):
+        tool.make({"cents": 0}, ctx_for("a.refund"))
+    assert sent == [] and not seen.left  # failed for certain: nothing may have left
+    assert tool.make({"cents": 5}, ctx_for("a.refund")) == {"result": "ok"}
+    assert sent == [5]
