@@ -90,11 +90,15 @@ _SPEC_KEPT = """jsonb_build_object(
 
 def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[tuple[str, str]]:
     """Delete the content of finished runs in one statement: checkpoint, answer, input, the
-    definition's content (`_SPEC_KEPT`), transcript, call marks (tool outcomes), approvals
-    (call arguments), the A2A task's message and answer, the cron outcome, the Teams turn's
-    text, activity and reply. What stays: the run's row (status, times, agent, owner, failure
-    reason), the entry rows' ids (a message sent again is still the same, erased, task) and
-    the audit, with one `agent.run.erased` row per run naming who erased it. Returns (run id,
+    definition's content (`_SPEC_KEPT`), transcript, the call marks' outcomes (what the tools
+    answered) and the model's ids for the calls, approvals' call arguments and reasons (a
+    pending one, a call nobody decided, goes whole), the A2A task's message and answer, the
+    cron outcome, the Teams turn's text, activity and reply. What stays: the run's row
+    (status, times, agent, owner, failure reason), its marks and decided approvals without
+    their content (which tool, of what kind, how it was settled, who decided: the run's events
+    are derived from them, and deleting them would renumber the events a follower already
+    has), the entry rows' ids (a message sent again is still the same, erased, task) and the
+    audit, with one `agent.run.erased` row per run naming who erased it. Returns (run id,
     status) of each run erased."""
     rows = conn.execute(
         sql(
@@ -106,9 +110,16 @@ def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[t
                        updated_at = now()
                 WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN ('succeeded', 'failed')
                 RETURNING id, attempt, step, status),
-            marks AS (DELETE FROM call_marks WHERE run_id IN (SELECT id FROM e)),
+            marks AS (
+                UPDATE call_marks SET outcome = NULL, call_id = ''
+                WHERE run_id IN (SELECT id FROM e)),
             lines AS (DELETE FROM transcript_messages WHERE run_id IN (SELECT id FROM e)),
-            held AS (DELETE FROM approvals WHERE run_id IN (SELECT id FROM e)),
+            held AS (
+                DELETE FROM approvals
+                WHERE run_id IN (SELECT id FROM e) AND status = 'pending'),
+            decided AS (
+                UPDATE approvals SET args = '{{}}'::jsonb, reason = NULL
+                WHERE run_id IN (SELECT id FROM e) AND status <> 'pending'),
             task AS (
                 UPDATE a2a_tasks SET message = NULL, answer = NULL, updated_at = now()
                 WHERE run_id IN (SELECT id FROM e)),

@@ -539,6 +539,22 @@ def db_now(conn: sa.Connection) -> Any:
     return conn.execute(sql("SELECT now() AS now")).scalar_one()
 
 
+def loss_seen(conn: sa.Connection, run_id: str, attempt: int) -> str | None:
+    """How the loss that made `attempt` was seen (`Seen`, from its claim's audit), or None
+    when no loss made it."""
+    row = conn.execute(
+        sql(
+            """
+            SELECT detail ->> 'seen' AS seen FROM audit_events
+            WHERE run_id = :run_id AND kind = 'agent.run.lost' AND attempt = :attempt
+            ORDER BY id DESC LIMIT 1
+            """
+        ),
+        {"run_id": run_id, "attempt": attempt},
+    ).first()
+    return None if row is None else row.seen
+
+
 def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt, str | None]]:
     """Every run that should hold a lease now, with who claimed it, for the sweeper's full
     reconcile."""

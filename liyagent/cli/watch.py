@@ -51,7 +51,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 step = "" if e.step is None else str(e.step)
                 at = e.at.strftime("%H:%M:%S.%f")[:-3]
                 table.add_row(str(e.seq), at, e.kind.value, str(e.attempt), step, _details(e))
-        status = c.get(run_id).status
+    status = c.get(run_id).status
     if not args.json:
         print(f"run {run_id} {status}")
     return OK if status == "succeeded" else FAILED

@@ -129,6 +129,9 @@ class AttemptFacts:
     # checkpoint's time when that attempt wrote it: the lost span's end and start.
     lost_at: datetime | None
     lost_checkpoint_at: datetime | None
+    # Whether the previous attempt's process is known dead (its loss seen by its connections
+    # closing, or its pool child dying): only then does nobody else ever end its span.
+    lost_dead: bool = False
 
 
 class Tracing:
@@ -249,8 +252,13 @@ class AttemptSpan:
                 trace.Link(previous, {"liyagent.link": "previous_attempt", "reason": reason})
             )
             attrs["liyagent.resume_reason"] = reason
-            if facts.resume_reason == "lost":
+            if facts.resume_reason == "lost" and facts.lost_dead:
+                # Its process died and never ended its span: written here, once, and sent
+                # now (not at this attempt's first boundary, which it may not reach). A loss
+                # seen by its lease lapsing may be a stalled or failed attempt that ends (or
+                # ended) its own span: writing one here would make two with one id.
                 self._write_lost(facts.attempt - 1, previous)
+                tracing.flush()
         with _preset(attempt_span_id(self.run, facts.attempt)):
             self.span = tracing.tracer.start_span(
                 "liyagent.attempt",

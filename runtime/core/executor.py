@@ -29,8 +29,8 @@ from runtime.services import Services
 from store import db
 from store.records import insert_owned_audit
 from store.rows import Claimed, FencedOut, RunRow
-from store.runs import claim_delivery, fail_run, hand_back_store_fault
-from store.states import RunKind
+from store.runs import claim_delivery, fail_run, hand_back_store_fault, loss_seen
+from store.states import RunKind, Seen
 
 log = structlog.get_logger(__name__)
 
@@ -159,7 +159,7 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
     span = None
     if s.tracing.on:
         try:
-            span = s.tracing.attempt(_facts(claimed.run))
+            span = s.tracing.attempt(_facts(s, claimed.run))
         except Exception as exc:
             log.warning("traces.attempt_failed", error=type(exc).__name__)
     outcome = Outcome.ERROR
@@ -174,10 +174,16 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
                 log.warning("traces.attempt_failed", error=type(exc).__name__)
 
 
-def _facts(row: RunRow) -> AttemptFacts:
+def _facts(s: Services, row: RunRow) -> AttemptFacts:
+    """What the attempt's span is made of (read only when traces are on)."""
     lost_checkpoint = None
     if row.checkpoint_attempt == row.attempt - 1:
         lost_checkpoint = row.checkpointed_at
+    lost_dead = False
+    if row.resume_reason == "lost":
+        with s.engine.connect() as conn:
+            seen = loss_seen(conn, row.id, row.attempt)
+        lost_dead = seen in (Seen.CONNECTION_CLOSED, Seen.POOL_CHILD_DIED)
     return AttemptFacts(
         run_id=row.id,
         agent=row.agent,
@@ -188,6 +194,7 @@ def _facts(row: RunRow) -> AttemptFacts:
         created_at=row.created_at,
         lost_at=row.queued_at,
         lost_checkpoint_at=lost_checkpoint,
+        lost_dead=lost_dead,
     )
 
 

@@ -6,11 +6,13 @@ iterator following the run until it ends (its waits hold no thread and no connec
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from runtime.entries.client import Client, parse_after, parse_id
+from runtime.entries.client import Client, RunView, parse_after, parse_id, still_waiting
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow_async
+from store.states import FINISHED
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,7 +58,6 @@ class AsyncClient:
     resolve_run_id = _twin(Client.resolve_run_id)
     get = _twin(Client.get)
     transcript = _twin(Client.transcript)
-    wait = _twin(Client.wait)
     stop = _twin(Client.stop)
     stop_run = _twin(Client.stop_run)
     stop_agent = _twin(Client.stop_agent)
@@ -65,6 +66,28 @@ class AsyncClient:
     lift_stop = _twin(Client.lift_stop)
     approvals = _twin(Client.approvals)
     decide = _twin(Client.decide)
+
+    async def wait(
+        self,
+        run_id: str,
+        timeout_s: float = 60.0,
+        poll_s: float = 0.1,
+        until: frozenset[str] = FINISHED,
+    ) -> RunView:
+        """`Client.wait` holding no thread while it waits: the run is read again (a thread
+        for that one read) when its nudge comes, or after `poll_s`; TimeoutError with its
+        state after `timeout_s`. Many waits at once do not fill asyncio's thread pool."""
+        deadline = time.monotonic() + timeout_s
+        view = await asyncio.to_thread(self.sync.get, run_id)
+        with self.sync.s.changes.watch(view.id) as watch:
+            while True:
+                if view.status in until:
+                    return view
+                if time.monotonic() > deadline:
+                    raise still_waiting(run_id, view, timeout_s)
+                await watch.wait_async(min(poll_s, max(0.0, deadline - time.monotonic())))
+                watch.clear()
+                view = await asyncio.to_thread(self.sync.get, run_id)
 
     def events(self, run_id: str, after: int = 0, recheck_s: float = RECHECK_S) -> Events:
         """The run's events after `after`: awaited, a page; iterated, followed to its end."""

@@ -153,6 +153,14 @@ def parse_after(raw: object) -> int:
     return int(text)
 
 
+def still_waiting(run_id: str, view: RunView, timeout_s: float) -> TimeoutError:
+    """What a wait that ran out says: where the run stands."""
+    return TimeoutError(
+        f"run {run_id} still {view.status} after {timeout_s}s "
+        f"(attempt {view.attempt}, lost {view.lost_count})"
+    )
+
+
 class Client:
     def __init__(self, services: Services) -> None:
         self.s = services
@@ -290,10 +298,7 @@ class Client:
             if view.status in until:
                 return view
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"run {run_id} still {view.status} after {timeout_s}s "
-                    f"(attempt {view.attempt}, lost {view.lost_count})"
-                )
+                raise still_waiting(run_id, view, timeout_s)
             time.sleep(poll_s)
 
     def events(self, run_id: str, after: int = 0) -> EventPage:

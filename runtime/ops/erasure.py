@@ -75,5 +75,7 @@ def erase(s: Services, *, run_id: str | None = None, owner: str | None = None, b
                 stopped += insert_stop(conn, run_id=live_id, agent=None, reason="erasure", by=by)
             stopped += fence_out(conn, live, by=by)
             runs = erase_content(conn, [t.id for t in targets], by=by)
+    for run_id_erased, _ in runs:  # its followers read the run's end now, not on a re-check
+        s.changes.announce(run_id_erased)
     log.info("run.erased", runs=[i for i, _ in runs], stopped=stopped, by=by, owner=owner)
     return Erased(runs, sorted(stopped), by)

@@ -46,6 +46,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runtime.base.changes import RunChanges, Watch
+from runtime.core.enqueue import BadRequest
 from store.events import AuditFact, RunFacts, select_run_facts
 from store.states import FINISHED
 
@@ -338,11 +339,18 @@ def _claim_facts(
 
 def read_events(engine: sa.Engine, run_id: str, after: int = 0) -> EventPage:
     """The run's events after `after` (0: all), and its status at the same moment, in one
-    statement on a pooled connection (RunNotFound for an unknown run)."""
+    statement on a pooled connection (RunNotFound for an unknown run). BadRequest for an
+    `after` past the last event of a run not ended: no event had that seq, and following from
+    it would skip the ones to come up to it (of an ended run, nothing follows anyway)."""
     with engine.connect() as conn:
         facts = select_run_facts(conn, run_id)
     events = derive(facts)
     last = events[-1].seq if events else 0
+    if after > last and facts.run.status not in FINISHED:
+        raise BadRequest(
+            f"run {run_id}: event {after} is past its last event ({last}); send the seq of "
+            "the last event you received (Last-Event-ID), or 0 to read from the first"
+        )
     return EventPage(
         run_id, after, tuple(e for e in events if e.seq > after), facts.run.status, max(last, after)
     )

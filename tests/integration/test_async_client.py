@@ -42,3 +42,42 @@ def test_async_events_page_and_follow(stack) -> None:
     assert status == "succeeded"
     assert kinds[0] == "queued" and kinds[-1] == "delivered" and "call_made" in kinds
     assert seqs == list(range(3, len(kinds) + 1))
+
+
+@pytest.mark.timeout(120)
+def test_waits_hold_no_thread_while_they_wait(stack) -> None:
+    """Twenty waits on runs no worker takes, with asyncio's thread pool cut to two threads: a
+    `get` asked meanwhile is answered before any wait runs out (a wait that held a thread
+    while it polled would hold both, and the `get` would queue behind them); then a worker
+    comes and every wait returns the run's end."""
+    ac = AsyncClient(stack.client)
+    model = stack.model([final()])
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
+        order: list[str] = []
+        ids = [
+            await ac.start_run(agent="support-bot", model=model, user_input="hi") for _ in range(20)
+        ]
+
+        async def short_wait(run_id: str) -> None:
+            try:
+                await ac.wait(run_id, timeout_s=3)
+            except TimeoutError:
+                order.append("timed out")
+
+        async def get() -> None:
+            await asyncio.sleep(0.3)
+            await ac.get(ids[0])
+            order.append("get")
+
+        await asyncio.gather(*(short_wait(r) for r in ids), get())
+        stack.worker()
+        views = await asyncio.gather(*(ac.wait(r, timeout_s=60) for r in ids))
+        return order, [v.status for v in views]
+
+    order, statuses = asyncio.run(scenario())
+    assert order[0] == "get" and order.count("timed out") == 20, order
+    assert statuses == ["succeeded"] * 20

@@ -56,19 +56,26 @@ def _mentions(stack, secret: str) -> dict[str, int]:
 
 
 def _content_left(stack, run_id: str) -> dict[str, object]:
-    """What erasure must leave empty: the run's sealed content, and its dependents' rows."""
+    """What erasure must leave empty: the run's sealed content, its transcript, what its tools
+    answered and the arguments of its approvals (the marks and decided approvals stay, empty:
+    the run's events are derived from them)."""
     [run] = stack.rows("SELECT checkpoint, answer, input FROM runs WHERE id = :r", r=run_id)
     left: dict[str, object] = {
         "checkpoint": run.checkpoint, "answer": run.answer, "input": run.input,
     }  # fmt: skip
-    for table in ("call_marks", "transcript_messages", "approvals"):
-        left[table] = stack.rows(f"SELECT count(*) AS n FROM {table} WHERE run_id = :r",
-                                 r=run_id)[0].n  # fmt: skip
+    for name, query in (
+        ("mark_outcomes", "SELECT count(*) AS n FROM call_marks WHERE run_id = :r "
+                          "AND outcome IS NOT NULL"),
+        ("transcript_messages", "SELECT count(*) AS n FROM transcript_messages WHERE run_id = :r"),
+        ("approval_content", "SELECT count(*) AS n FROM approvals WHERE run_id = :r "
+                             "AND (args <> '{}'::jsonb OR reason IS NOT NULL)"),
+    ):  # fmt: skip
+        left[name] = stack.rows(query, r=run_id)[0].n
     return left
 
 
-EMPTY = {"checkpoint": None, "answer": None, "input": "", "call_marks": 0,
-         "transcript_messages": 0, "approvals": 0}  # fmt: skip
+EMPTY = {"checkpoint": None, "answer": None, "input": "", "mark_outcomes": 0,
+         "transcript_messages": 0, "approval_content": 0}  # fmt: skip
 
 
 def _erased_audit(stack, run_id: str) -> list[dict]:
@@ -98,6 +105,7 @@ def test_erasing_a_finished_run_leaves_a_tombstone_and_no_content(stack) -> None
         )
     assert _mentions(stack, secret)  # the content is there before
 
+    before = stack.client.events(run_id).events
     done = out_json(cli("erase", "--run", run_id[:8], "--by", "dpo", "--json", env=stack.env))
     assert done == {"erased": [{"run_id": run_id, "status": "succeeded"}], "stopped": [],
                     "by": "dpo"}  # fmt: skip
@@ -107,6 +115,10 @@ def test_erasing_a_finished_run_leaves_a_tombstone_and_no_content(stack) -> None
     assert (tomb.status, tomb.agent, tomb.owner) == ("succeeded", "support-bot", "app")
     assert tomb.spec["model"] == {"provider": "scripted", "model": None} and tomb.spec["erased"]
     assert _erased_audit(stack, run_id) == [{"by": "dpo", "status": "succeeded"}]
+    # Its events are the same, seq for seq: a follower's Last-Event-ID still means what it did.
+    assert [(e.seq, e.kind) for e in stack.client.events(run_id).events] == [
+        (e.seq, e.kind) for e in before
+    ]
     # The entry rows stay, empty, so a message sent again is still the same (erased) task.
     assert stack.rows("SELECT count(*) AS n FROM a2a_tasks WHERE run_id = :r", r=run_id)[0].n
     status = cli("status", run_id, "--json", env=stack.env)
@@ -140,8 +152,13 @@ def test_erasing_a_running_run_stops_it_first_and_nothing_is_written_after(stack
     while stack.client.get(run_id).status != "running":
         assert time.monotonic() < deadline
         time.sleep(0.02)
+    before = stack.client.events(run_id).events
     done = stack.client.erase(run_id=run_id, by="dpo")
     assert done.stopped == [run_id] and done.runs == [(run_id, "failed")]
+    # The events a follower had keep their seqs; the run's end follows them.
+    after = [(e.seq, e.kind) for e in stack.client.events(run_id).events]
+    assert after[: len(before)] == [(e.seq, e.kind) for e in before], after
+    assert after[-1][1] == "failed" and len(after) > len(before), after
     # The attempt in flight finishes its model step, tries to write its checkpoint, and is
     # fenced out: nothing of it lands.
     worker.wait_for(r"run\.fenced_out", timeout=30)

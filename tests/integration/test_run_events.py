@@ -4,6 +4,7 @@ stable across reads and only ever appended, and a follower woken by the engine's
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -148,6 +149,15 @@ def test_cli_watch_shows_the_events_and_ends_with_the_run(stack) -> None:
     for word in ("queued", "claimed", "step_written", "call_marked", "call_made", "delivered"):
         assert word in done.stdout, word
     assert f"run {run_id} succeeded" in done.stdout
+    # --json: one event a line, the same events, and the run's outcome as the exit code.
+    as_json = subprocess.run(
+        [*argv, run_id, "--json"], env=stack.env, cwd=ROOT, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert as_json.returncode == 0, as_json.stderr
+    lines = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+    assert lines[0]["kind"] == "queued" and lines[-1]["kind"] == "delivered"
     unknown = str(uuid.uuid4())
     bad = subprocess.run(
         [*argv, unknown], env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=60

@@ -109,6 +109,10 @@ def test_bad_requests_are_refused_as_json_before_anything_opens(stack) -> None:
         r = httpx.get(url, headers={**VIEWER, "Last-Event-ID": bad})
         assert r.status_code == 400, bad
         assert "Last-Event-ID must be a non-negative integer" in r.json()["error"]
+    # No worker runs it: the run waits queued, with one event; a later seq names nothing it
+    # has, and a stream from it would skip the events to come up to it.
+    r = httpx.get(url, headers={**VIEWER, "Last-Event-ID": "5"})
+    assert r.status_code == 400 and "past its last event (1)" in r.json()["error"], r.text
     r = httpx.get(url, headers=STARTER)
     assert r.status_code == 403 and r.json()["right"] == "read"
     assert "lacks the right 'read'" in r.json()["error"]

@@ -108,3 +108,40 @@ def test_a_slow_collector_pauses_the_flushes_at_boundaries(
             assert [s.attributes["liyagent.step"] for s in otlp.spans()] == [1, 2]
         finally:
             traced.shutdown()
+
+
+@pytest.mark.parametrize("dead", [True, False], ids=["process-died", "lease-lapsed"])
+def test_a_lost_attempts_span_is_written_by_the_next_only_when_its_process_died(
+    monkeypatch: pytest.MonkeyPatch, dead: bool
+) -> None:
+    """A loss seen as a death (connections closed, pool child died): nobody else will end the
+    lost attempt's span, so the next attempt writes it, and sends it before its own work. A
+    loss seen by its lease lapsing may be a stalled or failed attempt that ends its own span:
+    the next attempt only links to it, so no span id is written twice."""
+    from datetime import UTC, datetime, timedelta
+
+    from runtime.base.tracing import AttemptFacts
+
+    with receiver() as otlp:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # only flushes export here
+        traced = tracing.from_env("h")
+        run_id = str(uuid.uuid4())
+        now = datetime.now(tz=UTC)
+        facts = AttemptFacts(
+            run_id=run_id, agent="a", kind="agent", attempt=2, spec={}, resume_reason="lost",
+            created_at=now - timedelta(seconds=5), lost_at=now - timedelta(seconds=1),
+            lost_checkpoint_at=now - timedelta(seconds=3), lost_dead=dead,
+        )  # fmt: skip
+        try:
+            span = traced.attempt(facts)
+            assert span is not None
+            # Sent before the attempt does anything: only the lost one, if any.
+            lost = [s for s in otlp.spans() if s.attributes.get("liyagent.attempt.lost")]
+            assert len(lost) == (1 if dead else 0)
+            span.end("succeeded", run_ended=False)
+            traced.flush()
+            ids = [s.span_id for s in otlp.spans()]
+            assert len(ids) == len(set(ids)) == (2 if dead else 1)
+        finally:
+            traced.shutdown()
