@@ -84,6 +84,12 @@ def parse_kind(who: str, tool: str, raw: str) -> tuple[ToolKind, float | None]:
     return kind, None
 
 
+def refused(who: str, feature: str, instead: str) -> ToolDeclarationError:
+    """What a declaration says of a framework feature liyagent does not run: the agent (`who`),
+    the feature, and what to do instead."""
+    return ToolDeclarationError(f"{who}: {feature} is not supported on liyagent; {instead}")
+
+
 def declared_kind(
     who: str, tool: str, declared: str | None, *, held: bool, approval: str
 ) -> tuple[ToolKind, float | None]:

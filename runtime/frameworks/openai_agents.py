@@ -75,7 +75,7 @@ def _who(agent: str) -> str:
 
 
 def _refuse(agent: str, feature: str, instead: str) -> ToolDeclarationError:
-    return ToolDeclarationError(f"{_who(agent)}: {feature} is not supported on liyagent; {instead}")
+    return shared.refused(_who(agent), feature, instead)
 
 
 def _check_agent(agent: Agent[Any], name: str) -> None:

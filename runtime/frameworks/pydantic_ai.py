@@ -23,6 +23,7 @@ import inspect
 import json
 import types
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar, cast
 
 import pydantic
@@ -37,6 +38,7 @@ from pydantic_core import to_jsonable_python
 from runtime.base.validation import described, problems
 from runtime.durable.state import Message, ToolCall
 from runtime.frameworks import calls as shared
+from runtime.frameworks import pydantic_ai_mcp as mcp
 from runtime.frameworks.calls import CallTransport, current_call, decoded
 from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
 from runtime.models.openai import read_arguments
@@ -72,9 +74,7 @@ def parse_kind(agent: str, tool: str, raw: str) -> tuple[ToolKind, float | None]
 
 
 def _refuse(agent: str, feature: str, instead: str) -> ToolDeclarationError:
-    return ToolDeclarationError(
-        f"pydantic-ai agent {agent}: {feature} is not supported on liyagent; {instead}"
-    )
+    return shared.refused(f"pydantic-ai agent {agent}", feature, instead)
 
 
 def _static_texts(agent: Agent[Any, Any], name: str) -> tuple[str | None, str | None]:
@@ -165,8 +165,11 @@ class PydanticAIAgent(GuestAgent):
         self.model = self._model_of(agent)
         self._ctx = RunContext[None](deps=None, model=self.model, usage=RunUsage())
         self.toolsets, self.defs = self._tool_defs()
+        self.mcp = self._mcp_tools()
         shared.check_named(
-            f"pydantic-ai agent {name}", self.defs, {"kinds": kinds, "readers": readers}
+            f"pydantic-ai agent {name}",
+            [*self.defs, *self.mcp],
+            {"kinds": kinds, "readers": readers},
         )
         # A tool with `requires_approval=True` is an approval write: Pydantic AI's approval
         # becomes liyagent's (held for a person through its approvals).
@@ -175,13 +178,13 @@ class PydanticAIAgent(GuestAgent):
                 f"pydantic-ai agent {name}",
                 t,
                 (kinds or {}).get(t),
-                held=self.defs[t].tool_def.kind == "unapproved",
+                held=t in self.defs and self.defs[t].tool_def.kind == "unapproved",
                 approval="requires_approval",
             )
-            for t in self.defs
+            for t in [*self.defs, *self.mcp]
         }
         self.readers = dict(readers or {})
-        self._tools = [self._tool(t) for t in self.defs]
+        self._tools = [self._tool(t) for t in self.defs] + [self._mcp_tool(t) for t in self.mcp]
         self._providers = shared.PerThread(lambda: PydanticAIProvider(self, guarded(self.model)))
 
     def _model_of(self, agent: Agent[Any, Any]) -> Model:
@@ -211,12 +214,14 @@ class PydanticAIAgent(GuestAgent):
         owners: dict[str, AbstractToolset[Any]] = {}
         found: dict[str, Any] = {}
         for toolset in self.agent.toolsets:
+            if mcp.is_mcp(toolset):
+                continue  # `_mcp_tools`
             if not isinstance(toolset, FunctionToolset):
                 raise _refuse(
                     self.name,
-                    f"toolset {type(toolset).__name__} (MCP servers among them)",
-                    "serve an MCP server's tools with LIYAGENT_MCP_SERVERS, or declare the "
-                    "tools as function tools",
+                    f"toolset {type(toolset).__name__}",
+                    "declare its tools as function tools, or give an MCP server's tools as an "
+                    "MCPToolset (or with LIYAGENT_MCP_SERVERS)",
                 )
             if toolset.timeout is not None:
                 raise _refuse(self.name, f"a tool timeout ({toolset.timeout} s)", _TIMEOUT)
@@ -236,6 +241,37 @@ class PydanticAIAgent(GuestAgent):
                     continue  # the output tool is the adapter's own
                 owners[tool_name], found[tool_name] = toolset, listed_tool
         return owners, found
+
+    def _mcp_tools(self) -> dict[str, mcp.McpTool]:
+        """The agent's MCP toolsets' tools, listed now, by the agent's names for them; a name
+        two toolsets (or a function tool) share is refused."""
+        found: dict[str, mcp.McpTool] = {}
+        for toolset in self.agent.toolsets:
+            if not mcp.is_mcp(toolset):
+                continue
+            for tool_name, one in mcp.mcp_tools_of(self.name, toolset).items():
+                if tool_name in found or tool_name in self.defs:
+                    raise ToolDeclarationError(
+                        f"pydantic-ai agent {self.name}: two of its tools are named "
+                        f"{tool_name!r} (one of its MCP toolsets' among them); give one "
+                        "another name"
+                    )
+                found[tool_name] = one
+        return found
+
+    def _mcp_tool(self, tool_name: str) -> Tool:
+        """An MCP tool as liyagent's MCP client calls it, of the kind the team declared."""
+        kind, window = self.kinds[tool_name]
+        tool = self.mcp[tool_name].tool
+        return replace(
+            tool,
+            kind=kind,
+            dedupe_window_s=window,
+            reader=shared.write_reader(
+                f"pydantic-ai agent {self.name}", tool_name, kind, self.readers, tool.name
+            ),
+            origin=f"pydantic-ai agent {self.name} ({tool.origin})",
+        )
 
     def _tool(self, tool_name: str) -> Tool:
         kind, window = self.kinds[tool_name]
@@ -318,7 +354,7 @@ class PydanticAIAgent(GuestAgent):
         return self._providers.get()
 
     def function_defs(self) -> list[ToolDefinition]:
-        return [t.tool_def for t in self.defs.values()]
+        return [t.tool_def for t in self.defs.values()] + [t.definition for t in self.mcp.values()]
 
 
 def guarded(model: Model) -> Model:
