@@ -424,10 +424,11 @@ _local = threading.local()
 
 def shared_client() -> httpx.Client:
     """This thread's pooled client (keep-alive across calls and runs, see `LIMITS`); a forked
-    child makes its own rather than share its parent's sockets."""
+    child makes its own rather than share its parent's sockets, and one that was closed is
+    replaced."""
     pid = os.getpid()
     found: tuple[int, httpx.Client] | None = getattr(_local, "client", None)
-    if found is not None and found[0] == pid:
+    if found is not None and found[0] == pid and not found[1].is_closed:
         return found[1]
     client = new_client()
     _local.client = (pid, client)
@@ -436,10 +437,11 @@ def shared_client() -> httpx.Client:
 
 def shared_async_client() -> httpx.AsyncClient:
     """This thread's pooled async client (a pool belongs to the event loop it first ran on,
-    and each thread's async tools run on that thread's one loop)."""
+    and each thread's async tools run on that thread's one loop); one that was closed (its
+    loop's owner closes it before the loop ends) is replaced."""
     key = (os.getpid(), id(_loop_of_thread()))
     found: tuple[tuple[int, int], httpx.AsyncClient] | None = getattr(_local, "async_client", None)
-    if found is None or found[0] != key:
+    if found is None or found[0] != key or found[1].is_closed:
         found = (key, new_async_client())
         _local.async_client = found
     return found[1]

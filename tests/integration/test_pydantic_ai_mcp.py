@@ -17,9 +17,10 @@ from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models.test import TestModel
 
 from liyagent.adapters.pydantic_ai import durable
-from runtime.sending import traffic
+from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolKind
+from runtime.toolbox.typed_tools import run_coroutine
 from tests.support.mcp_server import Served
 
 TOKEN_ENV = "LYT_GUEST_MCP_TOKEN"
@@ -65,14 +66,22 @@ def test_an_mcp_toolset_is_called_by_liyagents_mcp_client(orders: Served) -> Non
     assert orders.calls() == []  # listing calls no tool
 
     args = {"order_id": "A-7", "amount_cents": 900, "reason": "late"}
-    with traffic.watched() as seen:
-        out = tools["desk.refund_order"].invoke(args, call_context("k-guest-1"))
+    try:
+        with traffic.watched() as seen:
+            out = tools["desk.refund_order"].invoke(args, call_context("k-guest-1"))
+    finally:  # the server goes with the test: so does this thread's connection to it
+        run_coroutine(_close_pooled())
     assert out["refund_id"] == "rf_1" and seen.left
     [refund] = orders.calls("refund_order")
     assert refund["idem_key"] == refund["meta_key"] == "k-guest-1"
     assert refund["auth"] == f"Bearer {TOKEN}" and refund["args"] == args
     # The token is the toolset's, in this process: no tool shows it.
     assert TOKEN not in repr(tools) and TOKEN not in repr(guest.definition("here"))
+
+
+async def _close_pooled() -> None:
+    """Close the pooled client of the loop this runs on (the thread's, for its tools)."""
+    await http.shared_async_client().aclose()
 
 
 def _per_run(ctx: Any) -> str:

@@ -224,6 +224,8 @@ def test_a_cookie_one_call_was_given_never_rides_on_another_calls_request() -> N
         async def async_calls() -> None:
             await call("run-c").aget(f"{url}/login")
             await call("run-d").aget(f"{url}/next")
+            # This loop ends with asyncio.run: its pooled connections go with it.
+            await http.shared_async_client().aclose()
 
         asyncio.run(async_calls())
     assert cookies == [None, None, None, None]
