@@ -13,6 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# How many ports a private Postgres tries for its first start.
+PORT_TRIES = 5
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -63,6 +66,11 @@ class PrivatePostgres:
         self.data = base / "pgdata"
         self.sock = base / "sock"
         self.port = port or free_port()
+        # A port this cluster chose itself may be taken before its first start (initdb takes
+        # seconds, and the kernel hands the same port to another process's connection):
+        # that start then takes another.
+        self._port_chosen = port is None
+        self._started = False
         self.settings = dict(settings or {})
         spaced = [f"{k}={v}" for k, v in self.settings.items() if any(c.isspace() for c in k + v)]
         if spaced:
@@ -88,6 +96,26 @@ class PrivatePostgres:
         return self
 
     def start(self) -> PrivatePostgres:
+        """Start the cluster; its first start on a port it chose and found taken starts it on
+        another (`PORT_TRIES` in all); a restart keeps its port."""
+        log = self.base / "pg.log"
+        for attempt in range(1, PORT_TRIES + 1):
+            seen = log.stat().st_size if log.exists() else 0
+            try:
+                self._pg_ctl_start()
+            except subprocess.CalledProcessError:
+                taken = b"Address already in use" in log.read_bytes()[seen:]
+                if not (taken and self._port_chosen and not self._started) or (
+                    attempt == PORT_TRIES
+                ):
+                    raise
+                self.port = free_port()
+                continue
+            self._started = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _pg_ctl_start(self) -> None:
         opts = (
             f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
@@ -110,7 +138,6 @@ class PrivatePostgres:
             check=True,
             capture_output=True,
         )
-        return self
 
     def stop(self, mode: str = "fast") -> None:
         subprocess.run(
