@@ -49,6 +49,7 @@ from bench.sides import LiyagentSide, wait_ended
 from liyagent.local import judge
 from liyagent.local.cluster import START_TIMEOUT_S, worker_argv
 from liyagent.local.procs import Proc
+from runtime.base import pools
 from runtime.sending import http
 from runtime.services import holder_of
 
@@ -62,8 +63,6 @@ MODEL_STEPS = 4
 # Tool requests per model step of the 4-step agent (a read, a comment, a read, the answer).
 TOOL_REQUESTS_PER_STEP = 3 / MODEL_STEPS
 REQUESTS = 300
-# Threads the main process adds to a worker's pools (heartbeat, death watch, consumer).
-MAIN_THREADS = 4
 TOOLS = ["ticket.read", "issue.comment"]
 STARTERS = 4  # bench threads starting runs at once
 # A threads worker's Postgres pool: what a worker of -c 500 is given where Postgres serves
@@ -433,7 +432,7 @@ def _figures(bursts: list[_Burst], mass: _MassLoss | None) -> list[Figure]:
             f"threads -c {t.concurrency}: peak Postgres connections (its pool's bound)",
             t.peaks.connections,
             "",
-            Target("<=", min(DB_POOL_MAX, t.concurrency + MAIN_THREADS), "issue 18"),
+            Target("<=", min(DB_POOL_MAX, t.concurrency + pools.MAIN_THREADS), "issue 18"),
             digits=0,
         ),
         Figure(

@@ -539,7 +539,7 @@ def db_now(conn: sa.Connection) -> Any:
     return conn.execute(sql("SELECT now() AS now")).scalar_one()
 
 
-def loss_seen(conn: sa.Connection, run_id: str, attempt: int) -> str | None:
+def loss_seen(conn: sa.Connection, run_id: str, attempt: int) -> Seen | None:
     """How the loss that made `attempt` was seen (`Seen`, from its claim's audit), or None
     when no loss made it."""
     row = conn.execute(
@@ -552,7 +552,9 @@ def loss_seen(conn: sa.Connection, run_id: str, attempt: int) -> str | None:
         ),
         {"run_id": run_id, "attempt": attempt},
     ).first()
-    return None if row is None else row.seen
+    if row is None or row.seen not in set(Seen):
+        return None  # no loss made it, or its audit names no way we know
+    return Seen(row.seen)
 
 
 def select_live(conn: sa.Connection) -> list[tuple[RunId, Attempt, str | None]]:
