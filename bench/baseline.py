@@ -12,7 +12,8 @@ checkpoints, marks, outcomes, leases and their round trips.
 
 Configured from the environment (the bench sets it): BENCH_BASELINE_BROKER (Redis URL),
 BENCH_BASELINE_NAMESPACE (key prefix), BENCH_BASELINE_QUEUE, BENCH_BASELINE_DATABASE_URL,
-BENCH_VENDOR_URL, and the simulators' model key (LIYAGENT_SIM_MODEL_KEY).
+BENCH_VENDOR_URL (the simulators, their model included), and the simulators' model key
+(SIM_MODEL_API_KEY).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def _ask(
     body = {"model": model["model"], "messages": messages, "tools": schemas}
     key = os.environ.get(sim_model.KEY_ENV, sim_model.KEY)
     response = http.shared_client().post(
-        f"{model['base_url']}/chat/completions",
+        _vendor("/v1/chat/completions"),
         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **headers},
         content=json.dumps(body),
         timeout=TIMEOUT_S,

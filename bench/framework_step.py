@@ -36,6 +36,8 @@ from runtime.frameworks import openai_agents
 from runtime.frameworks.pydantic_ai import durable, to_model_messages
 from runtime.models.base import StepRequest
 from runtime.models.openai import OpenAIProvider, to_chat_messages, to_chat_tools
+from runtime.models.profiles import ModelProfile
+from runtime.models.specs import OpenAISpec
 from runtime.toolbox.typed_tools import run_coroutine
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
@@ -119,9 +121,8 @@ def step_costs(steps: int = STEPS) -> dict[str, float]:
         tools=[sdk_lookup],
     )
     agents_adapter = openai_agents.durable(sdk_agent, kinds={"lookup": "read"}).provider()
-    native = OpenAIProvider(
-        {"provider": "openai", "model": "m", "base_url": url, "api_key_env": "BENCH_MODEL_KEY"}
-    )
+    endpoint = ModelProfile(provider="openai", base_url=url, api_key_env="BENCH_MODEL_KEY")
+    native = OpenAIProvider(OpenAISpec(model="m"), endpoint)
     state = RunState.initial("agent", "Be brief.", "help")
     for i in range(5):
         state.take_step(None, [ToolCall(f"c{i}", "bench.lookup", {"order_id": "A"})], 1)

@@ -160,6 +160,7 @@ class Lab:
             namespace=f"bench:{uuid.uuid4().hex[:8]}:",
             queue=f"bench-{uuid.uuid4().hex[:8]}",
             vendor_url=self.sim_url,
+            model_profiles=sim_model.profiles(self.sim_url),
             tool_modules=sim_model.TOOLS,
             timings=Timings(),
         )

@@ -148,7 +148,7 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
     sim_url = cluster.simulator(base.database_url, child_env(base, state.seal_keys))
     catalog = Path(base.agents_file)
     catalog.write_text(json.dumps(sim_model.served(sim_url, batch.catalog()), indent=2) + "\n")
-    settings = replace(base, vendor_url=sim_url)
+    settings = replace(base, vendor_url=sim_url, model_profiles=sim_model.profiles(sim_url))
     # The workers reply to Teams turns as the channel's bot, with its token from the simulators.
     env = {**child_env(settings, state.seal_keys), **state.channel.worker_env(sim_url)}
     t = settings.timings

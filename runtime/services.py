@@ -24,7 +24,9 @@ from runtime.base.tracing import OFF, Tracing, from_env
 from runtime.fleet.heartbeat import Heartbeat, Owners, PostgresReach
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence, close_sockets_here, connection_name
+from runtime.models import profiles, specs
 from runtime.models.base import ModelError, ModelProvider
+from runtime.models.profiles import ModelProfile
 from runtime.models.scripted import ScriptedProvider
 from runtime.toolbox.tool_sources import load_registry
 from runtime.toolbox.tools import ToolRegistry
@@ -71,24 +73,29 @@ class Services:
 
     def provider_for(self, model: dict[str, Any], run_id: str) -> ModelProvider:
         """The provider a model spec names, for the run `run_id` (a job asking an agent's
-        model, the red-team probes, passes the agent's spec)."""
-        provider = model.get("provider", "scripted")
-        if provider == "scripted":
-            return ScriptedProvider(model.get("script") or {})
-        if provider == "openai":
+        model, the red-team probes, passes the agent's spec). The spec is checked again here
+        against this worker's own model profiles: a worker calls only endpoints its deployment
+        declares, with the key that endpoint's profile names (fail closed)."""
+        try:
+            spec = specs.check(model, self.model_profiles())
+        except ModelError as exc:
+            raise ModelError(f"run {run_id}: {exc}", retryable=False) from None
+        if isinstance(spec, specs.ScriptedSpec):
+            return ScriptedProvider(spec.script)
+        if isinstance(spec, specs.OpenAISpec):
             from runtime.models.openai import OpenAIProvider
 
-            return OpenAIProvider(model)
-        if provider == "anthropic":
+            return OpenAIProvider(spec, spec.endpoint(self.model_profiles()))
+        if isinstance(spec, specs.AnthropicSpec):
             from runtime.models.anthropic import AnthropicProvider
 
-            return AnthropicProvider(model)
-        if provider == "framework":
-            return self.guest_provider(model, run_id)
-        raise ModelError(
-            f"run {run_id}: model provider {provider!r} is not available in this worker",
-            retryable=False,
-        )
+            return AnthropicProvider(spec, spec.endpoint(self.model_profiles()))
+        return self.guest_provider(model, run_id)
+
+    def model_profiles(self) -> dict[str, ModelProfile]:
+        """The model endpoints this deployment declares (`LIYAGENT_MODEL_PROFILES`, parsed
+        once per value)."""
+        return profiles.parse(self.settings.model_profiles)
 
     def guest_provider(self, model: dict[str, Any], run_id: str) -> ModelProvider:
         """The provider of the framework agent a spec names (`runtime/toolbox/guests.py`), as

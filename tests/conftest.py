@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from liyagent.local.procs import Proc, python
 from liyagent.local.servers import PrivatePostgres, PrivateRedis, reachable
+from liyagent.local.sim_model import profiles as sim_profiles
 from liyagent.local.verdict import measured_commit
 from runtime.base.sealing import new_key_entry, parse_keys
 from runtime.base.settings import Settings
@@ -163,6 +164,7 @@ def stack(
         redis_url=servers[1],
         namespace=namespace,
         vendor_url=simulator[0],
+        model_profiles=sim_profiles(simulator[0]),
         tool_modules=TOOLS,
         timings=FAST,
     )

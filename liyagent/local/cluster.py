@@ -42,6 +42,7 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
         "LIYAGENT_VENDOR_URL": settings.vendor_url,
         "LIYAGENT_TOOLS": ",".join(settings.tool_modules),
         sim_model.KEY_ENV: sim_model.KEY,
+        "LIYAGENT_MODEL_PROFILES": settings.model_profiles,
         "LIYAGENT_LOG_FORMAT": "json",
         "LIYAGENT_LEASE_TTL_MS": str(t.lease_ttl_ms),
         "LIYAGENT_HEARTBEAT_MS": str(t.heartbeat_ms),

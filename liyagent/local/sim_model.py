@@ -8,7 +8,12 @@ from typing import Any
 
 import httpx
 
-KEY_ENV = "LIYAGENT_SIM_MODEL_KEY"
+from runtime.models.profiles import as_setting
+
+# The model profile the simulators' model is declared as, and its key's variable (never one of
+# liyagent's own settings: runtime/models/profiles.py).
+PROFILE = "sim"
+KEY_ENV = "SIM_MODEL_API_KEY"
 # Not a secret: the simulators' model only checks that a bearer token is sent.
 KEY = "sim-model-key"
 # The built-in vendor tools, the tools every local deployment loads.
@@ -19,12 +24,14 @@ def register(sim_url: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     """Keep the script with the simulators' model; the model spec that plays it."""
     response = httpx.post(f"{sim_url}/v1/scripts", json={"script": {"steps": steps}}, timeout=10)
     response.raise_for_status()
-    return {
-        "provider": "openai",
-        "base_url": f"{sim_url}/v1",
-        "model": response.json()["model"],
-        "api_key_env": KEY_ENV,
-    }
+    return {"profile": PROFILE, "model": response.json()["model"]}
+
+
+def profiles(sim_url: str) -> str:
+    """`LIYAGENT_MODEL_PROFILES` declaring the simulators' model (OpenAI-compatible) at
+    `sim_url`: what every process of a local deployment and of the tests is given."""
+    endpoint = {"provider": "openai", "base_url": f"{sim_url}/v1", "api_key_env": KEY_ENV}
+    return as_setting({PROFILE: endpoint})
 
 
 def served(sim_url: str, catalog: dict[str, Any]) -> dict[str, Any]:

@@ -137,7 +137,12 @@ class TrialDeployment:
         catalog = self.log_dir / "trial-agents.json"
         served = sim_model.served(vendor_url, trial_catalog(options.step_latency_ms))
         catalog.write_text(json.dumps(served))
-        self.settings = replace(self.settings, vendor_url=vendor_url, agents_file=str(catalog))
+        self.settings = replace(
+            self.settings,
+            vendor_url=vendor_url,
+            agents_file=str(catalog),
+            model_profiles=sim_model.profiles(vendor_url),
+        )
         # Teams turns come as Bot Framework activities, signed by a channel of our own whose
         # keys the front checks; replies go to the connector simulator (the serviceUrl), with
         # the bot's token from the simulators' token endpoint.

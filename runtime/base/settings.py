@@ -382,6 +382,9 @@ class Settings:
     # MCP servers whose tools every process lists at start (LIYAGENT_MCP_SERVERS): the path of
     # a JSON file, or the JSON itself (see runtime/toolbox/mcp_tools.py). Empty: none.
     mcp_servers: str = ""
+    # The model endpoints runs may use and where each one's key is (LIYAGENT_MODEL_PROFILES:
+    # JSON, or @path of a JSON file; runtime/models/profiles.py). Empty: the built-in ones.
+    model_profiles: str = ""
     # How long a delivered answer is kept, sealed, before the purge job clears it.
     answer_retention_s: int = 86400
     # Agent definitions and cron triggers (JSON); see agents/agents.json.
@@ -462,6 +465,7 @@ class Settings:
             else cls.job_modules,
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
             mcp_servers=os.environ.get("LIYAGENT_MCP_SERVERS", "").strip(),
+            model_profiles=os.environ.get("LIYAGENT_MODEL_PROFILES", "").strip(),
             answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
             agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",
             front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),

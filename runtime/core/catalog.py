@@ -67,7 +67,9 @@ def _agent(name: str, raw: Any) -> AgentDef:
     if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
         raise CatalogError(f'agent {name!r} needs a "model" object')
     model = raw["model"]
-    if model.get("provider", "scripted") == "scripted":
+    # The rest of the spec (a profile, a provider's fields) is checked against the deployment's
+    # model profiles when a run is started from it (runtime/core/enqueue.py `check_model`).
+    if "profile" not in model and model.get("provider", "scripted") == "scripted":
         validate_script(model.get("script"))
     tools = raw.get("tools")
     if tools is not None and not (

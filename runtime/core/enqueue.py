@@ -19,6 +19,7 @@ from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
 from runtime.models import specs
 from runtime.models.base import ModelError
+from runtime.models.profiles import ModelProfile
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from store.db import to_json
@@ -116,9 +117,10 @@ class RunRequest(pydantic.BaseModel):
     _spec: specs.ProviderSpec | None = pydantic.PrivateAttr(default=None)
 
     @classmethod
-    def parse(cls, fields: Mapping[str, Any]) -> RunRequest:
-        """The request checked, or BadRequest naming each field that is wrong (never a value:
-        a model spec may hold a secret) and the fields a request takes."""
+    def parse(cls, fields: Mapping[str, Any], declared: dict[str, ModelProfile]) -> RunRequest:
+        """The request checked (its model against the deployment's profiles `declared`), or
+        BadRequest naming each field that is wrong (never a value: a model spec may hold a
+        secret) and the fields a request takes."""
         try:
             request = cls.model_validate(dict(fields))
         except pydantic.ValidationError as exc:
@@ -127,7 +129,7 @@ class RunRequest(pydantic.BaseModel):
                 "nothing was stored"
             ) from None
         parse_agent(request.agent)
-        request._spec = check_model(request.model)
+        request._spec = check_model(request.model, declared)
         return request
 
     def new_run(self) -> NewRun:
@@ -151,7 +153,9 @@ def _validate(s: Services, new: NewRun) -> list[str]:
             raise BadRequest(str(exc)) from None
         # A workflow's own steps name the tools it calls, and only those.
         return checked_tools(s, sorted({step.tool for step in steps.values()}), "workflow")
-    spec = new.checked_model if new.checked_model is not None else check_model(new.model)
+    spec = new.checked_model
+    if spec is None:
+        spec = check_model(new.model, s.model_profiles())
     checked_guest(s, spec)
     return checked_tools(s, new.tools, "tools")
 
@@ -169,11 +173,11 @@ def checked_guest(s: Services, spec: specs.ProviderSpec) -> None:
         )
 
 
-def check_model(model: Any) -> specs.ProviderSpec:
-    """A model spec a worker can use, and no secret in it (specs.py); BadRequest otherwise,
-    naming the field and never its value."""
+def check_model(model: Any, declared: dict[str, ModelProfile]) -> specs.ProviderSpec:
+    """A model spec a worker can use: no secret in it, and an endpoint only of the deployment's
+    profiles `declared` (specs.py); BadRequest otherwise, naming the field, never its value."""
     try:
-        return specs.check(model)
+        return specs.check(model, declared)
     except ModelError as exc:
         raise BadRequest(f"{exc}; nothing was stored") from None
 
@@ -198,7 +202,7 @@ def checked_tools(s: Services, tools: Any, what: str = "tools") -> list[str]:
 def check_definition(s: Services, definition: AgentDef) -> None:
     """An agent definition (the catalog's or one declared in Python) a run can be started
     from: its model spec and its tools checked as `enqueue` checks them."""
-    check_model(definition.model)
+    check_model(definition.model, s.model_profiles())
     checked_tools(s, definition.tools, f"agent {definition.name}: tools")
 
 

@@ -174,7 +174,7 @@ class Client:
         of the wrong type or unknown, an unknown tool or a bad or secret-bearing model spec is
         a BadRequest naming the field, and nothing is stored."""
         if request is None:
-            request = RunRequest.parse(fields)
+            request = RunRequest.parse(fields, self.s.model_profiles())
         elif fields:
             raise BadRequest(
                 f"start_run takes a RunRequest or its fields, not both (got {sorted(fields)}); "

@@ -3,8 +3,8 @@
 The SDK's own retries are off (`max_retries=0`): every failure comes back as a ModelError from
 the engine's one classifier (`errors.classify`, which knows 529 overloaded is worth asking
 again) and the engine decides. Its HTTP goes through the process's guarded pooled client
-(`sdk_http.py`), so the send guard applies to model calls too. The spec names the key's
-environment variable (`api_key_env`, default ANTHROPIC_API_KEY), never the key.
+(`sdk_http.py`), so the send guard applies to model calls too. The endpoint and the key's
+source are the deployment's model profile's (`profiles.py`; built in: ANTHROPIC_API_KEY).
 
 Our conversation maps onto the Messages API: system prompts go in `system`; an assistant step
 is its text and `tool_use` blocks (the provider's `toolu_...` ids are kept: they are stable, so
@@ -16,8 +16,6 @@ consecutive ones merged into one turn. Dotted tool names are offered under wire 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
 from typing import Any
 
 import anthropic
@@ -26,11 +24,16 @@ from runtime.durable.state import Message, ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
 from runtime.models.openai import checked_wire_name, tool_name
+from runtime.models.profiles import ModelProfile
 from runtime.models.specs import AnthropicSpec
 from runtime.sending import http, sdk_http
 from runtime.sending.http import SendRefused
 
 PROVIDER = "an Anthropic model"
+# What a request may take, and the most tokens a step generates, when neither the spec nor its
+# profile says (the API requires max_tokens).
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_TOKENS = 1024
 # The SDK adds /v1/messages itself, so a base_url ending in /v1 is the usual 404.
 HINTS = {404: "check base_url (the host only, e.g. https://api.anthropic.com) and the model name"}
 
@@ -110,20 +113,22 @@ class AnthropicProvider:
 
     name = "anthropic"
 
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.config = AnthropicSpec.parse(spec)
-        self._http = sdk_http.sync_client(self.config.timeout_s)
+    def __init__(self, config: AnthropicSpec, endpoint: ModelProfile) -> None:
+        self.config = config
+        self.endpoint = endpoint
+        self.timeout_s = config.timeout(endpoint, DEFAULT_TIMEOUT_S)
+        self._http = sdk_http.sync_client(self.timeout_s)
 
     def next_step(self, request: StepRequest) -> StepAnswer:
         client = anthropic.Anthropic(
-            api_key=self._env(self.config.api_key_env, "api_key_env", "the provider's API key"),
-            base_url=self._base_url(),
+            api_key=self.endpoint.key(),
+            base_url=self.endpoint.base_url,
             max_retries=0,  # the engine decides whether to ask again (errors.classify)
-            timeout=self.config.timeout_s,
+            timeout=self.timeout_s,
             http_client=self._http,
         )
         try:
-            with http.total_timeout(self.config.timeout_s):
+            with http.total_timeout(self.timeout_s):
                 message = client.messages.create(**self.request_body(request))
         except anthropic.APIStatusError as exc:
             raise classify(
@@ -131,7 +136,7 @@ class AnthropicProvider:
                 exc.response.headers,
                 None,
                 body=exc.response.text,
-                key_env=self.config.api_key_env,
+                key_env=self.endpoint.key_source,
                 hints=HINTS,
             ) from exc
         except anthropic.APIConnectionError as exc:
@@ -142,8 +147,8 @@ class AnthropicProvider:
         """The `messages.create` arguments for one step (the run's headers included)."""
         system, messages = to_messages(request.messages)
         body: dict[str, Any] = {
-            "model": self.config.model,
-            "max_tokens": self.config.max_tokens,
+            "model": self.config.model_name(self.endpoint),
+            "max_tokens": self.config.max_tokens or self.endpoint.max_tokens or DEFAULT_MAX_TOKENS,
             "messages": messages,
             "extra_headers": request.headers(),
         }
@@ -155,22 +160,6 @@ class AnthropicProvider:
             # No longer a named argument of the SDK; older models still take it in the body.
             body["extra_body"] = {"temperature": self.config.temperature}
         return body
-
-    def _env(self, name: str, key: str, what: str) -> str:
-        value = os.environ.get(name, "").strip()
-        if not value:
-            raise ModelError(
-                f"the environment variable {name} ({key}) is not set in the worker; set it to "
-                f"{what} and start the worker again",
-                retryable=False,
-            )
-        return value
-
-    def _base_url(self) -> str:
-        env = self.config.base_url_env
-        if env is None:
-            return self.config.base_url.rstrip("/")
-        return self._env(env, "base_url_env", "the Messages API's base URL").rstrip("/")
 
 
 def _no_response(exc: anthropic.APIConnectionError) -> Exception:

@@ -8,7 +8,6 @@ not retry; `classify` turns each failure into a ModelError and the engine decide
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
@@ -17,8 +16,12 @@ import httpx
 from runtime.durable.state import Message, ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
 from runtime.models.errors import classify
+from runtime.models.profiles import ModelProfile
 from runtime.models.specs import OpenAISpec
 from runtime.sending import http
+
+# Seconds one chat-completions request may take when neither the spec nor its profile says.
+DEFAULT_TIMEOUT_S = 30.0
 
 # What OpenAI accepts as a function name; our registry's dotted names are mapped onto it.
 _WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -99,46 +102,25 @@ def to_chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class OpenAIProvider:
-    """Answers each step with one chat-completions request to the configured endpoint."""
+    """Answers each step with one chat-completions request to the endpoint of the deployment's
+    profile its spec names (the key read from where that profile says, at each call)."""
 
     name = "openai"
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.config = OpenAISpec.parse(spec)
+    def __init__(self, config: OpenAISpec, endpoint: ModelProfile) -> None:
+        self.config = config
+        self.endpoint = endpoint
+        self.timeout_s = config.timeout(endpoint, DEFAULT_TIMEOUT_S)
 
     def next_step(self, request: StepRequest) -> StepAnswer:
-        key = self._api_key()
+        key = self.endpoint.key()
         body = self.request_body(request)
         return parse_answer(request.run_id, self._post(key, body, request.headers()))
-
-    def _api_key(self) -> str:
-        """The key from the worker's environment, read per call so a rotated key is used."""
-        key = os.environ.get(self.config.api_key_env, "").strip()
-        if not key:
-            raise ModelError(
-                f"the environment variable {self.config.api_key_env} (api_key_env) is not set "
-                "in the worker; set it to the provider's API key and start the worker again",
-                retryable=False,
-            )
-        return key
-
-    def _base_url(self) -> str:
-        env = self.config.base_url_env
-        if env is None:
-            return self.config.base_url
-        value = os.environ.get(env, "").strip()
-        if not value:
-            raise ModelError(
-                f"the environment variable {env} (base_url_env) is not set in the worker; set it "
-                "to the model endpoint's base URL and start the worker again",
-                retryable=False,
-            )
-        return value.rstrip("/")
 
     def request_body(self, request: StepRequest) -> dict[str, Any]:
         """The chat-completions request for one step."""
         body: dict[str, Any] = {
-            "model": self.config.model,
+            "model": self.config.model_name(self.endpoint),
             "messages": to_chat_messages(request.messages),
         }
         if request.tools:  # an empty tools list is refused by the API
@@ -151,23 +133,23 @@ class OpenAIProvider:
 
     def _post(self, key: str, body: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
         """One POST with no client-side retries; any failure comes back classified."""
-        url = f"{self._base_url()}/chat/completions"
+        url = f"{self.endpoint.base_url}/chat/completions"
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         headers.update(extra)
         # The process's pooled client: keep-alive across steps, the send guard on every request.
         try:
             response = http.shared_client().post(
-                url, headers=headers, content=json.dumps(body), timeout=self.config.timeout_s
+                url, headers=headers, content=json.dumps(body), timeout=self.timeout_s
             )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise classify(None, None, exc, key_env=self.config.api_key_env) from exc
+            raise classify(None, None, exc, key_env=self.endpoint.key_source) from exc
         if not response.is_success:
             raise classify(
                 response.status_code,
                 response.headers,
                 None,
                 body=response.text,
-                key_env=self.config.api_key_env,
+                key_env=self.endpoint.key_source,
             )
         return _json_object(response)
 

@@ -1,30 +1,30 @@
 """A run's model spec, checked before the run is stored: a known provider, exactly that
-provider's fields (one pydantic model per provider), and never a secret.
+provider's fields (one pydantic model per provider), and never a secret or an endpoint of the
+caller's own.
 
-A spec is stored with its run (`runs.spec`) and read by every worker that takes the run up, so
-it names where a key is (`api_key_env`, a variable of the worker's environment), never the key.
-A spec that carries anything that looks like one (`api_key`, `token`, `sk-...`) is refused with
-a message that names the field and never repeats its value, so no error, log line or audit row
-holds it either.
+A spec is sealed into its run's definition and read by every worker that takes the run up. A
+provider reached with a key is named by one of the deployment's model profiles
+(`runtime/models/profiles.py`): by name, or by its provider and base URL; a worker checks it
+against its own profiles again before it calls. A spec that carries anything that looks like a
+secret (`api_key`, `token`, `sk-...`, a URL with a user or a query) is refused with a message
+that names the field and never repeats its value, so no error, log line or audit row holds it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 import pydantic
 
 from runtime.base.validation import described
+from runtime.models import profiles
 from runtime.models.base import ModelError
+from runtime.models.profiles import EnvName, ModelProfile, ProfileName, normal_url, url_problem
 from runtime.models.scripted import ScriptError, validate_script
 
 DEFAULT_PROVIDER = "scripted"
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-# An environment variable's name: a key pasted into `api_key_env` does not fit it.
-EnvName = Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 # Field names that hold a secret (compared lower-cased, '-' as '_'), and their endings.
 SECRET_FIELDS = frozenset(
     {"key", "apikey", "secret", "token", "password", "passwd", "authorization", "bearer"}
@@ -36,8 +36,8 @@ SECRET_ENDINGS = ("_key", "_secret", "_password", "_credentials")
 # Values that are a provider key or an Authorization header, wherever they are put.
 SECRET_VALUE = re.compile(r"^\s*(sk-|sk_|Bearer\s|Basic\s)", re.IGNORECASE)
 USE_ENV = (
-    "put the key in an environment variable of the workers and name that variable in "
-    'api_key_env (e.g. "api_key_env": "OPENAI_API_KEY")'
+    "the deployment declares where each model key is (a model profile in "
+    'LIYAGENT_MODEL_PROFILES): name the profile ("profile": "...") instead'
 )
 
 
@@ -62,8 +62,8 @@ class ProviderSpec(pydantic.BaseModel):
         except pydantic.ValidationError as exc:
             raise ModelSpecError(
                 f"{cls.provider_name} model spec: {described(exc, '(spec)')}; known keys: "
-                f"{sorted(cls.model_fields)} (the API key is never put in the spec: name its "
-                "variable in api_key_env)"
+                f"{sorted(cls.model_fields)} (a key is never put in the spec: the deployment's "
+                "model profile says where it is)"
             ) from None
 
 
@@ -84,43 +84,100 @@ class ScriptedSpec(ProviderSpec):
         return script
 
 
-class OpenAISpec(ProviderSpec):
-    """An OpenAI-compatible chat-completions endpoint."""
+class EndpointSpec(ProviderSpec):
+    """A provider reached over HTTP with a key: the run names one of the deployment's model
+    profiles (`runtime/models/profiles.py`), by name or by its provider and base URL, never a
+    key or an endpoint of its own."""
 
-    provider_name: ClassVar[str] = "openai"
     model_config = pydantic.ConfigDict(str_strip_whitespace=True)
-    provider: Literal["openai"] = "openai"
-    model: str = pydantic.Field(min_length=1)
-    base_url: str = pydantic.Field(default=OPENAI_BASE_URL, pattern=r"^https?://")
-    # When set, the endpoint is read from this variable at call time (like the key), so one
-    # catalog serves deployments whose model endpoints differ.
-    base_url_env: EnvName | None = None
-    api_key_env: EnvName = "OPENAI_API_KEY"
-    # Strict: a number (an integer too), never true/false or text.
-    temperature: pydantic.StrictFloat | None = pydantic.Field(default=None, ge=0, le=2)
-    max_tokens: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
-    timeout_s: pydantic.StrictFloat = pydantic.Field(default=30.0, gt=0)
+    # The deployment's profile; without it, the profile whose provider and base URL match.
+    profile: ProfileName | None = None
+    # The profile's `model` when none is named.
+    model: str | None = pydantic.Field(default=None, min_length=1)
+    base_url: str | None = None
+    # Where the profile reads its key from, if the spec names it: it must be that variable.
+    api_key_env: EnvName | None = None
+    timeout_s: pydantic.StrictFloat | None = pydantic.Field(default=None, gt=0)
 
     @pydantic.field_validator("base_url")
     @classmethod
-    def _no_trailing_slash(cls, url: str) -> str:
-        return url.rstrip("/")
+    def _no_credentials(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        problem = url_problem(url)
+        if problem is not None:
+            raise ValueError(problem)
+        return normal_url(url)
+
+    def endpoint(self, found: dict[str, ModelProfile]) -> ModelProfile:
+        """The deployment's profile this spec names, checked; ModelSpecError naming the field
+        and the declared profiles otherwise (never a value the caller sent)."""
+        if self.profile is not None:
+            profile = found.get(self.profile)
+            if profile is None or profile.provider != self.provider_name:
+                raise ModelSpecError(
+                    f"model.profile {self.profile!r} is not a {self.provider_name} profile this "
+                    f"deployment declares ({profiles.SETTING}); declared: {profiles.listed(found)}"
+                )
+            if self.base_url is not None and self.base_url != profile.base_url:
+                raise ModelSpecError(
+                    "model.base_url: a run cannot move a profile to another endpoint; leave "
+                    "base_url out when it names a profile"
+                )
+        else:
+            match = profiles.endpoint_for(found, self.provider_name, self.base_url)
+            if match is None:
+                raise ModelSpecError(
+                    "model.base_url: not a model endpoint this deployment declares, and a run "
+                    f"may only use those ({profiles.SETTING}); declared: {profiles.listed(found)}"
+                )
+            profile = match[1]
+        if self.api_key_env is not None and self.api_key_env != profile.api_key_env:
+            raise ModelSpecError(
+                "model.api_key_env: not the variable this deployment lists for that endpoint's "
+                f"key ({profile.key_source}); leave api_key_env out: the profile says where "
+                "its key is"
+            )
+        if self.model is None and profile.model is None:
+            raise ModelSpecError("model.model: name the model (its profile names no default model)")
+        cap = profile.max_tokens
+        asked = getattr(self, "max_tokens", None)
+        if cap is not None and asked is not None and asked > cap:
+            raise ModelSpecError(
+                f"model.max_tokens: {asked} is more than its profile allows ({cap})"
+            )
+        return profile
+
+    def model_name(self, profile: ModelProfile) -> str:
+        """The model asked for: the spec's, else its profile's default."""
+        name = self.model or profile.model
+        assert name is not None  # `endpoint` refused a spec with neither
+        return name
+
+    def timeout(self, profile: ModelProfile, default: float) -> float:
+        """Seconds one request may take: the spec's, else its profile's, else `default`."""
+        return self.timeout_s or profile.timeout_s or default
 
 
-class AnthropicSpec(ProviderSpec):
+class OpenAISpec(EndpointSpec):
+    """An OpenAI-compatible chat-completions endpoint."""
+
+    provider_name: ClassVar[str] = "openai"
+    provider: Literal["openai"] = "openai"
+    # Strict: a number (an integer too), never true/false or text.
+    temperature: pydantic.StrictFloat | None = pydantic.Field(default=None, ge=0, le=2)
+    max_tokens: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
+
+
+class AnthropicSpec(EndpointSpec):
     """The Anthropic Messages API."""
 
     provider_name: ClassVar[str] = "anthropic"
     provider: Literal["anthropic"] = "anthropic"
-    model: str = pydantic.Field(min_length=1)
-    api_key_env: EnvName = "ANTHROPIC_API_KEY"
-    base_url: str = pydantic.Field(default=ANTHROPIC_BASE_URL, pattern=r"^https?://")
-    # When set, the endpoint is read from this environment variable at call time.
-    base_url_env: EnvName | None = None
-    # Required by the API: the most tokens one step may generate.
-    max_tokens: pydantic.StrictInt = pydantic.Field(default=1024, ge=1)
+    # Required by the API: the most tokens one step may generate (its profile's cap, else 1024,
+    # when none is named).
+    max_tokens: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
     temperature: float | None = pydantic.Field(default=None, ge=0, le=1)
-    timeout_s: float = pydantic.Field(default=60.0, gt=0)
 
 
 class FrameworkSpec(ProviderSpec):
@@ -163,19 +220,36 @@ def refuse_secrets(spec: Mapping[str, Any]) -> None:
             )
 
 
-def check(spec: Any) -> ProviderSpec:
-    """The spec checked for its provider (`scripted` when none is named): ModelSpecError
-    naming the field, the known providers or what to do otherwise."""
+def check(spec: Any, declared: dict[str, ModelProfile]) -> ProviderSpec:
+    """The spec checked for its provider (`scripted` when none is named, the profile's when
+    only a profile is) and, for a provider reached with a key, against the deployment's
+    profiles `declared`: ModelSpecError naming the field and what to do otherwise."""
     if not isinstance(spec, Mapping):
         raise ModelSpecError(
             f"model must be an object with a provider ({', '.join(sorted(PROVIDERS))})"
         )
     refuse_secrets(spec)
-    provider = spec.get("provider", DEFAULT_PROVIDER)
+    provider = spec.get("provider", _provider_of_profile(spec, declared))
     found = PROVIDERS.get(provider) if isinstance(provider, str) else None
     if found is None:
         shown = repr(provider)[:40]
         raise ModelSpecError(
             f"model.provider {shown} is not a known provider; known: {', '.join(sorted(PROVIDERS))}"
         )
-    return found.parse(spec)
+    checked = found.parse({**spec, "provider": provider})
+    if isinstance(checked, EndpointSpec):
+        checked.endpoint(declared)
+    return checked
+
+
+def _provider_of_profile(spec: Mapping[str, Any], declared: dict[str, ModelProfile]) -> Any:
+    """The provider a spec that names only a profile has: its profile's."""
+    name = spec.get("profile")
+    if isinstance(name, str) and name in declared:
+        return declared[name].provider
+    if name is not None:
+        raise ModelSpecError(
+            f"model.profile is not a profile this deployment declares ({profiles.SETTING}); "
+            f"declared: {profiles.listed(declared)}"
+        )
+    return DEFAULT_PROVIDER

@@ -14,6 +14,7 @@ from runtime.base.redis_clients import check_reachable
 from runtime.base.sealing import load_sealer
 from runtime.base.settings import ConfigError, Settings, get_settings
 from runtime.base.tracing import TracesUnavailable, check_installed
+from runtime.models import profiles
 from runtime.recovery.outage import database_problem, schema_problem
 from runtime.services import registry_for
 from runtime.toolbox.tools import ToolDeclarationError
@@ -44,6 +45,7 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
     try:
         settings = settings or get_settings()
         load_sealer(settings.production)
+        profiles.parse(settings.model_profiles)  # the model endpoints runs may use
         registry_for(settings)
         check_reachable(settings)  # Sentinels that answer and know the master
         check_installed()  # traces asked for (OTEL_EXPORTER_OTLP_ENDPOINT) can be exported

@@ -14,7 +14,10 @@ import pytest
 
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelError, StepRequest
+from runtime.models.profiles import BUILT_IN
+from runtime.models.specs import check
 from runtime.sending import http
+from tests.support.models import anthropic_at
 from tests.support.recorded import (
     FINAL,
     TICKET_TOOL,
@@ -42,15 +45,8 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def provider_for(server: RecordedServer, **extra: Any) -> AnthropicProvider:
-    spec = {
-        "provider": "anthropic",
-        "base_url": server.base_url,
-        "model": "claude-sonnet-4-6",
-        "api_key_env": KEY_ENV,
-        "timeout_s": 5,
-        **extra,
-    }
-    return AnthropicProvider(spec)
+    spec = {"model": "claude-sonnet-4-6", "timeout_s": 5, **extra}
+    return anthropic_at(server.base_url, KEY_ENV, **spec)
 
 
 def later_step() -> StepRequest:
@@ -225,16 +221,16 @@ def test_a_tool_use_cut_at_max_tokens_fails_the_step_naming_the_run(serve, api_k
 @pytest.mark.parametrize(
     ("spec", "says"),
     [
-        ({"api_key": "sk-ant-oops"}, "api_key: Extra inputs are not permitted"),
+        ({"api_key": "sk-ant-oops"}, "model.api_key: a secret is never put"),
         ({"max_tokens": "many"}, "max_tokens"),
         ({"model": ""}, "model"),
     ],
 )
 def test_a_bad_spec_is_refused_with_what_to_fix(spec, says) -> None:
     with pytest.raises(ModelError) as info:
-        AnthropicProvider({"provider": "anthropic", "model": "claude-sonnet-4-6", **spec})
+        check({"provider": "anthropic", "model": "claude-sonnet-4-6", **spec}, BUILT_IN)
     assert not info.value.retryable
-    assert "anthropic model spec" in str(info.value) and says in str(info.value)
+    assert says in str(info.value)
 
 
 def test_a_server_slower_than_the_timeout_is_retryable(serve, api_key) -> None:
@@ -276,6 +272,13 @@ def test_the_send_guard_applies_to_the_sdks_requests(serve, api_key) -> None:
 # --- whole runs on real workers -------------------------------------------------------------
 
 
+def declared(stack, server: RecordedServer) -> RecordedServer:
+    """The recorded server declared as a model profile of the deployment (before any worker
+    starts: each reads the profiles once)."""
+    stack.declare_model("recorded", "anthropic", server.base_url, "ANTHROPIC_API_KEY")
+    return server
+
+
 def start_run(stack, server: RecordedServer, tools: list[str] | None = None) -> str:
     model = {
         "provider": "anthropic",
@@ -302,7 +305,7 @@ def worker_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_a_tool_use_round_trip_on_a_real_worker(stack, serve, worker_key) -> None:
-    server = serve(Reply("ticket_read_tool_use"), Reply("final_text"))
+    server = declared(stack, serve(Reply("ticket_read_tool_use"), Reply("final_text")))
     stack.worker()
     run_id = start_run(stack, server)
     view = stack.wait(run_id)
@@ -337,8 +340,9 @@ def test_a_tool_use_round_trip_on_a_real_worker(stack, serve, worker_key) -> Non
 
 
 def test_a_529_is_asked_again_by_the_engine_after_its_delay(stack, serve, worker_key) -> None:
-    server = serve(
-        Reply("error_529", status=529, headers={"retry-after": "1"}), Reply("final_text")
+    server = declared(
+        stack,
+        serve(Reply("error_529", status=529, headers={"retry-after": "1"}), Reply("final_text")),
     )
     stack.worker()
     run_id = start_run(stack, server)
@@ -358,6 +362,7 @@ def test_a_crash_between_the_answer_and_its_checkpoint_asks_that_step_once_more(
         Reply("ticket_read_again_tool_use"),  # step 2 asked again by the survivor
         Reply("final_text"),  # step 3
     )
+    declared(stack, server)
     run_id = stack.kill_at("after_model_step:kill:2", lambda: start_run(stack, server))
     assert server.requests_of(run_id) == [(1, 1, 1), (2, 1, 1)]
     stack.worker("survivor")

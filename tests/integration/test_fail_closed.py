@@ -28,6 +28,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 SECRET = "sk-live-0123456789abcdefSECRET"
+EVIL = "http://evil.example/v1"
 READ = [step(call("toolu_fc_r", "ticket.read", ticket="T-7")), final("Read T-7.")]
 TOKEN = "fc-token"
 
@@ -78,6 +79,16 @@ def test_a_run_that_names_no_tools_is_offered_none(stack) -> None:
         ),
         ({"model": _openai(api_key=SECRET)}, "model.api_key: a secret is never put"),
         ({"model": _openai(api_key_env=SECRET)}, "looks like an API key"),
+        # The probe: a worker's own secret as the key, sent to the caller's endpoint.
+        (
+            {"model": _openai(base_url=EVIL, api_key_env="LIYAGENT_TEAMS_APP_PASSWORD")},
+            "model.base_url: not a model endpoint this deployment declares",
+        ),
+        (
+            {"model": _openai(api_key_env="LIYAGENT_SEAL_KEYS")},
+            "model.api_key_env: not the variable this deployment lists",
+        ),
+        ({"model": _openai(base_url=f"https://u:{SECRET}@api.openai.com/v1")}, "credentials"),
         ({"model": _openai(headers={"Authorization": "x"})}, "model.headers: a secret"),
         (
             {"model": {"provider": "opnai", "model": "m"}},
@@ -85,7 +96,7 @@ def test_a_run_that_names_no_tools_is_offered_none(stack) -> None:
         ),
         ({"model": _openai(temprature=0.2)}, "temprature: Extra inputs are not permitted"),
         ({"model": _openai(api_key_env="MY KEY")}, "api_key_env: String should match"),
-        ({"model": {"provider": "anthropic"}}, "anthropic model spec: model: Field required"),
+        ({"model": {"provider": "anthropic"}}, "model.model: name the model"),
     ],
 )
 def test_a_bad_request_through_the_client_stores_nothing(stack, start, says) -> None:
@@ -95,8 +106,9 @@ def test_a_bad_request_through_the_client_stores_nothing(stack, start, says) -> 
     message = str(info.value)
     assert says in message and "nothing was stored" in message
     assert SECRET not in message
-    if "api_key" in says or "looks like" in says:
-        assert "api_key_env" in message  # says what to do instead
+    assert "evil.example" not in message
+    if "a secret" in says or "looks like" in says:
+        assert "LIYAGENT_MODEL_PROFILES" in message  # says what to do instead
     assert _counts(stack) == (0, 0)
 
 
@@ -158,5 +170,5 @@ def test_the_cli_refuses_unknown_tools_and_inline_keys_with_exit_2(stack, tmp_pa
     assert "ticket.raed; known: agent.delegate" in typo.stderr and "ticket.read" in typo.stderr
     leaky = cli("run", "--agent", "leaky", "--input", "x", env=env)
     assert leaky.returncode == 2, leaky.stderr
-    assert "api_key_env" in leaky.stderr and SECRET not in leaky.stderr + leaky.stdout
+    assert "LIYAGENT_MODEL_PROFILES" in leaky.stderr and SECRET not in leaky.stderr + leaky.stdout
     assert _counts(stack) == (0, 0)

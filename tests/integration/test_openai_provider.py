@@ -7,13 +7,17 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from runtime import services as runtime_services
+from runtime.entries.client import Client
 from runtime.models.base import ModelError
 from runtime.models.openai import OpenAIProvider
+from tests.support.models import openai_at
 from tests.support.recorded import (
     FINAL,
     TICKET_TOOL,
@@ -35,21 +39,13 @@ def serve() -> Iterator[Any]:
 
 @pytest.fixture
 def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("LIYAGENT_TEST_OPENAI_KEY", "sk-test-loopback")
+    monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test-loopback")
     return "sk-test-loopback"
 
 
 def provider_for(server: RecordedServer, **extra: Any) -> OpenAIProvider:
-    spec = {
-        "provider": "openai",
-        "base_url": server.base_url,
-        "model": "gpt-test",
-        "api_key_env": "LIYAGENT_TEST_OPENAI_KEY",
-        "temperature": 0,
-        "timeout_s": 5,
-        **extra,
-    }
-    return OpenAIProvider(spec)
+    spec = {"model": "gpt-test", "temperature": 0, "timeout_s": 5, **extra}
+    return openai_at(server.base_url, "TEST_OPENAI_KEY", **spec)
 
 
 # --- the provider over loopback ------------------------------------------------------------
@@ -132,7 +128,7 @@ def test_401_fails_with_the_providers_message_and_the_key_variable(serve, api_ke
     text = str(info.value)
     assert "HTTP 401" in text
     assert "Incorrect API key provided" in text
-    assert "LIYAGENT_TEST_OPENAI_KEY" in text
+    assert "TEST_OPENAI_KEY" in text
 
 
 def test_500_is_retryable_without_a_delay_of_its_own(serve, api_key) -> None:
@@ -165,14 +161,7 @@ def test_a_closed_port_is_a_retryable_connection_error(serve, api_key) -> None:
     server = serve()
     url = server.base_url
     server.close()
-    provider = OpenAIProvider(
-        {
-            "provider": "openai",
-            "base_url": url,
-            "model": "gpt-test",
-            "api_key_env": "LIYAGENT_TEST_OPENAI_KEY",
-        }
-    )
+    provider = openai_at(url, "TEST_OPENAI_KEY")
     with pytest.raises(ModelError) as info:
         provider.next_step(first_step())
     assert info.value.retryable
@@ -182,20 +171,16 @@ def test_a_closed_port_is_a_retryable_connection_error(serve, api_key) -> None:
 # --- whole runs on a real worker ------------------------------------------------------------
 
 
-def own_worker(stack) -> None:
+def own_worker(stack, server: RecordedServer) -> None:
     """A worker on a queue of this test's own: the suite's default queue name is shared by every
     test session on the same Redis, and another session's worker would take our message."""
     stack.reconfigure(queue=f"liyagent-oa-{uuid.uuid4().hex[:10]}")
+    stack.declare_model("recorded", "openai", server.base_url, "OPENAI_API_KEY")
     stack.worker(env={"OPENAI_API_KEY": "test-key"})
 
 
 def start_run(stack, server: RecordedServer) -> str:
-    model = {
-        "provider": "openai",
-        "base_url": server.base_url,
-        "model": "gpt-test",
-        "api_key_env": "OPENAI_API_KEY",
-    }
+    model = {"profile": "recorded", "model": "gpt-test"}
     return str(
         stack.client.start_run(
             agent="oa", model=model, user_input="What is T-1's priority?", tools=["ticket.read"]
@@ -205,7 +190,7 @@ def start_run(stack, server: RecordedServer) -> str:
 
 def test_a_run_calls_a_tool_and_answers_on_a_real_worker(stack, serve) -> None:
     server = serve(Reply("ticket_read_call"), Reply("final_text"))
-    own_worker(stack)
+    own_worker(stack, server)
     run_id = start_run(stack, server)
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
@@ -236,7 +221,7 @@ def test_a_503_is_asked_again_by_the_engine_and_the_run_succeeds(stack, serve) -
     server = serve(
         Reply("error_503", status=503, headers={"Retry-After": "1"}), Reply("final_text")
     )
-    own_worker(stack)
+    own_worker(stack, server)
     run_id = start_run(stack, server)
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
@@ -250,10 +235,38 @@ def test_a_503_is_asked_again_by_the_engine_and_the_run_succeeds(stack, serve) -
 
 def test_a_rejected_key_fails_the_run_with_what_to_do(stack, serve) -> None:
     server = serve(Reply("error_401", status=401))
-    own_worker(stack)
+    own_worker(stack, server)
     run_id = start_run(stack, server)
     view = stack.wait(run_id, timeout=60)
     assert view.status == "failed", view
     assert "HTTP 401" in (view.failure_reason or "")
     assert "check that OPENAI_API_KEY holds a valid API key" in (view.failure_reason or "")
     assert len(server.received) == 1
+
+
+def test_an_endpoint_the_worker_does_not_declare_is_never_called(stack, serve) -> None:
+    """Fail closed at the worker too: a run stored by a process whose profiles name an endpoint
+    (here, an app process told of one) is checked again against the worker's own profiles;
+    the worker fails it, naming the profile, and sends nothing, its key least of all."""
+    server = serve(Reply("final_text"))
+    stack.reconfigure(queue=f"liyagent-oa-{uuid.uuid4().hex[:10]}")
+    stack.worker(env={"OPENAI_API_KEY": "worker-secret-key"})
+    app_profiles = json.loads(stack.settings.model_profiles)
+    app_profiles["elsewhere"] = {
+        "provider": "openai",
+        "base_url": server.base_url,
+        "api_key_env": "OPENAI_API_KEY",
+    }
+    app = runtime_services.build(
+        replace(stack.settings, model_profiles=json.dumps(app_profiles)),
+        stack.services.publisher,
+        sealer=stack.sealer,
+    )
+    run_id = Client(app).start_run(
+        agent="oa", model={"profile": "elsewhere", "model": "gpt-test"}, user_input="hi"
+    )
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "failed", view
+    reason = view.failure_reason or ""
+    assert "model.profile is not a profile this deployment declares" in reason
+    assert server.received == []

@@ -110,6 +110,7 @@ class Stack:
             "LIYAGENT_TOOLS": ",".join(s.tool_modules),
             "LIYAGENT_MCP_SERVERS": s.mcp_servers,
             SIM_MODEL_KEY_ENV: SIM_MODEL_KEY,
+            "LIYAGENT_MODEL_PROFILES": s.model_profiles,
             "LIYAGENT_LOG_FORMAT": "json",
             "LIYAGENT_AGENTS_FILE": s.agents_file,
             "LIYAGENT_ANSWER_RETENTION_S": str(s.answer_retention_s),
@@ -118,6 +119,13 @@ class Stack:
             **self.extra_env,
         }
         return {k: v for k, v in env.items() if k not in self.unset_env}
+
+    def declare_model(self, name: str, provider: str, base_url: str, key_env: str) -> None:
+        """Declare one more model profile (the simulators' stays) for this process and every
+        process started after: the endpoint runs may then name."""
+        declared = json.loads(self.settings.model_profiles or "{}")
+        declared[name] = {"provider": provider, "base_url": base_url, "api_key_env": key_env}
+        self.reconfigure(model_profiles=json.dumps(declared))
 
     def reconfigure(self, **changes: Any) -> None:
         """Change settings for this process's services and every process started after."""

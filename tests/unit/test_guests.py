@@ -11,6 +11,7 @@ import pytest
 
 from runtime.durable.state import RunState, ToolCall
 from runtime.models import specs
+from runtime.models.profiles import BUILT_IN
 from runtime.toolbox.tool_sources import load_registry
 from runtime.toolbox.tools import ToolDeclarationError
 from tests.support.user_modules import importable_root, write_module
@@ -58,7 +59,7 @@ def test_a_guest_registers_its_tools_definition_and_itself(home: Path) -> None:
     definition = registry.agents["helper"]
     assert definition.tools == ["helper.look"]
     assert definition.model == {"provider": "framework", "framework": "toy", "agent": "helper"}
-    assert isinstance(specs.check(definition.model), specs.FrameworkSpec)
+    assert isinstance(specs.check(definition.model, BUILT_IN), specs.FrameworkSpec)
 
 
 def test_two_guests_of_one_name_are_refused(home: Path) -> None:
@@ -78,7 +79,7 @@ def test_two_guests_of_one_name_are_refused(home: Path) -> None:
 )
 def test_a_framework_spec_names_the_guest_and_nothing_else(spec: dict[str, str]) -> None:
     with pytest.raises(specs.ModelSpecError, match="framework model spec"):
-        specs.check(spec)
+        specs.check(spec, BUILT_IN)
 
 
 def test_a_refused_answer_is_a_step_with_the_model_told_why() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from runtime.models.profiles import BUILT_IN
 from runtime.models.specs import (
     AnthropicSpec,
     ModelSpecError,
@@ -16,6 +17,8 @@ from runtime.models.specs import (
 )
 
 KEY = "sk-proj-abcdefghijklmnop0123456789"
+# A key that fits a variable's name: refused because it is not the profile's variable.
+AWS = "AKIAQWERTYUIOPASDFGH"
 
 
 @pytest.mark.parametrize(
@@ -27,7 +30,7 @@ KEY = "sk-proj-abcdefghijklmnop0123456789"
     ],
 )
 def test_a_good_spec_is_read_for_its_provider(spec: dict[str, Any], kind: type) -> None:
-    assert isinstance(check(spec), kind)
+    assert isinstance(check(spec, BUILT_IN), kind)
 
 
 @pytest.mark.parametrize(
@@ -37,16 +40,18 @@ def test_a_good_spec_is_read_for_its_provider(spec: dict[str, Any], kind: type) 
         ({"provider": "openai", "model": "m", "API-Key": KEY}, "model.API-Key: a secret"),
         ({"provider": "anthropic", "model": "m", "auth_token": KEY}, "model.auth_token"),
         ({"provider": "openai", "model": "m", "api_key_env": KEY}, "model.api_key_env: its value"),
+        ({"provider": "openai", "model": "m", "api_key_env": AWS}, "model.api_key_env: not the"),
         ({"provider": "openai", "model": KEY}, "model.model: its value looks like an API key"),
         ({"provider": "openai", "model": "m", "base_url": f"Bearer {KEY}"}, "model.base_url"),
     ],
 )
 def test_an_inline_secret_is_refused_without_repeating_it(spec: dict[str, Any], says: str) -> None:
     with pytest.raises(ModelSpecError) as info:
-        check(spec)
+        check(spec, BUILT_IN)
     message = str(info.value)
-    assert says in message and "api_key_env" in message
-    assert KEY not in message
+    # Says where a key goes instead: the deployment's profiles.
+    assert says in message and ("LIYAGENT_MODEL_PROFILES" in message or "profile" in message)
+    assert KEY not in message and AWS not in message
     assert not info.value.retryable
 
 
@@ -66,11 +71,11 @@ def test_an_inline_secret_is_refused_without_repeating_it(spec: dict[str, Any], 
 )
 def test_a_bad_spec_names_the_field_and_the_known_ones(spec: Any, says: str) -> None:
     with pytest.raises(ModelSpecError) as info:
-        check(spec)
+        check(spec, BUILT_IN)
     assert says in str(info.value)
 
 
 def test_known_keys_are_listed_for_the_provider() -> None:
     with pytest.raises(ModelSpecError) as info:
-        check({"provider": "openai", "model": "m", "frequency": 1})
-    assert "known keys: ['api_key_env', 'base_url', 'base_url_env', 'max_tokens'" in str(info.value)
+        check({"provider": "openai", "model": "m", "frequency": 1}, BUILT_IN)
+    assert "known keys: ['api_key_env', 'base_url', 'max_tokens', 'model'" in str(info.value)

@@ -23,6 +23,9 @@ from runtime.models.openai import (
     tool_name,
     wire_name,
 )
+from runtime.models.profiles import BUILT_IN
+from runtime.models.specs import OpenAISpec, check
+from tests.support.models import openai_at
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
 
@@ -298,9 +301,10 @@ def test_an_assistant_step_without_text_sends_null_content() -> None:
 
 
 def test_the_request_body_carries_the_config() -> None:
-    provider = OpenAIProvider(
-        {"provider": "openai", "model": "gpt-4o-mini", "temperature": 0, "max_tokens": 256}
-    )
+    spec = {"provider": "openai", "model": "gpt-4o-mini", "temperature": 0, "max_tokens": 256}
+    config = check(spec, BUILT_IN)
+    assert isinstance(config, OpenAISpec)
+    provider = OpenAIProvider(config, config.endpoint(BUILT_IN))
     request = StepRequest("r1", 1, 1, conversation()[:2], [])
     body = provider.request_body(request)
     assert body == {
@@ -309,38 +313,36 @@ def test_the_request_body_carries_the_config() -> None:
         "temperature": 0.0,
         "max_tokens": 256,
     }
-    assert provider.config.base_url == "https://api.openai.com/v1"
-    assert provider.config.api_key_env == "OPENAI_API_KEY"
-    assert provider.config.timeout_s == 30.0
+    assert provider.endpoint.base_url == "https://api.openai.com/v1"
+    assert provider.endpoint.key_source == "OPENAI_API_KEY"
+    assert provider.timeout_s == 30.0
 
 
 @pytest.mark.parametrize(
     ("spec", "says"),
     [
-        ({"provider": "openai"}, "model: Field required"),
-        ({"provider": "openai", "model": "m", "api_key": "sk-123"}, "api_key_env"),
+        ({"provider": "openai"}, "model.model: name the model"),
+        ({"provider": "openai", "model": "m", "api_key": "sk-123"}, "LIYAGENT_MODEL_PROFILES"),
         ({"provider": "openai", "model": "m", "timeout_s": 0}, "timeout_s: Input should be"),
         ({"provider": "openai", "model": "m", "max_tokens": "many"}, "max_tokens: Input should"),
         ({"provider": "openai", "model": "m", "temperature": True}, "temperature: Input should"),
-        ({"provider": "openai", "model": "m", "base_url": "ftp://x/v1"}, "base_url: String should"),
+        ({"provider": "openai", "model": "m", "base_url": "ftp://x/v1"}, "must be an http://"),
     ],
 )
 def test_a_bad_config_is_refused_before_any_request(spec: dict[str, Any], says: str) -> None:
     with pytest.raises(ModelError) as info:
-        OpenAIProvider(spec)
+        check(spec, BUILT_IN)
     assert not info.value.retryable
     assert says in str(info.value)
 
 
 def test_a_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LIYAGENT_TEST_NO_SUCH_KEY", raising=False)
-    provider = OpenAIProvider(
-        {"provider": "openai", "model": "m", "api_key_env": "LIYAGENT_TEST_NO_SUCH_KEY"}
-    )
+    monkeypatch.delenv("TEST_NO_SUCH_KEY", raising=False)
+    provider = openai_at("https://api.openai.com/v1", "TEST_NO_SUCH_KEY", model="m")
     with pytest.raises(ModelError) as info:
         provider.next_step(StepRequest("r1", 1, 1, conversation()[:2], []))
     assert not info.value.retryable
-    assert "LIYAGENT_TEST_NO_SUCH_KEY" in str(info.value)
+    assert "TEST_NO_SUCH_KEY" in str(info.value)
 
 
 # --- responses ------------------------------------------------------------------------------
@@ -397,15 +399,8 @@ def test_a_response_without_choices_fails_the_step() -> None:
 def test_an_unusable_base_url_fails_without_retrying(
     base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("LIYAGENT_TEST_OPENAI_KEY", "sk-test")
-    provider = OpenAIProvider(
-        {
-            "provider": "openai",
-            "base_url": base_url,
-            "model": "m",
-            "api_key_env": "LIYAGENT_TEST_OPENAI_KEY",
-        }
-    )
+    monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test")
+    provider = openai_at(base_url, "TEST_OPENAI_KEY", model="m")
     with pytest.raises(ModelError) as info:
         provider.next_step(StepRequest("r1", 1, 1, conversation()[:2], []))
     assert not info.value.retryable

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from runtime.core.enqueue import BadRequest, RunRequest
+from runtime.models.profiles import BUILT_IN
 from store.schema import metadata
 from store.states import ApprovalStatus, MarkStatus, RunStatus
 
@@ -18,7 +19,7 @@ def _fields(**over: Any) -> dict[str, Any]:
 
 
 def test_keywords_become_the_run_to_enqueue_with_the_model_as_given() -> None:
-    new = RunRequest.parse(_fields(tools=("ticket.read",), request_key="k-1")).new_run()
+    new = RunRequest.parse(_fields(tools=("ticket.read",), request_key="k-1"), BUILT_IN).new_run()
     assert new.model == SCRIPT and new.tools == ["ticket.read"] and new.request_key == "k-1"
     assert new.checked_model is not None  # checked at the door, not again by enqueue
 
@@ -36,14 +37,16 @@ def test_keywords_become_the_run_to_enqueue_with_the_model_as_given() -> None:
 )
 def test_a_bad_field_is_a_bad_request_naming_it(over: dict[str, Any], says: str) -> None:
     with pytest.raises(BadRequest) as info:
-        RunRequest.parse(_fields(**over))
+        RunRequest.parse(_fields(**over), BUILT_IN)
     assert says in str(info.value) and "nothing was stored" in str(info.value)
 
 
 def test_a_secret_in_the_model_is_named_never_repeated() -> None:
     secret = "sk-live-0123456789"
     with pytest.raises(BadRequest) as info:
-        RunRequest.parse(_fields(model={"provider": "openai", "model": "m", "api_key": secret}))
+        RunRequest.parse(
+            _fields(model={"provider": "openai", "model": "m", "api_key": secret}), BUILT_IN
+        )
     assert "model.api_key" in str(info.value) and secret not in str(info.value)
 
 
