@@ -17,9 +17,9 @@ def insert_running_runs(
     rows = conn.execute(
         sql(
             """
-            INSERT INTO runs (id, correlation_id, agent, owner, entry_kind, spec, status,
+            INSERT INTO runs (id, correlation_id, agent, owner, entry_kind, status,
                               attempt, started_at, claimed_by, claimed_at)
-            SELECT id, CAST(id AS text), :agent, 'bench', 'plain', CAST('{}' AS jsonb),
+            SELECT id, CAST(id AS text), :agent, 'bench', 'plain',
                    'running', 1, now(), :holder, now()
             FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, :count)) AS g
             RETURNING id

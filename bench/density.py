@@ -342,7 +342,11 @@ def _request_floor(side: LiyagentSide) -> _RequestFloor:
     client = http.new_client()
     try:
         post = _median_cpu_ms(
-            lambda: client.post(f"{spec['base_url']}/chat/completions", json=body, headers=headers)
+            lambda: client.post(
+                f"{side.settings.vendor_url.rstrip('/')}/v1/chat/completions",
+                json=body,
+                headers=headers,
+            )
         )
         get = _median_cpu_ms(lambda: client.get(ticket))
     finally:

@@ -130,7 +130,7 @@ class BaselineSide:
     def start(self, steps: agents.Steps) -> str:
         job_id = str(uuid.uuid4())
         spec = self.models.spec(steps)
-        model = {"base_url": spec["base_url"], "model": spec["model"]}
+        model = {"model": spec["model"]}
         self.app.send_task(
             baseline.TASK, args=[job_id, model, agents.TOOLS, agents.USER_INPUT], queue=self.queue
         )

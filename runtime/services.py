@@ -31,7 +31,6 @@ from runtime.models.scripted import ScriptedProvider
 from runtime.toolbox.tool_sources import load_registry
 from runtime.toolbox.tools import ToolRegistry
 from store import db
-from store.rows import RunRow
 from store.runs import attempt_statuses
 
 
@@ -65,11 +64,6 @@ class Services:
     changes: RunChanges = field(default_factory=lambda: RunChanges(None, ""))
     # Its traces (OpenTelemetry), off unless an OTLP endpoint is configured.
     tracing: Tracing = OFF
-
-    def model_for(self, run: RunRow) -> ModelProvider:
-        """The provider the run's spec names. Providers record nothing of their own: what a
-        model was asked is judged from the model server's records (I5)."""
-        return self.provider_for(dict(run.spec.get("model") or {}), run.id)
 
     def provider_for(self, model: dict[str, Any], run_id: str) -> ModelProvider:
         """The provider a model spec names, for the run `run_id` (a job asking an agent's

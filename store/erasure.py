@@ -79,39 +79,102 @@ def fence_out(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[str]:
     return [r.id for r in rows]
 
 
-# What an erased run's definition keeps: the tools it was allowed and which model provider and
-# model it used, never the script, system prompt, entry details, job parameters or workflow
-# arguments it was given.
-_SPEC_KEPT = """jsonb_build_object(
-    'erased', true, 'tools', spec -> 'tools',
-    'model', jsonb_build_object('provider', spec -> 'model' -> 'provider',
-                                'model', spec -> 'model' -> 'model'))"""
+# What of an erased run's audit rows stays: ids, codes, counts, times and names of ours (which
+# tool, of what kind, how it was settled, who decided or erased), never free text (a failure's
+# or an approver's reason, a provider's message) or the model's ids for the calls. A `reason`
+# stays only when it is a code (`store_fault`, `lost`); each call of a resume keeps its tool,
+# kind and settlement.
+AUDIT_KEPT = (
+    "answered",
+    "agent",
+    "approval_id",
+    "by",
+    "call_index",
+    "claimed_at",
+    "code",
+    "column_name",
+    "constraint_name",
+    "db_error",
+    "error",
+    "faulted_attempt",
+    "faulted_claimed_at",
+    "holder",
+    "kind",
+    "lost_attempt",
+    "lost_claimed_at",
+    "lost_count",
+    "lost_holder",
+    "resumable",
+    "resumed_from",
+    "seen",
+    "settlement",
+    "sqlstate",
+    "status",
+    "step",
+    "stop_id",
+    "stopped_by",
+    "table_name",
+    "tool",
+    "waiting_on",
+    "where",
+    "worker",
+)
+_AUDIT_ERASED = """(
+    SELECT coalesce(jsonb_object_agg(k, v), '{}'::jsonb) FROM jsonb_each(detail) AS x(k, v)
+    WHERE k = ANY(CAST(:kept AS text[]))
+       OR (k = 'reason' AND jsonb_typeof(v) = 'string' AND v #>> '{}' ~ '^[a-z_]{1,40}$')
+) || CASE WHEN jsonb_typeof(detail -> 'calls') = 'array' THEN jsonb_build_object('calls', (
+    SELECT coalesce(jsonb_agg(c - 'call_id'), '[]'::jsonb)
+    FROM jsonb_array_elements(detail -> 'calls') AS c)) ELSE '{}'::jsonb END"""
+# An erased run's failure reason: its failure's code only (the reason's text may quote a
+# provider, a tool or the user), unless this erasure failed it (its own words are kept).
+_REASON_ERASED = """CASE WHEN failure_reason IS NULL THEN NULL
+    WHEN failure_reason IN ('erased by ' || :by, 'stopped by ' || :by || ': erasure')
+        THEN failure_reason
+    ELSE coalesce(
+    'failed: ' || (SELECT detail ->> 'code' FROM audit_events ae
+                   WHERE ae.run_id = runs.id AND ae.kind = 'agent.run.failed'
+                     AND ae.detail ->> 'code' IS NOT NULL
+                   ORDER BY ae.id DESC LIMIT 1),
+    'failed') || '; its reason was erased' END"""
+# A request digest says nothing of the input once erased: a key that named the run still
+# refuses any other request (store/runs.py `insert_run`), and a guess can no longer be tested.
+ERASED_DIGEST = "erased"
 
 
 def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[tuple[str, str]]:
-    """Delete the content of finished runs in one statement: checkpoint, answer, input, the
-    definition's content (`_SPEC_KEPT`), transcript, the call marks' outcomes (what the tools
-    answered) and the model's ids for the calls, approvals' call arguments and reasons (a
-    pending one, a call nobody decided, goes whole), the A2A task's message and answer, the
-    cron outcome, the Teams turn's text, activity and reply. What stays: the run's row
-    (status, times, agent, owner, failure reason), its marks and decided approvals without
-    their content (which tool, of what kind, how it was settled, who decided: the run's events
-    are derived from them, and deleting them would renumber the events a follower already
-    has), the entry rows' ids (a message sent again is still the same, erased, task) and the
-    audit, with one `agent.run.erased` row per run naming who erased it. Returns (run id,
-    status) of each run erased."""
+    """Delete the content of finished runs in one statement: checkpoint, step records' sealed
+    content, answer, input, sealed definition, the failure reason's text (its code stays), the
+    request digest, transcript, the call marks' outcomes (what the tools answered) and the
+    model's ids for the calls, approvals' call arguments and reasons (a pending one, a call
+    nobody decided, goes whole), the free text of its audit rows (`AUDIT_KEPT`), the A2A
+    task's message and answer, the cron outcome, the Teams turn's text, activity and reply.
+    What stays: the run's row (status, times, agent, owner, failure code), its step records,
+    marks and decided approvals without their content (which step, which tool, of what kind,
+    how it was settled, who decided: the run's events are derived from them, and deleting them
+    would renumber the events a follower already has), the entry rows' ids (a message sent
+    again is still the same, erased, task) and the audit without free text, with one
+    `agent.run.erased` row per run naming who erased it. Returns (run id, status) of each run
+    erased."""
     rows = conn.execute(
         sql(
             f"""
             WITH e AS (
                 UPDATE runs SET checkpoint = NULL, answer = NULL, input = '',
-                       spec = {_SPEC_KEPT},
+                       definition = NULL, failure_reason = {_REASON_ERASED},
+                       request_digest = CASE WHEN request_digest IS NULL THEN NULL
+                                             ELSE :erased_digest END,
                        answer_purged_at = coalesce(answer_purged_at, now()),
                        updated_at = now()
                 WHERE id = ANY(CAST(:ids AS uuid[])) AND status IN ('succeeded', 'failed')
                 RETURNING id, attempt, step, status),
+            steps AS (
+                UPDATE run_steps SET sealed = ''::bytea WHERE run_id IN (SELECT id FROM e)),
             marks AS (
                 UPDATE call_marks SET outcome = NULL, call_id = ''
+                WHERE run_id IN (SELECT id FROM e)),
+            said AS (
+                UPDATE audit_events SET detail = {_AUDIT_ERASED}
                 WHERE run_id IN (SELECT id FROM e)),
             lines AS (DELETE FROM transcript_messages WHERE run_id IN (SELECT id FROM e)),
             held AS (
@@ -135,6 +198,6 @@ def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[t
             SELECT id, status FROM e ORDER BY id
             """
         ),
-        {"ids": run_ids, "by": by},
+        {"ids": run_ids, "by": by, "kept": list(AUDIT_KEPT), "erased_digest": ERASED_DIGEST},
     ).all()
     return [(r.id, r.status) for r in rows]

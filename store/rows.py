@@ -70,7 +70,8 @@ class RunRow:
     resumable: bool
     answer_expires_at: datetime | None
     answer_purged_at: datetime | None
-    spec: dict[str, Any]
+    # Its sealed definition (runtime/durable/definition.py); None once erased.
+    definition: bytes | None
     status: RunStatus
     attempt: Attempt
     lost_count: int

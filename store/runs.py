@@ -48,7 +48,7 @@ def insert_run(
     agent: str,
     owner: str,
     entry_kind: str,
-    spec: dict[str, Any],
+    definition: bytes,
     user_input: str,
     sealed_checkpoint: bytes,
     kind: str = "agent",
@@ -59,10 +59,11 @@ def insert_run(
     link: EntryLink | None = None,
     request_digest: str | None = None,
 ) -> tuple[RunId, bool]:
-    """Insert a queued run with its input and its sealed step-0 checkpoint, and its entry link,
-    in one statement; with a request key already used, return that run instead (False: not
-    new), or raise RequestKeyConflict when that run was started with another request (its
-    digest differs; a run stored before digests existed matches any)."""
+    """Insert a queued run with its sealed definition, its input and its sealed step-0
+    checkpoint, and its entry link, in one statement; with a request key already used, return
+    that run instead (False: not new), or raise RequestKeyConflict when that run was started
+    with another request (its digest differs; a run stored before digests existed matches
+    any)."""
     link_sql, link_params = "", dict[str, Any]()
     if link is not None:
         cte, link_params = link.cte()
@@ -72,11 +73,11 @@ def insert_run(
             f"""
             WITH r AS (
                 INSERT INTO runs (id, correlation_id, request_key, request_digest, agent, owner,
-                                  entry_kind, spec, kind, channel, run_as, parent_run_id,
+                                  entry_kind, definition, kind, channel, run_as, parent_run_id,
                                   resumable, input, checkpoint, checkpoint_attempt,
                                   checkpointed_at)
                 VALUES (:id, :correlation_id, :request_key, :request_digest, :agent, :owner,
-                        :entry_kind, CAST(:spec AS jsonb), :kind, :channel, :run_as,
+                        :entry_kind, :definition, :kind, :channel, :run_as,
                         :parent_run_id, :resumable, :user_input, :sealed, 1, now())
                 ON CONFLICT (request_key) WHERE request_key IS NOT NULL DO NOTHING
                 RETURNING id){link_sql}
@@ -92,7 +93,7 @@ def insert_run(
             "agent": agent,
             "owner": owner,
             "entry_kind": entry_kind,
-            "spec": to_json(spec),
+            "definition": definition,
             "sealed": sealed_checkpoint,
             "user_input": user_input,
             "kind": kind,

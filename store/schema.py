@@ -55,8 +55,10 @@ runs = sa.Table(
     # A delivered answer is kept, sealed, until then; the purge job clears it after.
     sa.Column("answer_expires_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("answer_purged_at", sa.DateTime(timezone=True), nullable=True),
-    # The agent's definition as it was enqueued: model provider, script, tools allowed.
-    sa.Column("spec", JSONB, nullable=False),
+    # The run's definition as it was enqueued (its model, tools, system prompt, entry details,
+    # workflow or job, and who it is), sealed with the run id bound in
+    # (runtime/durable/definition.py): a worker acts on nothing else. NULL once erased.
+    sa.Column("definition", sa.LargeBinary, nullable=True),
     sa.Column("status", sa.Text, nullable=False, server_default="queued"),
     # Fencing token: bumped by every claim and hand-back; only the current attempt writes.
     sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),

@@ -86,13 +86,20 @@ def cmd_keys_token(args: argparse.Namespace) -> int:
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     """Migrate the database to the latest schema (Alembic head)."""
+    from runtime.base.sealing import open_sealer
+    from runtime.durable.definition import legacy_sealer
     from store import migrate
 
-    url = database_url(args.url, "--url") if args.url else get_settings().database_url
+    settings = get_settings()
+    url = database_url(args.url, "--url") if args.url else settings.database_url
+    sealer = open_sealer(settings.production)
     try:
-        migrate.upgrade(url)
+        # Runs in flight during the upgrade have their definitions sealed with the keys.
+        migrate.upgrade(url, seal_definition=legacy_sealer(sealer) if sealer.keys else None)
     except sa.exc.OperationalError as exc:
         raise _postgres_error(exc, url) from None
+    except RuntimeError as exc:  # a migration that cannot go on says what to do
+        raise CliError(str(exc), USAGE) from None
     print(f"{safe_url(url)}: the schema is at the latest revision", file=sys.stderr)
     return OK
 

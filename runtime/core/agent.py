@@ -56,7 +56,7 @@ class AgentRun(RunAttempt):
 
     def _model(self) -> ModelProvider:
         try:
-            return self.s.model_for(self.run)
+            return self.s.provider_for(self.definition.model, self.run.id)
         except (ModelError, ValueError) as exc:
             self._fail(f"its model cannot be used: {exc}", "model_unavailable")
 
@@ -66,7 +66,7 @@ class AgentRun(RunAttempt):
             attempt=self.run.attempt,
             step=state.step + 1,
             messages=list(state.messages),
-            tools=self.s.tools.schemas(self.run.spec.get("tools")),
+            tools=self.s.tools.schemas(self.definition.tools),
         )
         for attempt in range(1, MODEL_TRIES + 1):
             try:

@@ -16,6 +16,7 @@ from runtime.core.entry import HandOnRefused, entry_point
 from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.durable import chain
+from runtime.durable.definition import RunDefinition
 from runtime.durable.gates import run_refusal
 from runtime.durable.state import RunState
 from runtime.fleet.heartbeat import RunLease
@@ -64,15 +65,18 @@ class RunAttempt:
         self,
         services: Services,
         run: RunRow,
+        definition: RunDefinition,
         lease: RunLease,
         key_for: KeyFn | None = None,
         gates: GateRow | None = None,
     ) -> None:
         self.s = services
         self.run = run
+        # What the run is, as sealed with it and verified against its row (the executor).
+        self.definition = definition
         self.lease = lease
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
-        self.router = CallRouter(services, run, lease, key_for)
+        self.router = CallRouter(services, run, definition, lease, key_for)
         self.fence = self.router.fence
         # The gates the claim read, checked when the attempt starts.
         self._claimed = gates

@@ -33,6 +33,7 @@ from runtime.core.settlement import (
     unknown_note,
 )
 from runtime.core.waiting import WaitRouter
+from runtime.durable.definition import RunDefinition
 from runtime.durable.gates import call_refusal
 from runtime.durable.keys import agent_call_key, fresh_key
 from runtime.durable.state import Message, RunState, ToolCall
@@ -107,14 +108,20 @@ class CallRouter:
     """Routes the calls of the current step for one attempt of one run."""
 
     def __init__(
-        self, services: Services, run: RunRow, lease: RunLease, key_for: KeyFn | None = None
+        self,
+        services: Services,
+        run: RunRow,
+        definition: RunDefinition,
+        lease: RunLease,
+        key_for: KeyFn | None = None,
     ) -> None:
         self.s = services
         self.run = run
+        self.definition = definition
         self.lease = lease
         self.key_for = key_for or agent_key(run)
         self.fence = Fence(services.engine, lease, services.changes)
-        self.waits = WaitRouter(services, run, self.write)
+        self.waits = WaitRouter(services, run, definition, self.write)
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
         # answer and the results kept so far), set by `route`.
@@ -158,7 +165,7 @@ class CallRouter:
         kind = mark.kind if mark is not None else (tool.kind.value if tool else "unknown")
         if decision is Settle.REUSE and mark is not None:
             return self._reuse(state, mark), Settle.REUSE, kind
-        refusal = call_refusal(gates, self.run, call.name)
+        refusal = call_refusal(gates, self.run.agent, self.definition.tools, call.name)
         if refusal is None and tool is None:
             refusal = f"tool {call.name} is not available"
         if refusal is not None:

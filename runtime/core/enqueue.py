@@ -13,8 +13,9 @@ from typing import Any
 import pydantic
 import structlog
 
-from runtime.base.tracing import SPEC_KEY, new_run_trace
+from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
+from runtime.durable.definition import RunDefinition
 from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
 from runtime.models import specs
@@ -243,37 +244,43 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
         )
     sealed = s.sealer.seal(run_id, "checkpoint", 0, payload)
     may_wait = new.may_wait if new.may_wait is not None else new.entry_kind in WAITING_KINDS
-    spec: dict[str, Any] = {
-        "model": new.model,
-        "tools": tools,
-        "system": new.system,
-        "may_wait": may_wait,
-        "entry": new.entry or {},
-        # Its trace context (W3C traceparent): every attempt's spans join this one trace.
-        SPEC_KEY: new_run_trace(run_id),
-    }
-    if new.workflow is not None:
-        spec["workflow"] = new.workflow
-    if new.job is not None:
-        spec["job"] = new.job
+    definition = RunDefinition(
+        agent=new.agent,
+        owner=new.owner,
+        entry_kind=new.entry_kind,
+        kind=_kind(new).value,
+        channel=new.channel,
+        run_as=new.run_as,
+        parent_run_id=new.parent_run_id,
+        correlation_id=run_id,
+        resumable=_resumable(s, new, may_wait),
+        model=new.model,
+        tools=tools,
+        system=new.system,
+        may_wait=may_wait,
+        entry=new.entry or {},
+        workflow=new.workflow,
+        job=new.job,
+        trace=new_run_trace(run_id),
+    )
     try:
         with s.engine.connect() as conn:
             rid, created = insert_run(
                 conn,
                 run_id=run_id,
-                correlation_id=run_id,
+                correlation_id=definition.correlation_id,
                 request_key=new.request_key,
-                agent=new.agent,
-                owner=new.owner,
-                entry_kind=new.entry_kind,
-                spec=spec,
+                agent=definition.agent,
+                owner=definition.owner,
+                entry_kind=definition.entry_kind,
+                definition=definition.seal(s.sealer, run_id),
                 user_input=new.user_input,
                 sealed_checkpoint=sealed,
-                kind=_kind(new),
-                channel=new.channel,
-                run_as=new.run_as,
-                parent_run_id=new.parent_run_id,
-                resumable=_resumable(s, new, may_wait),
+                kind=definition.kind,
+                channel=definition.channel,
+                run_as=definition.run_as,
+                parent_run_id=definition.parent_run_id,
+                resumable=definition.resumable,
                 link=new.link,
                 request_digest=request_digest(new),
             )

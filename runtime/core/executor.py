@@ -15,12 +15,14 @@ import structlog
 
 from runtime.base import drain, faults
 from runtime.base.redact import error_facts, frames
-from runtime.base.tracing import AttemptFacts
+from runtime.base.sealing import SealError
+from runtime.base.tracing import SPEC_KEY, AttemptFacts
 from runtime.core.agent import AgentRun
 from runtime.core.enqueue import publish_quietly
 from runtime.core.jobs import JobRun
 from runtime.core.outcome import Outcome
 from runtime.core.workflow import WorkflowRun
+from runtime.durable.definition import RunDefinition
 from runtime.fleet.heartbeat import LeaseLost, RunLease
 from runtime.fleet.leases import FENCE_HOLDER, Token, monotonic_ms
 from runtime.recovery import outage
@@ -31,6 +33,7 @@ from store.records import insert_owned_audit
 from store.rows import Claimed, FencedOut, RunRow
 from store.runs import claim_delivery, fail_run, hand_back_store_fault, loss_seen
 from store.states import RunKind, Seen
+from store.waits import wake_parent
 
 log = structlog.get_logger(__name__)
 
@@ -154,17 +157,22 @@ RUN_ENDED = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.ANSWER_HANDED_
 
 
 def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> Outcome:
-    """The attempt, inside its span when traces are on (runtime/base/tracing.py); a tracing
-    failure is logged and never touches the run."""
+    """The attempt, on the run's definition as sealed (one that does not verify fails the run,
+    I6), inside its span when traces are on (runtime/base/tracing.py); a tracing failure is
+    logged and never touches the run."""
+    try:
+        definition = RunDefinition.open(s.sealer, claimed.run)
+    except SealError as exc:
+        return _refuse_unsealed(s, claimed.run, token, exc)
     span = None
     if s.tracing.on:
         try:
-            span = s.tracing.attempt(_facts(s, claimed.run))
+            span = s.tracing.attempt(_facts(s, claimed.run, definition))
         except Exception as exc:
             log.warning("traces.attempt_failed", error=type(exc).__name__)
     outcome = Outcome.ERROR
     try:
-        outcome = _attempt(s, claimed, token, started, worker)
+        outcome = _attempt(s, claimed, definition, token, started, worker)
         return outcome
     finally:
         if span is not None:
@@ -174,7 +182,28 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
                 log.warning("traces.attempt_failed", error=type(exc).__name__)
 
 
-def _facts(s: Services, row: RunRow) -> AttemptFacts:
+def _refuse_unsealed(s: Services, row: RunRow, token: Token, exc: SealError) -> Outcome:
+    """A run whose definition does not verify is failed before anything of it is used, audited
+    as a seal failure and told to its entry points (I6); its parent, if any, is woken."""
+    with s.engine.connect() as conn:
+        failed = fail_run(
+            conn,
+            row.id,
+            row.attempt,
+            reason=str(exc),
+            audit_kind="agent.run.failed",
+            detail={"code": "seal_failed", "step": row.step, "worker": s.holder},
+        )
+        woke = wake_parent(conn, row.id) if failed and row.parent_run_id else None
+    log.error("run.definition_refused", run_id=row.id, reason=str(exc))
+    s.changes.announce(row.id)
+    _release_quietly(s, token)
+    if woke is not None:
+        publish_quietly(s, *woke)
+    return Outcome.FAILED if failed else Outcome.FENCED
+
+
+def _facts(s: Services, row: RunRow, definition: RunDefinition) -> AttemptFacts:
     """What the attempt's span is made of (read only when traces are on)."""
     lost_checkpoint = None
     if row.checkpoint_attempt == row.attempt - 1:
@@ -189,7 +218,7 @@ def _facts(s: Services, row: RunRow) -> AttemptFacts:
         agent=row.agent,
         kind=row.kind.value,
         attempt=row.attempt,
-        spec=row.spec,
+        spec={SPEC_KEY: definition.trace},
         resume_reason=row.resume_reason,
         created_at=row.created_at,
         lost_at=row.queued_at,
@@ -198,14 +227,21 @@ def _facts(s: Services, row: RunRow) -> AttemptFacts:
     )
 
 
-def _attempt(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> Outcome:
+def _attempt(
+    s: Services,
+    claimed: Claimed,
+    definition: RunDefinition,
+    token: Token,
+    started: int,
+    worker: str,
+) -> Outcome:
     row = claimed.run
     lease = s.heartbeat.hold(token, started)
     release = True
     try:
         faults.point("after_claim")
         attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
-        return attempt_class(s, row, lease, gates=claimed.gates).execute()
+        return attempt_class(s, row, definition, lease, gates=claimed.gates).execute()
     except (FencedOut, LeaseLost, SendRefused) as exc:
         # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
         # this attempt may still hold (its local deadline passed) is left to lapse, so the

@@ -18,6 +18,7 @@ from runtime.core.attempt import RunAttempt
 from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.core.workflow import workflow_key
+from runtime.durable.definition import RunDefinition
 from runtime.durable.state import RunState, ToolCall
 from runtime.fleet.heartbeat import RunLease
 from runtime.services import Services
@@ -29,15 +30,20 @@ class JobRun(RunAttempt):
     """The attempt that runs one declared job, handing it the `JobContext` it works through."""
 
     def __init__(
-        self, services: Services, run: RunRow, lease: RunLease, gates: GateRow | None = None
+        self,
+        services: Services,
+        run: RunRow,
+        definition: RunDefinition,
+        lease: RunLease,
+        gates: GateRow | None = None,
     ) -> None:
-        super().__init__(services, run, lease, key_for=workflow_key(run), gates=gates)
+        super().__init__(services, run, definition, lease, key_for=workflow_key(run), gates=gates)
         # Outcomes of the call the checkpoint left, taken up on resume: the job reuses them.
         self._taken_up: dict[str, dict[str, Any]] = {}
         self._state: RunState | None = None
 
     def _loop(self, state: RunState) -> Outcome:
-        job = self.run.spec.get("job") or {}
+        job = self.definition.job or {}
         known = self.s.tools.jobs
         kind = known.get(str(job.get("kind")))
         if kind is None:

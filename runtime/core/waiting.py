@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from runtime.base import faults
 from runtime.core.enqueue import BadRequest, NewRun, enqueue, publish_quietly
 from runtime.core.pending import PendingCall
+from runtime.durable.definition import RunDefinition
 from runtime.durable.keys import approval_step_key, delegation_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.services import Services
@@ -42,14 +43,17 @@ class Suspend(Exception):
 
 
 class WaitRouter:
-    def __init__(self, services: Services, run: RunRow, write: SendWrite) -> None:
+    def __init__(
+        self, services: Services, run: RunRow, definition: RunDefinition, write: SendWrite
+    ) -> None:
         self.s = services
         self.run = run
+        self.definition = definition
         self.write = write
 
     @property
     def may_wait(self) -> bool:
-        return bool(self.run.spec.get("may_wait", True))
+        return self.definition.may_wait
 
     def approval(self, state: RunState, index: int, call: ToolCall, tool: Tool) -> Outcome:
         """File (or find) the request; wait, report a refusal, or send with the approval id."""
@@ -128,7 +132,7 @@ class WaitRouter:
             return []
         if not isinstance(asked, list) or not all(isinstance(t, str) for t in asked):
             raise BadRequest('a delegation\'s "tools" is a list of tool names')
-        parent = set(self.run.spec.get("tools") or [])
+        parent = set(self.definition.tools)
         beyond = sorted(set(asked) - parent)
         if beyond:
             raise BadRequest(
@@ -145,7 +149,7 @@ class WaitRouter:
         model = (
             {"provider": "scripted", "script": script}
             if script is not None
-            else dict(self.run.spec.get("model") or {})
+            else dict(self.definition.model)
         )
         return NewRun(
             agent=agent,

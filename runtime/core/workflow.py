@@ -13,6 +13,7 @@ from runtime.base import faults
 from runtime.core.attempt import RunAttempt
 from runtime.core.calls import KeyFn
 from runtime.core.outcome import Outcome
+from runtime.durable.definition import RunDefinition
 from runtime.durable.keys import workflow_step_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.durable.workflow_spec import WorkflowError, WorkflowStep, validate_workflow
@@ -32,17 +33,22 @@ def workflow_key(run: RunRow) -> KeyFn:
 
 class WorkflowRun(RunAttempt):
     def __init__(
-        self, services: Services, run: RunRow, lease: RunLease, gates: GateRow | None = None
+        self,
+        services: Services,
+        run: RunRow,
+        definition: RunDefinition,
+        lease: RunLease,
+        gates: GateRow | None = None,
     ) -> None:
-        super().__init__(services, run, lease, key_for=workflow_key(run), gates=gates)
+        super().__init__(services, run, definition, lease, key_for=workflow_key(run), gates=gates)
 
     def _loop(self, state: RunState) -> Outcome:
         try:
-            steps = validate_workflow(self.run.spec.get("workflow"))
+            steps = validate_workflow(self.definition.workflow)
         except WorkflowError as exc:
             self._fail(f"its workflow is malformed: {exc}", "bad_workflow")
         if not state.cursor:
-            state.cursor = {"current": self.run.spec["workflow"]["start"], "loops": {}}
+            state.cursor = {"current": (self.definition.workflow or {})["start"], "loops": {}}
         if self._resume_calls(state):
             self._advance(state, steps)
         while True:

@@ -29,12 +29,11 @@ def run_refusal(gates: GateRow, run: RunRow) -> str | None:
     return None
 
 
-def call_refusal(gates: GateRow, run: RunRow, tool: str) -> str | None:
-    """Why this call may not be made now (containment), or None."""
-    # Fail closed: a run may use exactly the tools stored with it; none stored means none.
-    allowed = run.spec.get("tools") or []
+def call_refusal(gates: GateRow, agent: str, allowed: list[str], tool: str) -> str | None:
+    """Why this call of `agent`'s run may not be made now (containment), or None."""
+    # Fail closed: a run may use exactly the tools sealed in its definition; none means none.
     if tool not in allowed:
         return f"tool {tool} is not among the tools this run may use"
     if gates.agent_tools is not None and tool not in gates.agent_tools:
-        return f"agent {run.agent} is contained: tool {tool} is not allowed for it now"
+        return f"agent {agent} is contained: tool {tool} is not allowed for it now"
     return None

@@ -28,8 +28,9 @@ def test_a_catalog_agent_runs_with_its_model_and_tools(stack, tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     view = json.loads(done.stdout)
     assert view["status"] == "succeeded" and view["answer"] == "Answer from helper."
-    [run] = stack.rows("SELECT id, agent, spec FROM runs")
-    assert run.agent == "helper" and run.spec["tools"] == ["ticket.read", "issue.comment"]
+    [run] = stack.rows("SELECT id, agent FROM runs")
+    tools = stack.definition(str(run.id)).tools
+    assert run.agent == "helper" and tools == ["ticket.read", "issue.comment"]
     assert stack.posts_by_vendor(str(run.id)) == {"issues": 1}
     again = cli(
         "run", "--agent", "helper", "--input", "hello", "--request-key", "cli-agent-1",
@@ -65,8 +66,8 @@ def test_an_agent_declared_in_python_runs_from_the_cli(stack, tmp_path: Path) ->
     done = cli("run", "--agent", "triage", "--input", "T-8?", "--wait", "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["answer"] == "Read T-8."
-    [run] = stack.rows("SELECT spec FROM runs")
-    assert run.spec["system"] == "You triage tickets."
+    [run] = stack.rows("SELECT id FROM runs")
+    assert stack.definition(str(run.id)).system == "You triage tickets."
 
 
 def test_an_unknown_agent_exits_2_listing_the_known_ones(stack, tmp_path: Path) -> None:

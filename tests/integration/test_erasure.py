@@ -18,6 +18,7 @@ from front.auth import token_digest
 from runtime import services as runtime_services
 from store.schema import metadata
 from tests.integration.test_cli import cli, out_json
+from tests.support.recorded import Reply, recorded_servers
 from tests.support.scripts import call, final, step
 
 with warnings.catch_warnings():
@@ -111,9 +112,9 @@ def test_erasing_a_finished_run_leaves_a_tombstone_and_no_content(stack) -> None
                     "by": "dpo"}  # fmt: skip
     assert _mentions(stack, secret) == {}
     assert _content_left(stack, run_id) == EMPTY
-    [tomb] = stack.rows("SELECT status, agent, owner, spec FROM runs WHERE id = :r", r=run_id)
+    [tomb] = stack.rows("SELECT status, agent, owner, definition FROM runs WHERE id = :r", r=run_id)
     assert (tomb.status, tomb.agent, tomb.owner) == ("succeeded", "support-bot", "app")
-    assert tomb.spec["model"] == {"provider": "scripted", "model": None} and tomb.spec["erased"]
+    assert tomb.definition is None  # its sealed definition went with the rest
     assert _erased_audit(stack, run_id) == [{"by": "dpo", "status": "succeeded"}]
     # Its events are the same, seq for seq: a follower's Last-Event-ID still means what it did.
     assert [(e.seq, e.kind) for e in stack.client.events(run_id).events] == [
@@ -250,3 +251,96 @@ def test_erasing_a_run_waiting_on_an_approval_fails_it_and_drops_the_held_call(s
     late = cli("approve", held.id, "--by", "lee", env=stack.env)  # the held call is gone
     assert late.returncode == 1 and "does not exist" in late.stderr
     assert stack.client.get(run_id).status == "failed" and stack.vendor_writes(run_id) == []
+
+
+def _bytes_left(stack, run_ids: list[str]) -> dict[str, int]:
+    """Rows of the runs still holding sealed bytes (every bytea column of every table naming
+    them): sealed content is encrypted, so a text search cannot see it, but the deployment's
+    key opens it; erasure must leave none."""
+    columns = stack.rows(
+        "SELECT table_name, column_name FROM information_schema.columns "
+        "WHERE table_schema = 'public' AND data_type = 'bytea'"
+    )
+    left = {}
+    for c in columns:
+        key = "id" if c.table_name == "runs" else "run_id"
+        if key not in metadata.tables[c.table_name].c:
+            continue
+        n = stack.rows(
+            f"SELECT count(*) AS n FROM {c.table_name} WHERE {key} = ANY(CAST(:ids AS uuid[])) "
+            f"AND {c.column_name} IS NOT NULL AND length({c.column_name}) > 0",
+            ids=run_ids,
+        )[0].n
+        if n:
+            left[f"{c.table_name}.{c.column_name}"] = n
+    return left
+
+
+def _redis_mentions(stack, needle: str) -> list[str]:
+    """Keys of this test's Redis namespace whose value mentions `needle` (every type)."""
+    client = stack.services.redis
+    found = []
+    for key in client.scan_iter(match=f"{stack.settings.namespace}*", count=500):
+        kind = client.type(key).decode()
+        if kind == "string":
+            values = [client.get(key) or b""]
+        elif kind == "hash":
+            values = [k + v for k, v in client.hgetall(key).items()]
+        elif kind == "list":
+            values = client.lrange(key, 0, -1)
+        elif kind == "set":
+            values = list(client.smembers(key))
+        elif kind == "zset":
+            values = [m for m, _ in client.zrange(key, 0, -1, withscores=True)]
+        else:
+            values = [client.dump(key) or b""]
+        if any(needle.encode() in v for v in values):
+            found.append(key.decode())
+    return found
+
+
+def test_erasure_leaves_no_byte_of_content_anywhere(stack, tmp_path) -> None:
+    """The probe's search: an owner's runs whose input, tool arguments and results, approval
+    reason and provider error all carry one canary; after `erase --owner`, no column of any
+    table and no key of Redis holds it, and no sealed byte of the runs is left to open."""
+    canary = f"cnry{uuid.uuid4().hex[:12]}"
+    owner = "erasable-owner"
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    body = {"error": {"message": f"cannot take {canary}-prompt (key sk-{canary}0123456789)",
+                      "type": "invalid_request_error"}}  # fmt: skip
+    (fixtures / "canary_400.json").write_text(json.dumps(body))
+    with recorded_servers(fixtures, "/v1") as serve:
+        provider = serve(Reply("canary_400", status=400))
+        stack.declare_model("erring", "openai", provider.base_url, "OPENAI_API_KEY")
+        stack.worker("w1", env={"OPENAI_API_KEY": "worker-key"})
+        failed = stack.client.start_run(
+            agent="support-bot", model={"profile": "erring", "model": "m"},
+            user_input=f"{canary}-failed-input", owner=owner,
+        )  # fmt: skip
+        steps = [
+            step(call(f"toolu_{canary}_r", "ticket.read", ticket=f"T-{canary}"),
+                 call(f"toolu_{canary}_p", "incident.page", title=f"{canary}-title")),
+            final(f"{canary}-answer"),
+        ]  # fmt: skip
+        paged = stack.client.start_run(
+            agent="support-bot", model=stack.model(steps), user_input=f"{canary}-input",
+            owner=owner, system=f"{canary}-system", tools=["ticket.read", "incident.page"],
+        )  # fmt: skip
+        stack.client.wait(paged, timeout_s=60, until=frozenset({"waiting"}))
+        [request] = stack.client.approvals(paged)
+        stack.client.decide(request.id, approve=True, by="alice", reason=f"ok {canary}-why")
+        assert stack.wait(paged).status == "succeeded"
+        assert stack.wait(failed).status == "failed"
+    before = _mentions(stack, canary)
+    assert {"runs", "transcript_messages", "approvals"} <= set(before), before
+    assert _bytes_left(stack, [failed, paged])
+    done = out_json(cli("erase", "--owner", owner, "--by", "dpo", "--json", env=stack.env))
+    assert sorted(r["run_id"] for r in done["erased"]) == sorted([failed, paged])
+    assert _mentions(stack, canary) == {}
+    assert _bytes_left(stack, [failed, paged]) == {}
+    assert _redis_mentions(stack, canary) == []
+    # The tombstone: status, owner and the failure's code, nothing of its text.
+    [tomb] = stack.rows("SELECT status, owner, failure_reason FROM runs WHERE id = :r", r=failed)
+    assert (tomb.status, tomb.owner) == ("failed", owner)
+    assert tomb.failure_reason == "failed: model_error; its reason was erased"

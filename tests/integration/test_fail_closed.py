@@ -66,8 +66,7 @@ def test_a_run_that_names_no_tools_is_offered_none(stack) -> None:
     reads = "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor <> 'model'"
     assert stack.vendor(reads, r=bare)[0].n == 0
     assert stack.vendor(reads, r=named)[0].n == 1
-    [spec] = stack.rows("SELECT spec FROM runs WHERE id = :r", r=bare)
-    assert spec.spec["tools"] == []
+    assert stack.definition(bare).tools == []
 
 
 @pytest.mark.parametrize(
@@ -119,8 +118,7 @@ def test_a_workflow_may_call_only_the_tools_its_steps_name(stack) -> None:
     assert _counts(stack) == (0, 0)
     good = {"start": "a", "steps": {"a": {"tool": "ticket.read", "args": {"ticket": "T-1"}}}}
     run_id = stack.client.start_workflow(name="wf", workflow=good)
-    [row] = stack.rows("SELECT spec FROM runs WHERE id = :r", r=run_id)
-    assert row.spec["tools"] == ["ticket.read"]
+    assert stack.definition(run_id).tools == ["ticket.read"]
 
 
 def test_catalog_agents_are_checked_at_every_entry_point(stack, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ constraints and indexes included (which Alembic's autogenerate does not compare)
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,8 +15,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from bench.bulk import finish_runs, insert_running_runs
+from bench.bulk import finish_runs
+from runtime.base.sealing import new_key_entry, parse_keys
+from runtime.durable.definition import RunDefinition, legacy_sealer
 from store import migrate
+from store.runs import get_run
 from store.schema import metadata
 
 CATALOG = """
@@ -77,16 +81,74 @@ def test_downgrade_to_base_and_back(admin_engine, servers) -> None:
         migrate.upgrade(url)
 
 
+# The revision before definitions were sealed: runs there keep a plain `spec`.
+BEFORE_SEALED = "0013_event_marks"
+LEGACY_SPEC = {
+    "model": {"provider": "scripted", "script": {"steps": [{"final": "done"}]}},
+    "tools": ["ticket.read"],
+    "system": "Be brief.",
+    "may_wait": True,
+    "entry": {},
+}
+
+
+def _legacy_run(conn: sa.Connection, status: str = "running") -> str:
+    """A run as the code before sealed definitions stored it."""
+    run_id = str(uuid.uuid4())
+    conn.execute(
+        sa.text(
+            "INSERT INTO runs (id, correlation_id, agent, owner, spec, status) "
+            "VALUES (CAST(:id AS uuid), CAST(:id AS text), 'support-bot', 'pat', "
+            "CAST(:spec AS jsonb), :status)"
+        ),
+        {"id": run_id, "spec": json.dumps(LEGACY_SPEC), "status": status},
+    )
+    return run_id
+
+
+def test_sealing_definitions_seals_unfinished_runs_with_the_keys_and_refuses_without(
+    admin_engine, servers
+) -> None:
+    """Migration 0014: an unfinished run's plain spec becomes its sealed definition (opened as a
+    worker opens it); without the seal keys it is refused, nothing changed; a finished run's
+    spec is dropped (nothing reads it again); a downgrade waits for unfinished runs."""
+    sealer = parse_keys(new_key_entry("mig"))
+    with _database(admin_engine, servers) as url:
+        migrate.upgrade(url, BEFORE_SEALED)
+        engine = sa.create_engine(url, hide_parameters=True)
+        with engine.begin() as conn:
+            waiting = _legacy_run(conn, "waiting")
+            done = _legacy_run(conn, "succeeded")
+        with pytest.raises(RuntimeError, match="1 unfinished runs need their definitions sealed"):
+            migrate.upgrade(url)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT spec FROM runs WHERE id = :r"), {"r": waiting})
+        migrate.upgrade(url, seal_definition=legacy_sealer(sealer))
+        with engine.connect() as conn:
+            opened = RunDefinition.open(sealer, get_run(conn, waiting))
+            assert get_run(conn, done).definition is None
+        assert opened.tools == ["ticket.read"] and opened.system == "Be brief."
+        assert opened.model == LEGACY_SPEC["model"] and opened.owner == "pat"
+        cfg = migrate.config(url)
+        cfg.set_main_option("sqlalchemy.url", url)
+        with pytest.raises(RuntimeError, match="1 unfinished runs have sealed definitions"):
+            command.downgrade(cfg, BEFORE_SEALED)
+        with engine.begin() as conn:
+            finish_runs(conn, [waiting])
+        engine.dispose()
+        command.downgrade(cfg, BEFORE_SEALED)
+
+
 def test_downgrade_past_step_records_waits_for_runs_that_have_them(admin_engine, servers) -> None:
     """The code before step records reads only a whole-state checkpoint: a downgrade past
     `step_records` is refused while an unfinished run has records, and goes once it finished."""
     with _database(admin_engine, servers) as url:
-        migrate.upgrade(url)
+        migrate.upgrade(url, BEFORE_SEALED)
         cfg = migrate.config(url)
         cfg.set_main_option("sqlalchemy.url", url)
         engine = sa.create_engine(url, hide_parameters=True)
         with engine.begin() as conn:
-            (run_id,) = insert_running_runs(conn, 1)
+            run_id = _legacy_run(conn)
             conn.execute(
                 sa.text(
                     "INSERT INTO run_steps (run_id, step, attempt, sealed) VALUES (:r, 1, 1, 'x')"

@@ -205,8 +205,8 @@ def test_timeline_of_a_run_lost_handed_back_and_failed_at_the_limit(db_url: str)
         with engine.connect() as conn:
             conn.execute(
                 sa.text(
-                    "INSERT INTO runs (id, correlation_id, agent, owner, spec) "
-                    "VALUES (:id, :corr, 'support-bot', 'tester', '{}'::jsonb)"
+                    "INSERT INTO runs (id, correlation_id, agent, owner) "
+                    "VALUES (:id, :corr, 'support-bot', 'tester')"
                 ),
                 {"id": run_id, "corr": run_id},
             )

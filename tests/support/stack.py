@@ -23,9 +23,11 @@ from liyagent.local.procs import Proc, python
 from runtime import services as runtime_services
 from runtime.base.sealing import Sealer
 from runtime.base.settings import Settings, Timings
+from runtime.durable.definition import RunDefinition
 from runtime.entries.client import Client, RunView
 from runtime.services import Services
 from store import db
+from store.runs import get_run
 from tasks.services import CeleryPublisher
 
 SIM_MODEL_KEY_ENV, SIM_MODEL_KEY, TOOLS = (
@@ -299,6 +301,11 @@ class Stack:
     def db(self) -> Iterator[sa.Connection]:
         with self.engine.connect() as conn:
             yield conn
+
+    def definition(self, run_id: str) -> RunDefinition:
+        """A run's sealed definition, opened and verified as a worker opens it."""
+        with self.engine.connect() as conn:
+            return RunDefinition.open(self.sealer, get_run(conn, run_id))
 
     def rows(self, sql: str, **params: Any) -> list[sa.Row[Any]]:
         with self.engine.connect() as conn:

@@ -1,0 +1,117 @@
+"""A run's definition: everything a worker acts on for the run, sealed with it at enqueue.
+
+Its model, tools, system prompt, entry details, workflow or job, and who it is (agent, owner,
+the principal it acts as, its channel, kind, parent and correlation id) are sealed like a
+checkpoint: AES-GCM with the run id bound in (purpose `definition`, step 0), so a database
+writer can neither edit a waiting run's tools or model nor move a definition to another run.
+The columns that repeat who it is (`runs.owner`, `runs.agent`, ...) serve SQL (gates, lists,
+erasure by owner); a worker opens the definition before anything else and refuses a run whose
+columns differ from it (I6): a tampered row fails as a seal failure, audited, and nothing of it
+is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runtime.base.sealing import Sealer, SealError
+from store.rows import RunRow
+
+PURPOSE = "definition"
+# The sealed payload's format; a newer one is refused by an older worker (never guessed at).
+FORMAT = 1
+# The fields the run's row repeats as columns: each must equal its sealed value.
+IDENTITY = (
+    "agent",
+    "owner",
+    "entry_kind",
+    "kind",
+    "channel",
+    "run_as",
+    "parent_run_id",
+    "correlation_id",
+    "resumable",
+)
+
+
+@dataclass(frozen=True)
+class RunDefinition:
+    """What one run is: who it is, and what its attempts may use and do."""
+
+    agent: str
+    owner: str
+    entry_kind: str
+    kind: str
+    channel: str
+    run_as: str | None
+    parent_run_id: str | None
+    correlation_id: str
+    resumable: bool
+    # The model spec as the caller gave it (checked against the deployment's profiles at the
+    # door and again by each worker before it calls).
+    model: dict[str, Any] = field(default_factory=dict)
+    # Exactly the tools the run may use (fail closed: none when none were given).
+    tools: list[str] = field(default_factory=list)
+    system: str | None = None
+    may_wait: bool = True
+    # Where the answer goes beyond the transcript (a Teams conversation, ...).
+    entry: dict[str, Any] = field(default_factory=dict)
+    workflow: dict[str, Any] | None = None
+    job: dict[str, Any] | None = None
+    # The run's trace context (W3C traceparent): every attempt's spans join this one trace.
+    trace: dict[str, str] | None = None
+
+    def seal(self, sealer: Sealer, run_id: str) -> bytes:
+        """The sealed definition of run `run_id`."""
+        return sealer.seal(run_id, PURPOSE, 0, {"format": FORMAT, **asdict(self)})
+
+    @classmethod
+    def open(cls, sealer: Sealer, row: RunRow) -> RunDefinition:
+        """The run's definition, verified against its seal and its row; SealError (the run is
+        then failed, never used: I6) when it does not verify, is missing, or its row's columns
+        say otherwise."""
+        if row.definition is None:
+            raise SealError(row.id, PURPOSE, "the run has no sealed definition")
+        payload = sealer.open(row.id, PURPOSE, 0, row.definition)
+        if not isinstance(payload, Mapping) or payload.get("format") != FORMAT:
+            found = payload.get("format") if isinstance(payload, Mapping) else None
+            raise SealError(row.id, PURPOSE, f"format {found!r} is not one this worker reads")
+        fields = {k: v for k, v in payload.items() if k != "format"}
+        try:
+            definition = cls(**fields)
+        except TypeError:
+            raise SealError(row.id, PURPOSE, "its fields are not a run definition") from None
+        for name in IDENTITY:
+            column = getattr(row, name)
+            if getattr(column, "value", column) != getattr(definition, name):
+                raise SealError(row.id, PURPOSE, f"the run's {name} differs from its sealed one")
+        return definition
+
+    @classmethod
+    def of_legacy(cls, row: Mapping[str, Any]) -> RunDefinition:
+        """The definition of a run stored before definitions were sealed (its `spec` JSON and
+        its columns), for the migration that seals them (`liyagent db upgrade`)."""
+        spec = dict(row.get("spec") or {})
+        return cls(
+            **{name: row[name] for name in IDENTITY},
+            model=dict(spec.get("model") or {}),
+            tools=list(spec.get("tools") or []),
+            system=spec.get("system"),
+            may_wait=bool(spec.get("may_wait", True)),
+            entry=dict(spec.get("entry") or {}),
+            workflow=spec.get("workflow"),
+            job=spec.get("job"),
+            trace=spec.get("trace"),
+        )
+
+
+def legacy_sealer(sealer: Sealer) -> Callable[[Mapping[str, Any]], bytes]:
+    """What the sealing migration calls for each unfinished run stored with a plain `spec`:
+    its row (id, spec and the identity columns) in, its sealed definition out."""
+
+    def seal(row: Mapping[str, Any]) -> bytes:
+        return RunDefinition.of_legacy(row).seal(sealer, str(row["id"]))
+
+    return seal
