@@ -1,5 +1,5 @@
 """Teams through the Bot Framework: `POST /api/messages` takes the channel's activities (the
-HTTP side; everything else of Teams is `runtime/entries/teams.py`).
+HTTP side; everything else of Teams is `runtime/entries/teams_inbox.py` and `teams.py`).
 
 Every request carries the channel's bearer JWT: its signature is checked against the keys the
 keys endpoint (JWKS, `LIYAGENT_TEAMS_JWKS_URL`) publishes, with PyJWT; its issuer must be the
@@ -34,7 +34,7 @@ from front.body import read_json, text_problem
 from front.errors import FrontError
 from runtime.base.settings import Settings
 from runtime.entries.start import catalog_agent
-from runtime.entries.teams import TeamsTurn, receive_and_start
+from runtime.entries.teams_inbox import TeamsTurn, receive_and_start
 from runtime.services import Services
 
 log = structlog.get_logger("front")
@@ -188,7 +188,7 @@ def _agent(s: Services) -> str:
 
 
 def _receive(s: Services, turn: TeamsTurn) -> tuple[int, bool]:
-    """Store the turn in the durable inbox and start its run (`runtime/entries/teams.py`)."""
+    """Store the turn in the durable inbox and start its run (`runtime/entries/teams_inbox.py`)."""
     return receive_and_start(s, turn, _agent(s))
 
 

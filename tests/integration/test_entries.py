@@ -13,7 +13,7 @@ from liyagent.local.botframework import BotChannel
 from runtime.core.enqueue import NewRun, enqueue
 from runtime.entries.cron import fire_cron
 from runtime.entries.start import start_entry
-from runtime.entries.teams import TeamsTurn, intake_teams, receive_teams
+from runtime.entries.teams_inbox import TeamsTurn, intake_teams, receive_teams
 from store.entries import EntryLink, purge_answers
 from tests.support.catalogs import helper_agent, write_catalog
 from tests.support.front import AUTH, serve_front
