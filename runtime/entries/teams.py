@@ -1,6 +1,7 @@
 """Teams through the Bot Framework: the whole entry kind.
 
-Starts: from the durable inbox, one run per message activity (`teams_inbox.py`).
+Starts: from the durable inbox, one run per message activity, owned by the sender's Microsoft
+Entra object id, never their display name (`teams_inbox.py`).
 
 Hands on: the answer leaves Postgres (a reply posted to the Bot Connector), so it is stored
 first and a resume hands that stored answer on, never running the turn again

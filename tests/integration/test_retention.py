@@ -97,8 +97,9 @@ def test_retention_deletes_expired_runs_in_batches_and_keeps_what_guarantees_nee
             "UPDATE runs SET entry_kind = 'a2a' WHERE id = %(a)s",
             "UPDATE runs SET entry_kind = 'cron' WHERE id = %(c)s",
             "UPDATE runs SET parent_run_id = %(p)s WHERE id = %(ch)s",
-            "INSERT INTO teams_inbox (message_id, conversation, sender, agent, text, status, "
-            "run_id) VALUES ('m1', 'conv', 'ann', 'support-bot', 'hi', 'replied', %(t)s)",
+            "INSERT INTO teams_inbox (message_id, conversation, sender_id, agent, text, status, "
+            "run_id) VALUES ('m1', 'conv', '0b0a0000-0000-0000-0000-00000000a11e', "
+            "'support-bot', 'hi', 'replied', %(t)s)",
             "INSERT INTO a2a_tasks (id, run_id, status) VALUES ('task-1', %(a)s, 'completed')",
             "INSERT INTO cron_runs (trigger, scheduled_at, run_id, status) "
             "VALUES ('nightly', now(), %(c)s, 'succeeded')",
