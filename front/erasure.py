@@ -46,5 +46,6 @@ async def run_erase(request: Request) -> Response:
 
 @requires(Right.ERASE)
 async def owner_erase(request: Request) -> Response:
-    """POST /owners/{owner}/erase {}: erase every run of the owner, as for one run."""
+    """POST /owners/{owner}/erase {}: erase every run of the owner, as for one run (a Teams
+    person is named by their Entra object id, never a display name: `runtime/ops/erasure.py`)."""
     return await _erase_response(request, owner=request.path_params["owner"])

@@ -1,5 +1,5 @@
 """Teams through the Bot Framework: `POST /api/messages` takes the channel's activities (the
-HTTP side; everything else of Teams is `runtime/entries/teams.py`).
+HTTP side; everything else of Teams is `runtime/entries/teams_inbox.py` and `teams.py`).
 
 Every request carries the channel's bearer JWT: its signature is checked against the keys the
 keys endpoint (JWKS, `LIYAGENT_TEAMS_JWKS_URL`) publishes, with PyJWT; its issuer must be the
@@ -13,7 +13,9 @@ stored.
 A message activity is stored in the durable inbox before the channel is answered 200, so a
 delivery Teams repeats (at least once) is one row and one turn; its run is started at once, or
 by beat's intake if starting fails. Other activity types (conversation updates, typing) are
-acknowledged and not stored.
+acknowledged and not stored. A message's run is owned by its sender's Microsoft Entra object
+id (`from.aadObjectId`), never their display name: one without it is refused with 400 and
+nothing is stored (`runtime/entries/teams_inbox.py`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from front.body import read_json, text_problem
 from front.errors import FrontError
 from runtime.base.settings import Settings
 from runtime.entries.start import catalog_agent
-from runtime.entries.teams import TeamsTurn, receive_and_start
+from runtime.entries.teams_inbox import TeamsTurn, receive_and_start, teams_owner
 from runtime.services import Services
 
 log = structlog.get_logger("front")
@@ -150,13 +152,14 @@ def _account(value: Any, what: str) -> dict[str, Any]:
 
 
 def parse_activity(activity: dict[str, Any]) -> TeamsTurn:
-    """A message activity as a turn: its id, conversation, serviceUrl, sender and text (the
-    bot's own @mention taken out); 400 naming the first thing missing or wrong."""
+    """A message activity as a turn: its id, conversation, serviceUrl, sender (their Entra
+    object id, never their display name) and text (the bot's own @mention taken out); 400
+    naming the first thing missing or wrong."""
     service_url = _line(activity.get("serviceUrl"), "serviceUrl", 2000)
     parts = urlsplit(service_url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise FrontError(400, "the activity's serviceUrl must be an http(s) URL")
-    sender = _account(activity.get("from"), "from")
+    sender_id = teams_owner(_account(activity.get("from"), "from"))
     conversation = _account(activity.get("conversation"), "conversation")
     raw = activity.get("text")
     text = _MENTION.sub("", raw).strip() if isinstance(raw, str) else ""
@@ -165,12 +168,11 @@ def parse_activity(activity: dict[str, Any]) -> TeamsTurn:
     problem = text_problem(text)
     if problem is not None:
         raise FrontError(400, f"the activity's text {problem}")
-    name = sender.get("name")
     return TeamsTurn(
         activity_id=_line(activity.get("id"), "id", 200),
         conversation=str(conversation["id"]),
         service_url=service_url,
-        sender=name if isinstance(name, str) and name.strip() else str(sender["id"]),
+        sender_id=sender_id,
         text=text,
         activity=activity,
     )
@@ -188,7 +190,7 @@ def _agent(s: Services) -> str:
 
 
 def _receive(s: Services, turn: TeamsTurn) -> tuple[int, bool]:
-    """Store the turn in the durable inbox and start its run (`runtime/entries/teams.py`)."""
+    """Store the turn in the durable inbox and start its run (`runtime/entries/teams_inbox.py`)."""
     return receive_and_start(s, turn, _agent(s))
 
 

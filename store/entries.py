@@ -262,20 +262,20 @@ def insert_teams_message(
     *,
     message_id: str,
     conversation: str,
-    sender: str,
+    sender_id: str,
     agent: str,
     text: str,
     service_url: str | None = None,
     activity: dict[str, Any] | None = None,
 ) -> tuple[int, bool]:
     """Put a Teams turn (an activity) in the durable inbox once, by its conversation and
-    activity id; returns (row id, new)."""
+    activity id, with its sender's Entra object id (the run's owner); returns (row id, new)."""
     row = conn.execute(
         sql(
             """
             WITH i AS (
                 INSERT INTO teams_inbox
-                    (message_id, conversation, sender, agent, text, service_url, activity)
+                    (message_id, conversation, sender_id, agent, text, service_url, activity)
                 VALUES (:m, :c, :s, :a, :t, :u, CAST(:act AS jsonb))
                 ON CONFLICT (conversation, message_id) DO NOTHING RETURNING id)
             SELECT id, true AS new FROM i
@@ -286,7 +286,7 @@ def insert_teams_message(
         {
             "m": message_id,
             "c": conversation,
-            "s": sender,
+            "s": sender_id,
             "a": agent,
             "t": text,
             "u": service_url,
@@ -303,14 +303,16 @@ class TeamsMessage:
     id: int
     message_id: str
     conversation: str
-    sender: str
+    # The sender's Entra object id (the run's owner); None only on a turn stored before 0014
+    # whose activity named none, which is never started.
+    sender_id: str | None
     agent: str
     text: str
     service_url: str | None
     activity: dict[str, Any] | None
 
 
-_TEAMS_COLUMNS = "id, message_id, conversation, sender, agent, text, service_url, activity"
+_TEAMS_COLUMNS = "id, message_id, conversation, sender_id, agent, text, service_url, activity"
 
 
 def select_new_teams_messages(conn: sa.Connection, limit: int = 50) -> list[TeamsMessage]:

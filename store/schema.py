@@ -347,7 +347,10 @@ teams_inbox = sa.Table(
     sa.Column("message_id", sa.Text, nullable=False),
     # The conversation's id, where the reply goes.
     sa.Column("conversation", sa.Text, nullable=False),
-    sa.Column("sender", sa.Text, nullable=False),
+    # Who sent it: their Microsoft Entra object id (the activity's from.aadObjectId, lower
+    # case), the owner of its run; never a display name, which is content kept only in the
+    # activity. NULL only on a turn stored before 0014 whose activity named none.
+    sa.Column("sender_id", sa.Text, nullable=True),
     sa.Column("agent", sa.Text, nullable=False),
     sa.Column("text", sa.Text, nullable=False),
     # The activity's serviceUrl (the Bot Connector the reply is posted to) and the activity
@@ -361,6 +364,8 @@ teams_inbox = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("replied_at", sa.DateTime(timezone=True), nullable=True),
     sa.CheckConstraint("status IN ('new','running','replied','failed')", name="status"),
+    # A turn waiting for intake has an owner to start its run as.
+    sa.CheckConstraint("status <> 'new' OR sender_id IS NOT NULL", name="sender"),
     sa.Index("uq_teams_inbox_activity", "conversation", "message_id", unique=True),
     sa.Index("ix_teams_inbox_new", "id", postgresql_where=sa.text("status = 'new'")),
     sa.Index("ix_teams_inbox_run_id", "run_id"),

@@ -266,7 +266,13 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("erase", help="erase a run's content (or an owner's runs), keep a tombstone")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--run", metavar="RUN_ID", help="the run (an id or a unique prefix)")
-    target.add_argument("--owner", metavar="NAME", help="the owner whose runs to erase")
+    target.add_argument(
+        "--owner",
+        metavar="OWNER",
+        help="the owner whose runs to erase, as the runs name it: the owner the client gave; "
+        "for a Teams person their Microsoft Entra object id (the activity's from.aadObjectId, "
+        "a lower-case GUID), never a display name",
+    )
     p.add_argument("--by", required=True, metavar="WHO", help="who erases (audited)")
     add_json(p)
     p.set_defaults(handler=cmd_erase)

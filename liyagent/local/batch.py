@@ -15,12 +15,14 @@ from typing import Any
 
 import httpx
 
-from liyagent.local.botframework import BotChannel
+from liyagent.local.botframework import BotChannel, TeamsUser
 
 AGENT = "support-bot"
 TOOLS = ["ticket.read", "incident.create", "issue.comment", "chat.reply"]
 # The catalog agents the front starts (see `catalog`).
 TEAMS_AGENT = "demo-teams"
+# The person who asks in Teams: their runs are owned by this Entra object id.
+DEMO_USER = TeamsUser("Demo User", "0de0de00-0000-4000-8000-00000000d3e0")
 WEBHOOK_AGENT = "demo-webhook"
 FRONT_TIMEOUT_S = 15.0
 
@@ -174,7 +176,7 @@ def post_entry(
             conversation=entry.conversation,
             text=entry.text,
             service_url=service_url,
-            sender="Demo User",
+            sender=DEMO_USER,
         )
         channel.post(http, activity).raise_for_status()
         return None

@@ -7,14 +7,17 @@ app id, a `serviceurl` claim, an expiry), and posts message activities to the bo
 `/api/messages`. It also makes up the bot's app password and registers the bot with the
 simulators' token endpoint, so the workers can authenticate their replies to the connector
 simulator and read them back through the simulators' Microsoft Graph (`worker_env`). Its
-activities carry what Teams's do and the read-back needs: the tenant id, the sender's
-`aadObjectId`, and for a channel the team's `aadGroupId`. The demo, the kill trials and the
+activities carry what Teams's do and the read-back needs: the tenant id, the sender as Teams
+names them (a `TeamsUser`: `from.id`, the channel's own id of the user for this bot, and
+`from.aadObjectId`, their Entra object id, neither of which changes when `from.name`, the
+display name, does), and for a channel the team's `aadGroupId`. The demo, the kill trials and the
 tests deliver their Teams turns with it; a real deployment points the front at Microsoft's keys
 endpoint and the workers at Microsoft's token endpoints and Graph instead.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import secrets
@@ -78,6 +81,19 @@ class _KeysServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _KeysHandler)
 
 
+@dataclass(frozen=True)
+class TeamsUser:
+    """A person of the bot's tenant: their Entra object id (which never changes) and the
+    display name they have now (which they can change, and may share with others)."""
+
+    name: str = "Ann Lee"
+    aad_object_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def renamed(self, name: str) -> TeamsUser:
+        """The same person under another display name."""
+        return TeamsUser(name, self.aad_object_id)
+
+
 @dataclass
 class BotChannel:
     """The channel: its signing key and JWKS endpoint, tokens and activities for one bot."""
@@ -94,6 +110,8 @@ class BotChannel:
     # The tenant the bot is installed in, and a team of it (Graph ids).
     tenant_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     team_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # Who sends an activity that names no sender.
+    user: TeamsUser = field(default_factory=TeamsUser)
     _server: _KeysServer | None = field(default=None, init=False, repr=False)
 
     def start(self) -> BotChannel:
@@ -182,12 +200,12 @@ class BotChannel:
         text: str,
         service_url: str,
         activity_id: str | None = None,
-        sender: str = "Ann Lee",
+        sender: TeamsUser | None = None,
         conversation_type: str = "personal",
     ) -> dict[str, Any]:
-        """A Teams message activity from a person to this bot, in a `personal` chat, a
-        `groupChat` (`19:...@thread.v2`) or a `channel` thread (`19:...;messageid=R`)."""
-        person = uuid.uuid5(uuid.NAMESPACE_URL, sender)
+        """A Teams message activity from a person (`sender`, by default the channel's `user`)
+        to this bot, in a `personal` chat, a `groupChat` (`19:...@thread.v2`) or a `channel`
+        thread (`19:...;messageid=R`)."""
         data: dict[str, Any] = {"tenant": {"id": self.tenant_id}}
         if conversation_type == "channel":
             channel = conversation.partition(";messageid=")[0]
@@ -199,7 +217,7 @@ class BotChannel:
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "channelId": "msteams",
             "serviceUrl": service_url,
-            "from": {"id": f"29:{person.hex}", "name": sender, "aadObjectId": str(person)},
+            "from": self.account(sender or self.user),
             "conversation": {
                 "id": conversation,
                 "conversationType": conversation_type,
@@ -210,6 +228,14 @@ class BotChannel:
             "text": text,
             "textFormat": "plain",
         }
+
+    def account(self, user: TeamsUser) -> dict[str, str]:
+        """`user` as a Teams activity's `from` names them: the id Teams gives the user for this
+        bot (`29:` and an opaque string, the same for every message of theirs to it), their
+        display name and their Entra object id."""
+        pairwise = hashlib.sha256(f"{self.app_id}/{user.aad_object_id}".encode()).digest()
+        opaque = base64.urlsafe_b64encode(pairwise).decode().rstrip("=")
+        return {"id": f"29:1{opaque}", "name": user.name, "aadObjectId": user.aad_object_id}
 
     def post(
         self, http: httpx.Client, activity: dict[str, Any], token: str | None = None

@@ -4,7 +4,8 @@ failure, one module a kind (`store.entries.EntryKind`):
 - the client API (`plain`, `managed`, `playground`, `resume`) and the operator's actions:
   `client.py`
 - webhooks: `webhook.py`; ticket events: `ticket_event.py`; co-pilot turns: `copilot.py`
-- cron triggers: `cron.py`; A2A tasks: `a2a.py`; Teams: `teams.py`
+- cron triggers: `cron.py`; A2A tasks: `a2a.py`; Teams: `teams_inbox.py` (who sent a turn, the
+  inbox, its intake) and `teams.py` (the reply)
 
 `start.py` is what they share (the catalog's agents, the one start). Importing this package
 registers each kind's entry point with the core (`runtime/core/entry.py`), which looks a run's

@@ -1,8 +1,10 @@
 """Co-pilot turns (`POST /copilot/turns`, front/entries.py).
 
 Starts: one run of the named catalog agent per conversation and turn id (`copilot:<conversation>:
-<turn>`), owned by the user who asked. Its answer is handed on in Postgres: stored on the run
-and its transcript in one statement. A failure is told on the run alone.
+<turn>`), owned by the user who asked as the app names them (`user`: the app's stable id of
+the person, never a display name, since erasure and revocation name the owner). Its answer is
+handed on in Postgres: stored on the run and its transcript in one statement. A failure is told
+on the run alone.
 """
 
 from __future__ import annotations

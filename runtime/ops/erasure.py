@@ -1,5 +1,9 @@
 """Erasure: delete a run's content at once (or every run of an owner), keep a tombstone.
 
+An owner is named as its runs were started: the owner a client gave (`start_run(owner=...)`,
+the co-pilot's `user`), or for a Teams person their Microsoft Entra object id (the activity's
+`from.aadObjectId`, lower case), never a display name (`runtime/entries/teams_inbox.py`).
+
 One transaction: lock the runs (and their sub-agent runs), stop the ones not finished through
 the operator's Stop (queued and waiting ones fail at once), take over the attempt of those in
 flight (their attempt is bumped, so each write it tries next is fenced out, I3, and nothing it
@@ -24,6 +28,12 @@ from store.states import FINISHED
 log = structlog.get_logger(__name__)
 
 _NAME = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
+# How an operator names an owner (the CLI's help and the errors say it).
+OWNER_NAMES = (
+    "the owner the client gave, or for a Teams person their Microsoft Entra object id (the "
+    "Object ID in the Entra admin center; a Teams activity's from.aadObjectId), in lower case, "
+    "never their display name"
+)
 
 
 class OwnerNotFound(LookupError):
@@ -31,8 +41,9 @@ class OwnerNotFound(LookupError):
 
     def __init__(self, owner: str) -> None:
         super().__init__(
-            f"no run has owner {owner!r}; check the name (runs keep their owner after "
-            "erasure, so a name erased before is still found); nothing was erased"
+            f"no run has owner {owner!r}; name the owner its runs were started with (runs keep "
+            f"their owner after erasure, so one erased before is still found): {OWNER_NAMES}; "
+            "nothing was erased"
         )
         self.owner = owner
 

@@ -10,16 +10,18 @@ import httpx
 import pytest
 
 from liyagent.local.botframework import BotChannel
-from runtime.core.enqueue import NewRun, enqueue
+from runtime.core.enqueue import BadRequest, NewRun, enqueue
 from runtime.entries.cron import fire_cron
 from runtime.entries.start import start_entry
-from runtime.entries.teams import TeamsTurn, intake_teams, receive_teams
+from runtime.entries.teams_inbox import TeamsTurn, intake_teams, receive_teams
 from store.entries import EntryLink, purge_answers
 from tests.support.catalogs import helper_agent, write_catalog
 from tests.support.front import AUTH, serve_front
 
 pytestmark = pytest.mark.kill
 ANSWER = "Answer from helper."
+# Ann's Entra object id: her Teams turns' owner.
+ANN = "0b0a0000-0000-0000-0000-00000000a11e"
 
 
 @pytest.fixture
@@ -44,12 +46,12 @@ def _turn(entries, activity_id: str, conversation: str, text: str = "status of T
         "from": {
             "id": "29:ann",
             "name": "ann",
-            "aadObjectId": "0b0a0000-0000-0000-0000-00000000a11e",
+            "aadObjectId": ANN,
         },
         "recipient": {"id": "28:bot", "name": "bot"},
         "text": text,
     }
-    turn = TeamsTurn(activity_id, conversation, entries.sim_url, "ann", text, activity)
+    turn = TeamsTurn(activity_id, conversation, entries.sim_url, ANN, text, activity)
     receive_teams(entries.services, turn, "helper")
 
 
@@ -163,6 +165,16 @@ def test_repeated_teams_message_is_one_turn(entries) -> None:
     started = intake_teams(entries.services) + intake_teams(entries.services)
     assert len(started) == 1
     assert entries.rows("SELECT count(*) AS n FROM teams_inbox")[0].n == 1
+
+
+def test_a_teams_turn_named_by_anything_but_an_entra_id_is_refused(entries) -> None:
+    """The inbox takes a turn only with its sender's Entra object id (lower case, as the
+    front stores it): a display name, or an id in another form, is refused; nothing stored."""
+    for sender in ("Pat Lee", ANN.upper(), f"{{{ANN}}}"):
+        turn = TeamsTurn("m-1", "c-1", entries.sim_url, sender, "hi", {"id": "m-1"})
+        with pytest.raises(BadRequest, match="Entra object id"):
+            receive_teams(entries.services, turn, "helper")
+    assert entries.rows("SELECT count(*) AS n FROM teams_inbox")[0].n == 0
 
 
 @pytest.mark.parametrize("kind", ["webhook", "ticket_event", "copilot"])

@@ -99,9 +99,9 @@ def test_erasing_a_finished_run_leaves_a_tombstone_and_no_content(stack) -> None
              "m": json.dumps({"text": f"{secret}-input"})},
         )  # fmt: skip
         conn.exec_driver_sql(
-            "INSERT INTO teams_inbox (message_id, conversation, sender, agent, text, status, "
-            "run_id, reply) VALUES ('m1', 'c1', 'ann', 'support-bot', %(i)s, 'replied', %(r)s, "
-            "CAST(%(a)s AS jsonb))",
+            "INSERT INTO teams_inbox (message_id, conversation, sender_id, agent, text, status, "
+            "run_id, reply) VALUES ('m1', 'c1', '0b0a0000-0000-0000-0000-00000000a11e', "
+            "'support-bot', %(i)s, 'replied', %(r)s, CAST(%(a)s AS jsonb))",
             {"i": f"{secret}-input", "r": run_id, "a": json.dumps({"text": f"{secret}-answer"})},
         )
     assert _mentions(stack, secret)  # the content is there before

@@ -19,7 +19,7 @@ from front.app import create_app
 from runtime import services as runtime_services
 from runtime.entries.client import BadRequest
 from runtime.entries.start import start_entry
-from runtime.entries.teams import TeamsTurn, receive_teams
+from runtime.entries.teams_inbox import TeamsTurn, receive_teams
 from tests.integration.test_cli import cli
 from tests.support.scripts import call, final, step
 
@@ -127,7 +127,8 @@ def test_catalog_agents_are_checked_at_every_entry_point(stack, tmp_path: Path) 
         "leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)},
     }
     stack.reconfigure(agents_file=_catalog(tmp_path, agents))
-    turn = TeamsTurn("a-1", "conv-1", stack.sim_url, "ann", "hi", {"id": "a-1"})
+    ann = "0b0a0000-0000-0000-0000-00000000a11e"
+    turn = TeamsTurn("a-1", "conv-1", stack.sim_url, ann, "hi", {"id": "a-1"})
     for agent, says in (("typo", "ticket.raed"), ("leaky", "model.api_key")):
         with pytest.raises(BadRequest, match=re.escape(says)) as info:
             start_entry(

@@ -82,7 +82,7 @@ def test_downgrade_to_base_and_back(admin_engine, servers) -> None:
 
 
 # The revision before definitions were sealed: runs there keep a plain `spec`.
-BEFORE_SEALED = "0013_event_marks"
+BEFORE_SEALED = "0014_teams_owner_ids"
 LEGACY_SPEC = {
     "model": {"provider": "scripted", "script": {"steps": [{"final": "done"}]}},
     "tools": ["ticket.read"],
@@ -164,3 +164,96 @@ def test_downgrade_past_step_records_waits_for_runs_that_have_them(admin_engine,
         engine.dispose()
         command.downgrade(cfg, "0009")
         assert "run_steps" not in {r[1] for r in _catalog(url)}
+
+
+def _teams_turn(conn, run_id: str | None, sender: dict | None, status: str = "replied") -> None:
+    """A Teams inbox row as the code before 0014 stored it: the sender's display name (or
+    channel id) as `sender`, the activity with its `from` (None: erased)."""
+    activity = None if sender is None else {"type": "message", "from": sender}
+    conn.execute(
+        sa.text(
+            "INSERT INTO teams_inbox (message_id, conversation, sender, agent, text, status, "
+            "run_id, activity) VALUES (:m, 'conv', :s, 'helper', 'hi', :st, :r, "
+            "CAST(:a AS jsonb))"
+        ),
+        {
+            "m": uuid.uuid4().hex,
+            "s": "Pat Lee" if sender is None else sender.get("name", sender["id"]),
+            "st": status,
+            "r": run_id,
+            "a": None if activity is None else json.dumps(activity),
+        },
+    )
+
+
+def test_teams_owner_ids_carries_runs_and_revocations_from_names_to_ids(
+    admin_engine, servers
+) -> None:
+    """Upgrading to 0014: each Teams run (and its sub-agent runs) is owned by the Entra id its
+    activity named, not the display name; a name's revocation stays in force for the people
+    whose runs it refused; a waiting turn without an id is failed, never started under a
+    name; a run whose activity was erased keeps its owner. A downgrade shows names again."""
+    pat, namesake = str(uuid.uuid4()), str(uuid.uuid4()).upper()  # Teams may send any case
+    with _database(admin_engine, servers) as url:
+        cfg = migrate.config(url)
+        cfg.set_main_option("sqlalchemy.url", url)
+        command.upgrade(cfg, "0013_event_marks")
+        engine = sa.create_engine(url, hide_parameters=True)
+        with engine.begin() as conn:
+            mine, theirs, child, erased, app = [_legacy_run(conn) for _ in range(5)]
+            conn.execute(
+                sa.text(
+                    "UPDATE runs SET owner = 'Pat Lee', entry_kind = 'teams' "
+                    "WHERE id = ANY(CAST(:ids AS uuid[]))"
+                ),
+                {"ids": [mine, theirs, child, erased]},
+            )
+            conn.execute(
+                sa.text("UPDATE runs SET parent_run_id = :p, entry_kind = 'plain' WHERE id = :c"),
+                {"p": mine, "c": child},
+            )
+            conn.execute(sa.text("UPDATE runs SET owner = 'Pat Lee' WHERE id = :a"), {"a": app})
+            _teams_turn(conn, mine, {"id": "29:1a", "name": "Pat Lee", "aadObjectId": pat})
+            _teams_turn(conn, theirs, {"id": "29:1b", "name": "Pat Lee", "aadObjectId": namesake})
+            _teams_turn(conn, erased, None)
+            _teams_turn(conn, None, {"id": "29:1c", "name": "Guest"}, status="new")
+            conn.execute(
+                sa.text(
+                    "INSERT INTO principals (name, may_run, may_act, reason) "
+                    "VALUES ('Pat Lee', false, true, 'left the company')"
+                )
+            )
+        command.upgrade(cfg, "0014_teams_owner_ids")
+        with engine.connect() as conn:
+            owners = dict(conn.execute(sa.text("SELECT id::text, owner FROM runs")).all())
+            inbox = conn.execute(
+                sa.text("SELECT sender_id, status FROM teams_inbox ORDER BY id")
+            ).all()
+            revoked = conn.execute(
+                sa.text("SELECT name, may_run, may_act, reason FROM principals ORDER BY name")
+            ).all()
+        assert owners == {
+            mine: pat,
+            theirs: namesake.lower(),
+            child: pat,
+            erased: "Pat Lee",
+            app: "Pat Lee",  # not a Teams run: its owner is the client's
+        }
+        assert [tuple(r) for r in inbox] == [
+            (pat, "replied"),
+            (namesake.lower(), "replied"),
+            (None, "replied"),
+            (None, "failed"),
+        ]
+        assert sorted(tuple(r) for r in revoked) == sorted(
+            [
+                ("Pat Lee", False, True, "left the company"),
+                (pat, False, True, "left the company"),
+                (namesake.lower(), False, True, "left the company"),
+            ]
+        )
+        command.downgrade(cfg, "0013_event_marks")
+        with engine.connect() as conn:
+            senders = conn.execute(sa.text("SELECT sender FROM teams_inbox ORDER BY id")).all()
+        engine.dispose()
+        assert [r.sender for r in senders] == ["Pat Lee", "Pat Lee", "", "Guest"]

@@ -92,7 +92,7 @@ def _insert(stack, run_id: str) -> None:
     sealed = stack.sealer.seal(run_id, "checkpoint", 0, {"messages": []})
     with stack.db() as conn:
         insert_run(conn, run_id=run_id, correlation_id=run_id, request_key=None,
-                   agent="prefixed", owner="app", entry_kind="plain", spec={"model": {}},
+                   agent="prefixed", owner="app", entry_kind="plain", definition=b"",
                    user_input="x", sealed_checkpoint=sealed)  # fmt: skip
 
 

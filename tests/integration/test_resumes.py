@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 
 from liyagent.local.botframework import BotChannel
-from runtime.entries.teams import TeamsTurn, intake_teams, receive_teams
+from runtime.entries.teams_inbox import TeamsTurn, intake_teams, receive_teams
 from store.gates import set_channel, set_principal
 from tests.support.catalogs import write_catalog
 from tests.support.scripts import mixed
 
 pytestmark = pytest.mark.kill
 ANSWER = "Answer from helper."
+# Ann's Entra object id: her Teams turns' owner, the name a revocation gives her by.
+ANN = "0b0a0000-0000-0000-0000-00000000a11e"
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def entries(stack, tmp_path):
 
 
 def _teams_turn(stack, message_id: str) -> str:
-    """A Teams activity from `ann` in the inbox, taken in as a run; the run's id."""
+    """A Teams activity from Ann in the inbox, taken in as a run; the run's id."""
     conversation = f"conv-{message_id}"
     activity = {
         "type": "message",
@@ -44,12 +46,12 @@ def _teams_turn(stack, message_id: str) -> str:
         "from": {
             "id": "29:ann",
             "name": "ann",
-            "aadObjectId": "0b0a0000-0000-0000-0000-00000000a11e",
+            "aadObjectId": ANN,
         },
         "recipient": {"id": "28:bot", "name": "bot"},
         "text": "status of T-3?",
     }
-    turn = TeamsTurn(message_id, conversation, stack.sim_url, "ann", activity["text"], activity)
+    turn = TeamsTurn(message_id, conversation, stack.sim_url, ANN, activity["text"], activity)
     receive_teams(stack.services, turn, "helper")
     [run_id] = intake_teams(stack.services)
     return run_id
@@ -92,7 +94,7 @@ def _stop_agent(stack, run_id: str) -> None:
 
 def _revoke_owner(stack, run_id: str) -> None:
     with stack.db() as conn:
-        set_principal(conn, "ann", may_run=False, may_act=True, reason="left the company")
+        set_principal(conn, ANN, may_run=False, may_act=True, reason="left the company")
 
 
 def _disable_channel(stack, run_id: str) -> None:
@@ -102,17 +104,17 @@ def _disable_channel(stack, run_id: str) -> None:
 
 def _revoke_run_as(stack, run_id: str) -> None:
     with stack.db() as conn:
-        set_principal(conn, "ann", may_run=True, may_act=False, reason="key rotated")
+        set_principal(conn, ANN, may_run=True, may_act=False, reason="key rotated")
 
 
 GATE_CHANGES: dict[str, tuple[Callable[[Any, str], None], str]] = {
     "run_stopped": (_stop_run, "stopped by oncall: runaway"),
     "agent_stopped": (_stop_agent, "stopped by oncall: incident"),
-    "owner_revoked": (_revoke_owner, "its owner ann may no longer run it (left the company)"),
+    "owner_revoked": (_revoke_owner, f"its owner {ANN} may no longer run it (left the company)"),
     "channel_disabled": (_disable_channel, "its channel teams is disabled (tenant offboarded)"),
     "run_as_revoked": (
         _revoke_run_as,
-        "the principal it acts as, ann, may no longer act (key rotated)",
+        f"the principal it acts as, {ANN}, may no longer act (key rotated)",
     ),
 }
 

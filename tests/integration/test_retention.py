@@ -64,7 +64,7 @@ def _queued_run(stack) -> str:
     sealed = stack.sealer.seal(run_id, "checkpoint", 0, {"messages": []})
     with stack.db() as conn:
         insert_run(conn, run_id=run_id, correlation_id=run_id, request_key=None,
-                   agent="kept", owner="app", entry_kind="plain", spec={"model": {}},
+                   agent="kept", owner="app", entry_kind="plain", definition=b"",
                    user_input="x", sealed_checkpoint=sealed)  # fmt: skip
     return run_id
 
@@ -97,8 +97,9 @@ def test_retention_deletes_expired_runs_in_batches_and_keeps_what_guarantees_nee
             "UPDATE runs SET entry_kind = 'a2a' WHERE id = %(a)s",
             "UPDATE runs SET entry_kind = 'cron' WHERE id = %(c)s",
             "UPDATE runs SET parent_run_id = %(p)s WHERE id = %(ch)s",
-            "INSERT INTO teams_inbox (message_id, conversation, sender, agent, text, status, "
-            "run_id) VALUES ('m1', 'conv', 'ann', 'support-bot', 'hi', 'replied', %(t)s)",
+            "INSERT INTO teams_inbox (message_id, conversation, sender_id, agent, text, status, "
+            "run_id) VALUES ('m1', 'conv', '0b0a0000-0000-0000-0000-00000000a11e', "
+            "'support-bot', 'hi', 'replied', %(t)s)",
             "INSERT INTO a2a_tasks (id, run_id, status) VALUES ('task-1', %(a)s, 'completed')",
             "INSERT INTO cron_runs (trigger, scheduled_at, run_id, status) "
             "VALUES ('nightly', now(), %(c)s, 'succeeded')",

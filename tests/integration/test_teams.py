@@ -15,7 +15,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from liyagent.local.botframework import BotChannel, new_key
+from liyagent.local.botframework import BotChannel, TeamsUser, new_key
+from store.gates import set_principal
+from tests.integration.test_cli import cli
 from tests.support.catalogs import helper_agent
 from tests.support.front import serve_front
 
@@ -49,11 +51,17 @@ def front(stack, agents_file, channel):
 
 
 def _activity(
-    stack, channel: BotChannel, text: str = "status of T-3?", kind: str = "personal", **fields
+    stack,
+    channel: BotChannel,
+    text: str = "status of T-3?",
+    kind: str = "personal",
+    sender: TeamsUser | None = None,
+    **fields,
 ):
-    """A new activity in a new conversation of `kind`, with ids shaped as Teams's: a personal
-    chat `a:1...`, a group chat `19:...@thread.v2`, a channel thread `19:...;messageid=R`
-    (its channel made known to the simulators' Graph)."""
+    """A new activity from `sender` (the channel's user by default) in a new conversation of
+    `kind`, with ids shaped as Teams's: a personal chat `a:1...`, a group chat
+    `19:...@thread.v2`, a channel thread `19:...;messageid=R` (its channel made known to the
+    simulators' Graph)."""
     activity_id = f"1{uuid.uuid4().int % 10**12}"
     conversation = {
         "personal": f"a:1{uuid.uuid4().hex}",
@@ -68,6 +76,7 @@ def _activity(
         service_url=stack.sim_url,
         activity_id=activity_id,
         conversation_type=kind,
+        sender=sender,
     )
     return {**activity, **fields}
 
@@ -243,6 +252,89 @@ def test_other_activities_are_acknowledged_and_bad_ones_refused(stack, front, ch
         token = channel.token(str(broken["serviceUrl"]))
         assert channel.post(front, broken, token=token).status_code == 400, broken
     assert _counts(stack) == (0, 0)
+
+
+def test_a_message_without_the_senders_entra_id_is_refused(stack, front, channel) -> None:
+    """A run is owned by its sender's Entra object id: a message that names the sender by
+    display name and channel id only (or by something that is no Entra id) is refused with
+    400, saying which id is missing, and nothing is stored."""
+    for sender in (
+        {"id": "29:1pat", "name": "Pat Lee"},
+        {"id": "29:1pat", "name": "Pat Lee", "aadObjectId": "Pat Lee"},
+        {"id": "29:1pat", "name": "Pat Lee", "aadObjectId": ""},
+    ):
+        answer = channel.post(front, _activity(stack, channel, **{"from": sender}))
+        assert answer.status_code == 400, sender
+        assert "from.aadObjectId" in answer.json()["error"], answer.text
+    assert _counts(stack) == (0, 0)
+
+
+def _turn_of(stack, front, channel: BotChannel, sender: TeamsUser, text: str) -> str:
+    """`sender`'s turn, through the front; its run's id."""
+    activity = _activity(stack, channel, text=text, sender=sender)
+    answer = channel.post(front, activity)
+    assert answer.status_code == 200, answer.text
+    return _run_of(stack, activity)
+
+
+def _inbox_row(stack, run_id: str):
+    return stack.rows(
+        "SELECT i.status, i.text, i.activity, i::text AS whole FROM teams_inbox i "
+        "WHERE run_id = :r",
+        r=run_id,
+    )[0]
+
+
+def test_namesakes_are_two_owners_and_erasing_one_leaves_the_other(stack, front, channel):
+    """Two people named Pat Lee are two owners, by their Entra object ids: erasing one's runs
+    by owner leaves the other's, and leaves no trace of the erased one's display name (content,
+    not identity). Erasing by the display name finds nobody and says which id to give."""
+    stack.worker("w1")
+    pat, namesake = TeamsUser("Pat Lee"), TeamsUser("Pat Lee")
+    secret = uuid.uuid4().hex[:10]
+    mine = _turn_of(stack, front, channel, pat, f"mine-{secret}")
+    theirs = _turn_of(stack, front, channel, namesake, f"theirs-{secret}")
+    for run_id in (mine, theirs):
+        assert stack.wait(run_id).status == "succeeded"
+    owners = {r.id: r.owner for r in stack.rows("SELECT id::text AS id, owner FROM runs")}
+    assert owners == {mine: pat.aad_object_id, theirs: namesake.aad_object_id}
+
+    by_name = cli("erase", "--owner", "Pat Lee", "--by", "dpo", env=stack.env)
+    assert by_name.returncode == 2 and "Entra object id" in by_name.stderr, by_name.stderr
+    done = cli("erase", "--owner", pat.aad_object_id, "--by", "dpo", env=stack.env)
+    assert done.returncode == 0, done.stderr
+    assert mine in done.stdout and theirs not in done.stdout
+
+    erased = _inbox_row(stack, mine)
+    assert (erased.text, erased.activity) == ("", None)
+    assert "Pat Lee" not in erased.whole and secret not in erased.whole
+    [run] = stack.rows("SELECT input, owner FROM runs WHERE id = :r", r=mine)
+    assert (run.input, run.owner) == ("", pat.aad_object_id)  # the tombstone keeps the id
+    kept = _inbox_row(stack, theirs)
+    assert kept.text == f"theirs-{secret}" and kept.activity["from"]["name"] == "Pat Lee"
+    assert stack.rows("SELECT input FROM runs WHERE id = :r", r=theirs)[0].input == kept.text
+
+
+def test_a_revoked_person_is_refused_by_id_and_a_namesake_is_not(stack, front, channel):
+    """A revocation names the person by their Entra object id: their turn is refused even
+    after they renamed themselves, and nothing is posted; another person with the display
+    name they had is answered."""
+    pat = TeamsUser("Pat Lee")
+    with stack.db() as conn:
+        set_principal(
+            conn, pat.aad_object_id, may_run=False, may_act=True, reason="left the company"
+        )
+    namesake = _turn_of(stack, front, channel, TeamsUser("Pat Lee"), "status of T-3?")
+    renamed = _turn_of(stack, front, channel, pat.renamed("Pat Lee-Smith"), "status of T-3?")
+    stack.worker("w1")
+
+    assert stack.wait(namesake).status == "succeeded"
+    assert len(_posts(stack, namesake)) == 1
+    refused = stack.wait(renamed)
+    assert refused.status == "failed", refused
+    assert f"its owner {pat.aad_object_id} may no longer run it" in refused.failure_reason
+    assert _posts(stack, renamed) == [] and _inbox_row(stack, renamed).status == "failed"
+    assert stack.asked(renamed) == {}  # the model was never asked
 
 
 def test_a_front_without_a_bot_refuses_every_activity(stack, agents_file, channel) -> None:

@@ -2,10 +2,11 @@
 or job, who it is) is sealed with its run id in `runs.definition`, replacing the plain `spec`
 JSON a database writer could edit (issue 30). Unfinished runs have theirs sealed here, by the
 callable `liyagent db upgrade` hands over with the deployment's seal keys; finished runs keep
-none (nothing reads it again).
+none (nothing reads it again). After `0014_teams_owner_ids`, so a Teams run's definition is
+sealed with the owner that revision gave it.
 
-Revision ID: 0014_sealed_definitions
-Revises: 0013_event_marks
+Revision ID: 0015_sealed_definitions
+Revises: 0014_teams_owner_ids
 Create Date: 2026-12-06 08:00:00
 """
 
@@ -14,8 +15,8 @@ import json
 import sqlalchemy as sa
 from alembic import context, op
 
-revision = "0014_sealed_definitions"
-down_revision = "0013_event_marks"
+revision = "0015_sealed_definitions"
+down_revision = "0014_teams_owner_ids"
 branch_labels = None
 depends_on = None
 
