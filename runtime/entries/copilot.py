@@ -1,8 +1,8 @@
 """Co-pilot turns (`POST /copilot/turns`, front/entries.py).
 
 Starts: one run of the named catalog agent per conversation and turn id (`copilot:<conversation>:
-<turn>`), owned by the user who asked. Its answer is handed on in Postgres: stored on the run
-and its transcript in one statement. A failure is told on the run alone.
+<turn>`) and front principal, owned by the user who asked. Its answer is handed on in Postgres:
+stored on the run and its transcript in one statement. A failure is told on the run alone.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ ENTRY = InPostgres(EntryKind.COPILOT)
 
 
 def start_copilot_turn(
-    s: Services, agent: str, conversation: str, turn: str, text: str, user: str
+    s: Services, agent: str, conversation: str, turn: str, text: str, user: str, *, principal: str
 ) -> tuple[RunId, bool]:
-    """The run of `agent` for turn `turn` of `conversation` (made once); (run id, new)."""
+    """The run of `agent` for `principal`'s turn `turn` of `conversation` (made once); (run
+    id, new)."""
     return start_entry(
         s,
         entry_kind=EntryKind.COPILOT,
@@ -28,4 +29,5 @@ def start_copilot_turn(
         request_key=f"copilot:{conversation}:{turn}",
         owner=user,
         channel="copilot",
+        principal=principal,
     )
