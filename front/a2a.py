@@ -10,6 +10,9 @@ the answer as the task's one artifact, failed is failed (canceled when CancelTas
 The card says streaming: SendStreamingMessage and SubscribeToTask stream the task's updates
 from its run's events (front/a2a_tasks.py). Every method sees only the principal's own tasks
 (all of them with `operate`, front/auth.py): the principal rides in each call's context.
+
+The card is public (no token), so it says only what a client needs to call: each skill's name
+and its catalog `description`, never an agent's system prompt, tools or model.
 """
 
 from __future__ import annotations
@@ -46,15 +49,16 @@ RPC_PATH = "/a2a"
 
 
 def agent_card(s: Services, base_url: str) -> AgentCard:
-    """The front as one A2A agent: each catalog agent a skill, the JSON-RPC endpoint, and the
-    front's bearer token as its security scheme."""
+    """The front as one A2A agent: each catalog agent a skill (its name and public description
+    only: no prompt, tool or model), the JSON-RPC endpoint, and the front's bearer token as
+    its security scheme."""
     catalog = agents(s.settings, s.tools)
     skills = [
         AgentSkill(
             id=name,
             name=name,
-            description=definition.system or f"The {name} agent.",
-            tags=list(definition.tools or []),
+            description=definition.description or f"The {name} agent.",
+            tags=["agent"],
             input_modes=["text/plain"],
             output_modes=["text/plain"],
         )

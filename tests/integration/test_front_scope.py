@@ -1,7 +1,8 @@
 """Every read is scoped to its principal: a run or an A2A task is seen by the principal whose
 token started it, and by an operator (the `operate` right); to anyone else it answers exactly
 as one that does not exist. Request keys (webhook event ids, A2A message ids) are scoped by
-principal too: another caller's key never hands out their run id or a digest of their input."""
+principal too: another caller's key never hands out their run id or a digest of their input.
+The anonymous agent card publishes no system prompt, tool or model."""
 
 from __future__ import annotations
 
@@ -241,3 +242,17 @@ def test_an_a2a_message_id_is_a_task_per_principal(stack, front) -> None:
     assert canceled["metadata"]["run_id"] == theirs["metadata"]["run_id"]
     still = _a2a(front, "ci", "GetTask", {"id": message_id})["result"]
     assert still["status"]["state"] == "TASK_STATE_SUBMITTED"
+
+
+def test_the_anonymous_card_publishes_no_prompt_tool_or_model(front) -> None:
+    card = front.get("/.well-known/agent-card.json")
+    assert card.status_code == 200
+    text = card.text
+    assert "pricing rule 7" not in text and SECRET_PROMPT not in text
+    for secret in ("incident.page", "ticket.read", "agent.delegate", "scripted", SECRET_MODEL):
+        assert secret not in text, secret
+    assert '"model"' not in text and '"system"' not in text and '"tools"' not in text
+    skills = {s["id"]: s for s in card.json()["skills"]}
+    assert sorted(skills) == ["delegator", "reader"]
+    assert skills["reader"]["description"] == "Reads tickets and says what they need."
+    assert skills["delegator"]["description"] == "The delegator agent."
