@@ -8,7 +8,11 @@ state is its run's: queued before any start is submitted, running is working, wa
 approval is auth-required (a person must authorize a held write), succeeded is completed with
 the answer as the task's one artifact, failed is failed (canceled when CancelTask stopped it).
 The card says streaming: SendStreamingMessage and SubscribeToTask stream the task's updates
-from its run's events (front/a2a_tasks.py).
+from its run's events (front/a2a_tasks.py). Every method sees only the principal's own tasks
+(all of them with `operate`, front/auth.py): the principal rides in each call's context.
+
+The card is public (no token), so it says only what a client needs to call: each skill's name
+and its catalog `description`, never an agent's system prompt, tools or model.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from a2a.auth.user import User
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types import (
     AgentCapabilities,
@@ -32,7 +38,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from front.a2a_tasks import ACTING, TaskHandler
+from front.a2a_tasks import TaskHandler, TokenUser
 from front.auth import Right, lacks_right, principal, protected, services
 from front.body import read_limited
 from front.errors import FrontError
@@ -43,15 +49,16 @@ RPC_PATH = "/a2a"
 
 
 def agent_card(s: Services, base_url: str) -> AgentCard:
-    """The front as one A2A agent: each catalog agent a skill, the JSON-RPC endpoint, and the
-    front's bearer token as its security scheme."""
+    """The front as one A2A agent: each catalog agent a skill (its name and public description
+    only: no prompt, tool or model), the JSON-RPC endpoint, and the front's bearer token as
+    its security scheme."""
     catalog = agents(s.settings, s.tools)
     skills = [
         AgentSkill(
             id=name,
             name=name,
-            description=definition.system or f"The {name} agent.",
-            tags=list(definition.tools or []),
+            description=definition.description or f"The {name} agent.",
+            tags=["agent"],
             input_modes=["text/plain"],
             output_modes=["text/plain"],
         )
@@ -98,7 +105,8 @@ async def card(request: Request) -> Response:
 
 
 # The right each A2A method that changes something, or follows a task's stream, needs; reading
-# tasks once (GetTask, ListTasks) needs none.
+# tasks once (GetTask, ListTasks) needs none. Every method sees the principal's own tasks only
+# (every task with `operate`).
 METHOD_RIGHTS = {
     "SendMessage": Right.START,
     "SendStreamingMessage": Right.START,
@@ -120,25 +128,29 @@ def _method(body: bytes) -> str | None:
 @protected
 async def rpc(request: Request) -> Response:
     """POST /a2a: one A2A JSON-RPC request (the body at most 1 MiB), answered by the SDK. A
-    method that starts or cancels a run needs that right of the token's principal, and the
-    principal is recorded as who acted."""
+    method that starts or cancels a run needs that right of the token's principal; the
+    principal is what the method may see, and is recorded as who acted."""
     body = await read_limited(request)
     who = principal(request)
     needed = METHOD_RIGHTS.get(_method(body) or "")
     if needed is not None and needed not in who.rights:
         raise lacks_right(who.name, needed)
-    acting = ACTING.set(who.name)
 
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
 
     dispatcher: JsonRpcDispatcher = request.app.state.a2a
-    try:
-        return await dispatcher.handle_requests(Request(request.scope, replay))
-    finally:
-        ACTING.reset(acting)
+    return await dispatcher.handle_requests(Request(request.scope, replay))
+
+
+class PrincipalContext(DefaultServerCallContextBuilder):
+    """Each call's context names the token's principal (`protected` put it on the request), so
+    the handler, streams included, reads and acts as that principal only."""
+
+    def build_user(self, request: Request) -> User:
+        return TokenUser(principal(request))
 
 
 def dispatcher(s: Services) -> JsonRpcDispatcher:
     """The SDK's JSON-RPC dispatcher over this front's task handler."""
-    return JsonRpcDispatcher(TaskHandler(s))
+    return JsonRpcDispatcher(TaskHandler(s), context_builder=PrincipalContext())

@@ -9,6 +9,11 @@ TaskStatusUpdateEvent per run event (runtime/ops/events.py, the events `GET /run
 sends; the event in its metadata, `event`) until the run's last, with the answer as a
 TaskArtifactUpdateEvent before the first update that says completed. It waits on the run's
 nudge between reads, holding no database connection. Push notifications are not offered.
+
+Every method sees only the tasks of the request's principal (the front's bearer token, carried
+in the SDK's `ServerCallContext` as a `TokenUser`), or all of them with `operate`; any other
+task is not found, exactly as one that does not exist. Task ids are unique per principal:
+another principal's message id is another task.
 """
 
 from __future__ import annotations
@@ -18,11 +23,11 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import structlog
+from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler, validate_request_params
 from a2a.types import (
@@ -69,6 +74,7 @@ from a2a.utils.task import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.concurrency import run_in_threadpool
 
+from front.auth import Principal
 from front.body import ID, text_problem
 from runtime.core.enqueue import BadRequest
 from runtime.entries import a2a
@@ -77,10 +83,7 @@ from runtime.ops.events import RunEvent, first_page
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from store.entries import A2ATask, get_a2a_task, list_a2a_tasks
-
-# Who acts through this request: the principal of the front's bearer token (front/a2a.py sets
-# it for each JSON-RPC request), recorded on a CancelTask's Stop.
-ACTING: ContextVar[str] = ContextVar("liyagent_a2a_principal", default="a2a")
+from store.scope import Scope
 
 log = structlog.get_logger("front")
 T = TypeVar("T")
@@ -99,6 +102,30 @@ _SETTLED = frozenset({"completed", "failed", "canceled", "auth-required"})
 # States a task does not leave.
 _ENDED = frozenset({"completed", "failed", "canceled"})
 _POLL_S = 0.25
+
+
+class TokenUser(User):
+    """The SDK's user for a request: the principal of the front's bearer token (front/a2a.py
+    builds it into each call's context); what it may read, and who acts (a CancelTask's Stop)."""
+
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self.principal.name
+
+
+def _principal(context: ServerCallContext | None) -> Principal:
+    """The request's principal; a call without one (never routed so) is refused, fail closed."""
+    user = None if context is None else context.user
+    if not isinstance(user, TokenUser):
+        raise InternalError("the request carries no principal; send it with a bearer token")
+    return user.principal
 
 
 def _text_of(message: Message) -> str:
@@ -207,23 +234,24 @@ class TaskHandler(RequestHandler):
         with _answered():
             return await run_in_threadpool(work)
 
-    def _task(self, task_id: str) -> A2ATask:
+    def _task(self, task_id: str, scope: Scope) -> A2ATask:
+        """The task as `scope` sees it; one it does not see is not found, as one never made."""
         with self.s.engine.connect() as conn:
-            row = get_a2a_task(conn, task_id)
+            row = get_a2a_task(conn, task_id, scope)
         if row is None:
             raise TaskNotFoundError(f"no task {task_id!r} here")
         return row
 
-    def _submit(self, params: SendMessageRequest) -> tuple[str, bool]:
+    def _submit(self, params: SendMessageRequest, who: Principal) -> tuple[str, bool]:
         """The message's task: a run linked to its task in one statement, once per message id
-        (`runtime/entries/a2a.py`)."""
+        and principal (`runtime/entries/a2a.py`)."""
         message = params.message
         if not ID.fullmatch(message.message_id):
             raise InvalidParamsError(f"messageId must match {ID.pattern}")
         if message.role not in (Role.ROLE_USER, Role.ROLE_UNSPECIFIED):
             raise InvalidParamsError("the message must come from the user (ROLE_USER)")
         if message.task_id and message.task_id != message.message_id:
-            self._task(message.task_id)
+            self._task(message.task_id, who.scope())
             raise UnsupportedOperationError(
                 "a task here takes one message; send a new message without taskId"
             )
@@ -236,6 +264,7 @@ class TaskHandler(RequestHandler):
             message.message_id,
             context_id,
             json.dumps(MessageToDict(message)),
+            principal=who.name,
         )
         log.info("front.a2a_task", task_id=message.message_id, run_id=run_id, created=created)
         return message.message_id, created
@@ -247,28 +276,32 @@ class TaskHandler(RequestHandler):
         """SendMessage: the task this message makes (or made); unless the client asked to
         return at once, wait (bounded by LIYAGENT_A2A_WAIT_S) until it ends or needs a person."""
         validate_history_length(params.configuration)
-        task_id, _ = await self._call(lambda: self._submit(params))
-        row = await self._call(lambda: self._task(task_id))
+        who = _principal(context)
+        task_id, _ = await self._call(lambda: self._submit(params, who))
+        row = await self._call(lambda: self._task(task_id, who.scope()))
         if not params.configuration.return_immediately:
             deadline = asyncio.get_running_loop().time() + self.s.settings.a2a_wait_s
             while row.state not in _SETTLED and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(_POLL_S)
-                row = await self._call(lambda: self._task(task_id))
+                row = await self._call(lambda: self._task(task_id, who.scope()))
         return apply_history_length(task_of(row), params.configuration)
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        """GetTask: the task as its run stands now."""
+        """GetTask: the task as its run stands now (one the principal may see)."""
         validate_history_length(params)
-        row = await self._call(lambda: self._task(params.id))
+        scope = _principal(context).scope()
+        row = await self._call(lambda: self._task(params.id, scope))
         return apply_history_length(task_of(row), params)
 
     @validate_request_params
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        """ListTasks: newest first, filtered by context, state and update time, paged."""
+        """ListTasks: the tasks the principal may see, newest first, filtered by context, state
+        and update time, paged."""
         validate_history_length(params)
+        scope = _principal(context).scope()
         size = params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE
         validate_page_size(size)
         before = None
@@ -290,6 +323,7 @@ class TaskHandler(RequestHandler):
             with self.s.engine.connect() as conn:
                 return list_a2a_tasks(
                     conn,
+                    scope=scope,
                     limit=size,
                     context_id=params.context_id or None,
                     state=state,
@@ -315,23 +349,25 @@ class TaskHandler(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         """CancelTask: an operator Stop of the task's run (a queued or waiting run ends now, a
-        running one at its next step); an ended task cannot be canceled."""
+        running one at its next step), of a task the principal may see; an ended task cannot be
+        canceled. Who stops is the principal."""
+        who = _principal(context)
 
         def cancel() -> A2ATask:
-            row = self._task(params.id)
+            row = self._task(params.id, who.scope())
             if row.state in ("completed", "failed", "canceled"):
                 raise TaskNotCancelableError(f"task {row.id} already {row.state}")
             try:
-                a2a.cancel(self.s, row.id, row.run_id, ACTING.get())
+                a2a.cancel(self.s, row.id, row.run_id, who.name)
             except BadRequest as exc:
                 raise TaskNotCancelableError(str(exc)) from None
             log.info("front.a2a_canceled", task_id=row.id, run_id=row.run_id)
-            return self._task(row.id)
+            return self._task(row.id, who.scope())
 
         return task_of(await self._call(cancel))
 
     async def _stream(
-        self, task_id: str, history: Any
+        self, task_id: str, scope: Scope, history: Any
     ) -> AsyncGenerator[Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
         """The task, then a status update per run event until the run's last: the answer as
         an artifact once the task completed, before the first update that says so.
@@ -341,17 +377,17 @@ class TaskHandler(RequestHandler):
         it, so its state includes every event up to that page's last seq, and the follow
         goes on from exactly there (an event between the two reads may repeat a state, never
         lose one)."""
-        run_id = (await self._call(lambda: self._task(task_id))).run_id
+        run_id = (await self._call(lambda: self._task(task_id, scope))).run_id
         with _answered():
             opened = await first_page(self.s.engine, self.s.changes, run_id, 0)
         try:
-            row = await self._call(lambda: self._task(task_id))
+            row = await self._call(lambda: self._task(task_id, scope))
             yield apply_history_length(task_of(row), history)
             if row.state in _ENDED:
                 return
             answered = False
             async for event in opened.passed().follow(self.s.engine):
-                row = await self._call(lambda: self._task(task_id))
+                row = await self._call(lambda: self._task(task_id, scope))
                 answer = _answer(row)
                 if answer is not None and not answered:
                     answered = True
@@ -369,16 +405,18 @@ class TaskHandler(RequestHandler):
         """SendStreamingMessage: the message's task (made once per message id), then its
         updates as its run's events are recorded, until it ended."""
         validate_history_length(params.configuration)
-        task_id, _ = await self._call(lambda: self._submit(params))
-        async for item in self._stream(task_id, params.configuration):
+        who = _principal(context)
+        task_id, _ = await self._call(lambda: self._submit(params, who))
+        async for item in self._stream(task_id, who.scope(), params.configuration):
             yield item
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
         """SubscribeToTask: the task as it stands, then its updates until it ended (a client
-        whose stream broke subscribes again and goes on from the task's current state)."""
-        async for item in self._stream(params.id, None):
+        whose stream broke subscribes again and goes on from the task's current state); a task
+        the principal may see only."""
+        async for item in self._stream(params.id, _principal(context).scope(), None):
             yield item
 
     async def on_create_task_push_notification_config(

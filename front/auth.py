@@ -15,14 +15,24 @@ right. A presented token is hashed and compared with every configured digest in 
 Rights: `start` (start runs: webhooks, ticket events, co-pilot turns, A2A tasks, Teams
 messages), `decide` (decide approvals), `stop` (stop runs and agents, and lift stops), `erase`
 (erase a run's or an owner's runs' content, front/erasure.py), `read` (follow a run's event
-stream: `GET /runs/{id}/events`, A2A SubscribeToTask). One-shot reads (`GET /runs/{id}`, A2A
-task reads) need a valid token and no right.
+stream: `GET /runs/{id}/events`, A2A SubscribeToTask), `operate` (an operator: every read sees
+every run and A2A task, not only the principal's own). One-shot reads (`GET /runs/{id}`, A2A
+GetTask and ListTasks) need a valid token and no right.
+
+Every read is scoped to its principal (`Principal.scope`, store/scope.py): a principal sees
+the runs and A2A tasks its tokens started (a sub-agent run counts as its parent's), an
+operator sees all of them, and runs started inside the deployment (the client API, cron,
+Teams, jobs) only an operator sees. Anything else answers exactly as a run or task that does
+not exist (404, TaskNotFound), so guessing ids learns nothing. Request keys (webhook event
+ids, A2A message ids, ...) are scoped the same way: another principal's key makes another run.
+Several tokens may name one principal with different rights, e.g. a service's token with
+`start` and its browser's with `read` alone, which follows the streams of that service's runs.
 
 A browser's EventSource cannot send an Authorization header, so the events route alone also
 takes the token as `?access_token=` (`requires(..., query_token=True)`); the access log and
 the refusals log the path only, never the query, so the token reaches no log. Give a browser
-a token that carries `read` and nothing else. Who decided or stopped is
-always the token's principal, never a name in the body (see `actor`).
+a token that carries `read` and nothing else, naming the principal whose runs it follows. Who
+decided or stopped is always the token's principal, never a name in the body (see `actor`).
 """
 
 from __future__ import annotations
@@ -37,12 +47,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from front.errors import FrontError
 from runtime.base.settings import ConfigError, Settings
 from runtime.services import Services
+from store.rows import RunNotFound
+from store.scope import Scope, run_in_scope
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="liyagent"'}
@@ -58,6 +71,7 @@ class Right(StrEnum):
     STOP = "stop"  # stop runs and agents, and lift stops
     ERASE = "erase"  # erase runs' content (a run, or an owner's runs)
     READ = "read"  # follow runs' event streams (SSE, A2A SubscribeToTask)
+    OPERATE = "operate"  # read every run and A2A task, not only those it started (an operator)
 
 
 WHAT = {
@@ -66,6 +80,7 @@ WHAT = {
     Right.STOP: "stop runs and agents and lift stops",
     Right.ERASE: "erase runs",
     Right.READ: "follow runs' events",
+    Right.OPERATE: "read every caller's runs and tasks",
 }
 
 
@@ -75,6 +90,10 @@ class Principal:
 
     name: str
     rights: frozenset[Right]
+
+    def scope(self) -> Scope:
+        """What its reads see: the runs and tasks it started, or all of them with `operate`."""
+        return Scope(self.name, every=Right.OPERATE in self.rights)
 
 
 @dataclass(frozen=True)
@@ -203,6 +222,18 @@ def principal(request: Request) -> Principal:
     """The principal `protected`/`requires` authenticated for this request."""
     found: Principal = request.state.principal
     return found
+
+
+def _check_seen(s: Services, run_id: str, scope: Scope) -> None:
+    with s.engine.connect() as conn:
+        if not run_in_scope(conn, run_id, scope):
+            raise RunNotFound(run_id)
+
+
+async def seen_run(request: Request, run_id: str) -> None:
+    """RunNotFound (404) unless the run exists and the request's principal may see it: a run
+    out of its scope answers exactly as one that does not exist."""
+    await run_in_threadpool(_check_seen, services(request), run_id, principal(request).scope())
 
 
 def actor(request: Request, body: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 Teams activities in `teams.py`); each kind's start is its module in `runtime/entries/`.
 
 Each is thin, like a Celery task: validate every field, then one runtime call in a worker
-thread. The request key makes a repeated delivery return the run the first one made.
+thread. The request key makes a repeated delivery return the run the first one made; keys are
+the token's principal's own (another principal's event id makes another run).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from front.auth import Right, requires, services
+from front.auth import Right, principal, requires, services
 from front.body import KEY_PART, Fields, path_id, read_json
 from front.errors import FrontError
 from runtime.entries.client import AGENT_NAME
@@ -45,10 +46,15 @@ def known_agent(s: Services, name: str) -> AgentDef:
 
 
 def _start(
-    s: Services, agent: str, start: Callable[..., tuple[RunId, bool]], *args: str
+    s: Services, agent: str, start: Callable[..., tuple[RunId, bool]], *args: str, who: str
 ) -> tuple[RunId, bool]:
     known_agent(s, agent)
-    return start(s, agent, *args)
+    return start(s, agent, *args, principal=who)
+
+
+def _who(request: Request) -> str:
+    """The principal whose token starts the run: it scopes the request key and the reads."""
+    return principal(request).name
 
 
 def _accepted(run_id: str, created: bool, **extra: Any) -> Response:
@@ -62,7 +68,7 @@ async def webhook(request: Request) -> Response:
     f = Fields(await read_json(request), {"event_id", "input"})
     event_id, text = f.ident("event_id"), f.text("input")
     run_id, created = await run_in_threadpool(
-        _start, services(request), agent, start_webhook, event_id, text
+        _start, services(request), agent, start_webhook, event_id, text, who=_who(request)
     )
     log.info("front.webhook", run_id=run_id, created=created, agent=agent, event_id=event_id)
     return _accepted(run_id, created)
@@ -76,7 +82,15 @@ async def ticket_event(request: Request) -> Response:
     event_id, agent = f.ident("event_id"), f.ident("agent", AGENT_NAME)
     kind, text = f.name("type"), f.text("text")
     run_id, created = await run_in_threadpool(
-        _start, services(request), agent, start_ticket_event, ticket, event_id, kind, text
+        _start,
+        services(request),
+        agent,
+        start_ticket_event,
+        ticket,
+        event_id,
+        kind,
+        text,
+        who=_who(request),
     )
     log.info("front.ticket_event", run_id=run_id, created=created, ticket=ticket, event_id=event_id)
     return _accepted(run_id, created)
@@ -89,7 +103,15 @@ async def copilot_turn(request: Request) -> Response:
     conversation, turn = f.ident("conversation", KEY_PART), f.ident("turn_id")
     agent, text, user = f.ident("agent", AGENT_NAME), f.text("text"), f.name("user")
     run_id, created = await run_in_threadpool(
-        _start, services(request), agent, start_copilot_turn, conversation, turn, text, user
+        _start,
+        services(request),
+        agent,
+        start_copilot_turn,
+        conversation,
+        turn,
+        text,
+        user,
+        who=_who(request),
     )
     log.info("front.copilot_turn", run_id=run_id, created=created, conversation=conversation)
     return _accepted(run_id, created)

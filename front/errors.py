@@ -50,17 +50,11 @@ async def on_bad_request(request: Request, exc: Exception) -> Response:
 
 
 async def on_request_conflict(request: Request, exc: Exception) -> Response:
-    """The request key already names a run started with another request: 409 with the run
-    and both requests' digests (nothing was stored)."""
+    """The request key already names one of this principal's runs, started with another
+    request: 409 with that run, and nothing of the request that started it (nothing stored)."""
     assert isinstance(exc, RequestConflict)
     log.info("front.refused", path=request.url.path, status=409, run_id=exc.run_id)
-    return error_response(
-        409,
-        str(exc),
-        run_id=exc.run_id,
-        stored_digest=exc.stored_digest,
-        given_digest=exc.given_digest,
-    )
+    return error_response(409, str(exc), run_id=exc.run_id)
 
 
 async def on_run_not_found(request: Request, exc: Exception) -> Response:

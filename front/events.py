@@ -8,8 +8,9 @@ events after that seq: none missed, none repeated, across a worker's death (the 
 not the process's). The stream ends after the run's last event (`delivered` or `failed`); a
 reconnect after that gets 204, which tells an EventSource to stop reconnecting.
 
-Bounded: the route checks the run and the Last-Event-ID, and reads the first page, before
-anything is opened (404, 400, 403 as JSON). Then each read borrows a pooled connection for one
+Bounded: the route checks the run (it exists and the principal may see it: front/auth.py) and
+the Last-Event-ID, and reads the first page, before anything is opened (404, 400, 403 as
+JSON). Then each read borrows a pooled connection for one
 statement; between reads the stream waits on the run's Redis nudge, holding no connection and
 no thread. Events are produced only as fast as the client takes them (the generator runs when
 the previous message was sent), so a slow reader holds one page at most, and one that reads
@@ -29,7 +30,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 
-from front.auth import Right, requires, services
+from front.auth import Right, requires, seen_run, services
 from front.body import path_uuid
 from front.errors import FrontError
 from runtime.ops.events import Opened, RunEvent, first_page
@@ -78,9 +79,11 @@ async def stream(s: Services, opened: Opened) -> AsyncIterator[ServerSentEvent]:
 
 @requires(Right.READ, query_token=True)
 async def run_events(request: Request) -> Response:
-    """GET /runs/{run_id}/events: the run's events as SSE, after `Last-Event-ID` if sent."""
+    """GET /runs/{run_id}/events: the run's events as SSE, after `Last-Event-ID` if sent; only
+    for the principal that started the run, or an operator (404 otherwise)."""
     run_id = path_uuid(request.path_params["run_id"], "run id")
     after = last_event_id(request)
+    await seen_run(request, run_id)
     s = services(request)
     # RunNotFound answers 404 before anything is opened; one statement, connection released.
     opened = await first_page(s.engine, s.changes, run_id, after)

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from front.auth import Right, actor, protected, requires, services
+from front.auth import Right, actor, protected, requires, seen_run, services
 from front.body import Fields, path_id, path_uuid, read_json
 from front.errors import FrontError
 from runtime.entries.client import AGENT_NAME, Client, NotDecided, Stopped, UnknownAgent
@@ -26,8 +26,10 @@ MAX_REASON_BYTES = 4096
 
 @protected
 async def run_read(request: Request) -> Response:
-    """GET /runs/{run_id}: status, attempt, losses, step, answer, failure and what it waits on."""
+    """GET /runs/{run_id}: status, attempt, losses, step, answer, failure and what it waits on;
+    only for the principal that started the run, or an operator (404 otherwise)."""
     run_id = path_uuid(request.path_params["run_id"], "run id")
+    await seen_run(request, run_id)
     view = await run_in_threadpool(Client(services(request)).get, run_id)
     return JSONResponse(dataclasses.asdict(view))
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from store.db import sql
 from store.rows import FencedOut
+from store.scope import Scope
 
 
 class EntryKind(StrEnum):
@@ -52,8 +53,9 @@ class EntryLink:
         """A CTE inserting the link for the run the `r` CTE inserted."""
         if self.kind == EntryKind.A2A:
             return (
-                "link AS (INSERT INTO a2a_tasks (id, run_id, context_id, message) "
-                "SELECT :link_ref, id, :link_context, CAST(:link_message AS jsonb) FROM r)",
+                "link AS (INSERT INTO a2a_tasks (id, run_id, principal, context_id, message) "
+                "SELECT :link_ref, id, principal, :link_context, CAST(:link_message AS jsonb) "
+                "FROM r)",
                 {
                     "link_ref": self.ref,
                     "link_context": self.context_id,
@@ -196,29 +198,42 @@ class A2ATask:
     state: str
 
 
-def get_a2a_task(conn: sa.Connection, task_id: str) -> A2ATask | None:
-    """One A2A task with its run's state, or None."""
-    row = conn.execute(sql(f"{_TASK_SELECT} WHERE t.id = :id"), {"id": task_id}).first()
+def get_a2a_task(conn: sa.Connection, task_id: str, scope: Scope) -> A2ATask | None:
+    """The A2A task `task_id` as `scope` sees it (ids are unique per principal: the reader's
+    own task first, else the first made), with its run's state; None when it sees none."""
+    row = conn.execute(
+        sql(
+            f"{_TASK_SELECT} WHERE t.id = :id AND {scope.sees('t')} "
+            f"ORDER BY {scope.own_first('t')}, t.created_at, t.run_id LIMIT 1"
+        ),
+        {"id": task_id, **scope.params()},
+    ).first()
     return None if row is None else A2ATask(**row._mapping)
 
 
 def list_a2a_tasks(
     conn: sa.Connection,
     *,
+    scope: Scope,
     limit: int,
     context_id: str | None = None,
     state: str | None = None,
     updated_after: datetime | None = None,
     before: tuple[datetime, str] | None = None,
 ) -> tuple[list[A2ATask], int]:
-    """A page of A2A tasks, newest first, after the cursor `before` (created_at, id); with the
-    number of tasks the filters match in all."""
-    where = ["(CAST(:ctx AS text) IS NULL OR t.context_id = :ctx)"]
+    """A page of the A2A tasks `scope` sees, newest first, after the cursor `before`
+    (created_at, id); with the number of those tasks the filters match in all."""
+    where = [scope.sees("t"), "(CAST(:ctx AS text) IS NULL OR t.context_id = :ctx)"]
     where.append(f"(CAST(:state AS text) IS NULL OR {TASK_STATE_SQL} = :state)")
     where.append(
         "(CAST(:after AS timestamptz) IS NULL OR greatest(t.updated_at, r.updated_at) > :after)"
     )
-    params: dict[str, Any] = {"ctx": context_id, "state": state, "after": updated_after}
+    params: dict[str, Any] = {
+        "ctx": context_id,
+        "state": state,
+        "after": updated_after,
+        **scope.params(),
+    }
     total = conn.execute(
         sql(
             "SELECT count(*) FROM a2a_tasks t JOIN runs r ON r.id = t.run_id WHERE "
@@ -239,20 +254,21 @@ def list_a2a_tasks(
     return [A2ATask(**r._mapping) for r in rows], int(total)
 
 
-def mark_a2a_canceled(conn: sa.Connection, task_id: str) -> bool:
-    """Record that CancelTask stopped this task's run (once; only while the run has not ended),
+def mark_a2a_canceled(conn: sa.Connection, run_id: str) -> bool:
+    """Record that CancelTask stopped this run's task (once; only while the run has not ended),
     so the run's failure is reported as canceled."""
     row = conn.execute(
         sql(
             """
             UPDATE a2a_tasks SET canceled_at = now(), updated_at = now()
             FROM runs r
-            WHERE a2a_tasks.id = :id AND r.id = a2a_tasks.run_id AND a2a_tasks.canceled_at IS NULL
+            WHERE a2a_tasks.run_id = CAST(:run_id AS uuid) AND r.id = a2a_tasks.run_id
+              AND a2a_tasks.canceled_at IS NULL
               AND (r.status NOT IN ('succeeded', 'failed') OR r.failure_reason LIKE 'stopped by%')
             RETURNING a2a_tasks.id
             """
         ),
-        {"id": task_id},
+        {"run_id": run_id},
     ).first()
     return row is not None
 

@@ -29,19 +29,21 @@ class FencedOut(StoreError):
 
 
 class RequestKeyConflict(StoreError):
-    """A request key already names a run started with other parameters: the same key with
-    another request is the caller's mistake, never answered with the first run."""
+    """A request key already names one of this caller's runs, started with other parameters:
+    the same key with another request is the caller's mistake, never answered with the first
+    run. It names that run (the caller's own) and nothing of the request it was started with."""
 
-    def __init__(self, request_key: str, run_id: str, stored: str, given: str) -> None:
-        super().__init__(
-            f"request key {request_key!r} already names run {run_id}, started with other "
-            f"parameters (digest {stored}; this request's is {given}); nothing was stored - "
-            "send the same request to get that run again, or use a new key for a new request"
+    def __init__(self, request_key: str, run_id: str, erased: bool = False) -> None:
+        said = (
+            "which was erased (its request is no longer known); nothing was stored - use a new "
+            "key for a new request"
+            if erased
+            else "started with other parameters; nothing was stored - send the same request to "
+            "get that run again, or use a new key for a new request"
         )
+        super().__init__(f"request key {request_key!r} already names run {run_id}, {said}")
         self.request_key = request_key
         self.run_id = run_id
-        self.stored = stored
-        self.given = given
 
 
 class RunNotFound(StoreError):
@@ -61,6 +63,9 @@ class RunRow:
     request_digest: str | None
     agent: str
     owner: str
+    # The front principal that started it (a sub-agent run: its parent's); None inside the
+    # deployment (client API, cron, Teams, jobs). Scopes its request key and its readers.
+    principal: str | None
     entry_kind: str
     kind: RunKind
     channel: str

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from store.db import sql, to_json
 from store.entries import EntryLink, ends_cte
+from store.erasure import ERASED_DIGEST
 from store.gates import gate_row, gates_of
 from store.rows import (
     Attempt,
@@ -58,12 +59,14 @@ def insert_run(
     resumable: bool = True,
     link: EntryLink | None = None,
     request_digest: str | None = None,
+    principal: str | None = None,
 ) -> tuple[RunId, bool]:
     """Insert a queued run with its sealed definition, its input and its sealed step-0
-    checkpoint, and its entry link, in one statement; with a request key already used, return
-    that run instead (False: not new), or raise RequestKeyConflict when that run was started
-    with another request (its digest differs; a run stored before digests existed matches
-    any)."""
+    checkpoint, and its entry link, in one statement; with a request key this principal already
+    used, return that run instead (False: not new), or raise RequestKeyConflict when that run
+    was started with another request (its digest differs; a run stored before digests existed
+    matches any). Keys are scoped by `principal` (the front's; None inside the deployment):
+    another principal's run is never found, so never handed out."""
     link_sql, link_params = "", dict[str, Any]()
     if link is not None:
         cte, link_params = link.cte()
@@ -73,14 +76,14 @@ def insert_run(
             f"""
             WITH r AS (
                 INSERT INTO runs (id, correlation_id, request_key, request_digest, agent, owner,
-                                  entry_kind, definition, kind, channel, run_as, parent_run_id,
-                                  resumable, input, checkpoint, checkpoint_attempt,
-                                  checkpointed_at)
+                                  principal, entry_kind, definition, kind, channel, run_as,
+                                  parent_run_id, resumable, input, checkpoint,
+                                  checkpoint_attempt, checkpointed_at)
                 VALUES (:id, :correlation_id, :request_key, :request_digest, :agent, :owner,
-                        :entry_kind, :definition, :kind, :channel, :run_as,
-                        :parent_run_id, :resumable, :user_input, :sealed, 1, now())
-                ON CONFLICT (request_key) WHERE request_key IS NOT NULL DO NOTHING
-                RETURNING id){link_sql}
+                        :principal, :entry_kind, :definition, :kind, :channel,
+                        :run_as, :parent_run_id, :resumable, :user_input, :sealed, 1, now())
+                ON CONFLICT (request_key, principal) WHERE request_key IS NOT NULL DO NOTHING
+                RETURNING id, principal){link_sql}
             SELECT id FROM r
             """
         ),
@@ -92,6 +95,7 @@ def insert_run(
             "request_digest": request_digest if request_key is not None else None,
             "agent": agent,
             "owner": owner,
+            "principal": principal,
             "entry_kind": entry_kind,
             "definition": definition,
             "sealed": sealed_checkpoint,
@@ -106,14 +110,18 @@ def insert_run(
     if row is not None:
         return RunId(row.id), True
     existing = conn.execute(
-        sql("SELECT id, request_digest FROM runs WHERE request_key = :k"), {"k": request_key}
+        sql(
+            "SELECT id, request_digest FROM runs WHERE request_key = :k "
+            "AND principal IS NOT DISTINCT FROM CAST(:p AS text)"
+        ),
+        {"k": request_key, "p": principal},
     ).first()
     if existing is None:  # pragma: no cover - the conflict above guarantees a row
         raise RunNotFound(f"request key {request_key}")
     stored = existing.request_digest
     if stored is not None and request_digest is not None and stored != request_digest:
         assert request_key is not None
-        raise RequestKeyConflict(request_key, existing.id, stored, request_digest)
+        raise RequestKeyConflict(request_key, existing.id, erased=stored == ERASED_DIGEST)
     return RunId(existing.id), False
 
 
@@ -126,9 +134,16 @@ def get_run(conn: sa.Connection, run_id: str) -> RunRow:
     return _run(row)
 
 
-def get_run_by_request_key(conn: sa.Connection, request_key: str) -> RunRow | None:
+def get_run_by_request_key(
+    conn: sa.Connection, request_key: str, principal: str | None
+) -> RunRow | None:
+    """The run `principal` (None: inside the deployment) started with this key, or None."""
     row = conn.execute(
-        sql(f"SELECT {_RUN_COLUMNS} FROM runs WHERE request_key = :k"), {"k": request_key}
+        sql(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE request_key = :k "
+            "AND principal IS NOT DISTINCT FROM CAST(:p AS text)"
+        ),
+        {"k": request_key, "p": principal},
     ).first()
     return None if row is None else _run(row)
 

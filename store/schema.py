@@ -31,13 +31,17 @@ runs = sa.Table(
     sa.Column("id", UUID(as_uuid=False), primary_key=True),
     # Stable identity of the run across attempts; step keys are derived from it.
     sa.Column("correlation_id", sa.Text, nullable=False),
-    # Set when the caller starts a run idempotently; one run per key.
+    # Set when the caller starts a run idempotently; one run per key and principal.
     sa.Column("request_key", sa.Text, nullable=True),
     # SHA-256 of what identifies the request under that key (agent, input, parameters): the
     # same key with other parameters is refused, never answered with this run.
     sa.Column("request_digest", sa.Text, nullable=True),
     sa.Column("agent", sa.Text, nullable=False),
     sa.Column("owner", sa.Text, nullable=False),
+    # The front principal whose bearer token started the run (a sub-agent run: its parent's);
+    # NULL for a run started inside the deployment (client API, cron, Teams, jobs). It scopes
+    # the request key and who may read the run through the front (store/scope.py).
+    sa.Column("principal", sa.Text, nullable=True),
     sa.Column("entry_kind", sa.Text, nullable=False, server_default="plain"),
     # agent (model loop) or workflow (deterministic step graph).
     sa.Column("kind", sa.Text, nullable=False, server_default="agent"),
@@ -96,10 +100,14 @@ runs = sa.Table(
     ),
     sa.CheckConstraint("attempt >= 1", name="attempt_positive"),
     sa.CheckConstraint("kind IN ('agent','workflow','job')", name="kind"),
+    # A request key names one run per principal: another caller's key is another run, never
+    # theirs (runs started inside the deployment, principal NULL, share one scope).
     sa.Index(
-        "uq_runs_request_key",
+        "uq_runs_request_key_principal",
         "request_key",
+        "principal",
         unique=True,
+        postgresql_nulls_not_distinct=True,
         postgresql_where=sa.text("request_key IS NOT NULL"),
     ),
     sa.Index(
@@ -298,11 +306,16 @@ a2a_tasks = sa.Table(
     "a2a_tasks",
     metadata,
     # An A2A task another agent created here; its run's answer lands on it. A new task is named
-    # after the message that created it (its messageId), so a repeated message is the same task.
-    sa.Column("id", sa.Text, primary_key=True),
+    # after the message that created it (its messageId), so a repeated message is the same task;
+    # ids are unique per principal (the run's), so another caller's message id is another task.
+    sa.Column("id", sa.Text, nullable=False),
     sa.Column(
-        "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+        "run_id",
+        UUID(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
     ),
+    sa.Column("principal", sa.Text, nullable=True),
     # submitted, completed or failed, as the run's end left it; GetTask reads the live state
     # from the run (working, input-required, auth-required) and from canceled_at.
     sa.Column("status", sa.Text, nullable=False, server_default="submitted"),
@@ -314,9 +327,17 @@ a2a_tasks = sa.Table(
     sa.Column("canceled_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Index("uq_a2a_tasks_run_id", "run_id", unique=True),
+    sa.Index(
+        "uq_a2a_tasks_id_principal",
+        "id",
+        "principal",
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+    ),
     sa.Index("ix_a2a_tasks_context_id", "context_id"),
     sa.Index("ix_a2a_tasks_created_at", "created_at", "id"),
+    # A principal's ListTasks, newest first.
+    sa.Index("ix_a2a_tasks_principal_created_at", "principal", "created_at", "id"),
 )
 
 cron_runs = sa.Table(

@@ -218,8 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rights",
         default="start,decide,stop,read",
-        help="comma list of start, decide, stop, erase, read (default: all but erase, which "
-        "deletes runs' content, only when named)",
+        help="comma list of start, decide, stop, erase, read, operate (default: all but erase, "
+        "which deletes runs' content, and operate, which reads every caller's runs and tasks, "
+        "only when named)",
     )
     p.set_defaults(handler=cmd_keys_token)
     dbp = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)

@@ -1,8 +1,10 @@
 """The catalog of agents and cron triggers an operator configures (`LIYAGENT_AGENTS_FILE`).
 
-`{"agents": {"support-bot": {"model": {...}, "tools": [...], "system": "..."}},
+`{"agents": {"support-bot": {"model": {...}, "tools": [...], "system": "...",
+                             "description": "..."}},
   "cron": [{"name": "digest", "agent": "support-bot", "input": "...", "every_s": 60}]}`
-(`crontab: "*/5 * * * *"` instead of `every_s` fires on minute boundaries).
+(`crontab: "*/5 * * * *"` instead of `every_s` fires on minute boundaries). An agent's
+`description` is public: the A2A agent card shows it (and nothing else of the agent but its name).
 """
 
 from __future__ import annotations
@@ -76,7 +78,17 @@ def _agent(name: str, raw: Any) -> AgentDef:
         isinstance(tools, list) and all(isinstance(t, str) for t in tools)
     ):
         raise CatalogError(f'agent {name!r}: "tools" must be a list of tool names')
-    return AgentDef(name, dict(model), tools, raw.get("system"), origin="the catalog file")
+    description = raw.get("description")
+    if description is not None and not isinstance(description, str):
+        raise CatalogError(f'agent {name!r}: "description" must be text (it is public)')
+    return AgentDef(
+        name,
+        dict(model),
+        tools,
+        raw.get("system"),
+        origin="the catalog file",
+        description=description,
+    )
 
 
 def _trigger(raw: Any, agents: dict[str, AgentDef]) -> CronTrigger:

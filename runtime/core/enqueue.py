@@ -61,13 +61,12 @@ def parse_agent(raw: str, what: str = "agent name") -> str:
 
 
 class RequestConflict(BadRequest):
-    """The request key already names a run started with another request (HTTP 409, CLI 2)."""
+    """The request key already names one of the caller's runs, started with another request
+    (HTTP 409, CLI 2); it names that run and nothing of the request that started it."""
 
     def __init__(self, conflict: RequestKeyConflict) -> None:
         super().__init__(str(conflict))
         self.run_id = conflict.run_id
-        self.stored_digest = conflict.stored
-        self.given_digest = conflict.given
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,9 @@ class NewRun:
     model: dict[str, Any] = field(default_factory=dict)
     workflow: dict[str, Any] | None = None
     owner: str = "app"
+    # The front principal whose token asks for it (None inside the deployment): it scopes the
+    # request key and who may read the run through the front (store/scope.py).
+    principal: str | None = None
     # An `EntryKind`, or a kind of its own an app names through the client API.
     entry_kind: str = EntryKind.PLAIN
     channel: str = "api"
@@ -229,8 +231,9 @@ def request_digest(new: NewRun) -> str:
 
 
 def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
-    """Create the run (or find the one its request key already made) and publish it. The
-    same key with another request is refused (RequestConflict) and stores nothing."""
+    """Create the run (or find the one its request key already made for the same principal)
+    and publish it. The same key with another request is refused (RequestConflict) and stores
+    nothing."""
     tools = _validate(s, new)
     run_id = str(uuid.uuid4())
     state = RunState.initial(new.agent, new.system, new.user_input)
@@ -283,6 +286,7 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
                 resumable=definition.resumable,
                 link=new.link,
                 request_digest=request_digest(new),
+                principal=new.principal,
             )
     except RequestKeyConflict as exc:
         raise RequestConflict(exc) from None

@@ -97,7 +97,7 @@ class WaitRouter:
             call.id, delegation_key(self.run.correlation_id, state.loop, state.step, index, call.id)
         )
         with self.s.engine.connect() as conn:
-            child = get_run_by_request_key(conn, key)
+            child = get_run_by_request_key(conn, key, self.run.principal)
         if child is None:
             try:
                 child_id, _ = enqueue(self.s, self._child(call, key))
@@ -156,6 +156,7 @@ class WaitRouter:
             user_input=text,
             model=model,
             owner=self.run.owner,
+            principal=self.run.principal,
             entry_kind=EntryKind.DELEGATION,
             channel=self.run.channel,
             run_as=self.run.run_as,

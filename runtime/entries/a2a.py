@@ -1,12 +1,12 @@
 """A2A tasks (the protocol's JSON-RPC endpoint is front/a2a.py, its request handler
 front/a2a_tasks.py).
 
-Starts: a SendMessage makes one run of the skill's catalog agent per message id (`a2a:<message
-id>`), linked to its task (named after the message, with its context and the message itself)
-in the inserting statement. Its answer is handed on in Postgres: the task is completed with the
-answer in the answering statement (`store.entries.ends_cte`). A failure is told the same way:
-the task is failed in the failing statement; a CancelTask is an operator Stop of the run whose
-failure then reads as canceled.
+Starts: a SendMessage makes one run of the skill's catalog agent per message id (`a2a:<message id>`)
+and front principal, linked to its task (named after the message, with its context and the message
+itself; task ids are unique per principal) in the inserting statement. Its answer is handed on in
+Postgres: the task is completed with the answer in the answering statement
+(`store.entries.ends_cte`). A failure is told the same way: the task is failed in the failing
+statement; a CancelTask is an operator Stop of the run whose failure then reads as canceled.
 """
 
 from __future__ import annotations
@@ -22,10 +22,17 @@ ENTRY = InPostgres(EntryKind.A2A)
 
 
 def submit(
-    s: Services, agent: str, text: str, message_id: str, context_id: str, message: str
+    s: Services,
+    agent: str,
+    text: str,
+    message_id: str,
+    context_id: str,
+    message: str,
+    *,
+    principal: str,
 ) -> tuple[RunId, bool]:
-    """The run of the message `message_id` (made once), linked to its task in the same
-    statement; `message` is the A2A message as received (JSON text). (run id, new)"""
+    """The run of `principal`'s message `message_id` (made once), linked to its task in the
+    same statement; `message` is the A2A message as received (JSON text). (run id, new)"""
     return start_entry(
         s,
         entry_kind=EntryKind.A2A,
@@ -34,6 +41,7 @@ def submit(
         request_key=f"a2a:{message_id}",
         owner="a2a",
         channel="a2a",
+        principal=principal,
         link=EntryLink(EntryKind.A2A, message_id, context_id=context_id, message=message),
     )
 
@@ -43,4 +51,4 @@ def cancel(s: Services, task_id: str, run_id: str, by: str) -> None:
     the task so its failure reads as canceled."""
     Client(s).stop(run_id=run_id, reason=f"A2A CancelTask of task {task_id}", by=by)
     with s.engine.connect() as conn:
-        mark_a2a_canceled(conn, task_id)
+        mark_a2a_canceled(conn, run_id)

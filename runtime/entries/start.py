@@ -46,10 +46,12 @@ def start_entry(
     channel: str,
     entry: dict[str, Any] | None = None,
     link: EntryLink | None = None,
+    principal: str | None = None,
 ) -> tuple[RunId, bool]:
-    """Start a catalog agent's run for an entry point, idempotently by its request key; the
-    run's model, tools and system prompt are the agent's (BadRequest for an unknown agent or a
-    catalog that cannot be read)."""
+    """Start a catalog agent's run for an entry point, idempotently by its request key within
+    `principal`'s (the front token's; None inside the deployment); the run's model, tools and
+    system prompt are the agent's (BadRequest for an unknown agent or a catalog that cannot be
+    read)."""
     try:
         definition = catalog_agent(s.settings, s.tools, agent)
     except catalog.CatalogError as exc:
@@ -63,6 +65,7 @@ def start_entry(
             tools=definition.tools,
             system=definition.system,
             owner=owner,
+            principal=principal,
             entry_kind=entry_kind,
             channel=channel,
             request_key=request_key,

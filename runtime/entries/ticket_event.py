@@ -1,8 +1,8 @@
 """Ticket events (`POST /tickets/{ticket_id}/events`, front/entries.py).
 
-Starts: one run of the named catalog agent per ticket and event id (`ticket:<ticket>:<event
-id>`), its input the event's type and text. Its answer is handed on in Postgres: stored on the
-run and its transcript in one statement. A failure is told on the run alone.
+Starts: one run of the named catalog agent per ticket and event id (`ticket:<ticket>:<event id>`)
+and front principal, its input the event's type and text. Its answer is handed on in Postgres:
+stored on the run and its transcript in one statement. A failure is told on the run alone.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ ENTRY = InPostgres(EntryKind.TICKET_EVENT)
 
 
 def start_ticket_event(
-    s: Services, agent: str, ticket: str, event_id: str, kind: str, text: str
+    s: Services, agent: str, ticket: str, event_id: str, kind: str, text: str, *, principal: str
 ) -> tuple[RunId, bool]:
-    """The run of `agent` for event `event_id` of `ticket` (made once); (run id, new)."""
+    """The run of `agent` for `principal`'s event `event_id` of `ticket` (made once); (run id,
+    new)."""
     return start_entry(
         s,
         entry_kind=EntryKind.TICKET_EVENT,
@@ -28,4 +29,5 @@ def start_ticket_event(
         request_key=f"ticket:{ticket}:{event_id}",
         owner="tickets",
         channel="tickets",
+        principal=principal,
     )

@@ -1,7 +1,8 @@
 """Webhooks (`POST /webhooks/{agent}`, front/entries.py).
 
-Starts: one run of the catalog agent per agent and event id (`webhook:<agent>:<event id>`), so
-a repeated delivery returns the run the first one made. Its answer is handed on in Postgres:
+Starts: one run of the catalog agent per agent and event id (`webhook:<agent>:<event id>`) and
+front principal, so a repeated delivery returns the run the first one made, and another
+caller's event id makes another run. Its answer is handed on in Postgres:
 stored on the run and its transcript in one statement, read with `GET /runs/{id}`. A failure
 is told on the run alone (its status and reason): a webhook has no row of its own.
 """
@@ -17,8 +18,11 @@ from store.rows import RunId
 ENTRY = InPostgres(EntryKind.WEBHOOK)
 
 
-def start_webhook(s: Services, agent: str, event_id: str, text: str) -> tuple[RunId, bool]:
-    """The run of `agent` for webhook event `event_id` (made once); (run id, new)."""
+def start_webhook(
+    s: Services, agent: str, event_id: str, text: str, *, principal: str
+) -> tuple[RunId, bool]:
+    """The run of `agent` for `principal`'s webhook event `event_id` (made once); (run id,
+    new)."""
     return start_entry(
         s,
         entry_kind=EntryKind.WEBHOOK,
@@ -27,4 +31,5 @@ def start_webhook(s: Services, agent: str, event_id: str, text: str) -> tuple[Ru
         request_key=f"webhook:{agent}:{event_id}",
         owner="webhook",
         channel="webhook",
+        principal=principal,
     )

@@ -226,13 +226,15 @@ class ToolDeclarationError(ValueError):
 
 @dataclass(frozen=True)
 class AgentDef:
-    """An agent: its model, the tools it may use by name, its system prompt."""
+    """An agent: its model, the tools it may use by name, its system prompt; and what the
+    public A2A card may say of it (`description`, never the prompt, tools or model)."""
 
     name: str
     model: dict[str, Any]
     tools: list[str] | None
     system: str | None
     origin: str = "catalog"
+    description: str | None = None
 
 
 class ToolRegistry:

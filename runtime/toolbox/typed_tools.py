@@ -357,10 +357,19 @@ def agent(
     model: dict[str, Any],
     tools: Iterable[str | FunctionTool | Tool] | None = None,
     system: str | None = None,
+    description: str | None = None,
 ) -> AgentDef:
-    """Declare an agent next to its tools: its model spec, its tools (objects or names) and
-    its system prompt. Loaded with the module, like the tools."""
+    """Declare an agent next to its tools: its model spec, its tools (objects or names), its
+    system prompt and its public description (the A2A card's). Loaded with the module, like
+    the tools."""
     names = None if tools is None else [t if isinstance(t, str) else t.name for t in tools]
     if not name.strip():
         raise ToolDeclarationError("an agent needs a name")
-    return AgentDef(name=name, model=dict(model), tools=names, system=system, origin="python")
+    return AgentDef(
+        name=name,
+        model=dict(model),
+        tools=names,
+        system=system,
+        origin="python",
+        description=description,
+    )

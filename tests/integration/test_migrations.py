@@ -82,7 +82,7 @@ def test_downgrade_to_base_and_back(admin_engine, servers) -> None:
 
 
 # The revision before definitions were sealed: runs there keep a plain `spec`.
-BEFORE_SEALED = "0014_teams_owner_ids"
+BEFORE_SEALED = "0015_principal_scope"
 LEGACY_SPEC = {
     "model": {"provider": "scripted", "script": {"steps": [{"final": "done"}]}},
     "tools": ["ticket.read"],

@@ -35,12 +35,18 @@ from tests.support.scripts import call, final, mixed, step
 from tests.support.sse import Received, read, reader
 
 VIEWER_TOKEN = f"viewer-{uuid.uuid4().hex}"
-VIEWER = {"Authorization": f"Bearer {VIEWER_TOKEN}"}  # the read right only
+# The read right, and `operate`: these runs are the app's (client API), which no principal
+# started, so only an operator's token sees them (test_front_scope.py: a principal's own runs).
+VIEWER = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
 STARTER = {"Authorization": "Bearer token-of-ci"}  # the start right only
 TOKENS = json.dumps(
     {
         "tokens": [
-            {"principal": "viewer", "sha256": token_digest(VIEWER_TOKEN), "rights": ["read"]},
+            {
+                "principal": "viewer",
+                "sha256": token_digest(VIEWER_TOKEN),
+                "rights": ["read", "operate"],
+            },
             {"principal": "ci", "sha256": token_digest("token-of-ci"), "rights": ["start"]},
         ]
     }

@@ -213,8 +213,9 @@ def test_front_tokens_map_to_principals() -> None:
 @pytest.mark.parametrize(
     ("argv", "rights"),
     [
-        ([], ["start", "decide", "stop", "read"]),  # erase only when named
+        ([], ["start", "decide", "stop", "read"]),  # erase and operate only when named
         (["--rights", "read"], ["read"]),  # a viewer's token: follows streams, starts nothing
+        (["--rights", "read,operate"], ["read", "operate"]),  # an operator's: every run
     ],
 )
 def test_a_new_token_has_the_rights_asked(

@@ -5,8 +5,8 @@ callable `liyagent db upgrade` hands over with the deployment's seal keys; finis
 none (nothing reads it again). After `0014_teams_owner_ids`, so a Teams run's definition is
 sealed with the owner that revision gave it.
 
-Revision ID: 0015_sealed_definitions
-Revises: 0014_teams_owner_ids
+Revision ID: 0016_sealed_definitions
+Revises: 0015_principal_scope
 Create Date: 2026-12-06 08:00:00
 """
 
@@ -15,8 +15,8 @@ import json
 import sqlalchemy as sa
 from alembic import context, op
 
-revision = "0015_sealed_definitions"
-down_revision = "0014_teams_owner_ids"
+revision = "0016_sealed_definitions"
+down_revision = "0015_principal_scope"
 branch_labels = None
 depends_on = None
 
