@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from runtime.base.redact import error_facts, frames
@@ -80,6 +80,12 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, message, exc.headers)
 
 
+async def on_client_gone(request: Request, exc: Exception) -> Response:
+    """The client left (or was cut off by the body bound, front/connections.py, which counts
+    it) before its request was whole: nothing to answer and nothing to log per request."""
+    return Response(status_code=408)
+
+
 async def on_unexpected(request: Request, exc: Exception) -> Response:
     """Anything else: logged with where it was raised but never its message, which may carry
     the caller's text; the caller may retry (entries are keyed)."""
@@ -97,5 +103,6 @@ HANDLERS: dict[Any, Any] = {
     BadRequest: on_bad_request,
     RunNotFound: on_run_not_found,
     HTTPException: on_http_error,
+    ClientDisconnect: on_client_gone,
     Exception: on_unexpected,
 }
