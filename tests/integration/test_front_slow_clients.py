@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from liyagent.local.procs import Proc, python
-from tests.support.front import TOKEN
+from tests.support.front import AUTH, TOKEN
 
 # The front's file descriptor limit (soft and hard), well under the slow sockets opened.
 FD_LIMIT = 256
@@ -45,7 +45,7 @@ def agents_file(tmp_path: Path) -> str:
     return str(path)
 
 
-def _front(stack, agents_file: str, tmp_path: Path) -> tuple[Proc, str]:
+def _front(stack, agents_file: str, tmp_path: Path, **extra: str) -> tuple[Proc, str]:
     env = {
         **stack.env,
         "LIYAGENT_FRONT_TOKEN": TOKEN,
@@ -53,6 +53,7 @@ def _front(stack, agents_file: str, tmp_path: Path) -> tuple[Proc, str]:
         "LIYAGENT_FRONT_HEAD_TIMEOUT_S": str(HEAD_S),
         "LIYAGENT_FRONT_BODY_TIMEOUT_S": str(BODY_S),
         "LIYAGENT_FRONT_REFUSAL_LOG_S": str(REFUSAL_S),
+        **extra,
     }
     argv = python("-c", LIMITED, str(FD_LIMIT), "--port", "0")
     proc = Proc("front", argv, env, tmp_path / "front.log")
@@ -195,3 +196,46 @@ def test_a_slow_head_or_body_is_answered_408_and_closed(stack, agents_file, tmp_
     assert _refused(lines, "head_timeout") == 2 and _refused(lines, "body_timeout") == 1, lines
     assert "Traceback" not in log and "front.failed" not in log
     assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+
+
+def _answer_head(sock: socket.socket, timeout_s: float = 10.0) -> bytes:
+    """The first bytes the front sends on `sock` (b"" if it closed without a word)."""
+    sock.setblocking(True)
+    sock.settimeout(timeout_s)
+    try:
+        return sock.recv(4096)
+    except ConnectionError:
+        return b""
+
+
+def test_at_the_cap_with_every_connection_served_a_new_one_is_answered_503(
+    stack, agents_file, tmp_path
+):
+    front, url = _front(stack, agents_file, tmp_path, LIYAGENT_FRONT_MAX_CONNECTIONS="8")
+    address = _address(url)
+    run_id = httpx.post(
+        f"{url}/webhooks/reader", json={"event_id": "e1", "input": "hi"}, headers=AUTH, timeout=10
+    ).json()["run_id"]  # queued (no worker): its event stream stays open
+    follow = (
+        f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    ).encode()
+    streams = [_stall(address, follow) for _ in range(8)]
+    assert all(_answer_head(s).startswith(b"HTTP/1.1 200") for s in streams)
+    # Nothing waits on its client, so nothing can be shed: a newcomer is told, not left hanging.
+    late = _stall(address, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _answer_head(late).startswith(b"HTTP/1.1 503"), "the ninth connection was served"
+    late.close()
+    for sock in streams[:2]:
+        sock.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("/healthz never answered again once streams closed")
+    for sock in streams[2:]:
+        sock.close()
+    time.sleep(REFUSAL_S + 1)
+    lines = _refusal_lines(front.output())
+    assert _refused(lines, "full") >= 1 and _refused(lines, "shed") == 0, lines
