@@ -63,10 +63,15 @@ class Refusals:
         self._flush: asyncio.TimerHandle | None = None
 
     def count(self, reason: Refusal) -> None:
-        """Count one refusal (on the event loop); the interval's line is written at its end."""
+        """Count one refusal; the interval's line is written at its end (by the event loop, so
+        a count made off it waits for the next one made on it, or for shutdown)."""
         self.counts[reason] += 1
         if self._flush is None:
-            self._flush = asyncio.get_running_loop().call_later(self.interval_s, self.flush)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._flush = loop.call_later(self.interval_s, self.flush)
 
     def flush(self) -> None:
         """Log the counts since the last line, if any."""

@@ -1,8 +1,9 @@
 """Libraries' log lines without the values they quote. The A2A SDK logs a refused request's id,
-its parse errors (which quote the value refused) and their tracebacks at WARNING and above, so
-its records are written instead as one structured line each: the logger, where it logged, the
-message's template (its arguments withheld; a message without a template is withheld whole),
-and for an exception its type and where it was raised (`runtime/base/redact.py`)."""
+its parse errors (which quote the value refused) and their tracebacks at WARNING and above
+(sse-starlette logs a stream's failures with their tracebacks), so their records are written
+instead as one structured line each: the logger, where it logged, the message's template (its
+arguments withheld; a message without a template is withheld whole), and for an exception its
+type and where it was raised (`runtime/base/redact.py`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from runtime.base.redact import error_facts
 
 log = structlog.get_logger("front")
 
-# Loggers whose records may quote a request's content.
-LIBRARIES = ("a2a",)
+# Loggers whose records may quote a request's content (an SDK's parse errors, an exception's
+# message in a traceback).
+LIBRARIES = ("a2a", "sse_starlette")
 
 
 class WithheldValues(logging.Handler):
