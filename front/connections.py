@@ -56,8 +56,8 @@ class Refusals:
     """Refused connections counted by reason and logged once per interval with the counts,
     so a flood of slow or broken clients costs one log line per interval."""
 
-    def __init__(self, interval_s: float, limits: FrontLimits) -> None:
-        self.interval_s = interval_s
+    def __init__(self, limits: FrontLimits) -> None:
+        self.interval_s = limits.refusal_log_s
         self.limits = limits
         self.counts: Counter[Refusal] = Counter()
         self._flush: asyncio.TimerHandle | None = None
@@ -98,7 +98,7 @@ class ConnectionGuard:
 
     def __init__(self, limits: FrontLimits) -> None:
         self.limits = limits
-        self.refusals = Refusals(limits.refusal_log_s, limits)
+        self.refusals = Refusals(limits)
         self.open: set[GuardedProtocol] = set()
         # Insertion order is the order they began to wait: the first is the longest waiting.
         self.waiting: dict[GuardedProtocol, None] = {}
