@@ -17,11 +17,14 @@ and its catalog `description`, never an agent's system prompt, tools or model.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from a2a.auth.user import User
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.jsonrpc_models import InvalidParamsError, JSONParseError, JSONRPCError
+from a2a.server.request_handlers.response_helpers import (
+    agent_card_to_dict,
+    build_error_response,
+)
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types import (
@@ -40,7 +43,7 @@ from starlette.responses import JSONResponse, Response
 
 from front.a2a_tasks import TaskHandler, TokenUser
 from front.auth import Right, lacks_right, principal, protected, services
-from front.body import read_limited
+from front.body import BadJson, parse_json, read_limited
 from front.errors import FrontError
 from runtime.entries.start import agents
 from runtime.services import Services
@@ -115,14 +118,21 @@ METHOD_RIGHTS = {
 }
 
 
-def _method(body: bytes) -> str | None:
-    """The JSON-RPC method the body names, if it can be read (else the SDK answers the error)."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return None
+def _method(parsed: Any) -> str | None:
+    """The JSON-RPC method the request names, if any (else the SDK answers the error)."""
     method = parsed.get("method") if isinstance(parsed, dict) else None
     return method if isinstance(method, str) else None
+
+
+def _refused(exc: BadJson) -> Response:
+    """The JSON-RPC error for a body the SDK is not given: a parse error when it is malformed
+    or nested too deep, invalid params when it holds a string that cannot be stored."""
+    error: JSONRPCError = (
+        JSONParseError(message=str(exc)) if exc.malformed else InvalidParamsError(message=str(exc))
+    )
+    given = exc.parsed.get("id") if isinstance(exc.parsed, dict) else None
+    request_id = given if isinstance(given, str | int) and not isinstance(given, bool) else None
+    return JSONResponse(build_error_response(request_id, error))
 
 
 @protected
@@ -131,8 +141,12 @@ async def rpc(request: Request) -> Response:
     method that starts or cancels a run needs that right of the token's principal; the
     principal is what the method may see, and is recorded as who acted."""
     body = await read_limited(request)
+    try:
+        parsed = parse_json(body)  # the SDK parses it again, known to be within bounds
+    except BadJson as exc:
+        return _refused(exc)
     who = principal(request)
-    needed = METHOD_RIGHTS.get(_method(body) or "")
+    needed = METHOD_RIGHTS.get(_method(parsed) or "")
     if needed is not None and needed not in who.rights:
         raise lacks_right(who.name, needed)
 

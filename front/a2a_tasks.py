@@ -75,7 +75,8 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.concurrency import run_in_threadpool
 
 from front.auth import Principal
-from front.body import ID, text_problem
+from front.body import ID, MAX_TEXT_BYTES, text_problem
+from runtime.base.redact import error_facts, frames
 from runtime.core.enqueue import BadRequest
 from runtime.entries import a2a
 from runtime.entries.start import agents as declared_agents
@@ -102,6 +103,9 @@ _SETTLED = frozenset({"completed", "failed", "canceled", "auth-required"})
 # States a task does not leave.
 _ENDED = frozenset({"completed", "failed", "canceled"})
 _POLL_S = 0.25
+# What a SendMessage may carry besides its text (which is bounded by MAX_TEXT_BYTES): the
+# request's and the message's metadata, its other parts and fields, as UTF-8 JSON.
+MAX_METADATA_BYTES = 16 * 1024
 
 
 class TokenUser(User):
@@ -136,6 +140,22 @@ def _text_of(message: Message) -> str:
     if problem is not None:
         raise InvalidParamsError(f"the message's text {problem}")
     return text
+
+
+def _check_size(params: SendMessageRequest) -> None:
+    """The message is stored whole (its history): everything but its text, metadata included,
+    is bounded like the text is. (No string in it holds a NUL or a lone surrogate: the JSON-RPC
+    body was refused otherwise, front/body.py.)"""
+    stored = MessageToDict(params.message)
+    for part in stored.get("parts", []):
+        part.pop("text", None)
+    rest = [stored, MessageToDict(params.metadata)]
+    size = len(json.dumps(rest, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > MAX_METADATA_BYTES:
+        raise InvalidParamsError(
+            f"the message's metadata and other fields besides its text are {size} bytes as "
+            f"JSON; at most {MAX_METADATA_BYTES} (the text may have {MAX_TEXT_BYTES})"
+        )
 
 
 def _skill(s: Services, params: SendMessageRequest) -> AgentDef:
@@ -215,7 +235,8 @@ def _answered() -> Iterator[None]:
     except BadRequest as exc:
         raise InvalidParamsError(str(exc)) from None
     except Exception as exc:
-        log.error("front.a2a_failed", error=repr(exc), exc_info=exc)
+        # Where it failed, never its message: a database error quotes the value it refused.
+        log.error("front.a2a_failed", **error_facts(exc), frames=frames(exc))
         raise InternalError(
             f"internal error ({type(exc).__name__}); retrying with the same messageId is "
             "safe, and the front's log has the details"
@@ -255,6 +276,7 @@ class TaskHandler(RequestHandler):
             raise UnsupportedOperationError(
                 "a task here takes one message; send a new message without taskId"
             )
+        _check_size(params)
         text, definition = _text_of(message), _skill(self.s, params)
         context_id = message.context_id or str(uuid.uuid4())
         run_id, created = a2a.submit(

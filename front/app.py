@@ -8,6 +8,7 @@ does not route `/metrics` from outside.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import structlog
@@ -22,7 +23,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from front import a2a, entries, erasure, events, runs, teams
-from front.errors import HANDLERS
+from front.errors import HANDLERS, route_of
+from front.library_logs import withhold_library_values
 from runtime.ops.metrics import registry_for
 from runtime.services import Services
 
@@ -59,8 +61,9 @@ ROUTES = [
 
 
 class AccessLog:
-    """One structured line per request: method, path, status and duration (never a body or
-    a header, so no token or user text reaches the log)."""
+    """One structured line per request: method, route (its template, not the path's values),
+    status and duration (never a body or a header, so no token or user text reaches the
+    log)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -84,15 +87,39 @@ class AccessLog:
             log.info(
                 "front.request",
                 method=scope["method"],
-                path=scope["path"],
+                route=route_of(scope),
                 status=status,
                 ms=round((time.monotonic() - started) * 1000, 1),
             )
 
 
+class Contained:
+    """Outermost: an exception that gets here was answered 500 and logged, without its message,
+    by `errors.on_unexpected` (Starlette raises it on regardless); uvicorn would log it again
+    with its message and traceback, which may quote the request, so it ends here."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with contextlib.suppress(Exception):
+            await self.app(scope, receive, send)
+
+
+class Front(Starlette):
+    """The Starlette app with `Contained` around its whole stack."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Contained(super().build_middleware_stack())
+
+
 def create_app(services: Services) -> Starlette:
     """The front over `services` (which say where runs are stored and how they are published)."""
-    app = Starlette(routes=ROUTES, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
+    withhold_library_values()
+    app = Front(routes=ROUTES, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
     app.state.services = services
     app.state.metrics = registry_for(services)
     app.state.a2a = a2a.dispatcher(services)

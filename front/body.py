@@ -1,5 +1,10 @@
 """Request bodies: read at most 1 MiB of JSON and check every field by kind before anything
-is called, so a bad request is refused with the field's name and nothing is stored."""
+is called, so a bad request is refused with the field's name and nothing is stored.
+
+Every JSON body (these routes, Teams and A2A alike) is parsed by `parse_json`: at most
+`MAX_JSON_DEPTH` levels deep (deeper JSON is refused as malformed, before Python's parser can
+run out of stack), and holding no string Postgres cannot store (a NUL, a lone surrogate).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,78 @@ ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 # no colon (else `a:b` + `c` and `a` + `b:c` would make the same key).
 KEY_PART = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Arrays and objects inside one another: far more than any request here needs.
+MAX_JSON_DEPTH = 64
+# What Postgres refuses in text and jsonb: NUL, and UTF-16 surrogates (not Unicode text).
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+_SHOWN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+
+
+class BadJson(ValueError):
+    """A body refused before any of it is used: `malformed` when it is not JSON this front
+    parses (syntax, nesting), else JSON holding a string that cannot be stored."""
+
+    def __init__(self, message: str, *, malformed: bool, parsed: Any = None) -> None:
+        super().__init__(message)
+        self.malformed = malformed
+        self.parsed = parsed  # the value, when it parsed (a JSON-RPC request's id is in it)
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON value of `raw`; BadJson when it is malformed, nested deeper than
+    `MAX_JSON_DEPTH` or holds a NUL or a lone surrogate (the message names where, never the
+    value)."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise _too_deep() from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadJson(f"the body is not valid JSON ({exc})", malformed=True) from None
+    try:
+        _check_tree(value)
+    except BadJson as exc:
+        exc.parsed = value
+        raise
+    return value
+
+
+def _too_deep() -> BadJson:
+    return BadJson(
+        f"the body is JSON nested more than {MAX_JSON_DEPTH} levels deep; send it flatter",
+        malformed=True,
+    )
+
+
+def _check_tree(value: Any) -> None:
+    """Walk the parsed value without recursion: depth, and every key and string."""
+    stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ())]
+    while stack:
+        node, depth, where = stack.pop()
+        if isinstance(node, str):
+            if _UNSTORABLE.search(node):
+                raise _unstorable(where)
+            continue
+        if not isinstance(node, dict | list):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise _too_deep()
+        if isinstance(node, list):
+            stack.extend((item, depth + 1, (*where, f"[{i}]")) for i, item in enumerate(node))
+            continue
+        for key, item in node.items():
+            shown = (*where, key if _SHOWN_KEY.fullmatch(key) else "?")
+            if _UNSTORABLE.search(key):
+                raise _unstorable(shown, "a key")
+            stack.append((item, depth + 1, shown))
+
+
+def _unstorable(where: tuple[str, ...], what: str = "a string") -> BadJson:
+    path = ".".join(where).replace(".[", "[") or "the body"
+    return BadJson(
+        f"{what} at {path[:200]} holds a NUL character or a lone surrogate, which cannot be "
+        "stored; send valid Unicode text without NUL",
+        malformed=False,
+    )
 
 
 async def read_limited(request: Request) -> bytes:
@@ -38,15 +115,16 @@ async def read_limited(request: Request) -> bytes:
 
 
 async def read_json(request: Request) -> dict[str, Any]:
-    """The body as a JSON object: 415 if it is not JSON, 413 past 1 MiB, 400 if malformed."""
+    """The body as a JSON object: 415 if it is not JSON, 413 past 1 MiB, 400 if malformed,
+    too deep or holding what cannot be stored (`parse_json`)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise FrontError(415, "send the body as JSON with Content-Type: application/json")
     raw = await read_limited(request)
     try:
-        body = json.loads(bytes(raw), parse_constant=_no_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FrontError(400, f"the body is not valid JSON ({exc})") from None
+        body = parse_json(raw)
+    except BadJson as exc:
+        raise FrontError(400, str(exc)) from None
     if not isinstance(body, dict):
         raise FrontError(400, "the body must be a JSON object")
     return body

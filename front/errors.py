@@ -8,8 +8,9 @@ from typing import Any
 
 import structlog
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Scope
 
 from runtime.base.redact import error_facts, frames
 from runtime.core.enqueue import BadRequest, RequestConflict
@@ -31,6 +32,18 @@ class FrontError(Exception):
         self.extra = extra
 
 
+def route_of(scope: Scope) -> str:
+    """The matched route's template (`/runs/{run_id}`), never the request's path: a refused
+    path's values (and any path's) stay out of the log."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+def _where(exc: Exception) -> str:
+    """Where a refusal was raised: the check that refused, not the value it refused."""
+    return str(error_facts(exc).get("where", ""))
+
+
 def error_response(
     status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
@@ -39,13 +52,14 @@ def error_response(
 
 async def on_front_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, FrontError)
-    log.info("front.refused", path=request.url.path, status=exc.status, error=exc.message)
+    # The message goes to the client only: it may quote what was refused.
+    log.info("front.refused", route=route_of(request.scope), status=exc.status, at=_where(exc))
     return error_response(exc.status, exc.message, exc.headers, **exc.extra)
 
 
 async def on_bad_request(request: Request, exc: Exception) -> Response:
     """The runtime refused the input (it stores nothing when it does)."""
-    log.info("front.refused", path=request.url.path, status=400, error=str(exc))
+    log.info("front.refused", route=route_of(request.scope), status=400, at=_where(exc))
     return error_response(400, str(exc))
 
 
@@ -74,10 +88,16 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, message, exc.headers)
 
 
+async def on_client_gone(request: Request, exc: Exception) -> Response:
+    """The client left (or was cut off by the body bound, front/connections.py, which counts
+    it) before its request was whole: nothing to answer and nothing to log per request."""
+    return Response(status_code=408)
+
+
 async def on_unexpected(request: Request, exc: Exception) -> Response:
     """Anything else: logged with where it was raised but never its message, which may carry
     the caller's text; the caller may retry (entries are keyed)."""
-    log.error("front.failed", path=request.url.path, **error_facts(exc), frames=frames(exc))
+    log.error("front.failed", route=route_of(request.scope), **error_facts(exc), frames=frames(exc))
     return error_response(
         500,
         f"internal error ({type(exc).__name__}); retrying with the same ids is safe, "
@@ -91,5 +111,6 @@ HANDLERS: dict[Any, Any] = {
     BadRequest: on_bad_request,
     RunNotFound: on_run_not_found,
     HTTPException: on_http_error,
+    ClientDisconnect: on_client_gone,
     Exception: on_unexpected,
 }

@@ -289,6 +289,7 @@ def _bad_raw_bodies() -> list[Case]:
         (b"\xff\xfe", 400),
         (b"", 400),
         (b"null", 400),
+        (b"[" * 100_000, 400),  # past Python's recursion limit
         (iter([b'{"input": "'] + [b"x" * 65536] * 17), 413),  # chunked: no Content-Length
     ]
     return [
