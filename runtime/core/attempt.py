@@ -104,7 +104,7 @@ class RunAttempt:
             with self.s.engine.connect() as conn:
                 suspend(conn, self.run.id, self.run.attempt, wait.waiting_on, self.run.step)
             self.s.changes.announce(self.run.id)
-            self.s.leases.release(self.lease.token)
+            self.s.leases.release(self.lease.token, self.lease.written_step)
             self.log.info("run.waiting", waiting_on=wait.waiting_on)
             return Outcome.WAITING
 
@@ -168,6 +168,18 @@ class RunAttempt:
         place in the chain: a chain that does not verify is never used (I6)."""
         if self.run.checkpoint is None:
             self._fail("it has no checkpoint to start from", "no_checkpoint")
+        witnessed = self.lease.witnessed_step
+        if witnessed > self.run.step:
+            # Redis saw step `witnessed` written; Postgres now ends before it: its newest steps
+            # were removed (a database writer, or a failover to a standby that lacked them).
+            # Asking the model for them again would break I5; the run fails instead (I6).
+            self._fail(
+                f"its steps end at {self.run.step} in Postgres, but step {witnessed} was "
+                "written (its step witness in Redis says so): its newest steps were removed, "
+                "so it was not resumed; check who changed the database",
+                "steps_rolled_back",
+                step=self.run.step,
+            )
         records: list[StepRecord] = []
         if self.run.step > 0:
             with self.s.engine.connect() as conn:
@@ -206,6 +218,7 @@ class RunAttempt:
         with self.fence.write() as conn:
             gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
         state.mark_written(digest(sealed))
+        self.lease.wrote(state.step)
         # Debug only: a line per step costs a thread-pool worker a JSON encode and the log
         # handler's lock per model step; the step, its calls and bytes are in Postgres.
         self.log.debug("run.checkpoint", step=state.step, calls=len(state.calls), bytes=len(sealed))
@@ -226,7 +239,7 @@ class RunAttempt:
         if drain.requested():
             with self.s.engine.connect() as conn:
                 new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.s.holder)
-            self.s.leases.release(self.lease.token)
+            self.s.leases.release(self.lease.token, self.lease.written_step)
             publish_quietly(self.s, self.run.id, new_attempt)
             self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
             raise HandedBack

@@ -24,7 +24,7 @@ from runtime.core.outcome import Outcome
 from runtime.core.workflow import WorkflowRun
 from runtime.durable.definition import RunDefinition
 from runtime.fleet.heartbeat import LeaseLost, RunLease
-from runtime.fleet.leases import FENCE_HOLDER, Token, monotonic_ms
+from runtime.fleet.leases import FENCE_HOLDER, NO_STEP, Token, monotonic_ms
 from runtime.recovery import outage
 from runtime.sending.http import SendRefused
 from runtime.services import Services
@@ -86,7 +86,8 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
         faults.point("before_lease")
         started = monotonic_ms()
         try:
-            if not s.leases.acquire(token, reserved_by):
+            acquired = s.leases.acquire(token, reserved_by)
+            if acquired is None:
                 if _held_by_older_attempt(s, token):
                     # A stale delivery of an earlier attempt holds the lease for the few
                     # milliseconds its fence takes (it is never claimed by a running attempt:
@@ -118,7 +119,8 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
         s.changes.announce(run_id)
         if claimed.run.deliveries > s.settings.timings.delivery_limit:
             return _poison(s, claimed.run, token)
-        return _execute(s, claimed, token, started, reserved_by or s.holder)
+        lease = s.heartbeat.hold(token, started, acquired.witnessed_step)
+        return _execute(s, claimed, lease, reserved_by or s.holder)
 
 
 def _held_by_older_attempt(s: Services, token: Token) -> bool:
@@ -148,7 +150,7 @@ def _poison(s: Services, row: RunRow, token: Token) -> Outcome:
             detail={"code": "poison"},
         )
     s.changes.announce(row.id)
-    _release_quietly(s, token)
+    _release_quietly(s, token, ended=True)
     return Outcome.POISON
 
 
@@ -156,14 +158,15 @@ def _poison(s: Services, row: RunRow, token: Token) -> Outcome:
 RUN_ENDED = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.ANSWER_HANDED_ON})
 
 
-def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: str) -> Outcome:
+def _execute(s: Services, claimed: Claimed, lease: RunLease, worker: str) -> Outcome:
     """The attempt, on the run's definition as sealed (one that does not verify fails the run,
     I6), inside its span when traces are on (runtime/base/tracing.py); a tracing failure is
     logged and never touches the run."""
     try:
         definition = RunDefinition.open(s.sealer, claimed.run)
     except SealError as exc:
-        return _refuse_unsealed(s, claimed.run, token, exc)
+        s.heartbeat.drop(lease)
+        return _refuse_unsealed(s, claimed.run, lease.token, exc)
     span = None
     if s.tracing.on:
         try:
@@ -172,7 +175,7 @@ def _execute(s: Services, claimed: Claimed, token: Token, started: int, worker: 
             log.warning("traces.attempt_failed", error=type(exc).__name__)
     outcome = Outcome.ERROR
     try:
-        outcome = _attempt(s, claimed, definition, token, started, worker)
+        outcome = _attempt(s, claimed, definition, lease, worker)
         return outcome
     finally:
         if span is not None:
@@ -197,7 +200,7 @@ def _refuse_unsealed(s: Services, row: RunRow, token: Token, exc: SealError) -> 
         woke = wake_parent(conn, row.id) if failed and row.parent_run_id else None
     log.error("run.definition_refused", run_id=row.id, reason=str(exc))
     s.changes.announce(row.id)
-    _release_quietly(s, token)
+    _release_quietly(s, token, ended=failed)
     if woke is not None:
         publish_quietly(s, *woke)
     return Outcome.FAILED if failed else Outcome.FENCED
@@ -228,20 +231,16 @@ def _facts(s: Services, row: RunRow, definition: RunDefinition) -> AttemptFacts:
 
 
 def _attempt(
-    s: Services,
-    claimed: Claimed,
-    definition: RunDefinition,
-    token: Token,
-    started: int,
-    worker: str,
+    s: Services, claimed: Claimed, definition: RunDefinition, lease: RunLease, worker: str
 ) -> Outcome:
     row = claimed.run
-    lease = s.heartbeat.hold(token, started)
     release = True
+    outcome = Outcome.ERROR
     try:
         faults.point("after_claim")
         attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
-        return attempt_class(s, row, definition, lease, gates=claimed.gates).execute()
+        outcome = attempt_class(s, row, definition, lease, gates=claimed.gates).execute()
+        return outcome
     except (FencedOut, LeaseLost, SendRefused) as exc:
         # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
         # this attempt may still hold (its local deadline passed) is left to lapse, so the
@@ -267,7 +266,7 @@ def _attempt(
     finally:
         s.heartbeat.drop(lease)
         if release:
-            _release_quietly(s, token)
+            _release_quietly(s, lease.token, lease.written_step, ended=outcome in RUN_ENDED)
 
 
 def _give_back_after_store_fault(
@@ -314,9 +313,13 @@ def _reserve_quietly(s: Services, holder: str, run_id: str, attempt: int) -> Non
         log.warning("reservation.failed")
 
 
-def _release_quietly(s: Services, token: Token) -> None:
+def _release_quietly(
+    s: Services, token: Token, written: int = NO_STEP, ended: bool = False
+) -> None:
+    """Let the lease go (with the step this attempt last wrote, or the run ended: see
+    `Leases.release`); a failure is logged, and the lease lapses by itself."""
     try:
-        s.leases.release(token)
+        s.leases.release(token, written, ended)
     except Exception:  # the lease lapses by itself
         log.warning("lease.release_failed")
 

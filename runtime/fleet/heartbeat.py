@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import redis
 import structlog
 
-from runtime.fleet.leases import Leases, Token, monotonic_ms
+from runtime.fleet.leases import NO_STEP, Leases, Token, monotonic_ms
 from runtime.fleet.presence import Presence
 from store.states import OWNED
 
@@ -92,7 +92,16 @@ class RunLease:
     # How long a run waits, from the presence's loss, for its lease to be confirmed again
     # before it gives its attempt up (the lease TTL plus the sweeper's store grace).
     blip_wait_ms: int = 0
+    # The highest step of the run Redis witnessed when this lease was taken, and the step this
+    # attempt last wrote (its renewals and release carry it to the witness; leases.py).
+    witnessed_step: int = NO_STEP
+    written_step: int = NO_STEP
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    def wrote(self, step: int) -> None:
+        """This attempt's write of `step` committed: the witness moves to it at the next
+        renewal, the heartbeat's or a boundary's (no round trip of its own)."""
+        self.written_step = max(self.written_step, step)
 
     def progress(self) -> None:
         """The run's thread is alive and moving: the heartbeat may keep renewing."""
@@ -189,7 +198,7 @@ class RunLease:
             self.check()
             return
         try:
-            ok = self.leases.renew(self.token)
+            ok = self.leases.renew(self.token, self.written_step)
         except redis.RedisError as exc:
             # Unreachable Redis: the lease is ours only until its local deadline, so this
             # attempt stops writing within one lease of losing Redis.
@@ -340,7 +349,7 @@ class Heartbeat:
         if reach is not None:
             reach.on_cut_off = self.let_go_all
 
-    def hold(self, token: Token, acquired_ms: int) -> RunLease:
+    def hold(self, token: Token, acquired_ms: int, witnessed_step: int = NO_STEP) -> RunLease:
         if self.presence is not None:
             self.presence.start()  # a lease counts only while this process is seen alive
         lease = RunLease(
@@ -352,6 +361,7 @@ class Heartbeat:
             confirmed_ms=acquired_ms,
             epoch="" if self.presence is None else self.presence.store_epoch,
             blip_wait_ms=self.blip_wait_ms,
+            witnessed_step=witnessed_step,
         )
         with self._lock:
             self._held[str(token)] = lease
@@ -432,7 +442,7 @@ class Heartbeat:
         if not due:
             return
         try:
-            results = self.leases.renew_many([h.token for h in due])
+            results = self.leases.renew_many([(h.token, h.written_step) for h in due])
         except redis.RedisError as exc:
             for h in due:
                 if now >= h.valid_until_ms - SAFETY_MARGIN_MS and not h.blipped():

@@ -17,12 +17,30 @@ from dataclasses import dataclass
 
 import redis
 
+# The step witness (`steps:<run id>`): the highest step any attempt of the run has written,
+# kept beside the lease (`WITNESS_TTL_S`, renewed while the run runs, deleted when it ends) so a
+# step removed from Postgres afterwards is seen (runtime/core/attempt.py `_load_state`). Only
+# the lease's holder moves it, only upwards; a lost Redis loses it, never a run.
+_WITNESS = """
+local function witness(key, step, ttl)
+  if step == '' then return end
+  local now = tonumber(redis.call('GET', key) or '-1')
+  if tonumber(step) > now then
+    redis.call('SET', key, step, 'EX', ttl)
+  else
+    redis.call('EXPIRE', key, ttl)
+  end
+end
+"""
+
 # KEYS[1] = lease key, KEYS[2] = deadlines zset, KEYS[3] = the holder's leases set,
-# KEYS[4] = holders set, KEYS[5] = the reserving process's reserved set;
-# ARGV[1] = token, ARGV[2] = ttl ms, ARGV[3] = holder, ARGV[4] = reserved member ("" if none).
+# KEYS[4] = holders set, KEYS[5] = the reserving process's reserved set, KEYS[6] = the run's
+# step witness; ARGV[1] = token, ARGV[2] = ttl ms, ARGV[3] = holder, ARGV[4] = reserved member
+# ("" if none).
 # Drops the message's reservation (the delivery has started: it becomes the lease, or it is
 # acked or requeued as its result says), then sets the lease only if nobody holds it and
-# indexes its deadline (by Redis's own clock) and its holder.
+# indexes its deadline (by Redis's own clock) and its holder. Returns 0, or {1, the witness
+# ("" when there is none)}.
 _ACQUIRE = """
 if ARGV[4] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
 local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
@@ -32,26 +50,37 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[3])
-return 1
+return {1, redis.call('GET', KEYS[6]) or ''}
 """
 
-# KEYS[1] = lease key, KEYS[2] = deadlines zset; ARGV[1] = token, ARGV[2] = ttl ms.
+# KEYS[1] = lease key, KEYS[2] = deadlines zset, KEYS[3] = the run's step witness;
+# ARGV[1] = token, ARGV[2] = ttl ms, ARGV[3] = the step this attempt last wrote ("" if none),
+# ARGV[4] = the witness's ttl s.
 # Extends the lease only while it still holds this token: never renews a lease a newer
-# attempt has taken (which `SET XX` would).
-_RENEW = """
+# attempt has taken (which `SET XX` would); the witness moves up to the step written.
+_RENEW = (
+    _WITNESS
+    + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+witness(KEYS[3], ARGV[3], ARGV[4])
 return 1
 """
+)
 
 # KEYS[1] = lease key, KEYS[2] = deadlines zset, KEYS[3] = the holder's leases set,
-# KEYS[4] = holders set, KEYS[5] = the holder's reserved set; ARGV[1] = token, ARGV[2] = holder.
-# Deletes the lease only if it still holds this token; always drops the token's index entries,
-# and the holder from `holders` once it has nothing left.
-_RELEASE = """
+# KEYS[4] = holders set, KEYS[5] = the holder's reserved set, KEYS[6] = the run's step
+# witness; ARGV[1] = token, ARGV[2] = holder, ARGV[3] = the step this attempt last wrote (""
+# if none), ARGV[4] = the witness's ttl s, ARGV[5] = "1" when the run has ended.
+# Deletes the lease only if it still holds this token (recording the step written, or, the run
+# ended, dropping the witness); always drops the token's index entries, and the holder from
+# `holders` once it has nothing left.
+_RELEASE = (
+    _WITNESS
+    + """
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[1])
 if redis.call('SCARD', KEYS[3]) == 0 and redis.call('SCARD', KEYS[5]) == 0 then
@@ -59,8 +88,10 @@ if redis.call('SCARD', KEYS[3]) == 0 and redis.call('SCARD', KEYS[5]) == 0 then
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+if ARGV[5] == '1' then redis.call('DEL', KEYS[6]) else witness(KEYS[6], ARGV[3], ARGV[4]) end
 return 1
 """
+)
 
 # KEYS[1] = the holder's reserved set, KEYS[2] = holders set; ARGV[1] = member, ARGV[2] = holder.
 # A worker's main process reserved a run's message: visible to the death watch if it dies.
@@ -248,6 +279,19 @@ return -1
 
 # The fence token's holder part: no process is named so (holders are host-pid).
 FENCE_HOLDER = "~sweep"
+# A step witness lives this long past its last renewal (a run waiting longer loses it: a
+# rollback of its newest step is then not seen); it is deleted when the run ends.
+WITNESS_TTL_S = 30 * 86400
+# No step written (none witnessed).
+NO_STEP = -1
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """A lease taken, with the highest step the run's attempts wrote, as Redis witnessed it
+    (`NO_STEP` when Redis holds none: never written, or lost with Redis's data)."""
+
+    witnessed_step: int
 
 
 @dataclass(frozen=True)
@@ -331,47 +375,66 @@ class Leases:
     def reserved_of(self, holder: str) -> str:
         return f"{self.namespace}holder:{holder}:reserved"
 
-    def acquire(self, token: Token, reserved_by: str | None = None) -> bool:
-        """Take the run's lease for this attempt if free. Either way the message's reservation
-        by `reserved_by` (the worker process that received it) is let go: the delivery started."""
+    def witness_key(self, run_id: str) -> str:
+        return f"{self.namespace}steps:{run_id}"
+
+    def acquire(self, token: Token, reserved_by: str | None = None) -> Acquired | None:
+        """Take the run's lease for this attempt if free (None otherwise), with the run's step
+        witness. Either way the message's reservation by `reserved_by` (the worker process
+        that received it) is let go: the delivery started."""
         reserver = reserved_by or token.holder
+        got = self._acquire(
+            keys=[
+                self.key(token.run_id),
+                self.deadlines,
+                self.leases_of(token.holder),
+                self.holders_key,
+                self.reserved_of(reserver),
+                self.witness_key(token.run_id),
+            ],
+            args=[
+                str(token),
+                self.ttl_ms,
+                token.holder,
+                f"{token.run_id}:{token.attempt}" if reserved_by else "",
+            ],
+        )
+        if not got:
+            return None
+        witnessed = _text(got[1])
+        return Acquired(int(witnessed) if witnessed else NO_STEP)
+
+    def renew(self, token: Token, written: int = NO_STEP) -> bool:
+        """Renew one lease, moving its run's step witness up to `written` (the step this
+        attempt last wrote; `NO_STEP` when none)."""
         return bool(
-            self._acquire(
-                keys=[
-                    self.key(token.run_id),
-                    self.deadlines,
-                    self.leases_of(token.holder),
-                    self.holders_key,
-                    self.reserved_of(reserver),
-                ],
-                args=[
-                    str(token),
-                    self.ttl_ms,
-                    token.holder,
-                    f"{token.run_id}:{token.attempt}" if reserved_by else "",
-                ],
-            )
+            self._renew(keys=self._renew_keys(token), args=self._renew_args(token, written))
         )
 
-    def renew(self, token: Token) -> bool:
-        return bool(
-            self._renew(
-                keys=[self.key(token.run_id), self.deadlines], args=[str(token), self.ttl_ms]
-            )
-        )
-
-    def renew_many(self, tokens: list[Token]) -> list[bool]:
-        """Renew several leases in one round trip (the heartbeat's pipeline)."""
+    def renew_many(self, leases: list[tuple[Token, int]]) -> list[bool]:
+        """Renew several leases in one round trip (the heartbeat's pipeline), each with the
+        step its attempt last wrote."""
         pipe = self.client.pipeline(transaction=False)
-        for token in tokens:
+        for token, written in leases:
             self._renew(
-                keys=[self.key(token.run_id), self.deadlines],
-                args=[str(token), self.ttl_ms],
+                keys=self._renew_keys(token),
+                args=self._renew_args(token, written),
                 client=pipe,
             )
         return [bool(r) for r in pipe.execute()]
 
-    def release(self, token: Token) -> bool:
+    def _renew_keys(self, token: Token) -> list[str]:
+        return [self.key(token.run_id), self.deadlines, self.witness_key(token.run_id)]
+
+    def _renew_args(self, token: Token, written: int) -> list[str | int]:
+        step = "" if written == NO_STEP else str(written)
+        return [str(token), self.ttl_ms, step, WITNESS_TTL_S]
+
+    def release(self, token: Token, written: int = NO_STEP, ended: bool = False) -> bool:
+        """Let the lease go if it still holds this token, recording the step this attempt last
+        wrote (a waiting or handed-back run keeps its witness exact), or dropping the witness
+        when the run has `ended`."""
+        step = "" if written == NO_STEP else str(written)
         return bool(
             self._release(
                 keys=[
@@ -380,8 +443,9 @@ class Leases:
                     self.leases_of(token.holder),
                     self.holders_key,
                     self.reserved_of(token.holder),
+                    self.witness_key(token.run_id),
                 ],
-                args=[str(token), token.holder],
+                args=[str(token), token.holder, step, WITNESS_TTL_S, "1" if ended else ""],
             )
         )
 

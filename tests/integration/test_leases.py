@@ -9,7 +9,7 @@ import pytest
 
 from liyagent.local.servers import free_port
 from runtime.fleet.heartbeat import Heartbeat, LeaseLost
-from runtime.fleet.leases import Leases, Token, monotonic_ms
+from runtime.fleet.leases import NO_STEP, Leases, Token, monotonic_ms
 from runtime.services import redis_client
 
 
@@ -120,9 +120,9 @@ class _CountingLeases(Leases):
 
     renewals = 0
 
-    def renew(self, token: Token) -> bool:
+    def renew(self, token: Token, written: int = NO_STEP) -> bool:
         self.renewals += 1
-        return super().renew(token)
+        return super().renew(token, written)
 
 
 def test_boundary_renews_reach_redis_at_most_once_per_fresh_window(stack) -> None:
