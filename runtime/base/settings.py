@@ -40,6 +40,22 @@ def _env_step_max_bytes() -> int:
     return value
 
 
+# A model's answer is read up to this many bytes (LIYAGENT_MODEL_RESPONSE_MAX_BYTES), at least
+# the smallest it may be set to.
+MODEL_RESPONSE_MAX_BYTES = 4 << 20
+MODEL_RESPONSE_MIN_BYTES = 64 << 10
+
+
+def _env_model_response_max_bytes() -> int:
+    value = _env_int("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", MODEL_RESPONSE_MAX_BYTES)
+    if value < MODEL_RESPONSE_MIN_BYTES:
+        raise ConfigError(
+            f"LIYAGENT_MODEL_RESPONSE_MAX_BYTES={value}: a model's answer needs at least "
+            f"{MODEL_RESPONSE_MIN_BYTES} bytes (default {MODEL_RESPONSE_MAX_BYTES})"
+        )
+    return value
+
+
 def _env_nonnegative(name: str, default: int) -> int:
     value = _env_int(name, default)
     if value < 0:
@@ -234,6 +250,9 @@ class Settings:
     # fit is replaced by a refusal the model reads; an answer or an input that does not fit is
     # refused (the run fails, the enqueue is a BadRequest). Nothing is written half.
     step_max_bytes: int = 1 << 20
+    # The most of a model's answer a worker reads (LIYAGENT_MODEL_RESPONSE_MAX_BYTES, 4 MiB):
+    # past it the read stops and the run fails with the size; nothing of the answer is used.
+    model_response_max_bytes: int = MODEL_RESPONSE_MAX_BYTES
     crash_resume_entries: bool = True
     # Whether this worker's main process sweeps (LIYAGENT_WORKER_SWEEPS, on by default; the
     # fleet sweeps once per interval whichever workers do). Off only for a worker that must
@@ -324,6 +343,7 @@ class Settings:
             vendor_url=os.environ.get("LIYAGENT_VENDOR_URL") or "http://127.0.0.1:8765",
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
             step_max_bytes=_env_step_max_bytes(),
+            model_response_max_bytes=_env_model_response_max_bytes(),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             worker_sweeps=_env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
             tool_modules=_env_list("LIYAGENT_TOOLS"),

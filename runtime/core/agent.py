@@ -13,6 +13,8 @@ from runtime.core.attempt import RunAttempt
 from runtime.core.outcome import Outcome
 from runtime.durable.state import RunState
 from runtime.models.base import ModelError, ModelProvider, StepAnswer, StepRequest
+from runtime.models.errors import too_large
+from runtime.sending import bounded
 
 MODEL_TRIES = 3
 
@@ -70,7 +72,16 @@ class AgentRun(RunAttempt):
         )
         for attempt in range(1, MODEL_TRIES + 1):
             try:
-                return model.next_step(request)
+                # However the provider reads its answer (httpx, an SDK, a framework), the read
+                # stops past LIYAGENT_MODEL_RESPONSE_MAX_BYTES.
+                with bounded.answers_at_most(self.s.settings.model_response_max_bytes):
+                    return model.next_step(request)
+            except bounded.ResponseTooLarge as exc:  # a provider that let it through unnamed
+                self._fail(
+                    f"the model failed at step {request.step}: {too_large(self.run.id, exc)}",
+                    "model_error",
+                    step=request.step,
+                )
             except ModelError as exc:
                 if not exc.retryable or attempt == MODEL_TRIES:
                     self._fail(

@@ -21,13 +21,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import anthropic
+import httpx2
 
 from runtime.durable.state import Message, ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
-from runtime.models.errors import classify
+from runtime.models.errors import classify, too_large
 from runtime.models.openai import checked_wire_name, tool_name
 from runtime.models.specs import AnthropicSpec
-from runtime.sending import http, sdk_http
+from runtime.sending import bounded, http, sdk_http
 from runtime.sending.http import SendRefused
 
 PROVIDER = "an Anthropic model"
@@ -123,7 +124,11 @@ class AnthropicProvider:
             http_client=self._http,
         )
         try:
-            with http.total_timeout(self.config.timeout_s):
+            # The answer is read by the SDK through `sdk_http`, cut off past the bound.
+            with (
+                http.total_timeout(self.config.timeout_s),
+                bounded.answers_at_most(bounded.answer_limit()),
+            ):
                 message = client.messages.create(**self.request_body(request))
         except anthropic.APIStatusError as exc:
             raise classify(
@@ -134,8 +139,10 @@ class AnthropicProvider:
                 key_env=self.config.api_key_env,
                 hints=HINTS,
             ) from exc
+        except bounded.ResponseTooLarge as exc:  # an error answer's body, read by the SDK
+            raise too_large(request.run_id, exc) from None
         except anthropic.APIConnectionError as exc:
-            raise _no_response(exc) from exc
+            raise _no_response(request.run_id, exc) from exc
         return parse_answer(request.run_id, message.model_dump(mode="json", warnings=False))
 
     def request_body(self, request: StepRequest) -> dict[str, Any]:
@@ -173,25 +180,23 @@ class AnthropicProvider:
         return self._env(env, "base_url_env", "the Messages API's base URL").rstrip("/")
 
 
-def _no_response(exc: anthropic.APIConnectionError) -> Exception:
-    """No answer came: the send guard's refusal stops the attempt; a timeout or a lost
-    connection is worth asking again; a bad URL is not."""
+def _no_response(run_id: str, exc: anthropic.APIConnectionError) -> Exception:
+    """No answer came: the send guard's refusal stops the attempt; an answer past the bound
+    is not asked again; a timeout or a lost connection is worth asking again; a bad URL is
+    not. Only exception types are said: their text may hold the URL with its query."""
     cause = exc.__cause__
     while cause is not None:
         if isinstance(cause, SendRefused):
             return cause
+        if isinstance(cause, bounded.ResponseTooLarge):
+            return too_large(run_id, cause)
         cause = cause.__cause__
     inner = exc.__cause__
+    if isinstance(inner, httpx2.TransportError | httpx2.InvalidURL):
+        return classify(None, None, sdk_http.as_httpx_error(inner))  # its type kept
     if isinstance(exc, anthropic.APITimeoutError):
-        return classify(None, None, TimeoutError(str(inner or exc)))
-    if inner is not None and type(inner).__name__ in {"UnsupportedProtocol", "InvalidURL"}:
-        return ModelError(
-            f"the model provider cannot be called ({type(inner).__name__}: {inner}); check "
-            "base_url",
-            retryable=False,
-        )
-    what = f"{type(inner).__name__}: {inner}" if inner is not None else str(exc)
-    return classify(None, None, ConnectionError(what))
+        return classify(None, None, TimeoutError())
+    return classify(None, None, ConnectionError())
 
 
 def parse_answer(run_id: str, payload: dict[str, Any]) -> StepAnswer:

@@ -116,11 +116,11 @@ def _failure(step: Callable[[str], None], base_url: str) -> ModelError:
 @pytest.mark.parametrize(
     ("case", "retryable", "after", "said"),
     [
-        ("conflict", False, None, "HTTP 409: another request is in progress"),
-        ("slow-down", True, 7.0, "HTTP 429: Rate limit reached; asking again may help"),
+        ("conflict", False, None, "HTTP 409 (conflict)"),
+        ("slow-down", True, 7.0, "HTTP 429 (rate_limit_exceeded); asking again may help"),
         ("slow-down-ms", True, 1.5, "HTTP 429"),
         ("no-quota", False, None, "out of quota"),
-        ("unavailable", True, 2.0, "HTTP 503: The server is overloaded"),
+        ("unavailable", True, 2.0, "HTTP 503 (overloaded)"),
         ("not-implemented", False, None, "HTTP 501"),
     ],
 )
@@ -136,6 +136,7 @@ def test_an_http_error_is_classified_by_the_engines_rule(
     assert error.retryable is retryable, str(error)
     assert error.retry_after_s == after
     assert said in str(error)
+    assert ANSWERS[case][2]["error"]["message"] not in str(error)  # the provider's text: withheld
 
 
 @STEPS
@@ -220,7 +221,7 @@ def test_an_http_error_without_its_response_is_read_from_the_frameworks_error() 
     )
     error = model_error(RUN, busy)
     assert error.retryable is True and error.retry_after_s == 3.0
-    said = "the model provider answered HTTP 429: slow; asking again may help"
+    said = "the model provider answered HTTP 429; asking again may help"
     assert str(error) == f"run {RUN}: {said}"
 
 

@@ -136,6 +136,19 @@ def test_good_job_params_pass() -> None:
     )
 
 
+def test_the_bound_on_a_models_answer_is_checked_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", raising=False)
+    assert Settings.from_env().model_response_max_bytes == 4 << 20
+    monkeypatch.setenv("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", "1000")
+    with pytest.raises(ConfigError, match="LIYAGENT_MODEL_RESPONSE_MAX_BYTES=1000: a model's"):
+        Settings.from_env()
+    monkeypatch.setenv("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", "lots")
+    with pytest.raises(ConfigError, match="LIYAGENT_MODEL_RESPONSE_MAX_BYTES='lots'"):
+        Settings.from_env()
+
+
 def test_urls_are_checked_with_clear_errors() -> None:
     with pytest.raises(ConfigError, match="LIYAGENT_REDIS_URL='notaurl' is not a Redis URL"):
         redis_url("notaurl")
