@@ -56,6 +56,19 @@ def _env_model_response_max_bytes() -> int:
     return value
 
 
+def _env_source_roots() -> tuple[str, ...]:
+    """LIYAGENT_SOURCE_ROOTS: absolute directories, comma-separated; a relative one is refused
+    (it would depend on each worker's working directory)."""
+    roots = _env_list("LIYAGENT_SOURCE_ROOTS")
+    for root in roots:
+        if not os.path.isabs(root):
+            raise ConfigError(
+                f"LIYAGENT_SOURCE_ROOTS: {root!r} is not an absolute path; name each directory "
+                "source_sync may read from the root (/srv/docs,/data/notes)"
+            )
+    return roots
+
+
 def _env_nonnegative(name: str, default: int) -> int:
     value = _env_int(name, default)
     if value < 0:
@@ -253,6 +266,9 @@ class Settings:
     # The most of a model's answer a worker reads (LIYAGENT_MODEL_RESPONSE_MAX_BYTES, 4 MiB):
     # past it the read stops and the run fails with the size; nothing of the answer is used.
     model_response_max_bytes: int = MODEL_RESPONSE_MAX_BYTES
+    # The directories a `source_sync` job's `dir:` source may be under (LIYAGENT_SOURCE_ROOTS,
+    # comma-separated absolute paths), symlinks and `..` resolved; none: `dir:` is refused.
+    source_roots: tuple[str, ...] = ()
     crash_resume_entries: bool = True
     # Whether this worker's main process sweeps (LIYAGENT_WORKER_SWEEPS, on by default; the
     # fleet sweeps once per interval whichever workers do). Off only for a worker that must
@@ -344,6 +360,7 @@ class Settings:
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
             step_max_bytes=_env_step_max_bytes(),
             model_response_max_bytes=_env_model_response_max_bytes(),
+            source_roots=_env_source_roots(),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             worker_sweeps=_env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
             tool_modules=_env_list("LIYAGENT_TOOLS"),

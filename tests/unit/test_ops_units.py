@@ -128,7 +128,9 @@ def test_job_params_are_checked_per_kind(kind: str, params: dict, says: str) -> 
 
 
 def test_good_job_params_pass() -> None:
-    JOB_KINDS["source_sync"].check({"source": "dir:/tmp", "page_size": 3})
+    JOB_KINDS["source_sync"].check(
+        {"source": "dir:/tmp", "page_size": 3}, Settings(source_roots=("/tmp",))
+    )
     JOB_KINDS["fine_tune"].check({"model": "m", "dataset": "d", "poll_s": 0.5})
     JOB_KINDS["classifier_training"].check({"examples": [{"text": "a", "label": "b"}]})
     JOB_KINDS["red_team"].check(
