@@ -240,14 +240,13 @@ def _attempt(s: Services, claimed: Claimed, token: Token, started: int, worker: 
 
 
 def _claim_would_fail(s: Services, row: RunRow) -> bool:
-    """Whether claiming this attempt as lost would fail the run (`claim_lost_many`'s rule):
-    its loss limit reached, or a run not written ahead that cannot resume."""
-    return row.lost_count + 1 > s.settings.timings.loss_limit or not _resumes(row)
-
-
-def _resumes(row: RunRow) -> bool:
-    """Whether a lost attempt of the run is resumed (an answered run's hand-on always is)."""
-    return row.status == RunStatus.ANSWERED or row.resumable
+    """Whether claiming this attempt as lost would fail the run as if its worker had died
+    (`claim_lost_many`'s rule): its loss limit reached, or a run that cannot resume. A hand-on
+    of a stored answer is left to that rule: its reason says the answer could not be handed on
+    and is kept, which is what happened."""
+    if row.status == RunStatus.ANSWERED:
+        return False
+    return row.lost_count + 1 > s.settings.timings.loss_limit or not row.resumable
 
 
 def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
@@ -259,7 +258,7 @@ def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
         with s.engine.connect() as conn:
             errors = len(select_audit(conn, row.id, "agent.run.error"))
             reason = _error_reason(s, row, facts, max(errors, 1))
-            code = "error_repeated" if _resumes(row) else "interrupted_by_error"
+            code = "error_repeated" if row.resumable else "interrupted_by_error"
             done = fail_run(
                 conn,
                 row.id,
@@ -286,7 +285,7 @@ def _error_reason(s: Services, row: RunRow, facts: dict[str, Any], errors: int) 
         "and place are in the run's audit (agent.run.error) and the worker's log: fix its cause "
         "and start the run again"
     )
-    if not _resumes(row):
+    if not row.resumable:
         return (
             f"run {row.id}: its attempt raised {raised}; it cannot resume (its kind does not, "
             f"or it was not written ahead: TICKETIQ_CRASH_RESUME_ENTRIES=false); {todo}"
