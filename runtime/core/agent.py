@@ -76,12 +76,6 @@ class AgentRun(RunAttempt):
                 # stops past LIYAGENT_MODEL_RESPONSE_MAX_BYTES.
                 with bounded.answers_at_most(self.s.settings.model_response_max_bytes):
                     return model.next_step(request)
-            except bounded.ResponseTooLarge as exc:  # a provider that let it through unnamed
-                self._fail(
-                    f"the model failed at step {request.step}: {too_large(self.run.id, exc)}",
-                    "model_error",
-                    step=request.step,
-                )
             except ModelError as exc:
                 if not exc.retryable or attempt == MODEL_TRIES:
                     self._fail(
@@ -93,4 +87,13 @@ class AgentRun(RunAttempt):
                 self.log.warning("model.retry", step=request.step, error=str(exc), delay_s=delay)
                 time.sleep(min(delay, 30.0))  # backoff before asking again, not a state wait
                 self.lease.check()
+            except Exception as exc:  # an answer cut off that its provider let through unnamed
+                cut = bounded.found_in(exc)
+                if cut is None:
+                    raise
+                self._fail(
+                    f"the model failed at step {request.step}: {too_large(self.run.id, cut)}",
+                    "model_error",
+                    step=request.step,
+                )
         raise AssertionError("unreachable")

@@ -139,9 +139,8 @@ class AnthropicProvider:
                 key_env=self.config.api_key_env,
                 hints=HINTS,
             ) from exc
-        except bounded.ResponseTooLarge as exc:  # an error answer's body, read by the SDK
-            raise too_large(request.run_id, exc) from None
-        except anthropic.APIConnectionError as exc:
+        except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+            # (An error answer's body is read by the SDK outside its wrapping: httpx2's own.)
             raise _no_response(request.run_id, exc) from exc
         return parse_answer(request.run_id, message.model_dump(mode="json", warnings=False))
 
@@ -180,18 +179,19 @@ class AnthropicProvider:
         return self._env(env, "base_url_env", "the Messages API's base URL").rstrip("/")
 
 
-def _no_response(run_id: str, exc: anthropic.APIConnectionError) -> Exception:
+def _no_response(run_id: str, exc: Exception) -> Exception:
     """No answer came: the send guard's refusal stops the attempt; an answer past the bound
     is not asked again; a timeout or a lost connection is worth asking again; a bad URL is
     not. Only exception types are said: their text may hold the URL with its query."""
-    cause = exc.__cause__
+    cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, SendRefused):
             return cause
-        if isinstance(cause, bounded.ResponseTooLarge):
-            return too_large(run_id, cause)
         cause = cause.__cause__
-    inner = exc.__cause__
+    cut = bounded.found_in(exc)
+    if cut is not None:
+        return too_large(run_id, cut)
+    inner = exc.__cause__ if isinstance(exc, anthropic.APIConnectionError) else exc
     if isinstance(inner, httpx2.TransportError | httpx2.InvalidURL):
         return classify(None, None, sdk_http.as_httpx_error(inner))  # its type kept
     if isinstance(exc, anthropic.APITimeoutError):

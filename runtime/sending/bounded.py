@@ -55,6 +55,17 @@ def in_force() -> int | None:
     return _limit.get()
 
 
+def found_in(exc: BaseException) -> ResponseTooLarge | None:
+    """The `ResponseTooLarge` an error was raised from (an SDK's connection error over the
+    transport's read error over it), if that is what it was."""
+    seen: BaseException | None = exc
+    for _ in range(20):  # a chain that loops back ends here
+        if seen is None or isinstance(seen, ResponseTooLarge):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def answer_limit() -> int:
     """The bound in force on a model's answer: the engine's (from its services' settings), or
     this process's LIYAGENT_MODEL_RESPONSE_MAX_BYTES when a provider is used outside a run."""

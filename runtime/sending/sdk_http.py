@@ -9,8 +9,9 @@ by it) and the process's connection pool then apply to SDK traffic exactly as to
 `SendRefused` passes through untouched, since it must stop the attempt, not be retried.
 
 Inside a bound on answers (`bounded.answers_at_most`: a model step), an answer is handed to the
-SDK decoded and cut off past the bound (`bounded.ResponseTooLarge`), so an SDK never holds more
-of a huge answer than the bound.
+SDK decoded and cut off past the bound, so an SDK never holds more of a huge answer than the
+bound. The SDK sees the cut as a failed read (an httpx2 `ReadError`, as for any transport
+failure) whose cause is `bounded.ResponseTooLarge`, found again by `bounded.found_in`.
 """
 
 from __future__ import annotations
@@ -79,11 +80,21 @@ def _response(source: httpx.Response, stream: Any, limit: int | None) -> httpx2.
     )
 
 
-def _declared_over(response: httpx.Response, limit: int | None) -> Exception | None:
+def _cut(exc: bounded.ResponseTooLarge, request: httpx2.Request) -> httpx2.ReadError:
+    """An answer cut off past its bound as the SDK expects a failed read: an httpx2 error,
+    raised from the `ResponseTooLarge` that says why."""
+    error = httpx2.ReadError(str(exc), request=request)
+    error.__cause__ = exc
+    return error
+
+
+def _declared_over(
+    response: httpx.Response, request: httpx2.Request, limit: int | None
+) -> httpx2.ReadError | None:
     """The refusal of an answer that declares more than the bound: its body is never read."""
     size = bounded.declared(response.headers)
     if limit is not None and size is not None and size > limit:
-        return bounded.ResponseTooLarge(limit, 0, size)
+        return _cut(bounded.ResponseTooLarge(limit, 0, size), request)
     return None
 
 
@@ -106,6 +117,8 @@ class _Body(httpx2.SyncByteStream):
                 yield from bounded.capped(self._response.iter_bytes(), self._limit)
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, self._request) from exc
+        except bounded.ResponseTooLarge as exc:
+            raise _cut(exc, self._request) from exc
 
     def close(self) -> None:
         self._response.close()
@@ -129,6 +142,8 @@ class _AsyncBody(httpx2.AsyncByteStream):
                     yield chunk
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, self._request) from exc
+        except bounded.ResponseTooLarge as exc:
+            raise _cut(exc, self._request) from exc
 
     async def aclose(self) -> None:
         await self._response.aclose()
@@ -153,7 +168,7 @@ class GuardedTransport(httpx2.BaseTransport):
             response = client.send(out, stream=True)
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, request) from exc
-        refused = _declared_over(response, limit)
+        refused = _declared_over(response, request, limit)
         if refused is not None:
             response.close()
             raise refused
@@ -180,7 +195,7 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
             response = await client.send(out, stream=True)
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, request) from exc
-        refused = _declared_over(response, limit)
+        refused = _declared_over(response, request, limit)
         if refused is not None:
             await response.aclose()
             raise refused

@@ -26,6 +26,8 @@ from liyagent.adapters.openai_agents import durable as agents_durable
 from liyagent.adapters.pydantic_ai import durable as pydantic_durable
 from runtime.frameworks.calls import model_error
 from runtime.models.base import ModelError, StepRequest
+from runtime.sending import bounded
+from tests.support.hostile_model import hostile_model
 from tests.support.loopback import serving
 
 RUN = "run-errfold-7"
@@ -137,6 +139,23 @@ def test_an_http_error_is_classified_by_the_engines_rule(
     assert error.retry_after_s == after
     assert said in str(error)
     assert ANSWERS[case][2]["error"]["message"] not in str(error)  # the provider's text: withheld
+
+
+@STEPS
+@pytest.mark.parametrize("declared", [False, True], ids=["chunked", "declared"])
+def test_an_answer_past_the_bound_is_cut_off_and_not_asked_again(
+    step: Callable[[str], None], declared: bool
+) -> None:
+    """The bound the engine sets around a model step holds for the frameworks' own clients:
+    their SDK is handed at most the bound, then the read stops and the connection closes."""
+    with (
+        hostile_model(64 << 20, declared=declared) as model,
+        bounded.answers_at_most(256 << 10),
+    ):
+        error = _failure(step, f"{model.base_url}/v1")
+    assert error.retryable is False
+    assert "LIYAGENT_MODEL_RESPONSE_MAX_BYTES (now 262144)" in str(error)
+    assert sum(model.bytes_sent()) < 24 << 20  # asked once, read no further than the bound
 
 
 @STEPS
