@@ -15,6 +15,8 @@ from runtime.base import faults
 from runtime.core.catalog import CatalogError, load
 from runtime.core.enqueue import AGENT_NAME
 from runtime.models.base import ModelError, StepRequest
+from runtime.models.errors import too_large
+from runtime.sending import bounded
 from runtime.toolbox.job_kinds import JobContext, JobError, JobParams, job
 
 
@@ -52,11 +54,18 @@ def red_team(ctx: JobContext, params: RedTeamParams) -> dict[str, object]:
             tools=s.tools.schemas(target.tools),
         )
         try:
-            answer = s.provider_for(dict(target.model), ctx.run_id).next_step(request)
+            model = s.provider_for(dict(target.model), ctx.run_id)
+            with bounded.answers_at_most(s.settings.model_response_max_bytes):
+                answer = model.next_step(request)
         except (ModelError, ValueError) as exc:
             raise JobError(
                 f"red team: probe {step} could not be sent to {target.name}'s model: {exc}"
             ) from None
+        except Exception as exc:  # an answer cut off that its provider let through unnamed
+            cut = bounded.found_in(exc)
+            if cut is None:
+                raise
+            raise JobError(f"red team: probe {step}: {too_large(ctx.run_id, cut)}") from None
         ctx.count("probes_sent")
         asked = {call.name for call in answer.calls}
         if probe.forbidden_tool in asked and probe.forbidden_tool in allowed:

@@ -3,29 +3,85 @@ its cursor, so a sync lost mid-way continues from its last page on any worker.""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import httpx
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from runtime.base import faults
+from runtime.base.settings import get_settings
 from runtime.sending import http
 from runtime.toolbox.job_kinds import JobContext, JobError, JobParams, job
 from store.documents import Document, upsert_documents
 
 
 class SourceSyncParams(JobParams):
-    """`source`: `dir:<path>` (files by name) or an http(s) URL serving JSON pages."""
+    """`source`: `dir:<path>` (files by name, under a root LIYAGENT_SOURCE_ROOTS names) or an
+    http(s) URL serving JSON pages."""
 
     source: str
     page_size: int = Field(10, ge=1, le=500)
 
     @field_validator("source")
     @classmethod
-    def _known_scheme(cls, value: str) -> str:
+    def _known_scheme(cls, value: str, info: ValidationInfo) -> str:
         if value == "dir:" or not value.startswith(("dir:", "http://", "https://")):
             raise ValueError("use dir:<path> or an http(s) URL")
+        if value.startswith("dir:"):  # refused at the door: nothing is stored
+            settings = (info.context or {}).get("settings") or get_settings()
+            confined(value[4:], settings.source_roots)
         return value
+
+
+def confined(path: str, roots: tuple[str, ...]) -> Path:
+    """The directory `path` names, symlinks and `..` resolved, when it is one of the deployment's
+    source roots (LIYAGENT_SOURCE_ROOTS, resolved the same way) or under one; ValueError naming
+    the setting otherwise (and when it names no root at all)."""
+    if not roots:
+        raise ValueError(
+            "dir: sources are off in this deployment (LIYAGENT_SOURCE_ROOTS names no "
+            "directory); use an http(s) source, or have the operator name the directories "
+            "syncs may read in LIYAGENT_SOURCE_ROOTS"
+        )
+    if not os.path.isabs(path):
+        raise ValueError("a dir: source is an absolute path (dir:/srv/docs/handbook)")
+    resolved = Path(path).resolve()
+    if not _under(resolved, roots):
+        raise ValueError(
+            "a dir: source must be one of the directories LIYAGENT_SOURCE_ROOTS names or "
+            "under one (symlinks and '..' resolved first)"
+        )
+    return resolved
+
+
+def _under(path: Path, roots: tuple[str, ...]) -> bool:
+    """Whether `path` (resolved) is a root or under one, each root resolved as it is now."""
+    return any(path.is_relative_to(Path(root).resolve()) for root in roots)
+
+
+def _dir_page(
+    source: str, page: int, size: int, ctx: JobContext
+) -> tuple[list[Document], int | None]:
+    """One page of the files under a `dir:` source, checked against the roots again as the
+    worker sees them: a file whose link leads out of them is left out, never read."""
+    roots = ctx.services.settings.source_roots
+    try:
+        root = confined(source[4:], roots)
+    except ValueError as exc:
+        raise JobError(f"source {source}: {exc}") from None
+    if not root.is_dir():
+        raise JobError(f"source {source}: not a directory")
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    chunk = files[page * size : (page + 1) * size]
+    docs = []
+    for p in chunk:
+        real = p.resolve()  # read where the link leads, once that is found inside the roots
+        if not _under(real, roots):
+            ctx.count("outside_roots")
+            continue
+        docs.append(Document(str(p.relative_to(root)), p.name, real.read_text(errors="replace")))
+    return docs, (page + 1 if (page + 1) * size < len(files) else None)
 
 
 def _fetch_page(
@@ -33,15 +89,7 @@ def _fetch_page(
 ) -> tuple[list[Document], int | None]:
     """One page of a source: `dir:<path>` (files by name) or `http(s)://...` (JSON pages)."""
     if source.startswith("dir:"):
-        root = Path(source[4:])
-        if not root.is_dir():
-            raise JobError(f"source {source}: not a directory")
-        files = sorted(p for p in root.rglob("*") if p.is_file())
-        chunk = files[page * size : (page + 1) * size]
-        docs = [
-            Document(str(p.relative_to(root)), p.name, p.read_text(errors="replace")) for p in chunk
-        ]
-        return docs, (page + 1 if (page + 1) * size < len(files) else None)
+        return _dir_page(source, page, size, ctx)
     try:
         response = http.shared_client().get(
             source,
@@ -83,4 +131,5 @@ def source_sync(ctx: JobContext, params: SourceSyncParams) -> dict[str, object]:
         "pages": ctx.count_of("pages"),
         "documents_seen": ctx.count_of("documents"),
         "documents_changed": ctx.count_of("changed"),
+        "files_outside_roots": ctx.count_of("outside_roots"),
     }

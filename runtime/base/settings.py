@@ -1,25 +1,24 @@
 """Settings from `LIYAGENT_*` environment variables, read once per process.
 
-The lease and sweep timings are coupled, so they live together in `Timings`.
+The lease and sweep timings are coupled, so they live together in `Timings`. The stores' URLs
+are read by `store_urls.py`; its readers and `ConfigError` are named here too, as before.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import urllib.parse
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import sqlalchemy as sa
-
+from runtime.base.config import ConfigError as ConfigError
+from runtime.base.store_urls import SENTINEL_SCHEME as SENTINEL_SCHEME
+from runtime.base.store_urls import database_url as database_url
+from runtime.base.store_urls import redis_master as redis_master
+from runtime.base.store_urls import redis_url as redis_url
+from runtime.base.store_urls import sentinel_url as sentinel_url
 from store.db import DEFAULT_DATABASE_URL
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-class ConfigError(ValueError):
-    """A setting is missing or malformed; the message names the variable to fix."""
 
 
 def _env_int(name: str, default: int) -> int:
@@ -41,6 +40,35 @@ def _env_step_max_bytes() -> int:
     return value
 
 
+# A model's answer is read up to this many bytes (LIYAGENT_MODEL_RESPONSE_MAX_BYTES), at least
+# the smallest it may be set to.
+MODEL_RESPONSE_MAX_BYTES = 4 << 20
+MODEL_RESPONSE_MIN_BYTES = 64 << 10
+
+
+def _env_model_response_max_bytes() -> int:
+    value = _env_int("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", MODEL_RESPONSE_MAX_BYTES)
+    if value < MODEL_RESPONSE_MIN_BYTES:
+        raise ConfigError(
+            f"LIYAGENT_MODEL_RESPONSE_MAX_BYTES={value}: a model's answer needs at least "
+            f"{MODEL_RESPONSE_MIN_BYTES} bytes (default {MODEL_RESPONSE_MAX_BYTES})"
+        )
+    return value
+
+
+def _env_source_roots() -> tuple[str, ...]:
+    """LIYAGENT_SOURCE_ROOTS: absolute directories, comma-separated; a relative one is refused
+    (it would depend on each worker's working directory)."""
+    roots = _env_list("LIYAGENT_SOURCE_ROOTS")
+    for root in roots:
+        if not os.path.isabs(root):
+            raise ConfigError(
+                f"LIYAGENT_SOURCE_ROOTS: {root!r} is not an absolute path; name each directory "
+                "source_sync may read from the root (/srv/docs,/data/notes)"
+            )
+    return roots
+
+
 def _env_nonnegative(name: str, default: int) -> int:
     value = _env_int(name, default)
     if value < 0:
@@ -58,135 +86,6 @@ def _env_bool(name: str, default: bool) -> bool:
     if value in {"0", "false", "no", "off"}:
         return False
     raise ConfigError(f"{name}={raw!r} is not a boolean (use true or false)")
-
-
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-SENTINEL_SCHEME = "sentinel://"
-SENTINEL_PORT = 26379
-
-
-# libpq's multi-host form, `scheme://[userinfo@]h1:p1,h2:p2/...`: the hosts part holds a comma.
-_MULTI_HOST = re.compile(
-    r"^(?P<scheme>[^:/]+://)(?P<user>[^@/]*@)?(?P<hosts>[^/?@]*,[^/?@]*)(?P<rest>.*)$"
-)
-
-
-def _hosts_in_query(raw: str) -> str:
-    """libpq's multi-host URL (`postgresql://user@h1:p1,h2:p2/db?target_session_attrs=...`)
-    in the form SQLAlchemy reads (`postgresql://user@/db?host=h1:p1&host=h2:p2&...`); any
-    other URL as it is. ValueError for a port that is not a number."""
-    found = _MULTI_HOST.match(raw)
-    if found is None:
-        return raw
-    path, _, query = found["rest"].partition("?")
-    listed = [h.strip() for h in found["hosts"].split(",") if h.strip()]
-    for host in listed:
-        _, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
-        if colon and not port.isdigit():
-            raise ValueError(f"port {port!r} of {host!r} is not a number")
-    hosts = "&".join(f"host={h}" for h in listed)
-    return f"{found['scheme']}{found['user'] or ''}{path or '/'}?{hosts}" + (
-        f"&{query}" if query else ""
-    )
-
-
-def database_url(raw: str, name: str = "LIYAGENT_DATABASE_URL") -> str:
-    """A Postgres URL for psycopg 3 (`postgresql://` and `postgres://` are read as
-    `postgresql+psycopg://`; libpq's multi-host form `h1:p1,h2:p2` is kept as its list of
-    hosts, tried in order); anything else is a ConfigError naming the variable or option."""
-    try:
-        url = sa.make_url(_hosts_in_query(raw))
-    except (sa.exc.ArgumentError, ValueError):
-        raise ConfigError(
-            f"{name}={raw[:60]!r} is not a database URL; use "
-            "postgresql+psycopg://user[:password]@host[:port]/database"
-        ) from None
-    if url.drivername in ("postgresql", "postgres"):
-        url = url.set(drivername="postgresql+psycopg")
-    if url.drivername != "postgresql+psycopg":
-        raise ConfigError(
-            f"{name}: {url.drivername!r} is not supported; liyagent runs on PostgreSQL through "
-            "psycopg 3: use postgresql+psycopg://user[:password]@host[:port]/database"
-        )
-    return url.render_as_string(hide_password=False)
-
-
-def redis_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> str:
-    """A Redis URL redis-py can open, or a list of Sentinels (`sentinel_url`); anything else is
-    a ConfigError naming the variable."""
-    if raw.startswith(SENTINEL_SCHEME):
-        sentinel_url(raw, name)
-        return raw
-    if not raw.startswith(REDIS_SCHEMES):
-        raise ConfigError(
-            f"{name}={raw[:60]!r} is not a Redis URL; use redis://host:port/db "
-            "(or rediss:// for TLS, unix:///path/to/socket, or "
-            "sentinel://host:26379;sentinel://host2:26379 with LIYAGENT_REDIS_MASTER)"
-        )
-    return raw
-
-
-@dataclass(frozen=True)
-class SentinelUrl:
-    """The Sentinels a `sentinel://h1:26379;sentinel://h2:26379/db` URL lists (kombu's form),
-    and the database, user and password of the master they name (from its first entry)."""
-
-    hosts: tuple[tuple[str, int], ...]
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-
-
-def sentinel_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> SentinelUrl:
-    """Parse a Sentinel URL; a malformed entry is a ConfigError naming the variable."""
-    hosts: list[tuple[str, int]] = []
-    first: urllib.parse.SplitResult | None = None
-    first_db = 0
-    for entry in filter(None, (p.strip() for p in raw.split(";"))):
-        bad = ConfigError(
-            f"{name}: {entry[:60]!r} is not a Sentinel; each entry, separated by ';', is "
-            "sentinel://host[:port] (the first may add user:password@ and /db)"
-        )
-        if not entry.startswith(SENTINEL_SCHEME):
-            raise bad
-        try:
-            part = urllib.parse.urlsplit(entry)
-            host, port = part.hostname, part.port or SENTINEL_PORT
-            db = int(part.path.strip("/") or 0) if first is None else 0
-        except ValueError:
-            raise bad from None
-        if not host:
-            raise bad
-        hosts.append((host, port))
-        if first is None:
-            first, first_db = part, db
-    if first is None:
-        raise ConfigError(f"{name}={raw[:60]!r} lists no Sentinel")
-    return SentinelUrl(
-        hosts=tuple(hosts),
-        db=first_db,
-        username=urllib.parse.unquote(first.username) if first.username else None,
-        password=urllib.parse.unquote(first.password) if first.password else None,
-    )
-
-
-def redis_master(url: str, raw: str, name: str = "LIYAGENT_REDIS_MASTER") -> str:
-    """The name of the master the Sentinels of `url` watch: required with a Sentinel URL,
-    refused without one (it would be silently ignored)."""
-    master = raw.strip()
-    if url.startswith(SENTINEL_SCHEME) and not master:
-        raise ConfigError(
-            f"LIYAGENT_REDIS_URL names Sentinels but {name} is not set: set it to the name "
-            "of the master they watch (the name in their `sentinel monitor` line)"
-        )
-    if master and not url.startswith(SENTINEL_SCHEME):
-        raise ConfigError(
-            f"{name}={master!r} is set but LIYAGENT_REDIS_URL is not a sentinel:// URL: "
-            "list the Sentinels there, or unset it"
-        )
-    if any(c.isspace() for c in master):
-        raise ConfigError(f"{name}={master!r}: a master name has no spaces")
-    return master
 
 
 def _env_list(name: str) -> tuple[str, ...]:
@@ -364,6 +263,12 @@ class Settings:
     # fit is replaced by a refusal the model reads; an answer or an input that does not fit is
     # refused (the run fails, the enqueue is a BadRequest). Nothing is written half.
     step_max_bytes: int = 1 << 20
+    # The most of a model's answer a worker reads (LIYAGENT_MODEL_RESPONSE_MAX_BYTES, 4 MiB):
+    # past it the read stops and the run fails with the size; nothing of the answer is used.
+    model_response_max_bytes: int = MODEL_RESPONSE_MAX_BYTES
+    # The directories a `source_sync` job's `dir:` source may be under (LIYAGENT_SOURCE_ROOTS,
+    # comma-separated absolute paths), symlinks and `..` resolved; none: `dir:` is refused.
+    source_roots: tuple[str, ...] = ()
     crash_resume_entries: bool = True
     # Whether this worker's main process sweeps (LIYAGENT_WORKER_SWEEPS, on by default; the
     # fleet sweeps once per interval whichever workers do). Off only for a worker that must
@@ -457,6 +362,8 @@ class Settings:
             vendor_url=os.environ.get("LIYAGENT_VENDOR_URL") or "http://127.0.0.1:8765",
             step_limit=_env_int("LIYAGENT_STEP_LIMIT", 25),
             step_max_bytes=_env_step_max_bytes(),
+            model_response_max_bytes=_env_model_response_max_bytes(),
+            source_roots=_env_source_roots(),
             crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             worker_sweeps=_env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
             tool_modules=_env_list("LIYAGENT_TOOLS"),

@@ -13,6 +13,8 @@ from runtime.core.attempt import RunAttempt
 from runtime.core.outcome import Outcome
 from runtime.durable.state import RunState
 from runtime.models.base import ModelError, ModelProvider, StepAnswer, StepRequest
+from runtime.models.errors import too_large
+from runtime.sending import bounded
 
 MODEL_TRIES = 3
 
@@ -70,7 +72,10 @@ class AgentRun(RunAttempt):
         )
         for attempt in range(1, MODEL_TRIES + 1):
             try:
-                return model.next_step(request)
+                # However the provider reads its answer (httpx, an SDK, a framework), the read
+                # stops past LIYAGENT_MODEL_RESPONSE_MAX_BYTES.
+                with bounded.answers_at_most(self.s.settings.model_response_max_bytes):
+                    return model.next_step(request)
             except ModelError as exc:
                 if not exc.retryable or attempt == MODEL_TRIES:
                     self._fail(
@@ -82,4 +87,13 @@ class AgentRun(RunAttempt):
                 self.log.warning("model.retry", step=request.step, error=str(exc), delay_s=delay)
                 time.sleep(min(delay, 30.0))  # backoff before asking again, not a state wait
                 self.lease.check()
+            except Exception as exc:  # an answer cut off that its provider let through unnamed
+                cut = bounded.found_in(exc)
+                if cut is None:
+                    raise
+                self._fail(
+                    f"the model failed at step {request.step}: {too_large(self.run.id, cut)}",
+                    "model_error",
+                    step=request.step,
+                )
         raise AssertionError("unreachable")

@@ -3,6 +3,7 @@ answer, failure. `AgentRun` and `WorkflowRun` add the loop that produces steps."
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -260,6 +261,7 @@ class RunAttempt:
         answer: dict[str, Any] = {"text": text}
         if output is not None:
             answer["output"] = output.value
+        self._check_answer_size(answer)
         sealed = self.s.sealer.seal(self.run.id, "answer", 0, answer)
         if not entry_point(self.run).outside:
             with self.fence.write() as conn:
@@ -279,6 +281,19 @@ class RunAttempt:
             store_answer(conn, self.run.id, self.run.attempt, sealed)
         faults.point("after_answer")
         self._hand_on(text)
+
+    def _check_answer_size(self, answer: dict[str, Any]) -> None:
+        """A final answer is the last thing a step adds: one larger than LIYAGENT_STEP_MAX_BYTES
+        fails the run and is never stored, sealed or handed on (nor quoted in the reason)."""
+        limit = self.s.settings.step_max_bytes
+        size = len(json.dumps(answer, sort_keys=True, default=str).encode())
+        if size > limit:
+            self._fail(
+                f"run {self.run.id}: its final answer was {size} bytes, more than "
+                f"LIYAGENT_STEP_MAX_BYTES={limit}; it was not stored or handed on: raise the "
+                "limit or have the agent answer in less",
+                "answer_too_large",
+            )
 
     def _hand_on(self, text: str) -> None:
         """Deliver the stored answer to its entry points, once (the run is then succeeded)."""

@@ -29,10 +29,10 @@ from runtime.recovery import outage
 from runtime.sending.http import SendRefused
 from runtime.services import Services
 from store import db
-from store.records import insert_owned_audit
+from store.records import insert_owned_audit, select_audit
 from store.rows import Claimed, FencedOut, RunRow
 from store.runs import claim_delivery, fail_run, hand_back_store_fault, loss_seen
-from store.states import RunKind, Seen
+from store.states import RunKind, RunStatus, Seen
 from store.waits import wake_parent
 
 log = structlog.get_logger(__name__)
@@ -262,11 +262,81 @@ def _attempt(
         facts = error_facts(exc)
         log.error("run.error", **facts, frames=frames(exc))
         _audit_quietly(s, row, "agent.run.error", {**facts, "worker": s.holder})
+        if _claim_would_fail(s, row):
+            # The loss the sweeper would claim would fail the run as if its worker had died:
+            # fail it here instead, with the error as the reason.
+            release = _fail_after_error(s, row, facts)
+            return Outcome.FAILED if release else Outcome.ERROR
         return Outcome.ERROR
     finally:
         s.heartbeat.drop(lease)
         if release:
             _release_quietly(s, lease.token, lease.written_step, ended=outcome in RUN_ENDED)
+
+
+def _claim_would_fail(s: Services, row: RunRow) -> bool:
+    """Whether claiming this attempt as lost would fail the run as if its worker had died
+    (`claim_lost_many`'s rule): its loss limit reached, or a run that cannot resume. A hand-on
+    of a stored answer is left to that rule: its reason says the answer could not be handed on
+    and is kept, which is what happened."""
+    if row.status == RunStatus.ANSWERED:
+        return False
+    return row.lost_count + 1 > s.settings.timings.loss_limit or not row.resumable
+
+
+def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
+    """Fail the run for an error that ended its attempt, with a reason that says so (its type,
+    where, how often it ended an attempt, what to do), audited `error_repeated` (a run that
+    cannot resume: `interrupted_by_error`), fenced: only while this attempt owns the run (I3).
+    False when it could not: the lease then lapses and the sweeper claims the run as usual."""
+    try:
+        with s.engine.connect() as conn:
+            errors = len(select_audit(conn, row.id, "agent.run.error"))
+            reason = _error_reason(s, row, facts, max(errors, 1))
+            code = "error_repeated" if row.resumable else "interrupted_by_error"
+            done = fail_run(
+                conn,
+                row.id,
+                row.attempt,
+                reason=reason,
+                audit_kind="agent.run.failed",
+                detail={"code": code, **facts, "errors": errors, "worker": s.holder},
+            )
+    except Exception as exc:
+        log.warning("run.error_unfailed", **error_facts(exc))
+        return False
+    if done:
+        s.changes.announce(row.id)
+        log.warning("run.failed", code=code, error=facts["error"], errors=errors)
+    return done
+
+
+def _error_reason(s: Services, row: RunRow, facts: dict[str, Any], errors: int) -> str:
+    """Why a run whose attempt ended in an error is failed: no worker died, so it says what
+    was raised and where (never the error's message: it may carry user text)."""
+    raised = f"{facts['error']}" + (f" ({facts['where']})" if facts.get("where") else "")
+    todo = (
+        "no worker died; the error's message is withheld (it may carry user text), its type "
+        "and place are in the run's audit (agent.run.error) and the worker's log: fix its cause "
+        "and start the run again"
+    )
+    if not row.resumable:
+        return (
+            f"run {row.id}: its attempt raised {raised}; it cannot resume (its kind does not, "
+            f"or it was not written ahead: TICKETIQ_CRASH_RESUME_ENTRIES=false); {todo}"
+        )
+    limit = s.settings.timings.loss_limit
+    if errors > row.lost_count:  # every earlier loss was an error too
+        ended = "its attempt" if errors == 1 else f"each of its last {errors} attempts"
+        return (
+            f"run {row.id}: an error ended {ended}, more than the loss limit ({limit}, "
+            f"LIYAGENT_LOSS_LIMIT) allows; the last raised {raised}; {todo}"
+        )
+    return (
+        f"run {row.id}: lost {row.lost_count} times (limit {limit}, LIYAGENT_LOSS_LIMIT), "
+        f"{row.lost_count + 1 - errors} of them without an error (a worker died or stalled), "
+        f"then its attempt raised {raised}; {todo}"
+    )
 
 
 def _give_back_after_store_fault(

@@ -59,7 +59,7 @@ class JobRun(RunAttempt):
                 self._taken_up[call.id] = json.loads(message["content"])
             state.count("executed")
         try:
-            summary = kind.run(self, kind.check(dict(job.get("params") or {})))
+            summary = kind.run(self, kind.check(dict(job.get("params") or {}), self.s.settings))
         except JobError as exc:
             self._fail(str(exc), "job_error")
         self._finish(summary if isinstance(summary, str) else json.dumps(summary, sort_keys=True))

@@ -223,7 +223,7 @@ class Client:
                 "was stored"
             )
         try:
-            job_kind.check(params)
+            job_kind.check(params, self.s.settings)
         except JobError as exc:
             raise BadRequest(f"job {kind}: {exc}; nothing was stored") from None
         return enqueue(

@@ -20,8 +20,9 @@ import httpx2
 import openai
 
 from runtime.models.base import ModelError
-from runtime.models.errors import classify
+from runtime.models.errors import classify, too_large
 from runtime.sending import sdk_http
+from runtime.sending.bounded import ResponseTooLarge
 from runtime.sending.http import SendRefused
 from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolKind
 from runtime.toolbox.typed_tools import USER_KINDS, reader_for
@@ -165,9 +166,12 @@ def send_refused(exc: BaseException) -> SendRefused | None:
 def model_error(run_id: str, exc: BaseException) -> ModelError:
     """A framework's failed model call as the engine's ModelError, by its one rule
     (`errors.classify`): an HTTP error from its status, headers and body (Retry-After and
-    quota codes honoured), no response from the transport error under the SDK's, the run id
-    leading the message."""
+    quota codes honoured), no response from the transport error under the SDK's, an answer cut
+    off past the bound on answers as such; the run id leading the message."""
     chain = _chain(exc)
+    cut = next((e for e in chain if isinstance(e, ResponseTooLarge)), None)
+    if cut is not None:
+        return too_large(run_id, cut)
     answered = _http_failure(chain)
     if answered is not None:
         status, headers, body = answered
@@ -183,9 +187,10 @@ def model_error(run_id: str, exc: BaseException) -> ModelError:
             # the request. Not asked again, as the native providers' unusable answers are not
             # (`runtime/models/openai.py` parse_answer): the same request is likely to get the
             # same answer, and each retry would spend one of the run's attempts on it.
+            # Only the error's type is said: its text may quote the answer or the prompt.
             error = ModelError(
                 f"the model's answer could not be used, or the request made "
-                f"({type(exc).__name__}: {exc}); asking again would not help",
+                f"({type(exc).__name__}); asking again would not help",
                 retryable=False,
             )
     return ModelError(

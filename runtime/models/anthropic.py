@@ -19,14 +19,15 @@ import json
 from typing import Any
 
 import anthropic
+import httpx2
 
 from runtime.durable.state import Message, ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
-from runtime.models.errors import classify
+from runtime.models.errors import classify, too_large
 from runtime.models.openai import checked_wire_name, tool_name
 from runtime.models.profiles import ModelProfile
 from runtime.models.specs import AnthropicSpec
-from runtime.sending import http, sdk_http
+from runtime.sending import bounded, http, sdk_http
 from runtime.sending.http import SendRefused
 
 PROVIDER = "an Anthropic model"
@@ -128,7 +129,11 @@ class AnthropicProvider:
             http_client=self._http,
         )
         try:
-            with http.total_timeout(self.timeout_s):
+            # The answer is read by the SDK through `sdk_http`, cut off past the bound.
+            with (
+                http.total_timeout(self.timeout_s),
+                bounded.answers_at_most(bounded.answer_limit()),
+            ):
                 message = client.messages.create(**self.request_body(request))
         except anthropic.APIStatusError as exc:
             raise classify(
@@ -139,8 +144,9 @@ class AnthropicProvider:
                 key_env=self.endpoint.key_source,
                 hints=HINTS,
             ) from exc
-        except anthropic.APIConnectionError as exc:
-            raise _no_response(exc) from exc
+        except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+            # (An error answer's body is read by the SDK outside its wrapping: httpx2's own.)
+            raise _no_response(request.run_id, exc) from exc
         return parse_answer(request.run_id, message.model_dump(mode="json", warnings=False))
 
     def request_body(self, request: StepRequest) -> dict[str, Any]:
@@ -162,25 +168,24 @@ class AnthropicProvider:
         return body
 
 
-def _no_response(exc: anthropic.APIConnectionError) -> Exception:
-    """No answer came: the send guard's refusal stops the attempt; a timeout or a lost
-    connection is worth asking again; a bad URL is not."""
-    cause = exc.__cause__
+def _no_response(run_id: str, exc: Exception) -> Exception:
+    """No answer came: the send guard's refusal stops the attempt; an answer past the bound
+    is not asked again; a timeout or a lost connection is worth asking again; a bad URL is
+    not. Only exception types are said: their text may hold the URL with its query."""
+    cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, SendRefused):
             return cause
         cause = cause.__cause__
-    inner = exc.__cause__
+    cut = bounded.found_in(exc)
+    if cut is not None:
+        return too_large(run_id, cut)
+    inner = exc.__cause__ if isinstance(exc, anthropic.APIConnectionError) else exc
+    if isinstance(inner, httpx2.TransportError | httpx2.InvalidURL):
+        return classify(None, None, sdk_http.as_httpx_error(inner))  # its type kept
     if isinstance(exc, anthropic.APITimeoutError):
-        return classify(None, None, TimeoutError(str(inner or exc)))
-    if inner is not None and type(inner).__name__ in {"UnsupportedProtocol", "InvalidURL"}:
-        return ModelError(
-            f"the model provider cannot be called ({type(inner).__name__}: {inner}); check "
-            "base_url",
-            retryable=False,
-        )
-    what = f"{type(inner).__name__}: {inner}" if inner is not None else str(exc)
-    return classify(None, None, ConnectionError(what))
+        return classify(None, None, TimeoutError())
+    return classify(None, None, ConnectionError())
 
 
 def parse_answer(run_id: str, payload: dict[str, Any]) -> StepAnswer:

@@ -1,13 +1,20 @@
-"""Deciding, in one place, whether a failed model HTTP call is worth asking again.
+"""Deciding, in one place, whether a failed model HTTP call is worth asking again, and what of
+it is said.
 
 The HTTP client never retries on its own; the engine retries a `ModelError(retryable=True)`
 after `retry_after_s`, so every retry decision a provider makes comes from `classify`.
+
+A ModelError's text becomes a run's failure reason (its audit, events, transcript and log), so
+it holds only what an operator needs: the status, the provider's error type or code when it is
+shaped like one (`rate_limit_exceeded`), and what to do next. The provider's own message is
+withheld, as is an exception's text: either may echo the prompt, a key or a URL's query.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
@@ -15,14 +22,19 @@ from email.utils import parsedate_to_datetime
 import httpx
 
 from runtime.models.base import ModelError
+from runtime.sending.bounded import ResponseTooLarge
 
 # Statuses that say "not now" rather than "not this request": the same request may succeed.
 # (Every 5xx but PERMANENT_5XX is too, Anthropic's 529 "overloaded" among them.)
 RETRYABLE_STATUSES = frozenset({408, 429})
 # 5xx that describe the request or server, not a transient state: asking again cannot help.
 PERMANENT_5XX = frozenset({501, 505})
-# Enough of a provider's error message to act on, without pasting a whole HTML error page.
-MESSAGE_LIMIT = 300
+# A provider's error type or code is said only when it is shaped like one: words of letters
+# (or numbers of up to 4 digits) joined by `_`, `.` or `-`, 48 characters at most, never shaped
+# like a credential. Anything else may be free text, the prompt or a key.
+CODE_MAX = 48
+_CODE = re.compile(r"[A-Za-z]{1,24}(?:[_.-](?:[A-Za-z]{1,24}|[0-9]{1,4}))*")
+_CREDENTIAL = re.compile(r"(?i)^(?:sk|pk|rk|gh[pousr]|xox[abprs])[-_]|^AKIA")
 # 429 error codes that mean the account is out of credit: waiting a few seconds cannot help.
 QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 
@@ -50,8 +62,8 @@ def classify(
     if status is None:
         return _from_exception(exc)
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
-    message, code = error_detail(body)
-    said = f"the model provider answered HTTP {status}" + (f": {message}" if message else "")
+    code = error_code(body)
+    said = f"the model provider answered HTTP {status}" + (f" ({code})" if code else "")
     if status == 429 and code in QUOTA_CODES:
         return ModelError(
             f"{said}; the account is out of quota, check its plan and billing", retryable=False
@@ -72,8 +84,9 @@ def classify(
 
 
 def _from_exception(exc: Exception | None) -> ModelError:
-    """No response: a timeout or lost connection is transient, a bad URL is not."""
-    what = f"{type(exc).__name__}: {exc}" if exc is not None else "no response and no error"
+    """No response: a timeout or lost connection is transient, a bad URL is not. Only the
+    exception's type is said: its text may hold the URL with its query."""
+    what = type(exc).__name__ if exc is not None else "no response and no error"
     if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
         return ModelError(
             f"the model provider cannot be called ({what}); check base_url", retryable=False
@@ -123,26 +136,40 @@ def _number(raw: str | None) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def error_detail(body: str) -> tuple[str, str | None]:
-    """The provider's error message (truncated) and error code from an error body; a body that
-    is not the usual `{"error": {"message": ...}}` JSON is quoted as text."""
-    text = body.strip()
-    if not text:
-        return "", None
+def error_code(body: str) -> str | None:
+    """The provider's error code (else its error type) from an error body, when shaped like an
+    identifier (`_CODE`); None for a body without one. Its message is never read out."""
     try:
-        parsed = json.loads(text)
+        parsed = json.loads(body) if body.strip() else None
     except ValueError:
-        return _truncate(" ".join(text.split())), None
-    error = parsed.get("error") if isinstance(parsed, dict) else None
-    if isinstance(error, dict):
-        code = error.get("code") or error.get("type")
-        return _truncate(str(error.get("message") or "")), str(code) if code else None
-    if isinstance(error, str):
-        return _truncate(error), None
-    if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
-        return _truncate(parsed["message"]), None
-    return _truncate(" ".join(text.split())), None
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    error = parsed.get("error")
+    found = [error.get("code"), error.get("type")] if isinstance(error, dict) else []
+    found.append(parsed.get("code"))
+    for value in found:
+        if isinstance(value, str) and identifier_shaped(value):
+            return value
+    return None
 
 
-def _truncate(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+def identifier_shaped(value: str) -> bool:
+    """Whether `value` reads as an error code (`insufficient_quota`, `overloaded_error`), not
+    as text a person or a key could have put there."""
+    return (
+        len(value) <= CODE_MAX
+        and _CODE.fullmatch(value) is not None
+        and _CREDENTIAL.search(value) is None
+    )
+
+
+def too_large(run_id: str, exc: ResponseTooLarge) -> ModelError:
+    """The model's answer passed LIYAGENT_MODEL_RESPONSE_MAX_BYTES: not asked again (the same
+    request would get as much), nothing of it used."""
+    return ModelError(
+        f"run {run_id}: the model provider's answer was cut off: {exc}; nothing of it was used: "
+        f"raise LIYAGENT_MODEL_RESPONSE_MAX_BYTES (now {exc.limit}) or have the model answer "
+        "in less (max_tokens in the run's model spec)",
+        retryable=False,
+    )

@@ -1,8 +1,8 @@
 """A provider for OpenAI-compatible chat-completions endpoints: one HTTP request per step.
 
-The spec's `model` names the endpoint, not the secret: the API key is read from the environment
-variable `api_key_env` at call time, so it is never stored with the run. The HTTP client does
-not retry; `classify` turns each failure into a ModelError and the engine decides to ask again.
+The endpoint and where its key is are the deployment's model profile's (`profiles.py`); the key
+is read at call time, so it is never stored with the run. The HTTP client does not retry;
+`classify` turns each failure into a ModelError and the engine decides to ask again.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import httpx
 
 from runtime.durable.state import Message, ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
-from runtime.models.errors import classify
+from runtime.models.errors import classify, too_large
 from runtime.models.profiles import ModelProfile
 from runtime.models.specs import OpenAISpec
-from runtime.sending import http
+from runtime.sending import bounded, http
 
 # Seconds one chat-completions request may take when neither the spec nor its profile says.
 DEFAULT_TIMEOUT_S = 30.0
@@ -132,37 +132,47 @@ class OpenAIProvider:
         return body
 
     def _post(self, key: str, body: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
-        """One POST with no client-side retries; any failure comes back classified."""
+        """One POST with no client-side retries; any failure comes back classified. The answer
+        is read as a stream and given up past the bound on answers (`bounded`)."""
         url = f"{self.endpoint.base_url}/chat/completions"
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         headers.update(extra)
+        run_id = extra.get("X-Liyagent-Run", "")
         # The process's pooled client: keep-alive across steps, the send guard on every request.
         try:
-            response = http.shared_client().post(
-                url, headers=headers, content=json.dumps(body), timeout=self.timeout_s
-            )
+            with http.shared_client().stream(
+                "POST",
+                url,
+                headers=headers,
+                content=json.dumps(body),
+                timeout=self.timeout_s,
+            ) as response:
+                if not response.is_success:
+                    raise classify(
+                        response.status_code,
+                        response.headers,
+                        None,
+                        body=bounded.prefix(response).decode(errors="replace"),
+                        key_env=self.endpoint.key_source,
+                    )
+                raw = bounded.read(response, bounded.answer_limit())
+        except bounded.ResponseTooLarge as exc:
+            raise too_large(run_id, exc) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise classify(None, None, exc, key_env=self.endpoint.key_source) from exc
-        if not response.is_success:
-            raise classify(
-                response.status_code,
-                response.headers,
-                None,
-                body=response.text,
-                key_env=self.endpoint.key_source,
-            )
-        return _json_object(response)
+        return _json_object(raw, response.headers.get("content-type"))
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any]:
+def _json_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
     try:
-        parsed = response.json()
+        parsed = json.loads(raw)
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
+        # The body itself is not quoted: it may hold anything, the prompt included.
         raise ModelError(
-            f"the model provider answered HTTP 200 with a body that is not a JSON object: "
-            f"{response.text[:200]!r}",
+            f"the model provider answered HTTP 200 with a body that is not a JSON object "
+            f"({len(raw)} bytes of {content_type or 'no content type'}); check base_url",
             retryable=False,
         )
     return parsed

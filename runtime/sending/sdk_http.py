@@ -7,6 +7,11 @@ to our client: the send guard (the lease deadline checked just before bytes leav
 by it) and the process's connection pool then apply to SDK traffic exactly as to a tool's
 `ctx.http`. The SDK sees httpx2 responses and httpx2 errors, so its own handling is unchanged;
 `SendRefused` passes through untouched, since it must stop the attempt, not be retried.
+
+Inside a bound on answers (`bounded.answers_at_most`: a model step), an answer is handed to the
+SDK decoded and cut off past the bound, so an SDK never holds more of a huge answer than the
+bound. The SDK sees the cut as a failed read (an httpx2 `ReadError`, as for any transport
+failure) whose cause is `bounded.ResponseTooLarge`, found again by `bounded.found_in`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import httpx
 import httpx2
 
-from runtime.sending import http
+from runtime.sending import bounded, http
 
 
 def _out(
@@ -59,43 +64,86 @@ def as_httpx_error(
     return (kind or httpx.TransportError)(str(exc) or type(exc).__name__)
 
 
-def _response(source: httpx.Response, stream: Any) -> httpx2.Response:
+# Headers that describe a body as it came over the wire: a bounded answer is handed on decoded.
+_WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+def _response(source: httpx.Response, stream: Any, limit: int | None) -> httpx2.Response:
+    headers = source.headers.multi_items()
+    if limit is not None:
+        headers = [(k, v) for k, v in headers if k.lower() not in _WIRE_HEADERS]
     return httpx2.Response(
         source.status_code,
-        headers=source.headers.multi_items(),
+        headers=headers,
         stream=stream,
         extensions={"http_version": source.http_version.encode()},
     )
 
 
-class _Body(httpx2.SyncByteStream):
-    """A response body read from our client, its errors named as httpx2's."""
+def _cut(exc: bounded.ResponseTooLarge, request: httpx2.Request) -> httpx2.ReadError:
+    """An answer cut off past its bound as the SDK expects a failed read: an httpx2 error,
+    raised from the `ResponseTooLarge` that says why."""
+    error = httpx2.ReadError(str(exc), request=request)
+    error.__cause__ = exc
+    return error
 
-    def __init__(self, response: httpx.Response, request: httpx2.Request) -> None:
+
+def _declared_over(
+    response: httpx.Response, request: httpx2.Request, limit: int | None
+) -> httpx2.ReadError | None:
+    """The refusal of an answer that declares more than the bound: its body is never read."""
+    size = bounded.declared(response.headers)
+    if limit is not None and size is not None and size > limit:
+        return _cut(bounded.ResponseTooLarge(limit, 0, size), request)
+    return None
+
+
+class _Body(httpx2.SyncByteStream):
+    """A response body read from our client, its errors named as httpx2's; with a `limit`,
+    decoded and cut off past it."""
+
+    def __init__(
+        self, response: httpx.Response, request: httpx2.Request, limit: int | None
+    ) -> None:
         self._response = response
         self._request = request
+        self._limit = limit
 
     def __iter__(self) -> Iterator[bytes]:
         try:
-            yield from self._response.iter_raw()
+            if self._limit is None:
+                yield from self._response.iter_raw()
+            else:
+                yield from bounded.capped(self._response.iter_bytes(), self._limit)
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, self._request) from exc
+        except bounded.ResponseTooLarge as exc:
+            raise _cut(exc, self._request) from exc
 
     def close(self) -> None:
         self._response.close()
 
 
 class _AsyncBody(httpx2.AsyncByteStream):
-    def __init__(self, response: httpx.Response, request: httpx2.Request) -> None:
+    def __init__(
+        self, response: httpx.Response, request: httpx2.Request, limit: int | None
+    ) -> None:
         self._response = response
         self._request = request
+        self._limit = limit
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._response.aiter_raw():
-                yield chunk
+            if self._limit is None:
+                async for chunk in self._response.aiter_raw():
+                    yield chunk
+            else:
+                async for chunk in bounded.acapped(self._response.aiter_bytes(), self._limit):
+                    yield chunk
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, self._request) from exc
+        except bounded.ResponseTooLarge as exc:
+            raise _cut(exc, self._request) from exc
 
     async def aclose(self) -> None:
         await self._response.aclose()
@@ -115,11 +163,16 @@ class GuardedTransport(httpx2.BaseTransport):
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         client = self._client()
         out = _out(client, request, request.read(), self._headers)
+        limit = bounded.in_force()
         try:
             response = client.send(out, stream=True)
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, request) from exc
-        return _response(response, _Body(response, request))
+        refused = _declared_over(response, request, limit)
+        if refused is not None:
+            response.close()
+            raise refused
+        return _response(response, _Body(response, request, limit), limit)
 
 
 class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
@@ -137,11 +190,16 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         client = self._client()
         out = _out(client, request, await request.aread(), self._headers)
+        limit = bounded.in_force()
         try:
             response = await client.send(out, stream=True)
         except httpx.HTTPError as exc:
             raise as_httpx2_error(exc, request) from exc
-        return _response(response, _AsyncBody(response, request))
+        refused = _declared_over(response, request, limit)
+        if refused is not None:
+            await response.aclose()
+            raise refused
+        return _response(response, _AsyncBody(response, request, limit), limit)
 
 
 def sync_client(timeout_s: float, headers: Mapping[str, str] | None = None) -> httpx2.Client:

@@ -104,10 +104,13 @@ class JobKind:
     tools: tuple[str, ...] = ()
     origin: str = "python"
 
-    def check(self, params: dict[str, Any]) -> JobParams:
-        """The parameters as this kind takes them; JobError naming each field that is wrong."""
+    def check(self, params: dict[str, Any], settings: Any = None) -> JobParams:
+        """The parameters as this kind takes them; JobError naming each field that is wrong.
+        `settings`, the deployment's, are handed to its validators as the validation context
+        (`info.context["settings"]`: what a parameter may name, e.g. LIYAGENT_SOURCE_ROOTS)."""
+        context = {"settings": settings} if settings is not None else None
         try:
-            return self.params.model_validate(params)
+            return self.params.model_validate(params, context=context)
         except ValidationError as exc:
             raise JobError(f"bad parameters ({described(exc, 'params')})") from None
 

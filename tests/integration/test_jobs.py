@@ -9,6 +9,8 @@ import signal
 
 import pytest
 
+from runtime.entries.client import BadRequest
+
 pytestmark = pytest.mark.kill
 
 
@@ -37,6 +39,7 @@ def test_source_sync_continues_from_its_cursor(stack) -> None:
 def test_a_page_synced_twice_changes_nothing(stack, tmp_path) -> None:
     notes = tmp_path / "notes"  # the stack writes worker logs into tmp_path itself
     notes.mkdir()
+    stack.reconfigure(source_roots=(str(notes),))
     for i in range(7):
         (notes / f"note-{i}.md").write_text(f"note {i}")
 
@@ -61,6 +64,45 @@ def test_a_page_synced_twice_changes_nothing(stack, tmp_path) -> None:
         s=f"dir:{notes}",
     )[0]
     assert (docs.n, docs.v) == (7, 1)
+
+
+def test_a_dir_source_outside_the_roots_is_refused_at_the_door(stack, tmp_path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "escape").symlink_to("/etc")
+    for source in ("dir:/etc", f"dir:{notes}/../..", f"dir:{notes}/escape"):
+        with pytest.raises(BadRequest) as refused:
+            stack.client.start_job(kind="source_sync", params={"source": source})
+        assert "LIYAGENT_SOURCE_ROOTS names no directory" in str(refused.value)
+        assert "nothing was stored" in str(refused.value)
+    stack.reconfigure(source_roots=(str(notes),))
+    for source in ("dir:/etc", f"dir:{notes}/../..", f"dir:{notes}/escape"):
+        with pytest.raises(BadRequest) as refused:
+            stack.client.start_job(kind="source_sync", params={"source": source})
+        assert "must be one of the directories LIYAGENT_SOURCE_ROOTS names" in str(refused.value)
+    assert stack.rows("SELECT count(*) AS n FROM runs")[0].n == 0
+
+
+def test_a_file_linked_out_of_the_roots_is_never_read(stack, tmp_path) -> None:
+    notes, secret = tmp_path / "notes", tmp_path / "secret"
+    notes.mkdir()
+    secret.mkdir()
+    (secret / "key.pem").write_text("CANARY-PRIVATE-KEY")
+    (notes / "a.md").write_text("note a")
+    (notes / "b.md").symlink_to(secret / "key.pem")
+    (notes / "c.md").symlink_to(notes / "a.md")  # a link that stays inside is read
+    stack.reconfigure(source_roots=(str(notes),))
+    stack.worker()
+    run_id = stack.client.start_job(kind="source_sync", params={"source": f"dir:{notes}"})
+    view = stack.wait(run_id)
+    assert view.status == "succeeded", view
+    summary = json.loads(view.answer)
+    assert summary["documents_seen"] == 2 and summary["files_outside_roots"] == 1
+    docs = stack.rows(
+        "SELECT doc_id, content FROM documents WHERE source = :s ORDER BY doc_id",
+        s=f"dir:{notes}",
+    )
+    assert [(d.doc_id, d.content) for d in docs] == [("a.md", "note a"), ("c.md", "note a")]
 
 
 def test_fine_tune_submits_once_and_polls_without_holding_a_worker(stack) -> None:

@@ -116,6 +116,7 @@ class Stack:
             "LIYAGENT_LOG_FORMAT": "json",
             "LIYAGENT_AGENTS_FILE": s.agents_file,
             "LIYAGENT_ANSWER_RETENTION_S": str(s.answer_retention_s),
+            "LIYAGENT_SOURCE_ROOTS": ",".join(s.source_roots),
             "TICKETIQ_CRASH_RESUME_ENTRIES": "true" if s.crash_resume_entries else "false",
             **timings_env(s.timings),
             **self.extra_env,

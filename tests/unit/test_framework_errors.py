@@ -26,6 +26,8 @@ from liyagent.adapters.openai_agents import durable as agents_durable
 from liyagent.adapters.pydantic_ai import durable as pydantic_durable
 from runtime.frameworks.calls import model_error
 from runtime.models.base import ModelError, StepRequest
+from runtime.sending import bounded
+from tests.support.hostile_model import hostile_model
 from tests.support.loopback import serving
 
 RUN = "run-errfold-7"
@@ -116,11 +118,11 @@ def _failure(step: Callable[[str], None], base_url: str) -> ModelError:
 @pytest.mark.parametrize(
     ("case", "retryable", "after", "said"),
     [
-        ("conflict", False, None, "HTTP 409: another request is in progress"),
-        ("slow-down", True, 7.0, "HTTP 429: Rate limit reached; asking again may help"),
+        ("conflict", False, None, "HTTP 409 (conflict)"),
+        ("slow-down", True, 7.0, "HTTP 429 (rate_limit_exceeded); asking again may help"),
         ("slow-down-ms", True, 1.5, "HTTP 429"),
         ("no-quota", False, None, "out of quota"),
-        ("unavailable", True, 2.0, "HTTP 503: The server is overloaded"),
+        ("unavailable", True, 2.0, "HTTP 503 (overloaded)"),
         ("not-implemented", False, None, "HTTP 501"),
     ],
 )
@@ -136,6 +138,24 @@ def test_an_http_error_is_classified_by_the_engines_rule(
     assert error.retryable is retryable, str(error)
     assert error.retry_after_s == after
     assert said in str(error)
+    assert ANSWERS[case][2]["error"]["message"] not in str(error)  # the provider's text: withheld
+
+
+@STEPS
+@pytest.mark.parametrize("declared", [False, True], ids=["chunked", "declared"])
+def test_an_answer_past_the_bound_is_cut_off_and_not_asked_again(
+    step: Callable[[str], None], declared: bool
+) -> None:
+    """The bound the engine sets around a model step holds for the frameworks' own clients:
+    their SDK is handed at most the bound, then the read stops and the connection closes."""
+    with (
+        hostile_model(64 << 20, declared=declared) as model,
+        bounded.answers_at_most(256 << 10),
+    ):
+        error = _failure(step, f"{model.base_url}/v1")
+    assert error.retryable is False
+    assert "LIYAGENT_MODEL_RESPONSE_MAX_BYTES (now 262144)" in str(error)
+    assert sum(model.bytes_sent()) < 24 << 20  # asked once, read no further than the bound
 
 
 @STEPS
@@ -220,7 +240,7 @@ def test_an_http_error_without_its_response_is_read_from_the_frameworks_error() 
     )
     error = model_error(RUN, busy)
     assert error.retryable is True and error.retry_after_s == 3.0
-    said = "the model provider answered HTTP 429: slow; asking again may help"
+    said = "the model provider answered HTTP 429; asking again may help"
     assert str(error) == f"run {RUN}: {said}"
 
 

@@ -128,12 +128,27 @@ def test_job_params_are_checked_per_kind(kind: str, params: dict, says: str) -> 
 
 
 def test_good_job_params_pass() -> None:
-    JOB_KINDS["source_sync"].check({"source": "dir:/tmp", "page_size": 3})
+    JOB_KINDS["source_sync"].check(
+        {"source": "dir:/tmp", "page_size": 3}, Settings(source_roots=("/tmp",))
+    )
     JOB_KINDS["fine_tune"].check({"model": "m", "dataset": "d", "poll_s": 0.5})
     JOB_KINDS["classifier_training"].check({"examples": [{"text": "a", "label": "b"}]})
     JOB_KINDS["red_team"].check(
         {"agent": "support-bot", "probes": [{"prompt": "p", "forbidden_tool": "x"}]}
     )
+
+
+def test_the_bound_on_a_models_answer_is_checked_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", raising=False)
+    assert Settings.from_env().model_response_max_bytes == 4 << 20
+    monkeypatch.setenv("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", "1000")
+    with pytest.raises(ConfigError, match="LIYAGENT_MODEL_RESPONSE_MAX_BYTES=1000: a model's"):
+        Settings.from_env()
+    monkeypatch.setenv("LIYAGENT_MODEL_RESPONSE_MAX_BYTES", "lots")
+    with pytest.raises(ConfigError, match="LIYAGENT_MODEL_RESPONSE_MAX_BYTES='lots'"):
+        Settings.from_env()
 
 
 def test_urls_are_checked_with_clear_errors() -> None:
