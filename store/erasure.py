@@ -190,6 +190,9 @@ def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[t
             turn AS (
                 UPDATE teams_inbox SET text = '', activity = NULL, reply = NULL
                 WHERE run_id IN (SELECT id FROM e)),
+            halted AS (
+                UPDATE stops SET reason = 'erased'
+                WHERE run_id IN (SELECT id FROM e) AND reason <> 'erasure'),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, 'agent.run.erased', attempt, step,
@@ -201,3 +204,21 @@ def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[t
         {"ids": run_ids, "by": by, "kept": list(AUDIT_KEPT), "erased_digest": ERASED_DIGEST},
     ).all()
     return [(r.id, r.status) for r in rows]
+
+
+def erase_unstarted_turns(conn: sa.Connection, sender_id: str) -> int:
+    """Empty the Teams turns of this sender that never started a run (a turn refused at
+    intake, or one failed by an upgrade): their text and activity are the person's content as
+    much as a run's. Returns how many."""
+    rows = conn.execute(
+        sql(
+            """
+            UPDATE teams_inbox SET text = '', activity = NULL, reply = NULL
+            WHERE sender_id = :sender AND run_id IS NULL
+              AND (text <> '' OR activity IS NOT NULL OR reply IS NOT NULL)
+            RETURNING id
+            """
+        ),
+        {"sender": sender_id},
+    ).all()
+    return len(rows)

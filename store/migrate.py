@@ -26,7 +26,7 @@ def upgrade(
     seal_definition: Callable[[Mapping[str, Any]], bytes] | None = None,
 ) -> None:
     """Migrate the database at `url` to `revision`. `seal_definition` seals an unfinished run's
-    definition from its old plain spec (migration 0014, which refuses without it when such
+    definition from its old plain spec (migration 0016, which refuses without it when such
     runs exist): the store holds no keys, the caller's runtime does."""
     cfg = config(url)
     cfg.attributes["seal_definition"] = seal_definition

@@ -194,3 +194,17 @@ def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
         )
     ).all()
     return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
+
+
+def hold_owner(conn: sa.Connection, run_id: str, attempt: int) -> bool:
+    """Hold the run's row (FOR SHARE, until the caller's transaction ends) while this attempt
+    still owns it, running: what a sub-agent's run is inserted under, so a parent taken over
+    (a claim, an erasure) meanwhile stores no child (I3). False: the attempt no longer owns it."""
+    row = conn.execute(
+        sql(
+            "SELECT id FROM runs WHERE id = CAST(:run_id AS uuid) AND attempt = :attempt "
+            "AND status = 'running' FOR SHARE"
+        ),
+        {"run_id": run_id, "attempt": attempt},
+    ).first()
+    return row is not None

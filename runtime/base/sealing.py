@@ -108,6 +108,13 @@ class Sealer:
             raise NoSealKeys(self.missing or f"no seal keys: set {ENV_KEYS}")
 
 
+def key_id(blob: bytes) -> str | None:
+    """The id of the key that sealed `blob` (None when it is not a sealed blob)."""
+    if len(blob) < 5 or blob[:3] != MAGIC:
+        return None
+    return blob[4 : 4 + blob[3]].decode(errors="replace")
+
+
 def parse_keys(spec: str) -> Sealer:
     """`kid:base64key,kid2:base64key`: the first seals, all open. Keys are 32 bytes."""
     keys: dict[str, bytes] = {}

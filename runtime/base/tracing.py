@@ -2,7 +2,7 @@
 OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set; off otherwise,
 and then nothing of the SDK is imported or created (`OFF`: every helper returns at once).
 
-A run's trace context is stored in its spec when it is enqueued (`new_run_trace`): the run
+A run's trace context is sealed in its definition when it is enqueued (`new_run_trace`): the run
 span's W3C traceparent, and the caller's span when the enqueuing code was itself traced. The
 attempt spans' ids are derived from the run span's id and the attempt number (`attempt_span_id`),
 so attempt n+1 links to attempt n, and writes attempt n's span when n was lost (its process
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-# The spec's field holding the run's trace context.
-SPEC_KEY = "trace"
 ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 # A blocking flush slower than this (a collector slow or gone) turns flushes at boundaries off
 # for `PAUSE_S`: spans then go by the batch schedule only, and steps never wait on a collector.
@@ -48,7 +46,7 @@ _NULL = contextlib.nullcontext()
 
 @dataclass(frozen=True)
 class RunTrace:
-    """A run's trace context as stored in its spec: its trace id and run span id (hex), and the
+    """A run's trace context as stored with it: its trace id and run span id (hex), and the
     span of the code that enqueued it, when that code was traced (the run span's parent)."""
 
     trace_id: str
@@ -56,7 +54,7 @@ class RunTrace:
     parent_span_id: str | None = None
     sampled: bool = True
 
-    def to_spec(self) -> dict[str, str]:
+    def stored(self) -> dict[str, str]:
         flags = "01" if self.sampled else "00"
         spec = {"traceparent": f"00-{self.trace_id}-{self.span_id}-{flags}"}
         if self.parent_span_id is not None:
@@ -64,10 +62,9 @@ class RunTrace:
         return spec
 
     @classmethod
-    def of(cls, run_id: str, spec: Mapping[str, Any]) -> RunTrace:
+    def of(cls, run_id: str, stored: Mapping[str, Any] | None) -> RunTrace:
         """The trace stored with the run; for a run enqueued before traces were stored, the one
         `new_run_trace` derives from its id alone."""
-        stored = spec.get(SPEC_KEY)
         if isinstance(stored, Mapping):
             parts = str(stored.get("traceparent", "")).split("-")
             if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
@@ -100,8 +97,8 @@ def new_run_trace(run_id: str) -> dict[str, str]:
                 mine.span_id,
                 format(caller.span_id, "016x"),
                 caller.trace_flags.sampled,
-            ).to_spec()
-    return mine.to_spec()
+            ).stored()
+    return mine.stored()
 
 
 def attempt_span_id(run: RunTrace, attempt: int) -> str:
@@ -122,7 +119,8 @@ class AttemptFacts:
     agent: str
     kind: str
     attempt: int
-    spec: Mapping[str, Any]
+    # The run's stored trace context (its definition's `trace`; None for a run without one).
+    trace: Mapping[str, Any] | None
     resume_reason: str | None
     created_at: datetime | None
     # When the previous attempt was seen lost (the loss claim set `queued_at`), and its last
@@ -238,7 +236,7 @@ class AttemptSpan:
 
         self.tracing = tracing
         self.facts = facts
-        self.run = RunTrace.of(facts.run_id, facts.spec)
+        self.run = RunTrace.of(facts.run_id, facts.trace)
         attrs: dict[str, str | int] = {
             "liyagent.run.id": facts.run_id,
             "liyagent.agent": facts.agent,

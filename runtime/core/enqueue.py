@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
+import sqlalchemy as sa
 import structlog
 
 from runtime.base.tracing import new_run_trace
@@ -25,9 +27,10 @@ from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from store.db import to_json
 from store.entries import EntryKind, EntryLink
-from store.rows import RequestKeyConflict, RunId
+from store.rows import FencedOut, RequestKeyConflict, RunId
 from store.runs import insert_run
 from store.states import RunKind
+from store.waits import hold_owner
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +90,8 @@ class NewRun:
     system: str | None = None
     request_key: str | None = None
     parent_run_id: str | None = None
+    # The parent's attempt that delegates: the child is stored only while it owns the parent.
+    parent_attempt: int | None = None
     may_wait: bool | None = None
     # Where the answer goes beyond the transcript (e.g. a Teams conversation).
     entry: dict[str, Any] | None = None
@@ -257,6 +262,7 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
         parent_run_id=new.parent_run_id,
         correlation_id=run_id,
         resumable=_resumable(s, new, may_wait),
+        principal=new.principal,
         model=new.model,
         tools=tools,
         system=new.system,
@@ -267,7 +273,7 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
         trace=new_run_trace(run_id),
     )
     try:
-        with s.engine.connect() as conn:
+        with s.engine.connect() as conn, _fenced(conn, new):
             rid, created = insert_run(
                 conn,
                 run_id=run_id,
@@ -286,13 +292,29 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
                 resumable=definition.resumable,
                 link=new.link,
                 request_digest=request_digest(new),
-                principal=new.principal,
+                principal=definition.principal,
             )
     except RequestKeyConflict as exc:
         raise RequestConflict(exc) from None
     if created:
         publish_quietly(s, rid, 1)
     return rid, created
+
+
+@contextmanager
+def _fenced(conn: sa.Connection, new: NewRun) -> Iterator[None]:
+    """A sub-agent's run is stored only while its parent's delegating attempt owns the parent
+    (I3): the parent's row is held until the child's insert commits, so a claim or an erasure
+    of the parent either comes after and sees the child, or came first and fences it out
+    (`FencedOut`: nothing stored)."""
+    if new.parent_attempt is None or new.parent_run_id is None:
+        yield
+        return
+    conn.execution_options(isolation_level="READ COMMITTED")
+    with conn.begin():
+        if not hold_owner(conn, new.parent_run_id, new.parent_attempt):
+            raise FencedOut(new.parent_run_id, new.parent_attempt, "start its sub-agent's run")
+        yield
 
 
 def _kind(new: NewRun) -> RunKind:

@@ -19,7 +19,8 @@ from store.entries import EntryKind
 from store.rows import RunRow
 
 if TYPE_CHECKING:
-    from runtime.services import Services
+    from runtime.durable.definition import RunDefinition
+from runtime.services import Services
 
 
 class HandOnRefused(Exception):
@@ -37,9 +38,13 @@ class EntryPoint(Protocol):
     # and handed on in one statement (`store.entries.deliver`).
     outside: bool
 
-    def hand_on(self, s: Services, run: RunRow, text: str) -> dict[str, Any] | None:
-        """Hand the stored answer on outside Postgres, once, for an attempt that holds the run;
-        returns what was sent, kept with the run's entry (None when nothing leaves Postgres).
+    def hand_on(
+        self, s: Services, run: RunRow, definition: RunDefinition, text: str
+    ) -> dict[str, Any] | None:
+        """Hand the stored answer on outside Postgres, once, for an attempt that holds the run,
+        to where its sealed definition says (`definition.entry`: never a row a database writer
+        could point elsewhere); returns what was sent, kept with the run's entry (None when
+        nothing leaves Postgres).
         `ToolInDoubt` leaves it in doubt (the attempt ends as a crash does); `HandOnRefused`
         fails the run."""
         ...
@@ -54,7 +59,9 @@ class InPostgres:
     def __init__(self, *kinds: EntryKind) -> None:
         self.kinds = frozenset(kinds)
 
-    def hand_on(self, s: Services, run: RunRow, text: str) -> dict[str, Any] | None:
+    def hand_on(
+        self, s: Services, run: RunRow, definition: RunDefinition, text: str
+    ) -> dict[str, Any] | None:
         return None
 
 

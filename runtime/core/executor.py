@@ -16,7 +16,7 @@ import structlog
 from runtime.base import drain, faults
 from runtime.base.redact import error_facts, frames
 from runtime.base.sealing import SealError
-from runtime.base.tracing import SPEC_KEY, AttemptFacts
+from runtime.base.tracing import AttemptFacts
 from runtime.core.agent import AgentRun
 from runtime.core.enqueue import publish_quietly
 from runtime.core.jobs import JobRun
@@ -139,19 +139,30 @@ def _held_by_older_attempt(s: Services, token: Token) -> bool:
 
 
 def _poison(s: Services, row: RunRow, token: Token) -> Outcome:
-    with s.engine.connect() as conn:
-        fail_run(
-            conn,
-            row.id,
-            row.attempt,
-            reason=f"its message was delivered {row.deliveries} times and its worker "
-            "died before starting it each time; check the workers' logs",
-            audit_kind="agent.run.failed",
-            detail={"code": "poison"},
-        )
-    s.changes.announce(row.id)
-    _release_quietly(s, token, ended=True)
+    failed = _fail_and_tell(
+        s,
+        row,
+        f"its message was delivered {row.deliveries} times and its worker died before "
+        "starting it each time; check the workers' logs",
+        {"code": "poison"},
+    )
+    _release_quietly(s, token, ended=failed)
     return Outcome.POISON
+
+
+def _fail_and_tell(s: Services, row: RunRow, reason: str, detail: dict[str, Any]) -> bool:
+    """Fail the run for this attempt, told to its entry points and audited in one fenced
+    statement (I3); its waiting parent is woken and published, its followers nudged. False
+    when the attempt no longer owns the run (nothing was written)."""
+    with s.engine.connect() as conn:
+        failed = fail_run(
+            conn, row.id, row.attempt, reason=reason, audit_kind="agent.run.failed", detail=detail
+        )
+        woke = wake_parent(conn, row.id) if failed and row.parent_run_id else None
+    s.changes.announce(row.id)
+    if woke is not None:
+        publish_quietly(s, *woke)
+    return failed
 
 
 # How an attempt ends when its run has ended too (the run span is written then).
@@ -167,6 +178,9 @@ def _execute(s: Services, claimed: Claimed, lease: RunLease, worker: str) -> Out
     except SealError as exc:
         s.heartbeat.drop(lease)
         return _refuse_unsealed(s, claimed.run, lease.token, exc)
+    except BaseException:
+        s.heartbeat.drop(lease)  # not the run's fault (no key here at all): the lease lapses
+        raise
     span = None
     if s.tracing.on:
         try:
@@ -188,21 +202,10 @@ def _execute(s: Services, claimed: Claimed, lease: RunLease, worker: str) -> Out
 def _refuse_unsealed(s: Services, row: RunRow, token: Token, exc: SealError) -> Outcome:
     """A run whose definition does not verify is failed before anything of it is used, audited
     as a seal failure and told to its entry points (I6); its parent, if any, is woken."""
-    with s.engine.connect() as conn:
-        failed = fail_run(
-            conn,
-            row.id,
-            row.attempt,
-            reason=str(exc),
-            audit_kind="agent.run.failed",
-            detail={"code": "seal_failed", "step": row.step, "worker": s.holder},
-        )
-        woke = wake_parent(conn, row.id) if failed and row.parent_run_id else None
+    detail = {"code": "seal_failed", "step": row.step, "worker": s.holder}
+    failed = _fail_and_tell(s, row, str(exc), detail)
     log.error("run.definition_refused", run_id=row.id, reason=str(exc))
-    s.changes.announce(row.id)
     _release_quietly(s, token, ended=failed)
-    if woke is not None:
-        publish_quietly(s, *woke)
     return Outcome.FAILED if failed else Outcome.FENCED
 
 
@@ -221,7 +224,7 @@ def _facts(s: Services, row: RunRow, definition: RunDefinition) -> AttemptFacts:
         agent=row.agent,
         kind=row.kind.value,
         attempt=row.attempt,
-        spec={SPEC_KEY: definition.trace},
+        trace=definition.trace,
         resume_reason=row.resume_reason,
         created_at=row.created_at,
         lost_at=row.queued_at,
@@ -266,7 +269,8 @@ def _attempt(
             # The loss the sweeper would claim would fail the run as if its worker had died:
             # fail it here instead, with the error as the reason.
             release = _fail_after_error(s, row, facts)
-            return Outcome.FAILED if release else Outcome.ERROR
+            outcome = Outcome.FAILED if release else Outcome.ERROR
+            return outcome
         return Outcome.ERROR
     finally:
         s.heartbeat.drop(lease)
@@ -292,21 +296,14 @@ def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
     try:
         with s.engine.connect() as conn:
             errors = len(select_audit(conn, row.id, "agent.run.error"))
-            reason = _error_reason(s, row, facts, max(errors, 1))
-            code = "error_repeated" if row.resumable else "interrupted_by_error"
-            done = fail_run(
-                conn,
-                row.id,
-                row.attempt,
-                reason=reason,
-                audit_kind="agent.run.failed",
-                detail={"code": code, **facts, "errors": errors, "worker": s.holder},
-            )
+        reason = _error_reason(s, row, facts, max(errors, 1))
+        code = "error_repeated" if row.resumable else "interrupted_by_error"
+        detail = {"code": code, **facts, "errors": errors, "worker": s.holder}
+        done = _fail_and_tell(s, row, reason, detail)
     except Exception as exc:
         log.warning("run.error_unfailed", **error_facts(exc))
         return False
     if done:
-        s.changes.announce(row.id)
         log.warning("run.failed", code=code, error=facts["error"], errors=errors)
     return done
 

@@ -163,5 +163,6 @@ class WaitRouter:
             tools=self._child_tools(args.get("tools")),
             request_key=key,
             parent_run_id=self.run.id,
+            parent_attempt=self.run.attempt,
             may_wait=True,
         )

@@ -4,10 +4,10 @@ Its model, tools, system prompt, entry details, workflow or job, and who it is (
 the principal it acts as, its channel, kind, parent and correlation id) are sealed like a
 checkpoint: AES-GCM with the run id bound in (purpose `definition`, step 0), so a database
 writer can neither edit a waiting run's tools or model nor move a definition to another run.
-The columns that repeat who it is (`runs.owner`, `runs.agent`, ...) serve SQL (gates, lists,
-erasure by owner); a worker opens the definition before anything else and refuses a run whose
-columns differ from it (I6): a tampered row fails as a seal failure, audited, and nothing of it
-is made.
+The columns that repeat who it is (`runs.owner`, `runs.agent`, `runs.principal`, ...) serve
+SQL (gates, reads scoped to a principal, lists, erasure by owner); a worker opens the
+definition before anything else and refuses a run whose columns differ from it (I6): a
+tampered row fails as a seal failure, audited, and nothing of it is made.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runtime.base.sealing import Sealer, SealError
+from runtime.base.sealing import Sealer, SealError, key_id
 from store.rows import RunRow
 
 PURPOSE = "definition"
@@ -33,6 +33,7 @@ IDENTITY = (
     "parent_run_id",
     "correlation_id",
     "resumable",
+    "principal",
 )
 
 
@@ -49,6 +50,8 @@ class RunDefinition:
     parent_run_id: str | None
     correlation_id: str
     resumable: bool
+    # The front principal that started it (None inside the deployment): whose reads see it.
+    principal: str | None = None
     # The model spec as the caller gave it (checked against the deployment's profiles at the
     # door and again by each worker before it calls).
     model: dict[str, Any] = field(default_factory=dict)
@@ -112,6 +115,14 @@ def legacy_sealer(sealer: Sealer) -> Callable[[Mapping[str, Any]], bytes]:
     its row (id, spec and the identity columns) in, its sealed definition out."""
 
     def seal(row: Mapping[str, Any]) -> bytes:
+        # The keys given must be the deployment's: a run's checkpoint was sealed with them.
+        # Sealing its definition with another key (a shell's development key) would fail it.
+        found = key_id(bytes(row["checkpoint"] or b""))
+        if found is not None and found not in sealer.keys:
+            raise RuntimeError(
+                f"run {row['id']}'s checkpoint is sealed with key id {found!r}, which the keys "
+                "given lack: run `liyagent db upgrade` with the deployment's LIYAGENT_SEAL_KEYS"
+            )
         return RunDefinition.of_legacy(row).seal(sealer, str(row["id"]))
 
     return seal

@@ -337,6 +337,7 @@ class Client:
             failed = insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
         for stopped in failed:
             self.s.changes.announce(stopped)
+        self.s.leases.forget_steps(failed)
         return failed
 
     def stop_run(self, run_id: str, *, reason: str, by: str) -> Stopped:

@@ -67,7 +67,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -79,6 +79,7 @@ import structlog
 
 from runtime.base.settings import Settings
 from runtime.core.entry import HandOnRefused
+from runtime.durable.definition import RunDefinition
 from runtime.sending import http
 from runtime.sending.call_http import CallHTTP
 from runtime.services import Services
@@ -98,15 +99,27 @@ class TeamsEntry:
     kinds = frozenset({EntryKind.TEAMS})
     outside = True
 
-    def hand_on(self, s: Services, run: RunRow, text: str) -> dict[str, Any] | None:
-        """Post the reply once (`post_teams_reply`); a definite refusal fails the run."""
+    def hand_on(
+        self, s: Services, run: RunRow, definition: RunDefinition, text: str
+    ) -> dict[str, Any] | None:
+        """Post the reply once (`post_teams_reply`), to the Bot Connector its sealed definition
+        names; a definite refusal fails the run."""
         try:
-            return post_teams_reply(s, run, text)
+            return post_teams_reply(s, run, text, definition.entry)
         except ToolError as exc:
             raise HandOnRefused(str(exc)) from None
 
 
 ENTRY = TeamsEntry()
+
+
+def _moved_from(message: TeamsMessage, sealed: Mapping[str, Any]) -> str | None:
+    """Which of the inbox row's reply targets differs from the run's sealed entry details, if
+    any (a run stored before they were sealed has none to compare: its row is used)."""
+    for field in ("service_url", "conversation", "message_id"):
+        if field in sealed and sealed[field] != getattr(message, field):
+            return field
+    return None
 
 
 def teams_cards(text: str, key: str) -> list[dict[str, Any]]:
@@ -152,7 +165,9 @@ def reply_activity(message: TeamsMessage, text: str, key: str) -> dict[str, Any]
     return reply
 
 
-def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
+def post_teams_reply(
+    s: Services, run: RunRow, text: str, sealed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Post the turn's reply with its card once, to the activity's Bot Connector (reply to
     activity: POST {serviceUrl}/v3/conversations/{id}/activities/{activityId}), as the bot:
     every request carries the bot's token (`BotConnector`).
@@ -171,6 +186,13 @@ def post_teams_reply(s: Services, run: RunRow, text: str) -> dict[str, Any]:
         raise ToolError(
             f"run {run.id} has no Teams activity with a serviceUrl to reply to; "
             "the turn came in before the Bot Framework front, so answer it by hand"
+        )
+    moved = _moved_from(message, sealed or {})
+    if moved:
+        # The bot's token goes wherever the reply is posted: only where the run was started.
+        raise ToolError(
+            f"run {run.id}: its Teams turn's {moved} differs from the one sealed with the run; "
+            "the reply was not posted (check who changed the database)"
         )
     key = teams_reply_key(run.id)
     call = CallHTTP.for_call(

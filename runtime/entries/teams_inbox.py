@@ -110,7 +110,12 @@ def intake_teams(s: Services, limit: int = 50) -> list[RunId]:
             request_key=f"teams:{row.id}",
             owner=row.sender_id,
             channel="teams",
-            entry={"conversation": row.conversation, "message_id": row.message_id},
+            # Sealed with the run: the reply goes only where the turn came from (teams.py).
+            entry={
+                "conversation": row.conversation,
+                "message_id": row.message_id,
+                "service_url": row.service_url,
+            },
             link=EntryLink(EntryKind.TEAMS, str(row.id)),
         )
         if created:

@@ -11,6 +11,7 @@ itself lets anyone write: Postgres's attempt fence does that (I3).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -378,6 +379,13 @@ class Leases:
     def witness_key(self, run_id: str) -> str:
         return f"{self.namespace}steps:{run_id}"
 
+    def forget_steps(self, run_ids: list[str]) -> None:
+        """Drop the step witnesses of runs that ended outside an attempt (a sweep's loss limit,
+        a Stop, an erasure): one round trip; a failure leaves them to their TTL."""
+        if run_ids:
+            with contextlib.suppress(redis.RedisError):
+                self.client.delete(*[self.witness_key(r) for r in run_ids])
+
     def acquire(self, token: Token, reserved_by: str | None = None) -> Acquired | None:
         """Take the run's lease for this attempt if free (None otherwise), with the run's step
         witness. Either way the message's reservation by `reserved_by` (the worker process
@@ -399,7 +407,7 @@ class Leases:
                 f"{token.run_id}:{token.attempt}" if reserved_by else "",
             ],
         )
-        if not got:
+        if not isinstance(got, list):  # 0, or queued on a pipeline (its result comes with it)
             return None
         witnessed = _text(got[1])
         return Acquired(int(witnessed) if witnessed else NO_STEP)

@@ -177,7 +177,7 @@ class AnthropicSpec(EndpointSpec):
     # Required by the API: the most tokens one step may generate (its profile's cap, else 1024,
     # when none is named).
     max_tokens: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
-    temperature: float | None = pydantic.Field(default=None, ge=0, le=1)
+    temperature: pydantic.StrictFloat | None = pydantic.Field(default=None, ge=0, le=1)
 
 
 class FrameworkSpec(ProviderSpec):

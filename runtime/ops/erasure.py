@@ -20,7 +20,7 @@ import structlog
 
 from runtime.core.enqueue import BadRequest
 from runtime.services import Services
-from store.erasure import erase_content, fence_out, lock_erasable
+from store.erasure import erase_content, erase_unstarted_turns, fence_out, lock_erasable
 from store.gates import insert_stop
 from store.rows import RunNotFound
 from store.states import FINISHED
@@ -77,6 +77,9 @@ def erase(s: Services, *, run_id: str | None = None, owner: str | None = None, b
     with s.engine.connect() as conn:
         conn.execution_options(isolation_level="READ COMMITTED")
         with conn.begin():
+            # Twice: a sub-agent run committed while the first waited for its parent's lock is
+            # seen by the second; none can be stored after it (its parent's row is held).
+            lock_erasable(conn, run_id=run_id, owner=owner)
             targets = lock_erasable(conn, run_id=run_id, owner=owner)
             if not targets:
                 raise RunNotFound(str(run_id)) if run_id is not None else OwnerNotFound(str(owner))
@@ -86,7 +89,10 @@ def erase(s: Services, *, run_id: str | None = None, owner: str | None = None, b
                 stopped += insert_stop(conn, run_id=live_id, agent=None, reason="erasure", by=by)
             stopped += fence_out(conn, live, by=by)
             runs = erase_content(conn, [t.id for t in targets], by=by)
+            if owner is not None:
+                erase_unstarted_turns(conn, owner)
     for run_id_erased, _ in runs:  # its followers read the run's end now, not on a re-check
         s.changes.announce(run_id_erased)
+    s.leases.forget_steps([i for i, _ in runs])
     log.info("run.erased", runs=[i for i, _ in runs], stopped=stopped, by=by, owner=owner)
     return Erased(runs, sorted(stopped), by)

@@ -264,6 +264,7 @@ def claim_and_publish(
                 s.leases.unfence(chunk)
         for claim in claims:
             s.changes.announce(claim.run_id)
+        s.leases.forget_steps([c.run_id for c in claims if c.status == RunStatus.FAILED])
         s.publisher.publish_many(
             [(c.run_id, c.attempt) for c in claims if c.status != RunStatus.FAILED]
         )

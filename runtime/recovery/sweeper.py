@@ -250,6 +250,7 @@ class Sweeper:
         self.s.leases.claimed_given_up(tokens)  # claimed now, or moved on before
         for claim in [*faulted, *lost]:
             self.s.changes.announce(claim.run_id)
+        self.s.leases.forget_steps([c.run_id for c in [*faulted, *lost] if c.status == "failed"])
         resumed: list[tuple[str, int]] = []
         for claim in [*faulted, *lost]:
             if claim.status == "failed":
@@ -302,6 +303,9 @@ class Sweeper:
         self.s.leases.forget_many(gone + newer)
         for claim in [*faulted, *claims]:
             self.s.changes.announce(claim.run_id)
+        self.s.leases.forget_steps(
+            [c.run_id for c in [*faulted, *claims] if c.status == RunStatus.FAILED]
+        )
         for token in left:
             # Died between taking the lease and claiming the queued run: publish it again.
             if now.get(token.run_id) == (token.attempt, RunStatus.QUEUED):

@@ -327,18 +327,24 @@ def test_erasure_leaves_no_byte_of_content_anywhere(stack, tmp_path) -> None:
             agent="support-bot", model=stack.model(steps), user_input=f"{canary}-input",
             owner=owner, system=f"{canary}-system", tools=["ticket.read", "incident.page"],
         )  # fmt: skip
+        held = stack.client.start_run(
+            agent="support-bot", model=stack.model(steps), user_input=f"{canary}-held",
+            owner=owner, tools=["ticket.read", "incident.page"],
+        )  # fmt: skip
+        stack.client.wait(held, timeout_s=60, until=frozenset({"waiting"}))
+        stack.client.stop(run_id=held, reason=f"stopped: {canary}-stop", by="ops")
         stack.client.wait(paged, timeout_s=60, until=frozenset({"waiting"}))
         [request] = stack.client.approvals(paged)
         stack.client.decide(request.id, approve=True, by="alice", reason=f"ok {canary}-why")
         assert stack.wait(paged).status == "succeeded"
         assert stack.wait(failed).status == "failed"
     before = _mentions(stack, canary)
-    assert {"runs", "transcript_messages", "approvals"} <= set(before), before
+    assert {"runs", "transcript_messages", "approvals", "stops"} <= set(before), before
     assert _bytes_left(stack, [failed, paged])
     done = out_json(cli("erase", "--owner", owner, "--by", "dpo", "--json", env=stack.env))
-    assert sorted(r["run_id"] for r in done["erased"]) == sorted([failed, paged])
+    assert sorted(r["run_id"] for r in done["erased"]) == sorted([failed, paged, held])
     assert _mentions(stack, canary) == {}
-    assert _bytes_left(stack, [failed, paged]) == {}
+    assert _bytes_left(stack, [failed, paged, held]) == {}
     assert _redis_mentions(stack, canary) == []
     # The tombstone: status, owner and the failure's code, nothing of its text.
     [tomb] = stack.rows("SELECT status, owner, failure_reason FROM runs WHERE id = :r", r=failed)

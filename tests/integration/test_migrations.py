@@ -109,9 +109,10 @@ def _legacy_run(conn: sa.Connection, status: str = "running") -> str:
 def test_sealing_definitions_seals_unfinished_runs_with_the_keys_and_refuses_without(
     admin_engine, servers
 ) -> None:
-    """Migration 0014: an unfinished run's plain spec becomes its sealed definition (opened as a
-    worker opens it); without the seal keys it is refused, nothing changed; a finished run's
-    spec is dropped (nothing reads it again); a downgrade waits for unfinished runs."""
+    """Migration 0016: an unfinished run's plain spec becomes its sealed definition (opened as a
+    worker opens it); without the seal keys, or with keys that did not seal its checkpoint (a
+    shell's development key), it is refused, nothing changed; a finished run's spec is dropped
+    (nothing reads it again); a downgrade waits for unfinished runs."""
     sealer = parse_keys(new_key_entry("mig"))
     with _database(admin_engine, servers) as url:
         migrate.upgrade(url, BEFORE_SEALED)
@@ -119,8 +120,15 @@ def test_sealing_definitions_seals_unfinished_runs_with_the_keys_and_refuses_wit
         with engine.begin() as conn:
             waiting = _legacy_run(conn, "waiting")
             done = _legacy_run(conn, "succeeded")
+            conn.execute(
+                sa.text("UPDATE runs SET checkpoint = :c WHERE id = :r"),
+                {"c": sealer.seal(waiting, "checkpoint", 0, {"messages": []}), "r": waiting},
+            )
         with pytest.raises(RuntimeError, match="1 unfinished runs need their definitions sealed"):
             migrate.upgrade(url)
+        stranger = legacy_sealer(parse_keys(new_key_entry("dev1")))
+        with pytest.raises(RuntimeError, match="sealed with key id 'mig', which the keys given"):
+            migrate.upgrade(url, seal_definition=stranger)
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT spec FROM runs WHERE id = :r"), {"r": waiting})
         migrate.upgrade(url, seal_definition=legacy_sealer(sealer))

@@ -65,6 +65,11 @@ def namespace_(stack) -> Iterator[netns.Namespace]:
         ns.close()
 
 
+# The simulators' model as every worker reaches it: through the vendors' link, which the host
+# reaches too while the namespace's end is down (a model profile of the deployment).
+NS_MODEL = "sim-ns"
+
+
 def _relayed_env(stack, ns: netns.Namespace) -> dict[str, str]:
     """The namespaced worker's settings: every store and vendor through its own links."""
     rhost, rport = ns.address("redis")
@@ -84,9 +89,7 @@ def _start(stack, ns: netns.Namespace, tag: str) -> str:
     """A run whose model the namespaced worker reaches too: through the vendors' link, which
     the host reaches also while the namespace's end is down."""
     steps = mixed(tag, latency_ms=LATENCY_MS)
-    model: dict[str, Any] = sim_model.register(stack.sim_url, steps)
-    vhost, vport = ns.address("vendors")
-    model["base_url"] = f"http://{vhost}:{vport}/v1"
+    model: dict[str, Any] = {**sim_model.register(stack.sim_url, steps), "profile": NS_MODEL}
     return stack.client.start_run(
         agent="support-bot", model=model, user_input="help", tools=script_tools(steps)
     )
@@ -104,6 +107,8 @@ def _db_now(stack) -> datetime:
 
 
 def _partition_trial(stack, ns: netns.Namespace, paths: tuple[str, ...], figures) -> None:
+    vhost, vport = ns.address("vendors")
+    stack.declare_model(NS_MODEL, "openai", f"http://{vhost}:{vport}/v1", sim_model.KEY_ENV)
     stack.worker("cut", wrap=ns.argv, env=_relayed_env(stack, ns))
     cut_runs = [_start(stack, ns, f"cut{i}") for i in range(2)]
     _until(

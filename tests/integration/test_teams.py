@@ -20,6 +20,7 @@ from store.gates import set_principal
 from tests.integration.test_cli import cli
 from tests.support.catalogs import helper_agent
 from tests.support.front import serve_front
+from tests.support.recorded import recorded_servers
 
 pytestmark = pytest.mark.kill
 ANSWER = "Answer from helper."
@@ -516,3 +517,27 @@ def test_a_key_not_endorsed_for_the_channel_is_refused(stack, front, channel) ->
     webchat = _activity(stack, channel, channelId="webchat")
     assert channel.post(front, webchat).status_code == 200
     assert _counts(stack) == (1, 1)
+
+
+def test_a_reply_target_moved_in_the_database_gets_no_reply_and_no_token(
+    stack, front, channel, tmp_path
+) -> None:
+    """The reply carries the bot's token to the turn's serviceUrl. A database writer who points
+    a queued turn's inbox row at another host gets nothing there: the worker posts only where
+    the run's sealed definition says the turn came from, and fails the hand-on otherwise."""
+    with recorded_servers(tmp_path) as serve:
+        elsewhere = serve()
+        run_id = _turn(stack, front, channel)  # no worker yet: the run waits in its queue
+        stack.rows(
+            "UPDATE teams_inbox SET service_url = :u WHERE run_id = :r RETURNING 1",
+            u=elsewhere.base_url,
+            r=run_id,
+        )
+        stack.worker("w1")
+        view = stack.wait(run_id)
+        assert view.status == "failed", view
+        assert "its Teams turn's service_url differs from the one sealed" in (
+            view.failure_reason or ""
+        )
+        assert elsewhere.received == []  # no reply, and no bot token, went there
+    assert _posts(stack, run_id) == []

@@ -51,6 +51,9 @@ def test_a_sigkilled_attempt_and_its_resume_share_one_trace(stack: Stack, otlp: 
     resumed attempt's spans join the run's trace, its span linked to the lost attempt's, whose
     own span the resume writes; every call span says its kind, step key and settlement."""
     _traced(stack, otlp)
+    # A watcher up before the kill (it takes no runs): its death watch sees the victim die,
+    # whatever the load, before the lease lapses; the resume's worker may start late.
+    stack.worker("watcher", runs=False)
     run_id = stack.kill_at("after_mark:kill:2", lambda: stack.start(mixed("o")))
     stack.worker("survivor")
     stack.beat()
@@ -59,7 +62,7 @@ def test_a_sigkilled_attempt_and_its_resume_share_one_trace(stack: Stack, otlp: 
     trace_id = run_id.replace("-", "")
     spans = otlp.wait_for(trace_id, "liyagent.run")
     assert {s.trace_id for s in spans} == {trace_id}
-    run = RunTrace.of(run_id, _spec(stack, run_id))
+    run = RunTrace.of(run_id, stack.definition(run_id).trace)
     (root,) = _by_name(spans, "liyagent.run")
     assert root.span_id == run.span_id and root.parent_span_id == ""
     assert root.attributes["liyagent.outcome"] == "succeeded"
@@ -97,10 +100,6 @@ def test_a_sigkilled_attempt_and_its_resume_share_one_trace(stack: Stack, otlp: 
     assert _children(spans, steps[4], "liyagent.call") == []
     for n in (3, 4):
         assert len(_children(spans, steps[n], "liyagent.model_request")) == 1
-
-
-def _spec(stack: Stack, run_id: str) -> dict[str, object]:
-    return {"trace": stack.definition(run_id).trace}
 
 
 def _keys(stack: Stack, run_id: str) -> dict[tuple[int, str], str]:

@@ -104,7 +104,7 @@ class FrameworkApp:
             "LIYAGENT_TOOLS": f"{self.package}.durable_desk",
             "ORDER_DESK_URL": desk.url,
             f"{prefix}_MODEL": spec["model"],
-            f"{prefix}_BASE_URL": spec["base_url"],
+            f"{prefix}_BASE_URL": f"{stack.sim_url}/v1",
             "OPENAI_API_KEY": "sim-model-key",
         }
 

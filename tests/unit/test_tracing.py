@@ -18,15 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_run_untraced_at_enqueue_has_a_trace_of_its_own_found_from_its_id() -> None:
     run_id = str(uuid.uuid4())
-    spec = {"trace": new_run_trace(run_id)}
-    run = RunTrace.of(run_id, spec)
+    stored = new_run_trace(run_id)
+    run = RunTrace.of(run_id, stored)
     assert run.trace_id == run_id.replace("-", "") and run.parent_span_id is None
-    assert spec["trace"]["traceparent"] == f"00-{run.trace_id}-{run.span_id}-01"
+    assert stored["traceparent"] == f"00-{run.trace_id}-{run.span_id}-01"
     # A run stored before traces were: the same context, derived from its id alone.
-    assert RunTrace.of(run_id, {}) == run
+    assert RunTrace.of(run_id, None) == run
     ids = [attempt_span_id(run, n) for n in (1, 2, 3)]
     assert len({*ids, run.span_id}) == 4 and all(len(i) == 16 for i in ids)
-    assert ids == [attempt_span_id(RunTrace.of(run_id, spec), n) for n in (1, 2, 3)]
+    assert ids == [attempt_span_id(RunTrace.of(run_id, stored), n) for n in (1, 2, 3)]
 
 
 def test_a_run_enqueued_inside_a_traced_span_joins_the_callers_trace() -> None:
@@ -37,10 +37,10 @@ def test_a_run_enqueued_inside_a_traced_span_joins_the_callers_trace() -> None:
     with tracer.start_as_current_span("request") as span:
         stored = new_run_trace(run_id)
     caller = span.get_span_context()
-    run = RunTrace.of(run_id, {"trace": stored})
+    run = RunTrace.of(run_id, stored)
     assert run.trace_id == format(caller.trace_id, "032x")
     assert run.parent_span_id == format(caller.span_id, "016x")
-    assert run.span_id == RunTrace.of(run_id, {}).span_id
+    assert run.span_id == RunTrace.of(run_id, None).span_id
 
 
 def test_off_helpers_are_one_shared_null_context() -> None:
@@ -129,7 +129,7 @@ def test_a_lost_attempts_span_is_written_by_the_next_only_when_its_process_died(
         run_id = str(uuid.uuid4())
         now = datetime.now(tz=UTC)
         facts = AttemptFacts(
-            run_id=run_id, agent="a", kind="agent", attempt=2, spec={}, resume_reason="lost",
+            run_id=run_id, agent="a", kind="agent", attempt=2, trace=None, resume_reason="lost",
             created_at=now - timedelta(seconds=5), lost_at=now - timedelta(seconds=1),
             lost_checkpoint_at=now - timedelta(seconds=3), lost_dead=dead,
         )  # fmt: skip

@@ -22,7 +22,8 @@ depends_on = None
 
 UNFINISHED = """
 SELECT id, spec, agent, owner, entry_kind, kind, channel, run_as,
-       CAST(parent_run_id AS text) AS parent_run_id, correlation_id, resumable
+       CAST(parent_run_id AS text) AS parent_run_id, correlation_id, resumable, principal,
+       checkpoint
 FROM runs WHERE status NOT IN ('succeeded', 'failed')
 """
 
@@ -34,8 +35,8 @@ def upgrade() -> None:
     seal = context.config.attributes.get("seal_definition")
     if rows and seal is None:
         raise RuntimeError(
-            f"{len(rows)} unfinished runs need their definitions sealed: run `liyagent db "
-            "upgrade` with the deployment's LIYAGENT_SEAL_KEYS (workers stopped)"
+            f"{len(rows)} unfinished runs need their definitions sealed: stop every worker, beat "
+            "and front, then run `liyagent db upgrade` with the deployment's LIYAGENT_SEAL_KEYS"
         )
     for row in rows:
         conn.execute(
