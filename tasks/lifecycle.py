@@ -35,6 +35,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     logs.configure()
     _refuse_unless_ready("worker", database=True, controller=sender)
     worker.warn_unless_consuming_runs(sender)
+    worker.warn_of_unusable_agents()
     pools.size_and_check(sender)  # before the pool forks or any connection opens
     drain.install()  # before the pool forks, so children share the flag
     worker.note_main_process()

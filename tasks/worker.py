@@ -53,6 +53,13 @@ def pool_name(controller: Any) -> str:
     return next((str(name) for name, path in POOL_ALIASES.items() if path == target), target)
 
 
+def warn_of_unusable_agents() -> None:
+    """One line per agent whose runs this worker would fail (its model's endpoint undeclared,
+    its key missing), said once at start, naming the agent and what to set."""
+    for problem in startup.agent_problems(get_settings()):
+        log.warning("worker.agent_unusable", problem=problem)
+
+
 def warn_unless_consuming_runs(controller: Any) -> None:
     """One line at start when the worker's queues (`-Q`) leave out the runs' queue."""
     queue = get_settings().queue

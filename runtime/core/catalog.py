@@ -16,7 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from runtime.models.scripted import validate_script
+from runtime.models.base import ModelError
+from runtime.models.specs import check_shape
 from runtime.toolbox.tools import AgentDef
 
 
@@ -69,10 +70,12 @@ def _agent(name: str, raw: Any) -> AgentDef:
     if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
         raise CatalogError(f'agent {name!r} needs a "model" object')
     model = raw["model"]
-    # The rest of the spec (a profile, a provider's fields) is checked against the deployment's
-    # model profiles when a run is started from it (runtime/core/enqueue.py `check_model`).
-    if "profile" not in model and model.get("provider", "scripted") == "scripted":
-        validate_script(model.get("script"))
+    # Checked when the catalog loads (no secret, a known provider, its fields); the endpoint
+    # against the deployment's profiles when a worker starts and when a run is stored.
+    try:
+        check_shape(model)
+    except ModelError as exc:
+        raise CatalogError(f"agent {name!r}: {exc}") from None
     tools = raw.get("tools")
     if tools is not None and not (
         isinstance(tools, list) and all(isinstance(t, str) for t in tools)

@@ -13,7 +13,7 @@ that names the field and never repeats its value, so no error, log line or audit
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self
 
 import pydantic
@@ -224,22 +224,34 @@ def check(spec: Any, declared: dict[str, ModelProfile]) -> ProviderSpec:
     """The spec checked for its provider (`scripted` when none is named, the profile's when
     only a profile is) and, for a provider reached with a key, against the deployment's
     profiles `declared`: ModelSpecError naming the field and what to do otherwise."""
+    checked = _parsed(spec, lambda named: _provider_of_profile(named, declared))
+    if isinstance(checked, EndpointSpec):
+        checked.endpoint(declared)
+    return checked
+
+
+def check_shape(spec: Any) -> ProviderSpec:
+    """What a declaration (an agent in Python or in the catalog) can be checked for when it
+    loads, before a deployment's profiles are known: no secret, a known provider, that
+    provider's fields (a spec naming only a profile is read as an OpenAI-compatible one). The
+    endpoint is checked when a worker starts and when a run is stored (`check`)."""
+    return _parsed(spec, lambda named: "openai" if "profile" in named else DEFAULT_PROVIDER)
+
+
+def _parsed(spec: Any, provider_of_profile: Callable[[Mapping[str, Any]], Any]) -> ProviderSpec:
     if not isinstance(spec, Mapping):
         raise ModelSpecError(
             f"model must be an object with a provider ({', '.join(sorted(PROVIDERS))})"
         )
     refuse_secrets(spec)
-    provider = spec.get("provider", _provider_of_profile(spec, declared))
+    provider = spec.get("provider", provider_of_profile(spec))
     found = PROVIDERS.get(provider) if isinstance(provider, str) else None
     if found is None:
         shown = repr(provider)[:40]
         raise ModelSpecError(
             f"model.provider {shown} is not a known provider; known: {', '.join(sorted(PROVIDERS))}"
         )
-    checked = found.parse({**spec, "provider": provider})
-    if isinstance(checked, EndpointSpec):
-        checked.endpoint(declared)
-    return checked
+    return found.parse({**spec, "provider": provider})
 
 
 def _provider_of_profile(spec: Mapping[str, Any], declared: dict[str, ModelProfile]) -> Any:

@@ -14,7 +14,9 @@ from runtime.base.redis_clients import check_reachable
 from runtime.base.sealing import load_sealer
 from runtime.base.settings import ConfigError, Settings, get_settings
 from runtime.base.tracing import TracesUnavailable, check_installed
-from runtime.models import profiles
+from runtime.core import catalog
+from runtime.models import profiles, specs
+from runtime.models.base import ModelError
 from runtime.recovery.outage import database_problem, schema_problem
 from runtime.services import registry_for
 from runtime.toolbox.tools import ToolDeclarationError
@@ -54,6 +56,27 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
     if database:
         check_database(settings.database_url)
     return settings
+
+
+def agent_problems(settings: Settings) -> list[str]:
+    """What would fail every run of an agent this worker serves, one line per agent: a model
+    endpoint its deployment does not declare, a key its worker does not have (the profile's
+    variable unset, its file unreadable). Said once at start (a worker may still serve the
+    other agents), naming the agent and what to set; never a key's value."""
+    declared = profiles.parse(settings.model_profiles)
+    try:
+        found = catalog.load(settings.agents_file).with_agents(registry_for(settings).agents)
+    except catalog.CatalogError as exc:
+        return [f"the agent catalog cannot be read: {exc}"]
+    said = []
+    for name, agent in sorted(found.agents.items()):
+        try:
+            spec = specs.check(agent.model, declared)
+            if isinstance(spec, specs.EndpointSpec):
+                spec.endpoint(declared).key()
+        except ModelError as exc:
+            said.append(f"agent {name} ({agent.origin}): its runs will fail: {exc}")
+    return said
 
 
 def check_database(url: str) -> None:

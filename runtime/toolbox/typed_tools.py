@@ -35,6 +35,8 @@ import structlog
 from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import problems
+from runtime.models.base import ModelError
+from runtime.models.specs import check_shape
 from runtime.sending.http import SendRefused
 from runtime.toolbox.tools import (
     AgentDef,
@@ -365,6 +367,10 @@ def agent(
     names = None if tools is None else [t if isinstance(t, str) else t.name for t in tools]
     if not name.strip():
         raise ToolDeclarationError("an agent needs a name")
+    try:
+        check_shape(model)  # a typo or an inline key fails the module's load, not its runs
+    except ModelError as exc:
+        raise ToolDeclarationError(f"agent {name}: {exc}") from None
     return AgentDef(
         name=name,
         model=dict(model),

@@ -121,53 +121,57 @@ def test_a_workflow_may_call_only_the_tools_its_steps_name(stack) -> None:
     assert stack.definition(run_id).tools == ["ticket.read"]
 
 
+TYPO = {"typo": {"tools": ["ticket.raed"], "model": {"script": {"steps": [final("x")]}}}}
+LEAKY = {"leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)}}
+
+
 def test_catalog_agents_are_checked_at_every_entry_point(stack, tmp_path: Path) -> None:
-    agents = {
-        "typo": {"tools": ["ticket.raed"], "model": {"script": {"steps": [final("x")]}}},
-        "leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)},
-    }
-    stack.reconfigure(agents_file=_catalog(tmp_path, agents))
+    """An agent naming a tool this deployment has not loaded is refused at every door; one
+    whose model holds a secret refuses the whole catalog when it is read, naming the agent."""
+    path = _catalog(tmp_path, TYPO)
+    stack.reconfigure(agents_file=path)
     ann = "0b0a0000-0000-0000-0000-00000000a11e"
     turn = TeamsTurn("a-1", "conv-1", stack.sim_url, ann, "hi", {"id": "a-1"})
-    for agent, says in (("typo", "ticket.raed"), ("leaky", "model.api_key")):
-        with pytest.raises(BadRequest, match=re.escape(says)) as info:
-            start_entry(
-                stack.services,
-                entry_kind="webhook",
-                agent=agent,
-                user_input="x",
-                request_key=f"webhook:{agent}:e1",
-                owner="hooks",
-                channel="webhook",
-            )
-        assert SECRET not in str(info.value)
-        with pytest.raises(BadRequest, match=re.escape(says)):
-            receive_teams(stack.services, turn, agent)
+    with pytest.raises(BadRequest, match=re.escape("ticket.raed")):
+        start_entry(
+            stack.services,
+            entry_kind="webhook",
+            agent="typo",
+            user_input="x",
+            request_key="webhook:typo:e1",
+            owner="hooks",
+            channel="webhook",
+        )
+    with pytest.raises(BadRequest, match=re.escape("ticket.raed")):
+        receive_teams(stack.services, turn, "typo")
+    assert _catalog(tmp_path, {**TYPO, **LEAKY}) == path  # the file changes under the process
+    with pytest.raises(BadRequest, match=re.escape("agent 'leaky': model.api_key")) as info:
+        receive_teams(stack.services, turn, "typo")
+    assert SECRET not in str(info.value)
     assert _counts(stack) == (0, 0)
 
 
-def test_the_front_refuses_a_bad_catalog_agent_with_400(stack, tmp_path: Path) -> None:
-    agents = {"leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)}}
-    settings = replace(stack.settings, agents_file=_catalog(tmp_path, agents), front_token=TOKEN)
+def test_the_front_says_a_catalog_with_a_secret_is_the_deployments_to_fix(
+    stack, tmp_path: Path
+) -> None:
+    settings = replace(stack.settings, agents_file=_catalog(tmp_path, LEAKY), front_token=TOKEN)
     services = runtime_services.build(settings, stack.services.publisher, sealer=stack.sealer)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with TestClient(create_app(services), headers=headers) as front:
         done = front.post("/webhooks/leaky", json={"event_id": "e1", "input": "x"})
-    assert done.status_code == 400, done.text
-    assert "model.api_key" in done.text and SECRET not in done.text
+    assert done.status_code == 500, done.text  # the deployment's file, not the caller's input
+    assert "agent 'leaky': model.api_key" in done.text and SECRET not in done.text
     assert _counts(stack) == (0, 0)
 
 
 def test_the_cli_refuses_unknown_tools_and_inline_keys_with_exit_2(stack, tmp_path: Path) -> None:
-    agents = {
-        "typo": {"tools": ["ticket.raed"], "model": {"script": {"steps": [final("x")]}}},
-        "leaky": {"tools": ["ticket.read"], "model": _openai(api_key=SECRET)},
-    }
-    env = {**stack.env, "LIYAGENT_AGENTS_FILE": _catalog(tmp_path, agents)}
+    env = {**stack.env, "LIYAGENT_AGENTS_FILE": _catalog(tmp_path, TYPO)}
     typo = cli("run", "--agent", "typo", "--input", "x", env=env)
     assert typo.returncode == 2, typo.stderr
     assert "ticket.raed; known: agent.delegate" in typo.stderr and "ticket.read" in typo.stderr
-    leaky = cli("run", "--agent", "leaky", "--input", "x", env=env)
+    env["LIYAGENT_AGENTS_FILE"] = _catalog(tmp_path, {**TYPO, **LEAKY})
+    leaky = cli("run", "--agent", "typo", "--input", "x", env=env)
     assert leaky.returncode == 2, leaky.stderr
+    assert "agent 'leaky': model.api_key" in leaky.stderr
     assert "LIYAGENT_MODEL_PROFILES" in leaky.stderr and SECRET not in leaky.stderr + leaky.stdout
     assert _counts(stack) == (0, 0)

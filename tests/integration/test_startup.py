@@ -181,3 +181,58 @@ def test_the_development_key_warning_is_given_once_per_deployment_not_per_proces
     elsewhere = _run(start, _env(stack, **dev, LIYAGENT_NAMESPACE=f"lyt:{uuid.uuid4().hex[:8]}:"))
     assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]
     assert (elsewhere.stderr + elsewhere.stdout).count("seal.dev_key_in_use") == 1
+
+
+KEY = "sk-live-0123456789abcdefLEAK"
+
+
+def _module(tmp_path, name: str, body: str) -> dict[str, str]:
+    """A team's tool module `name` on PYTHONPATH: the environment a worker loads it with."""
+    (tmp_path / f"{name}.py").write_text(body)
+    return {"PYTHONPATH": str(tmp_path), "LIYAGENT_TOOLS": f"liyagent.vendor_tools,{name}"}
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        ('{"provider": "opnai", "model": "m"}', "agent typo-bot: model.provider 'opnai'"),
+        (f'{{"provider": "openai", "model": "m", "api_key": "{KEY}"}}', "agent leaky-bot: "),
+    ],
+)
+def test_an_agent_declared_wrong_stops_its_module_loading(stack, tmp_path, model, says) -> None:
+    """A misspelled provider or an inline key fails when the agent is declared, so a worker
+    that would refuse every one of its runs refuses to start instead, naming the agent."""
+    name = says.split()[1].rstrip(":")
+    env = {
+        **_env(stack),
+        **_module(
+            tmp_path,
+            "team_agents",
+            f"from liyagent import agent\nbot = agent({name!r}, model={model})\n",
+        ),
+    }
+    done = _run(["celery", "-A", "tasks", "worker", "-c", "1"], env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "liyagent worker does not start" in done.stderr and says in done.stderr
+    assert KEY not in done.stderr + done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_worker_without_its_agents_key_says_so_once_at_start(stack, tmp_path) -> None:
+    """An agent whose model's key is not in the worker's environment (or whose endpoint its
+    deployment does not declare) would fail at its first step: the worker says so once when it
+    starts, naming the agent and the variable, and still serves the other agents."""
+    module = (
+        "from liyagent import agent\n"
+        'keyless = agent("keyless-bot", model={"provider": "anthropic", "model": "claude-x"})\n'
+        'lost = agent("lost-bot", model={"profile": "nowhere", "model": "m"})\n'
+    )
+    env = {**_module(tmp_path, "team_agents", module), "ANTHROPIC_API_KEY": ""}
+    worker = stack.worker("w1", env=env)
+    said = [line for line in worker.output().splitlines() if "worker.agent_unusable" in line]
+    assert len(said) == 2, said
+    keyless = next(line for line in said if "keyless-bot" in line)
+    assert "ANTHROPIC_API_KEY (api_key_env) is not set" in keyless
+    lost = next(line for line in said if "lost-bot" in line)
+    assert "model.profile is not a profile this deployment declares" in lost
+    run_id = stack.start(mixed("k"))  # the other agents are served
+    assert stack.wait(run_id).status == "succeeded"

@@ -217,3 +217,35 @@ def test_positional_id_write_in_doubt_is_settled_and_never_sent_again(stack, fau
     told = _told(stack, run_id, 2)[0]
     assert told["outcome"] == "unknown" and "not sent again" in told["note"]
     assert _settled(stack, run_id) == [("chat.reply", "unknown")]
+
+
+@pytest.mark.parametrize(("fault", "sent"), [("after_mark:kill", 0), ("after_send:kill", 1)])
+def test_positional_id_keyed_write_in_doubt_is_never_sent_again(stack, fault, sent) -> None:
+    """A keyed write (its vendor dedupes on the key for longer than a resume takes) is sent
+    again with its key after a crash: but only a key derived from a stable tool-call id can
+    find the first request. Asked with a positional id (`call_0`), it got a fresh key (I8), so
+    sending it again could make a second incident: the resume settles it instead (I2). Judged
+    from the vendor's records: at most the lost attempt's one request, one incident."""
+    steps = [step(call("call_0", "incident.create", title="DB down")), final()]
+    run_id = stack.kill_then_resume(fault, lambda: stack.start(steps))
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1
+    posts = stack.vendor(
+        "SELECT attempt, idem_key FROM sim.requests WHERE run_id = :r AND vendor = 'incidents'",
+        r=run_id,
+    )
+    assert [p.attempt for p in posts] == [1] * sent
+    [mark] = stack.rows(
+        "SELECT call_id, stable_key, idem_key, status, settlement FROM call_marks "
+        "WHERE run_id = :r",
+        r=run_id,
+    )
+    assert (mark.call_id, mark.status, mark.stable_key) == ("call_0", "settled", False)
+    assert mark.idem_key.startswith("lya-adhoc-")
+    incidents = stack.vendor(
+        "SELECT count(*) AS n FROM sim.incidents WHERE idem_key = :k", k=mark.idem_key
+    )
+    assert incidents[0].n == sent
+    told = _told(stack, run_id, 2)[0]
+    assert told["outcome"] == "unknown" and "not sent again" in told["note"]
+    assert _settled(stack, run_id) == [("incident.create", "unknown")]
