@@ -4,7 +4,9 @@ It finds (or starts) Postgres and Redis, starts the vendor simulator, two prefor
 the app front and Flower with the default timings, enqueues a mixed batch (client API runs, Teams
 turns and webhook calls through the front), kills worker w1 while it holds runs, waits for every
 run to end and reports the verdict from Postgres and the vendor's records. Everything it started
-is stopped on the way out, even on Ctrl-C.
+is stopped on the way out, even on Ctrl-C. The secrets it makes (the front's token, Flower's
+password, the seal key) are written to a file of mode 0600 in its log directory and shown only
+masked.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from liyagent.local.cluster import Cluster, child_env
 from liyagent.local.figures import Figures, collect
 from liyagent.local.procs import sigterm_as_interrupt
 from liyagent.local.report import KillNote, runs_table, runs_word, summary_table, write_html
+from liyagent.local.secret_file import masked, write_secrets
 from liyagent.local.watch import (
     Deployment,
     flower_guarded,
@@ -53,6 +56,8 @@ IN_FLIGHT_TIMEOUT_S = 60.0
 # How long the Teams inbox may take to start a message's run (beat's intake is the fallback).
 TEAMS_INTAKE_TIMEOUT_S = 30.0
 FLOWER_USER = "demo"
+# In the log directory: the secrets the demo made, as shell assignments, mode 0600.
+SECRETS_FILE = "demo-secrets.env"
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ class DemoState:
     flower_url: str = ""
     flower_password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     flower_checked: bool = False
+    # Where the secrets above are written (SECRETS_FILE in the log directory).
+    secrets_file: Path | None = None
     # Every run's timeline, read from Postgres before the deployment stops (the report draws
     # the resumed ones).
     timelines: list[Timeline] = field(default_factory=list)
@@ -129,11 +136,40 @@ def _start_front_and_flower(state: DemoState, env: dict[str, str], out: Console)
     assert state.cluster is not None
     state.channel.start()
     state.front_url = state.cluster.front({**env, **state.channel.env(batch.TEAMS_AGENT)})
-    out.print(f"  App front (Teams inbox, webhooks): {state.front_url}")
-    out.print(f"    Authorization: Bearer {env['LIYAGENT_FRONT_TOKEN']}")
     state.flower_url = state.cluster.flower(env, FLOWER_USER, state.flower_password)
+    say_front_and_flower(state, env["LIYAGENT_FRONT_TOKEN"], out)
+
+
+def keep_secrets(state: DemoState, front_token: str) -> Path:
+    """Write the demo's secrets to SECRETS_FILE in its log directory (mode 0600), as shell
+    assignments, so the user can use them without the terminal ever showing them."""
+    state.secrets_file = write_secrets(
+        state.log_dir / SECRETS_FILE,
+        {
+            "LIYAGENT_FRONT_TOKEN": front_token,
+            "LIYAGENT_DEMO_FLOWER_USER": FLOWER_USER,
+            "LIYAGENT_DEMO_FLOWER_PASSWORD": state.flower_password,
+            "LIYAGENT_SEAL_KEYS": state.seal_keys,
+            # May carry a password; and what `liyagent inspect` needs with the seal key.
+            "LIYAGENT_DATABASE_URL": state.backends.database_url,
+        },
+    )
+    return state.secrets_file
+
+
+def say_front_and_flower(state: DemoState, front_token: str, out: Console) -> None:
+    """Where the front and Flower answer and how to get in: each secret masked (its first
+    characters and its length), and the file holding it in clear."""
+    out.print(f"  App front (Teams inbox, webhooks): {state.front_url}")
+    out.print(
+        f"    Authorization: Bearer {masked(front_token)}, LIYAGENT_FRONT_TOKEN in the secrets file"
+    )
     out.print(f"  Flower (live until the demo ends): {state.flower_url}")
-    out.print(f"    user {FLOWER_USER}, password {state.flower_password}")
+    out.print(
+        f"    user {FLOWER_USER}, password {masked(state.flower_password)}, "
+        "LIYAGENT_DEMO_FLOWER_PASSWORD in the secrets file"
+    )
+    out.print(f"  Secrets file: {state.secrets_file} (mode 0600; `. FILE` sets them)")
 
 
 def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
@@ -145,6 +181,7 @@ def _start(state: DemoState, opts: DemoOptions, out: Console) -> Settings:
     state.seal_keys = new_key_entry("demo")
     state.cluster = cluster = Cluster(state.log_dir)
     base = _settings(state)
+    keep_secrets(state, base.front_token)
     sim_url = cluster.simulator(base.database_url, child_env(base, state.seal_keys))
     catalog = Path(base.agents_file)
     catalog.write_text(json.dumps(sim_model.served(sim_url, batch.catalog()), indent=2) + "\n")
@@ -251,7 +288,7 @@ def _context(state: DemoState, opts: DemoOptions) -> list[str]:
     return notes
 
 
-def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
+def inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
     """Tell the user how to inspect the resumed run that had the most to settle."""
     rank = {"resent": 0, "read_back": 0, "sent_after_read_back": 0, "unknown": 0, "reused": 1}
     lines = sorted(
@@ -269,9 +306,10 @@ def _inspect_hint(state: DemoState, f: Figures, out: Console) -> None:
     if exe.exists():
         cmd = os.path.relpath(exe) if exe.is_relative_to(Path.cwd()) else str(exe)
     out.print("See how a resumed run was taken up (checkpoints, call marks, audit):")
+    # The seal key and the database's URL come from the secrets file, never the terminal.
+    secrets_file = shlex.quote(str(state.secrets_file))
     out.print(
-        f"  LIYAGENT_DATABASE_URL={shlex.quote(safe_url(state.backends.database_url))} "
-        f"LIYAGENT_SEAL_KEYS={shlex.quote(state.seal_keys)} {cmd} inspect {resumed[0]}",
+        f"  (set -a; . {secrets_file}; {cmd} inspect {resumed[0]})",
         soft_wrap=True,
         highlight=False,
     )
@@ -311,6 +349,7 @@ def _finish(state: DemoState, opts: DemoOptions, f: Figures, out: Console) -> di
         "flower_url": state.flower_url,
         "flower_user": FLOWER_USER,
         "flower_checked": state.flower_checked,
+        "secrets_file": str(state.secrets_file),
     }
 
 
@@ -343,7 +382,7 @@ def run_demo(opts: DemoOptions) -> int:
         _cleanup(state, out)
         fh.close()
     if figures is not None:
-        _inspect_hint(state, figures, out)
+        inspect_hint(state, figures, out)
     if opts.json:
         print(json.dumps(result, default=str), flush=True)
     return code

@@ -145,12 +145,12 @@ def build(
     name = connection_name(holder)
     target = RedisTarget.of(settings)
     client = redis_client(
-        target, holder=holder, max_connections=pools.pool_max(settings.redis_pool_max)
+        target, holder=holder, max_connections=pools.redis_pool_max(settings.redis_pool_max)
     )
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
     presence = Presence(target, settings.namespace, holder, t.death_grace_ms)
-    engine = db.engine_for(settings.database_url, pools.pool_max(settings.db_pool_max), name)
+    engine = db.engine_for(settings.database_url, pools.db_pool_max(settings.db_pool_max), name)
     probe = db.probe_engine(settings.database_url, f"{name}:probe")
     # Cut from Postgres alone for half a lease plus the death grace while others reach it,
     # this process gives its leases up to them (runtime/fleet/heartbeat.py, PostgresReach).

@@ -148,15 +148,19 @@ def deliver(
         raise FencedOut(run_id, attempt, what)
 
 
-def purge_answers(conn: sa.Connection) -> int:
-    """Clear the sealed answers of delivered runs whose retention is over."""
+def purge_answers(conn: sa.Connection, keep_s: int) -> int:
+    """Clear the sealed answers of delivered runs that finished more than `keep_s` ago (the
+    setting in force, LIYAGENT_ANSWER_RETENTION_S, so a lowered one applies to answers kept
+    before; the `answer_expires_at` stamped at delivery is only what the setting said then)."""
     result = conn.execute(
         sql(
             """
             UPDATE runs SET answer = NULL, answer_purged_at = now()
-            WHERE status = 'succeeded' AND answer IS NOT NULL AND answer_expires_at < now()
+            WHERE status = 'succeeded' AND answer IS NOT NULL
+              AND finished_at < now() - make_interval(secs => :keep_s)
             """
-        )
+        ),
+        {"keep_s": keep_s},
     )
     return int(result.rowcount)
 

@@ -13,6 +13,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from store.db import sql
+from store.schema import metadata
 
 
 @dataclass(frozen=True)
@@ -26,28 +27,54 @@ class Batch:
 
 
 # A finished run whose keep is over, that no guarantee still needs: it is finished (succeeded
-# or failed; an answered run has an answer not yet handed on), its sealed answer's own
-# retention is over, a key a caller may send again (its request key, or the message id, activity
+# or failed; an answered run has an answer not yet handed on), a succeeded run's sealed answer is
+# past its own keep, a key a caller may send again (its request key, or the message id, activity
 # id or cron slot of its entry point) no longer dedupes, and its parent is not still running
-# (a resuming parent reads its child's end).
-_EXPIRED_RUNS = """
-    SELECT r.id, r.finished_at FROM runs r
-    WHERE r.status IN ('succeeded', 'failed')
+# (a resuming parent reads its child's end). Every keep is the setting in force, counted from the
+# run's finish: lowering one applies to runs finished before (the answer's keep was once an expiry
+# stamped at finish, `answer_expires_at`, which a lowered setting never reached; issue 31).
+_EXPIRED_WHERE = """
+    r.status IN ('succeeded', 'failed')
       AND r.finished_at < now() - make_interval(secs => :keep_s)
-      AND (r.answer_expires_at IS NULL OR r.answer_expires_at < now())
+      AND (r.status = 'failed'
+           OR r.finished_at < now() - make_interval(secs => :answer_keep_s))
       AND ((r.request_key IS NULL AND r.entry_kind = 'plain')
            OR r.finished_at < now() - make_interval(secs => :key_window_s))
       AND NOT EXISTS (
           SELECT 1 FROM runs p
-          WHERE p.id = r.parent_run_id AND p.status NOT IN ('succeeded', 'failed'))
+          WHERE p.id = r.parent_run_id AND p.status NOT IN ('succeeded', 'failed'))"""
+
+_EXPIRED_RUNS = f"""
+    SELECT r.id, r.finished_at FROM runs r
+    WHERE {_EXPIRED_WHERE}
     ORDER BY r.finished_at, r.id
     LIMIT :batch
     FOR UPDATE OF r SKIP LOCKED"""
 
+# An audit row past its keep whose run is gone (or that names no run); `gone` is how the run's
+# absence is said (a pass deletes runs first, so a dry run counts the runs it would delete too).
+_EXPIRED_AUDIT_WHERE = """
+    a.created_at < now() - make_interval(secs => :audit_keep_s)
+      AND (a.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id){gone})"""
 
-def delete_expired_runs(
-    conn: sa.Connection, *, keep_s: int, key_window_s: int, batch: int
-) -> Batch:
+# The tables whose rows go with their run: every table naming a run but the audit, which
+# outlives it (by foreign key cascade, or deleted with it: Teams inbox rows and stops).
+WITH_RUN = tuple(
+    sorted(t.name for t in metadata.tables.values() if "run_id" in t.c and t.name != "audit_events")
+)
+
+
+@dataclass(frozen=True)
+class Keeps:
+    """How long finished runs and audit rows are kept, in seconds: the settings in force."""
+
+    keep_s: int
+    key_window_s: int
+    answer_keep_s: int
+    audit_keep_s: int
+
+
+def delete_expired_runs(conn: sa.Connection, keeps: Keeps, *, batch: int) -> Batch:
     """Delete at most `batch` finished runs past their keep, oldest finish first, with what
     hangs on them, in one statement. Call marks, transcript lines, approvals, the A2A task and
     the cron record go by their foreign keys (ON DELETE CASCADE); Teams inbox rows and stops,
@@ -66,7 +93,7 @@ def delete_expired_runs(
             FROM gone
             """
         ),
-        {"keep_s": keep_s, "key_window_s": key_window_s, "batch": batch},
+        {**_run_keeps(keeps), "batch": batch},
     ).one()
     return Batch(int(row.n), row.oldest, row.newest)
 
@@ -77,12 +104,10 @@ def delete_expired_audit(conn: sa.Connection, *, keep_s: int, batch: int) -> Bat
     `keep_s`."""
     row = conn.execute(
         sql(
-            """
+            f"""
             WITH victims AS (
                 SELECT a.id FROM audit_events a
-                WHERE a.created_at < now() - make_interval(secs => :keep_s)
-                  AND (a.run_id IS NULL
-                       OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id))
+                WHERE {_EXPIRED_AUDIT_WHERE.format(gone="")}
                 ORDER BY a.created_at, a.id
                 LIMIT :batch
                 FOR UPDATE OF a SKIP LOCKED),
@@ -93,6 +118,52 @@ def delete_expired_audit(conn: sa.Connection, *, keep_s: int, batch: int) -> Bat
             FROM gone
             """
         ),
-        {"keep_s": keep_s, "batch": batch},
+        {"audit_keep_s": keep_s, "batch": batch},
     ).one()
     return Batch(int(row.n), row.oldest, row.newest)
+
+
+@dataclass(frozen=True)
+class Expired:
+    """What a retention pass under given keeps would delete now: rows by table (`runs`, each
+    table in WITH_RUN, `audit_events`), and the oldest and newest finish among the runs."""
+
+    rows: dict[str, int]
+    oldest: datetime | None
+    newest: datetime | None
+
+
+def count_expired(conn: sa.Connection, keeps: Keeps) -> Expired:
+    """Count, without deleting or locking anything, what `delete_expired_runs` and then
+    `delete_expired_audit` would delete under `keeps` if run until nothing was left (one
+    statement: one snapshot)."""
+    tables = ",\n".join(
+        f"(SELECT count(*) FROM {t} WHERE run_id IN (SELECT id FROM victims)) AS {t}"
+        for t in WITH_RUN
+    )
+    gone = " OR a.run_id IN (SELECT id FROM victims)"
+    row = conn.execute(
+        sql(
+            f"""
+            WITH victims AS (SELECT r.id, r.finished_at FROM runs r WHERE {_EXPIRED_WHERE})
+            SELECT (SELECT count(*) FROM victims) AS runs,
+                   {tables},
+                   (SELECT count(*) FROM audit_events a
+                    WHERE {_EXPIRED_AUDIT_WHERE.format(gone=gone)}) AS audit_events,
+                   (SELECT min(finished_at) FROM victims) AS oldest,
+                   (SELECT max(finished_at) FROM victims) AS newest
+            """
+        ),
+        {**_run_keeps(keeps), "audit_keep_s": keeps.audit_keep_s},
+    ).one()
+    counts = row._mapping
+    names = ("runs", *WITH_RUN, "audit_events")
+    return Expired({n: int(counts[n]) for n in names}, row.oldest, row.newest)
+
+
+def _run_keeps(keeps: Keeps) -> dict[str, int]:
+    return {
+        "keep_s": keeps.keep_s,
+        "key_window_s": keeps.key_window_s,
+        "answer_keep_s": keeps.answer_keep_s,
+    }

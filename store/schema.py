@@ -56,7 +56,9 @@ runs = sa.Table(
     # Written ahead (checkpointed) so a loss resumes it; a lost run that is not is failed
     # `interrupted` (TICKETIQ_CRASH_RESUME_ENTRIES=false entry runs, some jobs).
     sa.Column("resumable", sa.Boolean, nullable=False, server_default=sa.true()),
-    # A delivered answer is kept, sealed, until then; the purge job clears it after.
+    # When the answer's keep ended by the setting at its delivery: a record only. The purge and
+    # retention count the setting in force from `finished_at`, so a lowered keep applies to
+    # answers delivered before (store/entries.py `purge_answers`, store/retention.py).
     sa.Column("answer_expires_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("answer_purged_at", sa.DateTime(timezone=True), nullable=True),
     # The run's definition as it was enqueued (its model, tools, system prompt, entry details,

@@ -32,6 +32,6 @@ def purge() -> int | None:
 
     def work() -> int:
         with s.engine.connect() as conn:
-            return purge_answers(conn)
+            return purge_answers(conn, s.settings.answer_retention_s)
 
     return outage.tolerated(s, main_holder(), work)

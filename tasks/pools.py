@@ -47,6 +47,6 @@ def size_and_check(worker: Any) -> None:
         "worker.pools",
         pool=pool.name,
         concurrency=pool.concurrency,
-        db_pool_max=pools.pool_max(get_settings().db_pool_max),
-        redis_pool_max=pools.pool_max(get_settings().redis_pool_max),
+        db_pool_max=pools.db_pool_max(get_settings().db_pool_max),
+        redis_pool_max=pools.redis_pool_max(get_settings().redis_pool_max),
     )

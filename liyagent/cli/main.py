@@ -21,6 +21,7 @@ import redis
 import sqlalchemy as sa
 
 from liyagent.cli import ops as cli_ops
+from liyagent.cli import retention as cli_retention
 from liyagent.cli import runs as cli_runs
 from liyagent.cli import serve as cli_serve
 from liyagent.cli import trials as cli_trials
@@ -241,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_json(p)
     p.set_defaults(handler=cmd_inspect)
     cli_ops.add_parsers(sub)
+    cli_retention.add_parsers(sub)
     cli_serve.add_parsers(sub)
     _add_demo_parser(sub)
     cli_trials.add_parsers(sub)

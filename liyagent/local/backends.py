@@ -18,6 +18,7 @@ import redis
 import sqlalchemy as sa
 import structlog
 
+from liyagent.local.secret_file import url_shown
 from liyagent.local.servers import PrivatePostgres, PrivateRedis, pg_bin, reachable
 from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.base.settings import ConfigError, redis_master, redis_url
@@ -173,7 +174,7 @@ def _redis(b: Backends, force_private: bool) -> None:
             )
         except ConfigError as exc:
             raise DemoError(str(exc), exit_code=2) from None
-        b.notes.append(f"Redis: {configured} (LIYAGENT_REDIS_URL)")
+        b.notes.append(f"Redis: {url_shown(configured)} (LIYAGENT_REDIS_URL)")
     elif not force_private and reachable("127.0.0.1", 6379):
         b.redis_url = MACHINE_REDIS
         b.notes.append("Redis: this machine's at 127.0.0.1:6379")

@@ -8,10 +8,15 @@ runs. A process whose connection only blipped reconnects within the grace and is
 
 The process side keeps that claim safe for vendors (I3): while its presence is down, its leases
 count for at most the grace (less a margin) from the moment it lost it, so the send guard stops
-it before any claim can happen; and when it reconnects it bumps its presence epoch
-(`presence:epoch:<holder>`) before trusting any renewal again. The death watch deletes a
-holder's leases only while that epoch is unchanged (one Lua script), so either the holder came
-back first (its leases are left alone) or its leases are gone and its renewals fail.
+it before any claim can happen; and when it reconnects it sets a new presence epoch
+(`presence:epoch:<holder>`, a fresh random value) before trusting any renewal again. The death
+watch deletes a holder's leases only while that epoch is unchanged (one Lua script), so either
+the holder came back first (its leases are left alone) or its leases are gone and its renewals
+fail. The epoch key is the only key named after a process that lives without work: it expires
+`EPOCH_TTL_S` after its holder last refreshed it (every `BLOCK_S` while present), so a process
+that is gone, however it went, leaves nothing behind in Redis (issue 31). Its value is random
+rather than a counter so a key that lapsed and was made again never repeats a value the death
+watch saw.
 
 On every (re)connect it also reads the store epoch (`leases.read_store_epoch`): a Redis that
 lost its data (restarted empty, an empty replica promoted) shows a new epoch id, and only then
@@ -25,6 +30,7 @@ import contextlib
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import redis
@@ -41,6 +47,15 @@ GRACE_MS = 1000
 # The presence connection blocks this long per wait, and reconnects this often when down.
 BLOCK_S = 5
 RECONNECT_S = 0.1
+# The presence epoch lives this long past its holder's last refresh (every BLOCK_S while it is
+# present): three refreshes may be missed (a process starved of CPU) before it lapses.
+EPOCH_TTL_S = 3 * BLOCK_S
+
+
+class EpochLapsed(redis.RedisError):
+    """This process's presence epoch lapsed while its connection stayed open (the process was
+    stopped, or starved, past EPOCH_TTL_S): it is treated as a reconnect, so a new epoch is set
+    and no renewal sent before it is trusted."""
 
 
 def connection_name(holder: str) -> str:
@@ -135,7 +150,8 @@ class Presence:
                     retry_on_timeout=False,
                 )
                 # The epoch first: a renewal is trusted only if sent after this.
-                client.incr(epoch_key(self.namespace, self.holder))
+                epoch = epoch_key(self.namespace, self.holder)
+                client.set(epoch, uuid.uuid4().hex, ex=EPOCH_TTL_S)
                 self.store_epoch = read_store_epoch(client, self.namespace).id
                 self.connection_id = int(client.client_id())
                 self.up_since_ms = _ms()
@@ -146,6 +162,8 @@ class Presence:
                     woken()
                 wake = f"{self.namespace}presence:wake:{self.holder}"
                 while not self._stop.is_set():
+                    if not client.expire(epoch, EPOCH_TTL_S):
+                        raise EpochLapsed(f"presence epoch of {self.holder} lapsed")
                     client.blpop([wake], timeout=BLOCK_S)
             except redis.RedisError as exc:
                 self.connection_id = None

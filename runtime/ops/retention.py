@@ -1,6 +1,9 @@
-"""Retention: beat deletes what finished runs no longer need, in bounded batches, oldest first.
+"""Retention: beat deletes what finished runs no longer need, in bounded batches, oldest first;
+an operator runs a pass now, or asks what one would delete, with `liyagent retention run`.
 
-What is kept and for how long is `Retention` (runtime/base/settings.py); the rules a deletion must
+What is kept and for how long is `Retention` and LIYAGENT_ANSWER_RETENTION_S
+(runtime/base/settings.py), as they are when the pass runs: every keep is counted from a run's
+finish, so a setting lowered applies to the runs finished before it. The rules a deletion must
 keep (a run not finished, an answer not handed on, a key that still dedupes, a parent still
 running) are in the statement (store/retention.py). Each batch is one statement that skips
 rows another pass holds, so two beats are harmless; each is logged and counted in Redis
@@ -15,8 +18,16 @@ from dataclasses import dataclass, field
 import redis
 import structlog
 
+from runtime.base.settings import Settings
 from runtime.services import Services
-from store.retention import Batch, delete_expired_audit, delete_expired_runs
+from store.retention import (
+    Batch,
+    Expired,
+    Keeps,
+    count_expired,
+    delete_expired_audit,
+    delete_expired_runs,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -44,30 +55,50 @@ class RetentionReport:
         }
 
 
-def run_retention(s: Services) -> RetentionReport:
-    """One pass: batches of expired runs until one comes back short (or `max_batches`), then
-    batches of expired audit rows likewise. Off (LIYAGENT_RETENTION=false): deletes nothing."""
+def keeps_of(settings: Settings) -> Keeps:
+    """The keeps in force: the retention settings and the answer's."""
+    r = settings.retention
+    return Keeps(
+        keep_s=r.keep_s,
+        key_window_s=r.key_window_s,
+        answer_keep_s=settings.answer_retention_s,
+        audit_keep_s=r.audit_keep_s,
+    )
+
+
+def run_retention(s: Services, *, until_done: bool = False) -> RetentionReport:
+    """One pass: batches of expired runs until one comes back short (or `max_batches`, unless
+    `until_done`: an operator's pass goes on until nothing is left), then batches of expired
+    audit rows likewise. Off (LIYAGENT_RETENTION=false): deletes nothing."""
     r = s.settings.retention
     report = RetentionReport(enabled=r.enabled)
     if not r.enabled:
         return report
+    keeps = keeps_of(s.settings)
     with s.engine.connect() as conn:
         for what in ("runs", "audit"):
-            for _ in range(r.max_batches):
+            done = 0
+            while until_done or done < r.max_batches:
                 started = time.perf_counter()
                 if what == "runs":
-                    batch = delete_expired_runs(
-                        conn, keep_s=r.keep_s, key_window_s=r.key_window_s, batch=r.batch
-                    )
+                    batch = delete_expired_runs(conn, keeps, batch=r.batch)
                 else:
-                    batch = delete_expired_audit(conn, keep_s=r.audit_keep_s, batch=r.batch)
+                    batch = delete_expired_audit(conn, keep_s=keeps.audit_keep_s, batch=r.batch)
                 _record(s, what, batch, (time.perf_counter() - started) * 1000)
                 setattr(report, what, getattr(report, what) + batch.deleted)
                 report.batches += 1
                 report.per_batch.append(batch.deleted)
+                done += 1
                 if batch.deleted < r.batch:
                     break
     return report
+
+
+def expired_now(s: Services) -> Expired:
+    """What a pass run until done would delete now under the settings in force, by table
+    (deletes nothing, locks nothing): `liyagent retention run --dry-run`."""
+    with s.engine.connect() as conn:
+        return count_expired(conn, keeps_of(s.settings))
 
 
 def _record(s: Services, what: str, batch: Batch, ms: float) -> None:

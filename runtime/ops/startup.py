@@ -152,7 +152,8 @@ def connection_refusal(
     """Why this worker cannot be served (None when it can): a Redis pool bound under what its
     threads need (redis-py fails a command at once when its pool is used up, where the
     database pool lets a thread wait its turn), or more Postgres connections at once than the
-    server takes at all."""
+    server takes at all (a prefork worker's children, an explicit LIYAGENT_DB_POOL_MAX, or the
+    thread pool's default bound on a server smaller than a stock one)."""
     need = pool.threads + pools.MAIN_THREADS
     if pool.threads > 1 and 0 < settings.redis_pool_max < need:
         return (
@@ -163,19 +164,26 @@ def connection_refusal(
             f"{need} or more"
         )
     at_once = pools.at_once(pool, settings.db_pool_max)
-    if at_once > limits.for_clients:
-        most = limits.for_clients - pools.MAIN_THREADS
-        fix = f"lower -c to {most} or less, or raise max_connections on the server"
-        if pool.threads > 1:
-            fix = (
-                f"set LIYAGENT_DB_POOL_MAX to at most {limits.for_clients}, less what other "
-                "processes use (the threads then take turns: each holds a connection for one "
-                f"statement only), {fix}"
-            )
-        return (
-            f"{pool.describe()} can open {at_once} Postgres connections at once, more than "
-            f"the server takes: max_connections={limits.max_connections}, {limits.reserved} "
-            f"of them reserved for superusers, so {limits.for_clients} for clients (and "
-            f"{limits.in_use} in use now). Either {fix}"
+    if at_once <= limits.for_clients:
+        return None
+    fix = f"lower -c to {limits.for_clients - pools.MAIN_THREADS} or less"
+    who = pool.describe()
+    if pool.name in pools.IN_PROCESS:
+        fix = (
+            f"set LIYAGENT_DB_POOL_MAX to at most {limits.for_clients}, less what other "
+            "processes use (the threads then take turns: each holds a connection for one "
+            "statement only)"
         )
-    return None
+        if settings.db_pool_max:
+            who = f"{who} with LIYAGENT_DB_POOL_MAX={settings.db_pool_max}"
+        else:
+            who = (
+                f"{who} (LIYAGENT_DB_POOL_MAX unset: one per thread and "
+                f"{pools.MAIN_THREADS} more, at most {pools.THREADS_DB_POOL_DEFAULT})"
+            )
+    return (
+        f"{who} can open {at_once} Postgres connections at once, more than the server takes: "
+        f"max_connections={limits.max_connections}, {limits.reserved} of them reserved for "
+        f"superusers, so {limits.for_clients} for clients (and {limits.in_use} in use now). "
+        f"Either {fix}, or raise max_connections on the server"
+    )

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import stat
 import subprocess
 import sys
 import uuid
@@ -92,6 +95,18 @@ def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_pa
     assert replies == {f"lya-teams-reply-{r}": 1 for r in result["teams_replies"]}
     assert result["duplicates_by_record"]["Teams replies"] == 0
     assert result["vendor_rows"]["Teams replies"] == 1
+
+    # No secret in clear on the terminal: each is masked there and kept in a 0600 file.
+    printed = done.stdout + done.stderr
+    assert not re.search(r"Bearer [A-Za-z0-9_-]{8,}", printed), "the front token was printed"
+    assert "LIYAGENT_SEAL_KEYS=" not in printed, "the seal key was printed"
+    kept = Path(result["secrets_file"])
+    assert kept.parent == Path(result["log_dir"]) and str(kept) in printed
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    values = dict(line.split("=", 1) for line in kept.read_text().splitlines()[1:])
+    for name in ("LIYAGENT_FRONT_TOKEN", "LIYAGENT_DEMO_FLOWER_PASSWORD", "LIYAGENT_SEAL_KEYS"):
+        secret = shlex.split(values[name])[0]
+        assert secret not in printed and secret[:4] in printed, name
 
     assert result["front_url"].startswith("http://127.0.0.1:")
     assert result["flower_url"].startswith("http://127.0.0.1:")

@@ -258,7 +258,7 @@ def test_answer_is_kept_sealed_then_purged(entries) -> None:
     stored = entries.rows("SELECT answer FROM runs WHERE id = :r", r=run_id)[0].answer
     assert stored and ANSWER.encode() not in bytes(stored)  # sealed, not plain text
     with entries.db() as conn:
-        assert purge_answers(conn) == 1
+        assert purge_answers(conn, 0) == 1
     view = entries.client.get(run_id)
     assert view.status == "succeeded" and view.answer is None
     assert (

@@ -5,6 +5,9 @@ parent runs); two passes at once take disjoint batches; beat drives it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -13,11 +16,13 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from bench.bulk import finish_runs, insert_running_runs
+from liyagent.local.procs import ROOT
 from runtime.base.settings import Retention
 from runtime.ops.metrics import LiyagentCollector
-from runtime.ops.retention import RetentionReport, run_retention
+from runtime.ops.retention import RetentionReport, keeps_of, run_retention
+from store.entries import purge_answers
 from store.records import insert_audit
-from store.retention import delete_expired_runs
+from store.retention import WITH_RUN, delete_expired_runs
 from store.runs import claim_delivery, insert_run, store_answer
 from store.schema import metadata
 from tests.support.scripts import call, final, step
@@ -25,6 +30,12 @@ from tests.support.scripts import call, final, step
 DAY = 86400
 # Tables naming a run: every row of a deleted run must be gone from each.
 RUN_TABLES = sorted(t.name for t in metadata.tables.values() if "run_id" in t.c)
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`liyagent ARGS` as an operator runs it."""
+    argv = [sys.executable, "-m", "liyagent.cli.main", *args]
+    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def _age(stack, run_id: str, days: float) -> None:
@@ -109,18 +120,14 @@ def test_retention_deletes_expired_runs_in_batches_and_keeps_what_guarantees_nee
     # Oldest first: the four past the key window (70 days), then the plain ones (40 days).
     for i, run_id in enumerate([teams, a2a, cron, keyed_closed]):
         _age(stack, run_id, 70 - i / 100)
-    for i, run_id in enumerate([*plain, keyed_open, held_answer, child]):
+    for i, run_id in enumerate([*plain, keyed_open, child]):
         _age(stack, run_id, 40 - i / 100)
-    with stack.db() as conn:  # the held answer's own retention is not over
-        conn.exec_driver_sql(
-            "UPDATE runs SET answer_expires_at = now() + interval '1 day' WHERE id = %(r)s",
-            {"r": held_answer},
-        )
+    _age(stack, held_answer, 15)  # past the run's keep, not past its answer's
     r = Retention(keep_s=10 * DAY, key_window_s=60 * DAY, audit_keep_s=20 * DAY, batch=3)
-    stack.reconfigure(retention=r)
+    stack.reconfigure(retention=r, answer_retention_s=20 * DAY)
 
     with stack.db() as conn:
-        first = delete_expired_runs(conn, keep_s=r.keep_s, key_window_s=r.key_window_s, batch=3)
+        first = delete_expired_runs(conn, keeps_of(stack.settings), batch=3)
     assert first.deleted == 3
     assert [_left(stack, x)["runs"] for x in (teams, a2a, cron, keyed_closed)] == [0, 0, 0, 1]
 
@@ -197,3 +204,64 @@ def test_two_beats_run_retention_and_keep_tables_bounded(stack) -> None:
         time.sleep(0.5)
     worker.wait_for(r"retention\.batch", timeout=10)
     assert "Traceback" not in worker.output()
+
+
+# Keeps short enough that runs finished a moment ago are past them.
+SHORT = {
+    "LIYAGENT_RETENTION_S": "1",
+    "LIYAGENT_RETENTION_KEY_WINDOW_S": "1",
+    "LIYAGENT_RETENTION_AUDIT_S": "1",
+    "LIYAGENT_ANSWER_RETENTION_S": "1",
+}
+
+
+def test_a_lowered_keep_applies_to_runs_finished_before_it(stack) -> None:
+    # Finished under the defaults: the run kept 30 days, its answer a day (issue 31: the
+    # answer's expiry was stamped at finish, so lowering the settings never reached them).
+    stack.worker("w1")
+    runs = [_finished_run(stack, f"l{i}") for i in range(3)]
+    time.sleep(1.5)
+    stack.reconfigure(
+        retention=Retention(keep_s=1, key_window_s=1, audit_keep_s=1), answer_retention_s=1
+    )
+    with stack.db() as conn:  # the answer purge applies the answer's keep in force too
+        assert purge_answers(conn, stack.settings.answer_retention_s) == 3
+    report = run_retention(stack.services)
+    assert report.runs == 3
+    for run_id in runs:
+        assert set(_left(stack, run_id).values()) == {0}, (run_id, _left(stack, run_id))
+
+
+def test_retention_run_says_what_would_go_then_deletes_it(stack) -> None:
+    worker = stack.worker("w1")
+    runs = [_finished_run(stack, f"d{i}") for i in range(3)]
+    worker.stop()  # so the run below stays queued: no sweep publishes it again
+    kept = _queued_run(stack)
+    time.sleep(1.5)
+    before = {r: _left(stack, r) for r in [*runs, kept]}
+    env = {**stack.env, **SHORT}
+
+    dry = cli("retention", "run", "--dry-run", "--json", env=env)
+    assert dry.returncode == 0, dry.stderr
+    said = json.loads(dry.stdout)
+    assert said["dry_run"] is True and said["keeps"]["answer_keep_s"] == 1
+    would = said["would_delete"]
+    expected = {t: sum(before[r].get(t, 0) for r in runs) for t in ("runs", *WITH_RUN)}
+    assert {t: would[t] for t in expected} == expected
+    assert would["runs"] == 3 and would["call_marks"] == 3 and would["transcript_messages"] >= 3
+    assert would["audit_events"] >= 3  # the looks at the three runs, at least
+    assert {r: _left(stack, r) for r in [*runs, kept]} == before  # nothing deleted
+    human = cli("retention", "run", "--dry-run", env=env)
+    assert human.returncode == 0 and "Dry run: nothing was deleted" in human.stdout
+    assert {r: _left(stack, r) for r in [*runs, kept]} == before
+
+    done = cli("retention", "run", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    deleted = json.loads(done.stdout)["deleted"]
+    assert deleted == {"runs": 3, "audit_events": would["audit_events"]}
+    for run_id in runs:
+        assert set(_left(stack, run_id).values()) == {0}, (run_id, _left(stack, run_id))
+    assert _left(stack, kept) == before[kept]  # not finished: kept whatever the keeps
+
+    off = cli("retention", "run", env={**env, "LIYAGENT_RETENTION": "false"})
+    assert off.returncode == 1 and "nothing was deleted" in off.stderr

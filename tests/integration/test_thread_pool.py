@@ -18,10 +18,13 @@ import pytest
 
 from liyagent.local.cluster import worker_argv
 from liyagent.local.judge import claims, losses, resumed_at
+from liyagent.local.servers import PrivatePostgres
+from runtime.base import pools
 from runtime.core import executor
 from runtime.fleet.presence import connection_name
 from runtime.services import holder_of
-from store import db
+from store import db, migrate
+from store.admin import create_database, database_url
 from store.runs import claim_delivery, claim_lost
 from tests.support.judge import judge_runs, wait_all
 from tests.support.scripts import call, final, mixed, step
@@ -226,11 +229,41 @@ def _start_refused(stack, concurrency: int, env: dict[str, str]) -> str:
 
 def test_a_thread_pool_postgres_cannot_serve_is_refused_at_start_with_the_numbers(stack) -> None:
     limits = db.connection_limits(stack.settings.database_url)
-    too_many = limits.for_clients - 3  # with the main process's threads, one over
-    line = _start_refused(stack, too_many, {})
-    assert f"-P threads -c {too_many} can open {too_many + 4} Postgres connections" in line
+    too_many = limits.for_clients + 1  # an explicit bound the server cannot take
+    line = _start_refused(stack, THREADS, {"LIYAGENT_DB_POOL_MAX": str(too_many)})
+    assert (
+        f"-P threads -c {THREADS} with LIYAGENT_DB_POOL_MAX={too_many} can open {too_many} "
+        "Postgres connections"
+    ) in line
     assert f"max_connections={limits.max_connections}" in line
-    assert "LIYAGENT_DB_POOL_MAX" in line and "raise max_connections" in line
+    assert f"set LIYAGENT_DB_POOL_MAX to at most {limits.for_clients}" in line
+    assert "raise max_connections" in line
+
+
+def test_a_500_thread_worker_runs_its_runs_on_a_stock_postgres(stack) -> None:
+    # The README's thread-pool line at -c 500, LIYAGENT_DB_POOL_MAX unset, against a server of
+    # max_connections 100 (a stock one): it starts, its threads take turns on the default bound
+    # (32), and its runs end, judged from Postgres and the simulator's records (issue 31).
+    pg = PrivatePostgres(settings={"max_connections": "100"}).init().start()
+    try:
+        create_database(pg.url, "liyagent_stock")
+        url = database_url(pg.url, "liyagent_stock")
+        migrate.upgrade(url)
+        stack.reconfigure(database_url=url)
+        assert db.connection_limits(url).max_connections == 100
+        worker = stack.worker("w1", pool="threads", concurrency=500)
+        assert '"db_pool_max": 32' in worker.output(), worker.output()[-2000:]
+        name = connection_name(holder_of(worker.popen.pid))
+        runs = [stack.start(mixed(f"c{i}", latency_ms=300)) for i in range(60)]
+        wait_all(stack, runs, timeout=120)
+        judge_runs(stack, runs).assert_clean()
+        (row,) = stack.rows(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = :a", a=name
+        )
+        assert row.n <= pools.THREADS_DB_POOL_DEFAULT, row.n
+    finally:
+        stack.close()
+        pg.remove()
 
 
 def test_a_redis_pool_under_the_threads_is_refused_at_start(stack) -> None:

@@ -32,7 +32,7 @@ def _built(settings: Settings) -> runtime_services.Services:
     )
 
 
-@pytest.mark.parametrize(("configured", "db_max"), [(0, 204), (60, 60)])
+@pytest.mark.parametrize(("configured", "db_max"), [(0, 32), (60, 60), (300, 300)])
 def test_a_thread_pool_worker_sizes_its_pools_from_its_concurrency(
     threads_worker: None, configured: int, db_max: int
 ) -> None:
@@ -56,12 +56,25 @@ def test_a_prefork_worker_is_counted_one_connection_a_child() -> None:
     assert refused is not None and "lower -c to 93 or less" in refused
 
 
-def test_a_smaller_database_pool_lets_threads_take_turns() -> None:
-    # 500 threads, 60 connections: served (each thread holds one for a statement only).
-    settings = Settings(db_pool_max=60)
-    assert connection_refusal(settings, pools.WorkerPool("threads", 500), SERVER) is None
-    refused = connection_refusal(Settings(), pools.WorkerPool("threads", 500), SERVER)
+def test_a_thread_pool_worker_fits_a_stock_postgres_unless_told_otherwise() -> None:
+    # 500 threads on a stock server (max_connections 100): the default bound (32) is served,
+    # the threads take turns on it; an explicit bound over what the server takes is refused.
+    threads = pools.WorkerPool("threads", 500)
+    assert pools.at_once(threads, 0) == pools.THREADS_DB_POOL_DEFAULT
+    assert connection_refusal(Settings(), threads, SERVER) is None
+    assert connection_refusal(Settings(db_pool_max=97), threads, SERVER) is None
+    refused = connection_refusal(Settings(db_pool_max=98), threads, SERVER)
     assert refused is not None
-    assert "-P threads -c 500 can open 504 Postgres connections" in refused
+    assert "-P threads -c 500 with LIYAGENT_DB_POOL_MAX=98 can open 98 Postgres" in refused
     assert "max_connections=100, 3 of them reserved" in refused
     assert "set LIYAGENT_DB_POOL_MAX to at most 97" in refused
+
+
+def test_a_few_threads_are_bounded_by_their_count_and_a_small_server_refuses_the_default() -> None:
+    assert pools.at_once(pools.WorkerPool("threads", 10), 0) == 14
+    small = ConnectionLimits(max_connections=30, reserved=3, in_use=0)
+    refused = connection_refusal(Settings(), pools.WorkerPool("threads", 200), small)
+    assert refused is not None
+    assert "-P threads -c 200 (LIYAGENT_DB_POOL_MAX unset" in refused
+    assert "can open 32 Postgres connections" in refused
+    assert "set LIYAGENT_DB_POOL_MAX to at most 27" in refused
