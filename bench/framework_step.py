@@ -33,12 +33,13 @@ from bench.lab import Lab
 from bench.report import Figure, Section, Target
 from runtime.durable.state import RunState, ToolCall
 from runtime.frameworks import openai_agents
-from runtime.frameworks.pydantic_ai import durable, to_model_messages
+from runtime.frameworks.pydantic_ai import durable
+from runtime.frameworks.pydantic_ai_messages import to_model_messages
 from runtime.models.base import StepRequest
 from runtime.models.openai import OpenAIProvider, to_chat_messages, to_chat_tools
 from runtime.models.profiles import ModelProfile
 from runtime.models.specs import OpenAISpec
-from runtime.toolbox.typed_tools import run_coroutine
+from runtime.toolbox.coroutines import run_coroutine
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
 ANSWER = json.dumps(

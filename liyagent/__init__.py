@@ -73,16 +73,9 @@ def declared_agent(name: str) -> AgentDef:
 
 def start_agent(name: str, user_input: str, *, request_key: str | None = None) -> str:
     """Start a run of a declared agent with its own model, tools and system prompt; the same
-    request key returns the same run. Returns the run id (wait with `client().wait(id)`)."""
-    definition = declared_agent(name)
-    return client().start_run(
-        agent=name,
-        model=definition.model,
-        user_input=user_input,
-        tools=definition.tools,
-        system=definition.system,
-        request_key=request_key,
-    )
+    request key returns the same run. Returns the run id (wait with `client().wait(id)`);
+    `client().start_agent` and `await aclient().start_agent(...)` do the same."""
+    return client().start_agent(name, user_input, request_key=request_key)
 
 
 def services() -> Services:

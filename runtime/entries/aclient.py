@@ -53,6 +53,8 @@ class AsyncClient:
         self.sync = sync
 
     start_run = _twin(Client.start_run)
+    start_agent = _twin(Client.start_agent)
+    declared_agent = _twin(Client.declared_agent)
     start_workflow = _twin(Client.start_workflow)
     start_job = _twin(Client.start_job)
     resolve_run_id = _twin(Client.resolve_run_id)

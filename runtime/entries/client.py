@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runtime.base.sealing import NoSealKeys, SealError
+from runtime.core.catalog import CatalogError
 from runtime.core.enqueue import (
     AGENT_NAME,
     BadRequest,
@@ -35,6 +36,7 @@ from runtime.entries.start import UnknownAgent, catalog_agent
 from runtime.ops.erasure import Erased, erase
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow, read_events
 from runtime.services import Services
+from runtime.toolbox.tools import AgentDef
 from store.entries import EntryKind
 from store.gates import agent_has_runs, insert_stop, lift_stops
 from store.records import insert_audit_once, select_transcript
@@ -181,6 +183,36 @@ class Client:
                 "nothing was stored"
             )
         return enqueue(self.s, request.new_run())[0]
+
+    def start_agent(
+        self, name: str, user_input: str, *, request_key: str | None = None, owner: str = "app"
+    ) -> RunId:
+        """Start a run of a declared agent (the catalog file's, or one a tool module declares:
+        `agent(...)`, or a framework's agent registered with `durable(...)`) with its own
+        model, tools and system prompt; the same request key returns the same run. An unknown
+        name is an `UnknownAgent` (a BadRequest listing the known agents); nothing is stored."""
+        definition = self.declared_agent(name)
+        return self.start_run(
+            agent=name,
+            model=definition.model,
+            user_input=user_input,
+            tools=definition.tools,
+            system=definition.system,
+            request_key=request_key,
+            owner=owner,
+        )
+
+    def declared_agent(self, name: str) -> AgentDef:
+        """The agent `name`, declared in the catalog file (`LIYAGENT_AGENTS_FILE`) or in a
+        module `LIYAGENT_TOOLS` names; UnknownAgent listing the known ones when there is none."""
+        settings = self.s.settings
+        try:
+            return catalog_agent(settings, self.s.tools, name)
+        except (CatalogError, UnknownAgent) as exc:
+            raise UnknownAgent(
+                f"{exc} (agents come from {settings.agents_file} and the modules LIYAGENT_TOOLS "
+                "names); nothing was stored"
+            ) from None
 
     def start_workflow(
         self,

@@ -54,6 +54,7 @@ from runtime.frameworks.calls import CallTransport, current_call
 from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
 from runtime.models.openai import read_arguments
 from runtime.sending import sdk_http
+from runtime.toolbox.coroutines import run_coroutine
 from runtime.toolbox.guests import GuestAgent, guest_tool_name
 from runtime.toolbox.tools import (
     CallContext,
@@ -64,7 +65,7 @@ from runtime.toolbox.tools import (
     ToolError,
     ToolKind,
 )
-from runtime.toolbox.typed_tools import as_outcome, run_coroutine
+from runtime.toolbox.typed_tools import as_outcome
 
 FRAMEWORK = "openai-agents"
 MODEL_TIMEOUT_S = 60.0

@@ -18,12 +18,12 @@ refused then, naming the feature.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, ClassVar, cast
 
 import pydantic
@@ -36,13 +36,15 @@ from pydantic_ai.usage import RunUsage
 from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import described, problems
-from runtime.durable.state import Message, ToolCall
+from runtime.durable.state import ToolCall
 from runtime.frameworks import calls as shared
 from runtime.frameworks import pydantic_ai_mcp as mcp
 from runtime.frameworks.calls import CallTransport, current_call, decoded
+from runtime.frameworks.pydantic_ai_messages import to_model_messages
 from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
 from runtime.models.openai import read_arguments
 from runtime.sending import sdk_http
+from runtime.toolbox.coroutines import run_coroutine, run_once
 from runtime.toolbox.guests import GuestAgent, guest_tool_name
 from runtime.toolbox.tools import (
     CallContext,
@@ -54,7 +56,7 @@ from runtime.toolbox.tools import (
     ToolInDoubt,
     ToolKind,
 )
-from runtime.toolbox.typed_tools import as_outcome, run_coroutine
+from runtime.toolbox.typed_tools import as_outcome
 
 OUTPUT_TOOL = "final_result"
 # The capabilities every 2.68 agent carries (tool search, pending messages): harmless here.
@@ -232,10 +234,9 @@ class PydanticAIAgent(GuestAgent):
                     )
                 if tool.timeout is not None:
                     raise _refuse(self.name, f"tool {tool.name}'s timeout", _TIMEOUT)
-            # A loop of its own, closed after: the module is loaded before a pool forks, and a
-            # child must not inherit a thread's loop (run_coroutine keeps one per thread).
-            with asyncio.Runner() as runner:
-                listed = runner.run(toolset.get_tools(self._ctx))
+            # A loop of its own, closed after (a pool may fork after this), on a thread of its
+            # own when the module is loaded inside a running loop (an asyncio app's client()).
+            listed = run_once(partial(toolset.get_tools, self._ctx))
             for tool_name, listed_tool in listed.items():
                 if listed_tool.tool_def.kind not in ("function", "unapproved"):
                     continue  # the output tool is the adapter's own
@@ -496,87 +497,6 @@ class PydanticAIProvider:
         if error is not None:
             return ToolCall(part.tool_call_id, name, {}, args_error=error, raw_args=raw)
         return ToolCall(part.tool_call_id, name, args if args is not None else part.args_as_dict())
-
-
-def to_model_messages(
-    conversation: list[Message], prefix: str, instructions: str | None
-) -> list[messages.ModelMessage]:
-    """liyagent's conversation as Pydantic AI's messages (the registry's tool names mapped
-    back to the agent's), its instructions on the last request, as Pydantic AI sends them."""
-    out: list[messages.ModelMessage] = []
-    parts: list[Any] = []
-
-    def flush() -> None:
-        if parts:
-            out.append(messages.ModelRequest(parts=list(parts)))
-            parts.clear()
-
-    framework = _framework_name(prefix)
-    for message in conversation:
-        role = message.get("role")
-        if role == "assistant":
-            flush()
-            out.append(messages.ModelResponse(parts=_response_parts(message, framework)))
-        elif role == "tool":
-            parts.append(_tool_part(message, framework))
-        elif role == "system":
-            parts.append(messages.SystemPromptPart(content=str(message.get("content") or "")))
-        elif message.get("retry"):  # a final answer refused for its type, told as feedback
-            parts.append(
-                messages.RetryFeedbackPart(
-                    content=str(message.get("content") or ""),
-                    retry=messages.RetryInfo(cause="model_retry"),
-                )
-            )
-        else:
-            parts.append(messages.UserPromptPart(content=str(message.get("content") or "")))
-    flush()
-    if instructions and out and isinstance(out[-1], messages.ModelRequest):
-        out[-1].instructions = instructions
-    return out
-
-
-def _framework_name(prefix: str) -> Callable[[str], str]:
-    def name(registry: str) -> str:
-        return registry[len(prefix) :] if registry.startswith(prefix) else registry
-
-    return name
-
-
-def _response_parts(message: Message, name: Callable[[str], str]) -> list[Any]:
-    parts: list[Any] = []
-    if message.get("content"):
-        parts.append(messages.TextPart(content=str(message["content"])))
-    for call in message.get("tool_calls") or []:
-        raw = call.get("raw_args")
-        parts.append(
-            messages.ToolCallPart(
-                tool_name=name(str(call["name"])),
-                args=raw if isinstance(raw, str) else dict(call.get("args") or {}),
-                tool_call_id=str(call["id"]),
-            )
-        )
-    return parts
-
-
-def _tool_part(message: Message, name: Callable[[str], str]) -> Any:
-    tool = name(str(message.get("name") or ""))
-    content = str(message.get("content") or "")
-    try:
-        value: Any = json.loads(content)
-    except ValueError:
-        value = content
-    if message.get("retry"):  # the output tool's call refused for its type
-        return messages.ToolReturnPart(
-            tool_name=tool,
-            content=value,
-            tool_call_id=str(message["tool_call_id"]),
-            outcome="retried",
-            retry=messages.RetryInfo(cause="validation_error"),
-        )
-    return messages.ToolReturnPart(
-        tool_name=tool, content=value, tool_call_id=str(message["tool_call_id"])
-    )
 
 
 def durable(

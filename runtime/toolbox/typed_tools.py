@@ -21,10 +21,7 @@ model is told.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import inspect
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints, overload
@@ -36,6 +33,7 @@ from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import problems
 from runtime.sending.http import SendRefused
+from runtime.toolbox.coroutines import run_coroutine
 from runtime.toolbox.tools import (
     AgentDef,
     CallContext,
@@ -228,22 +226,6 @@ def _doc(fn: Fn) -> Doc:
     }
     first = (parsed.description or "").strip().split("\n\n")[0]
     return Doc(" ".join(first.split()), params)
-
-
-_runners = threading.local()
-
-
-def run_coroutine(awaitable: Any) -> Any:
-    """Run an async tool to completion on this thread's own event loop (kept between calls so
-    pooled async connections are reused), in the current context so the send guard holds."""
-    runner: asyncio.Runner | None = getattr(_runners, "runner", None)
-    if runner is None:
-        runner = _runners.runner = asyncio.Runner()
-
-    async def wrapped() -> Any:
-        return await awaitable
-
-    return runner.run(wrapped(), context=contextvars.copy_context())
 
 
 Declare = Callable[[Fn], "FunctionTool"]

@@ -19,8 +19,8 @@ from pydantic_ai.models.test import TestModel
 from liyagent.adapters.pydantic_ai import durable
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
+from runtime.toolbox.coroutines import run_coroutine
 from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolKind
-from runtime.toolbox.typed_tools import run_coroutine
 from tests.support.mcp_server import Served
 
 TOKEN_ENV = "LYT_GUEST_MCP_TOKEN"
