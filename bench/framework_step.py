@@ -33,6 +33,7 @@ from bench.lab import Lab
 from bench.report import Figure, Section, Target
 from runtime.durable.state import RunState, ToolCall
 from runtime.frameworks import openai_agents
+from runtime.frameworks.openai_agents_messages import to_input_items
 from runtime.frameworks.pydantic_ai import durable
 from runtime.frameworks.pydantic_ai_messages import to_model_messages
 from runtime.models.base import StepRequest
@@ -145,7 +146,7 @@ def step_costs(steps: int = STEPS) -> dict[str, float]:
             ),
             "Agents SDK adapter": _median_ms(lambda: agents_adapter.next_step(request), steps),
             "its conversion alone": _median_ms(
-                lambda: openai_agents.to_input_items(request.messages, "bench."), steps
+                lambda: to_input_items(request.messages, "bench."), steps
             ),
         }
     finally:

@@ -10,7 +10,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from runtime.entries.client import Client, RunView, parse_after, parse_id, still_waiting
+from runtime.entries.client import Client, parse_after, parse_id
+from runtime.entries.run_view import RunView, still_waiting
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow_async
 from store.states import FINISHED
 

@@ -32,6 +32,7 @@ import structlog
 from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import problems
+from runtime.models.output import OUTPUT_TOOL, OutputType, OutputTypeError
 from runtime.sending.http import SendRefused
 from runtime.toolbox.coroutines import run_coroutine
 from runtime.toolbox.tools import (
@@ -340,10 +341,13 @@ def agent(
     tools: Iterable[str | FunctionTool | Tool] | None = None,
     system: str | None = None,
     description: str | None = None,
+    output: Any = None,
 ) -> AgentDef:
     """Declare an agent next to its tools: its model spec, its tools (objects or names), its
-    system prompt and its public description (the A2A card's). Loaded with the module, like
-    the tools."""
+    system prompt, its public description (the A2A card's) and its output type (`output=`: a
+    pydantic model, dataclass, TypedDict, scalar or union; its final answer is then a value of
+    it, checked before the run ends, read back as `RunView.output`). Loaded with the module,
+    like the tools."""
     names = None if tools is None else [t if isinstance(t, str) else t.name for t in tools]
     if not name.strip():
         raise ToolDeclarationError("an agent needs a name")
@@ -354,4 +358,21 @@ def agent(
         system=system,
         origin="python",
         description=description,
+        output=_output_type(name, output, names),
     )
+
+
+def _output_type(agent: str, output: Any, tools: list[str] | None) -> OutputType | None:
+    """An agent's declared output type (None for text: none, or `str`)."""
+    if output is None or output is str:
+        return None
+    try:
+        found = OutputType.of(output)
+    except OutputTypeError as exc:
+        raise ToolDeclarationError(f"agent {agent}: {exc}") from None
+    if OUTPUT_TOOL in (tools or ()):
+        raise ToolDeclarationError(
+            f"agent {agent}: a tool named {OUTPUT_TOOL} cannot be offered with an output type "
+            f"(its final answer is given by calling {OUTPUT_TOOL}); rename the tool"
+        )
+    return found

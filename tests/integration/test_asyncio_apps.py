@@ -3,7 +3,8 @@ process, as a FastAPI app is) whose handlers make `liyagent.client()` and `liyag
 lazily inside the running loop, with a Pydantic AI agent and an OpenAI Agents SDK agent
 registered in the modules it loads then (the Pydantic AI adapter lists its tools at load). Each
 handler starts a run of one agent and sees it finish on a real worker, under every pool a
-worker may run (prefork, threads, solo), each write made once (the desk's own records)."""
+worker may run (prefork, threads, solo), each write made once (the desk's own records), and
+reads its answer as the agent's own output type (the app declares the agents)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ def test_an_asyncio_app_starts_framework_agents_runs_from_its_handlers(stack, de
         ran[agent] = answered.json()
         assert ran[agent]["status"] == "succeeded", ran[agent]
         assert ran[agent]["output"] == ANSWER
+        # The app declares the agent: it reads the answer as the agent's own output type.
+        package = agent.replace("-", "_")
+        assert ran[agent]["type"] == f"{package}.agent.DeskAnswer"
+        assert ran[agent]["order_id"] == ANSWER["order_id"]
         assert set(stack.asked(ran[agent]["run_id"]).values()) == {1}  # no step asked twice
     assert apps.judge(desk) == {"refunds": 2, "emails": 2}
     refunds = desk.rows("SELECT run_id FROM requests WHERE path = '/refunds'")

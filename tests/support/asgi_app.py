@@ -39,8 +39,19 @@ async def start_with_aclient(request: Request) -> JSONResponse:
 
 
 async def _finished(run_id: str) -> JSONResponse:
+    """What the app read: the run's status, its output's JSON, and the type `output` has in
+    this process (which declares the agents) with a field read from it."""
     view = await liyagent.aclient().wait(run_id, timeout_s=WAIT_S)
-    return JSONResponse({"run_id": run_id, "status": view.status, "output": view.output})
+    typed = view.output
+    return JSONResponse(
+        {
+            "run_id": run_id,
+            "status": view.status,
+            "output": view.output_json,
+            "type": f"{type(typed).__module__}.{type(typed).__name__}",
+            "order_id": getattr(typed, "order_id", None),
+        }
+    )
 
 
 app = Starlette(
