@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import subprocess
+import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from liyagent import BadRequest
+from liyagent.local.procs import ROOT
 from runtime import services as runtime_services
 from runtime.entries.aclient import AsyncClient
 from runtime.entries.client import Client
@@ -131,7 +134,7 @@ def test_a_native_agent_ends_with_a_value_of_its_output_type(stack, acme) -> Non
         elsewhere.s.redis.close()
 
 
-def test_an_async_app_reads_a_dataclass_output_and_an_entry_carries_the_type(stack, acme) -> None:
+def test_an_async_app_reads_a_dataclass_output_and_other_starts_carry_the_type(stack, acme) -> None:
     stack.worker()
     ac = AsyncClient(stack.client)
 
@@ -143,9 +146,21 @@ def test_an_async_app_reads_a_dataclass_output_and_an_entry_carries_the_type(sta
     assert output == acme.Route(team="payments", ticket="T-9")
     said = [m for m in stack.model_request(run_id, 2)["messages"] if m["role"] == "user"]
     assert "a final answer is given by calling final_result" in said[-1]["content"]
-    # A webhook's run of the agent carries its type too.
+    # A webhook's run of the agent carries its type too, as does the CLI's.
     hooked, _ = start_webhook(stack.services, "acme-triage", "evt-1", "T-7", principal="ops")
     assert stack.definition(hooked).output == acme.Triage.model_json_schema()
+    assert stack.wait(hooked).output == acme.Triage(**TRIAGE)
+    argv = ["run", "--agent", "acme-triage", "--input", "T-7", "--wait", "--json"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "liyagent.cli.main", *argv],
+        env=stack.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["output"] == TRIAGE
 
 
 def test_a_run_given_a_schema_is_checked_by_it_within_the_step_limit(stack) -> None:
