@@ -197,3 +197,17 @@ def test_a_run_given_a_schema_is_checked_by_it_within_the_step_limit(stack) -> N
         stack.client.start_run(
             agent="counter", model=stack.model([final()]), user_input="x", output={"type": 5}
         )
+
+
+@pytest.mark.kill
+def test_a_refused_answer_is_written_and_a_killed_worker_resumes_after_it(stack, acme) -> None:
+    """The worker is SIGKILLed as the model gives the answer that fits (step 3), after the
+    refused one (step 2) was written: the survivor asks only step 3 again (I5) and ends the
+    run with the typed value."""
+    run_id = stack.kill_then_resume(
+        "after_model_step:kill:3", lambda: stack.client.start_agent("acme-triage", "T-7")
+    )
+    view = stack.wait(run_id)
+    assert view.status == "succeeded" and view.lost_count == 1, view
+    assert view.output == acme.Triage(**TRIAGE)
+    assert stack.asked(run_id) == {1: 1, 2: 1, 3: 2}
