@@ -184,8 +184,9 @@ class TypedAnswers:
         self.name = inner.name
         self.tool = output_tool(schema)
         # The type itself when the worker's declaration is the one the run started with.
-        same = declared is not None and declared.schema == schema
-        self.fit = declared.plain if same and declared is not None else schema_fit(schema)
+        self.fit: Callable[[Any], Any] = schema_fit(schema)
+        if declared is not None and declared.schema == schema:
+            self.fit = declared.plain
 
     def next_step(self, request: StepRequest) -> StepAnswer:
         answer = self.inner.next_step(replace(request, tools=[*request.tools, self.tool]))
