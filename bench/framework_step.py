@@ -33,12 +33,14 @@ from bench.lab import Lab
 from bench.report import Figure, Section, Target
 from runtime.durable.state import RunState, ToolCall
 from runtime.frameworks import openai_agents
-from runtime.frameworks.pydantic_ai import durable, to_model_messages
+from runtime.frameworks.openai_agents_messages import to_input_items
+from runtime.frameworks.pydantic_ai import durable
+from runtime.frameworks.pydantic_ai_messages import to_model_messages
 from runtime.models.base import StepRequest
 from runtime.models.openai import OpenAIProvider, to_chat_messages, to_chat_tools
 from runtime.models.profiles import ModelProfile
 from runtime.models.specs import OpenAISpec
-from runtime.toolbox.typed_tools import run_coroutine
+from runtime.toolbox.coroutines import run_coroutine
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
 ANSWER = json.dumps(
@@ -144,7 +146,7 @@ def step_costs(steps: int = STEPS) -> dict[str, float]:
             ),
             "Agents SDK adapter": _median_ms(lambda: agents_adapter.next_step(request), steps),
             "its conversion alone": _median_ms(
-                lambda: openai_agents.to_input_items(request.messages, "bench."), steps
+                lambda: to_input_items(request.messages, "bench."), steps
             ),
         }
     finally:

@@ -4,8 +4,6 @@ lifts or decides is the principal of the request's bearer token (front/auth.py).
 
 from __future__ import annotations
 
-import dataclasses
-
 import structlog
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -31,7 +29,7 @@ async def run_read(request: Request) -> Response:
     run_id = path_uuid(request.path_params["run_id"], "run id")
     await seen_run(request, run_id)
     view = await run_in_threadpool(Client(services(request)).get, run_id)
-    return JSONResponse(dataclasses.asdict(view))
+    return JSONResponse(view.to_json())
 
 
 def _stop(s: Services, run_id: str, by: str, reason: str) -> bool:

@@ -11,7 +11,10 @@ Tools, agents and job kinds (`@job`) live in the user's own modules, named by `L
 (or the `liyagent.tools` entry-point group); workers, beat, the front and the CLI load them at
 start.
 Runs are started, read and stopped, and approvals decided, through `client()`; a declared
-agent's run starts with `start_agent(name, input)`.
+agent's run starts with `start_agent(name, input)`. An agent declared with an output type
+(`agent(..., output=Answer)`, or a framework agent's `output_type`) ends with a value of it:
+`client().wait(run_id).output` is that value (an `Answer`) in a process that declares the
+agent, its JSON in `output_json`, and `view.output_as(Answer)` reads it as a type by name.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.entries.aclient import AsyncClient
-from runtime.entries.client import BadRequest, Client, RunView
+from runtime.entries.client import BadRequest, Client
+from runtime.entries.run_view import OutputMismatch, RunView
 from runtime.ops.events import EventKind, EventPage, RunEvent
 from runtime.sending.http import SendRefused
 from runtime.toolbox.job_kinds import JobContext, JobError, JobKind, JobParams, job
@@ -73,16 +77,9 @@ def declared_agent(name: str) -> AgentDef:
 
 def start_agent(name: str, user_input: str, *, request_key: str | None = None) -> str:
     """Start a run of a declared agent with its own model, tools and system prompt; the same
-    request key returns the same run. Returns the run id (wait with `client().wait(id)`)."""
-    definition = declared_agent(name)
-    return client().start_run(
-        agent=name,
-        model=definition.model,
-        user_input=user_input,
-        tools=definition.tools,
-        system=definition.system,
-        request_key=request_key,
-    )
+    request key returns the same run. Returns the run id (wait with `client().wait(id)`);
+    `client().start_agent` and `await aclient().start_agent(...)` do the same."""
+    return client().start_agent(name, user_input, request_key=request_key)
 
 
 def services() -> Services:
@@ -106,6 +103,7 @@ __all__ = [
     "JobError",
     "JobKind",
     "JobParams",
+    "OutputMismatch",
     "RunEvent",
     "RunView",
     "SendRefused",

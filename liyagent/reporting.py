@@ -198,7 +198,7 @@ def report_json(r: RunReport) -> dict[str, Any]:
 
 def view_json(view: RunView) -> dict[str, Any]:
     """The client's view of one run (status, attempt, losses, answer) as JSON."""
-    return {"run_id": view.id, **{k: v for k, v in asdict(view).items() if k != "id"}}
+    return {"run_id": view.id, **{k: v for k, v in view.to_json().items() if k != "id"}}
 
 
 def summary_json(s: RunSummary) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from liyagent import (
     vendor_json,
 )
 from runtime.sending import http
-from runtime.toolbox.typed_tools import run_coroutine
+from runtime.toolbox.coroutines import run_coroutine
 
 T = TypeVar("T")
 

@@ -112,6 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with --wait, wait for its end."""
     if not args.input.strip():
         raise CliError("--input must not be empty; nothing was stored", USAGE)
+    output: dict[str, Any] | None = None
     if args.script is not None:
         model: dict[str, Any] = {"provider": "scripted", "script": _load_script(args.script)}
         tools, system = _tools(args.tools), None
@@ -119,6 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         definition = _agent(args.agent)
         model, system = definition.model, definition.system
         tools = definition.tools if args.tools is None else _tools(args.tools)
+        output = definition.output_schema()  # its answer a value of its output type
     _check_wait(args)
     c = _client()
     run_id = c.start_run(
@@ -128,6 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tools=tools,
         system=system,
         request_key=args.request_key,
+        output=output,
     )
     return finish(c, run_id, args)
 

@@ -14,6 +14,7 @@ from runtime.core.outcome import Outcome
 from runtime.durable.state import RunState
 from runtime.models.base import ModelError, ModelProvider, StepAnswer, StepRequest
 from runtime.models.errors import too_large
+from runtime.models.output import TypedAnswers
 from runtime.sending import bounded
 
 MODEL_TRIES = 3
@@ -57,10 +58,17 @@ class AgentRun(RunAttempt):
         return False
 
     def _model(self) -> ModelProvider:
+        """The run's provider; with the run's output type, its answers checked against it (the
+        type this worker's tool modules declare for the agent when it is the one the run
+        started with, else the schema sealed with the run)."""
         try:
-            return self.s.provider_for(self.definition.model, self.run.id)
+            model = self.s.provider_for(self.definition.model, self.run.id)
         except (ModelError, ValueError) as exc:
             self._fail(f"its model cannot be used: {exc}", "model_unavailable")
+        schema = self.definition.output
+        if schema is None:
+            return model
+        return TypedAnswers(model, schema, self.s.tools.output_type(self.definition.agent))
 
     def _ask(self, model: ModelProvider, state: RunState) -> StepAnswer:
         request = StepRequest(

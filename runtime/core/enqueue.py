@@ -22,6 +22,7 @@ from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
 from runtime.models import specs
 from runtime.models.base import ModelError
+from runtime.models.output import OUTPUT_TOOL, checked_schema
 from runtime.models.profiles import ModelProfile
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
@@ -98,6 +99,8 @@ class NewRun:
     link: EntryLink | None = None
     job: dict[str, Any] | None = None
     resumable: bool | None = None
+    # The JSON schema of the type the run's final answer must be (runtime/models/output.py).
+    output: dict[str, Any] | None = None
     # The model spec as a `RunRequest` checked it at the door: not checked again.
     checked_model: specs.ProviderSpec | None = None
 
@@ -122,6 +125,9 @@ class RunRequest(pydantic.BaseModel):
     run_as: pydantic.StrictStr | None = None
     may_wait: pydantic.StrictBool | None = None
     resumable: pydantic.StrictBool | None = None
+    # The JSON schema of the type its final answer must be: the model is offered the output
+    # tool, and the answer is checked before the run ends (a declared agent's, `start_agent`).
+    output: dict[str, Any] | None = None
     _spec: specs.ProviderSpec | None = pydantic.PrivateAttr(default=None)
 
     @classmethod
@@ -165,7 +171,29 @@ def _validate(s: Services, new: NewRun) -> list[str]:
     if spec is None:
         spec = check_model(new.model, s.model_profiles())
     checked_guest(s, spec)
-    return checked_tools(s, new.tools, "tools")
+    tools = checked_tools(s, new.tools, "tools")
+    if new.output is not None:
+        checked_output(spec, new.output, tools)
+    return tools
+
+
+def checked_output(spec: specs.ProviderSpec, schema: Any, tools: list[str]) -> None:
+    """An output type a run can be checked against: a JSON Schema, for a model liyagent's loop
+    asks (a framework agent checks its own type), with no tool of the output tool's name."""
+    try:
+        checked_schema(schema)
+    except ValueError as exc:
+        raise BadRequest(f"{exc}; nothing was stored") from None
+    if isinstance(spec, specs.FrameworkSpec):
+        raise BadRequest(
+            f"output: the {spec.framework} agent {spec.agent!r} checks its answer against its "
+            "own output type; leave output out (start it with start_agent); nothing was stored"
+        )
+    if OUTPUT_TOOL in tools:
+        raise BadRequest(
+            f"tools: a run with an output type gives its final answer by calling {OUTPUT_TOOL}, "
+            "so no tool of that name may be offered; nothing was stored"
+        )
 
 
 def checked_guest(s: Services, spec: specs.ProviderSpec) -> None:
@@ -232,6 +260,8 @@ def request_digest(new: NewRun) -> str:
     }
     if new.entry_kind not in CATALOG_KINDS:
         identity.update(model=new.model, tools=new.tools, system=new.system)
+        if new.output is not None:  # absent otherwise: the digests of earlier runs hold
+            identity["output"] = new.output
     return hashlib.sha256(to_json(identity).encode("utf-8")).hexdigest()
 
 
@@ -271,6 +301,7 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
         workflow=new.workflow,
         job=new.job,
         trace=new_run_trace(run_id),
+        output=new.output,
     )
     try:
         with s.engine.connect() as conn, _fenced(conn, new):

@@ -21,7 +21,10 @@ from store.rows import RunRow
 
 PURPOSE = "definition"
 # The sealed payload's format; a newer one is refused by an older worker (never guessed at).
-FORMAT = 1
+# Format 2 adds `output`; a definition without one is still written as format 1, so a worker
+# of before it reads every run that does not need it (a rolling deploy).
+FORMAT = 2
+READS = frozenset({1, 2})
 # The fields the run's row repeats as columns: each must equal its sealed value.
 IDENTITY = (
     "agent",
@@ -65,10 +68,17 @@ class RunDefinition:
     job: dict[str, Any] | None = None
     # The run's trace context (W3C traceparent): every attempt's spans join this one trace.
     trace: dict[str, str] | None = None
+    # The JSON schema of the type its final answer must be (runtime/models/output.py), checked
+    # by the worker's loop; None: a text answer (or a framework agent, which checks its own).
+    output: dict[str, Any] | None = None
 
     def seal(self, sealer: Sealer, run_id: str) -> bytes:
         """The sealed definition of run `run_id`."""
-        return sealer.seal(run_id, PURPOSE, 0, {"format": FORMAT, **asdict(self)})
+        fields = asdict(self)
+        if fields["output"] is None:
+            del fields["output"]
+            return sealer.seal(run_id, PURPOSE, 0, {"format": 1, **fields})
+        return sealer.seal(run_id, PURPOSE, 0, {"format": FORMAT, **fields})
 
     @classmethod
     def open(cls, sealer: Sealer, row: RunRow) -> RunDefinition:
@@ -78,7 +88,7 @@ class RunDefinition:
         if row.definition is None:
             raise SealError(row.id, PURPOSE, "the run has no sealed definition")
         payload = sealer.open(row.id, PURPOSE, 0, row.definition)
-        if not isinstance(payload, Mapping) or payload.get("format") != FORMAT:
+        if not isinstance(payload, Mapping) or payload.get("format") not in READS:
             found = payload.get("format") if isinstance(payload, Mapping) else None
             raise SealError(row.id, PURPOSE, f"format {found!r} is not one this worker reads")
         fields = {k: v for k, v in payload.items() if k != "format"}

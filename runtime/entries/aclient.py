@@ -10,7 +10,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from runtime.entries.client import Client, RunView, parse_after, parse_id, still_waiting
+from runtime.entries.client import Client, parse_after, parse_id
+from runtime.entries.run_view import RunView, still_waiting
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow_async
 from store.states import FINISHED
 
@@ -53,6 +54,8 @@ class AsyncClient:
         self.sync = sync
 
     start_run = _twin(Client.start_run)
+    start_agent = _twin(Client.start_agent)
+    declared_agent = _twin(Client.declared_agent)
     start_workflow = _twin(Client.start_workflow)
     start_job = _twin(Client.start_job)
     resolve_run_id = _twin(Client.resolve_run_id)

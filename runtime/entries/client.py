@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runtime.base.sealing import NoSealKeys, SealError
+from runtime.core.catalog import CatalogError
 from runtime.core.enqueue import (
     AGENT_NAME,
     BadRequest,
@@ -31,10 +32,12 @@ from runtime.core.enqueue import (
     publish_quietly,
 )
 from runtime.core.entry import InPostgres
+from runtime.entries.run_view import OutputMismatch, RunView, read_as, still_waiting
 from runtime.entries.start import UnknownAgent, catalog_agent
 from runtime.ops.erasure import Erased, erase
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow, read_events
 from runtime.services import Services
+from runtime.toolbox.tools import AgentDef
 from store.entries import EntryKind
 from store.gates import agent_has_runs, insert_stop, lift_stops
 from store.records import insert_audit_once, select_transcript
@@ -84,28 +87,6 @@ class Stopped:
     at_next_step: list[str]
 
 
-@dataclass(frozen=True)
-class RunView:
-    id: str
-    status: str
-    attempt: int
-    lost_count: int
-    step: int
-    answer: str | None
-    failure_reason: str | None
-    waiting_on: str | None = None
-    # Set when the stored answer does not verify against its seal: it is not shown, never
-    # handed on, and the finding is audited (I6).
-    answer_error: str | None = None
-    # The answer's value when its agent declares an output type (checked against that type by
-    # the worker and sealed with the answer); None otherwise.
-    output: Any = None
-
-    @property
-    def done(self) -> bool:
-        return self.status in FINISHED
-
-
 def parse_id(raw: str, what: str = "run id") -> str:
     try:
         return str(uuid.UUID(str(raw)))
@@ -153,14 +134,6 @@ def parse_after(raw: object) -> int:
     return int(text)
 
 
-def still_waiting(run_id: str, view: RunView, timeout_s: float) -> TimeoutError:
-    """What a wait that ran out says: where the run stands."""
-    return TimeoutError(
-        f"run {run_id} still {view.status} after {timeout_s}s "
-        f"(attempt {view.attempt}, lost {view.lost_count})"
-    )
-
-
 class Client:
     def __init__(self, services: Services) -> None:
         self.s = services
@@ -170,7 +143,9 @@ class Client:
         makes this idempotent (the same key with the same request returns the same run and
         publishes nothing; with another request it raises RequestConflict). Takes a
         `RunRequest`, or its fields as keywords (`agent=`, `model=`, `user_input=`, ...),
-        validated into one. The run may use exactly `tools=[...]` (none without it); a field
+        validated into one; `output=` a JSON Schema its final answer must fit (the model is
+        offered the `final_result` tool; `start_agent` gives a declared agent's own). The
+        run may use exactly `tools=[...]` (none without it); a field
         of the wrong type or unknown, an unknown tool or a bad or secret-bearing model spec is
         a BadRequest naming the field, and nothing is stored."""
         if request is None:
@@ -181,6 +156,38 @@ class Client:
                 "nothing was stored"
             )
         return enqueue(self.s, request.new_run())[0]
+
+    def start_agent(
+        self, name: str, user_input: str, *, request_key: str | None = None, owner: str = "app"
+    ) -> RunId:
+        """Start a run of a declared agent (the catalog file's, or one a tool module declares:
+        `agent(...)`, or a framework's agent registered with `durable(...)`) with its own
+        model, tools, system prompt and output type (its answer then read back as that type,
+        `RunView.output`); the same request key returns the same run. An unknown
+        name is an `UnknownAgent` (a BadRequest listing the known agents); nothing is stored."""
+        definition = self.declared_agent(name)
+        return self.start_run(
+            agent=name,
+            model=definition.model,
+            user_input=user_input,
+            tools=definition.tools,
+            system=definition.system,
+            request_key=request_key,
+            owner=owner,
+            output=definition.output_schema(),
+        )
+
+    def declared_agent(self, name: str) -> AgentDef:
+        """The agent `name`, declared in the catalog file (`LIYAGENT_AGENTS_FILE`) or in a
+        module `LIYAGENT_TOOLS` names; UnknownAgent listing the known ones when there is none."""
+        settings = self.s.settings
+        try:
+            return catalog_agent(settings, self.s.tools, name)
+        except (CatalogError, UnknownAgent) as exc:
+            raise UnknownAgent(
+                f"{exc} (agents come from {settings.agents_file} and the modules LIYAGENT_TOOLS "
+                "names); nothing was stored"
+            ) from None
 
     def start_workflow(
         self,
@@ -267,6 +274,7 @@ class Client:
                         kind="agent.answer.unverified",
                         detail={"reason": str(exc), "status": row.status},
                     )
+        typed, output_error = read_as(self.s.tools, row.id, row.agent, output)
         return RunView(
             row.id,
             row.status,
@@ -277,7 +285,9 @@ class Client:
             row.failure_reason,
             row.waiting_on,
             answer_error,
+            typed,
             output,
+            output_error,
         )
 
     def transcript(self, run_id: str) -> list[tuple[str, str]]:
@@ -429,6 +439,7 @@ __all__ = [
     "BadRequest",
     "Client",
     "NotDecided",
+    "OutputMismatch",
     "RequestConflict",
     "RunNotFound",
     "RunView",
@@ -438,4 +449,5 @@ __all__ = [
     "parse_agent",
     "parse_id",
     "resolve_run_id",
+    "still_waiting",
 ]

@@ -64,6 +64,7 @@ def start_entry(
             model=definition.model,
             tools=definition.tools,
             system=definition.system,
+            output=definition.output_schema(),
             owner=owner,
             principal=principal,
             entry_kind=entry_kind,

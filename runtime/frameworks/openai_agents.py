@@ -33,7 +33,7 @@ import pydantic
 from agents import Agent, FunctionTool, OpenAIChatCompletionsModel
 from agents.agent_output import AgentOutputSchema, AgentOutputSchemaBase
 from agents.exceptions import AgentsException, ModelBehaviorError
-from agents.items import ModelResponse, TResponseInputItem
+from agents.items import ModelResponse
 from agents.models.interface import Model, ModelTracing
 from agents.testing import ScriptedModel
 from agents.tool import set_function_tool_failure_error_function
@@ -48,12 +48,15 @@ from openai.types.responses import (
 from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import described
-from runtime.durable.state import Message, ToolCall
+from runtime.durable.state import ToolCall
 from runtime.frameworks import calls as shared
 from runtime.frameworks.calls import CallTransport, current_call
+from runtime.frameworks.openai_agents_messages import to_input_items
 from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
 from runtime.models.openai import read_arguments
+from runtime.models.output import OutputType, OutputTypeError
 from runtime.sending import sdk_http
+from runtime.toolbox.coroutines import run_coroutine
 from runtime.toolbox.guests import GuestAgent, guest_tool_name
 from runtime.toolbox.tools import (
     CallContext,
@@ -64,7 +67,7 @@ from runtime.toolbox.tools import (
     ToolError,
     ToolKind,
 )
-from runtime.toolbox.typed_tools import as_outcome, run_coroutine
+from runtime.toolbox.typed_tools import as_outcome
 
 FRAMEWORK = "openai-agents"
 MODEL_TIMEOUT_S = 60.0
@@ -164,6 +167,17 @@ def _output(agent: Agent[Any], name: str) -> AgentOutputSchemaBase | None:
     return None if schema.is_plain_text() else schema
 
 
+def _read_as(schema: AgentOutputSchemaBase | None) -> OutputType | None:
+    """The declared type an app reads the answer as; None for text, or for a custom
+    `AgentOutputSchemaBase`, which has no Python type (its answer is read as JSON)."""
+    if not isinstance(schema, AgentOutputSchema):
+        return None
+    try:
+        return OutputType.of(schema.output_type)
+    except OutputTypeError:
+        return None
+
+
 def _function_tools(agent: Agent[Any], name: str) -> dict[str, FunctionTool]:
     """Its enabled function tools by name; any other kind of tool refused."""
     found: dict[str, FunctionTool] = {}
@@ -223,6 +237,7 @@ class OpenAIAgentsAgent(GuestAgent):
         self.instructions = agent.instructions if isinstance(agent.instructions, str) else None
         self.model = _model_of(agent, name)
         self.output = _output(agent, name)
+        self._output_type = _read_as(self.output)
         self.defs = _function_tools(agent, name)
         shared.check_named(_who(name), self.defs, {"kinds": kinds, "readers": readers})
         self.kinds = {t: self._kind_of(t, (kinds or {}).get(t)) for t in self.defs}
@@ -298,6 +313,9 @@ class OpenAIAgentsAgent(GuestAgent):
     def provider(self) -> ModelProvider:
         """One per process and thread (each thread runs its own event loop)."""
         return self._providers.get()
+
+    def output_type(self) -> OutputType | None:
+        return self._output_type
 
 
 def guarded(model: Model) -> Model:
@@ -421,52 +439,6 @@ def validated(schema: AgentOutputSchemaBase, text: str) -> Any:
         return schema.validate_json(text)
     except ModelBehaviorError as exc:
         raise ValueError(str(exc)) from None
-
-
-def to_input_items(conversation: list[Message], prefix: str) -> list[TResponseInputItem]:
-    """liyagent's conversation as the SDK's input items (the Responses format its models
-    convert), the registry's tool names mapped back to the agent's."""
-    out: list[Any] = []
-    for i, message in enumerate(conversation):
-        role = message.get("role")
-        content = str(message.get("content") or "")
-        if role == "assistant":
-            if content:
-                out.append(
-                    {
-                        "type": "message",
-                        "role": "assistant",
-                        "id": f"msg_{i}",
-                        "status": "completed",
-                        "content": [{"type": "output_text", "text": content, "annotations": []}],
-                    }
-                )
-            for call in message.get("tool_calls") or []:
-                raw = call.get("raw_args")
-                name = str(call["name"])
-                out.append(
-                    {
-                        "type": "function_call",
-                        "call_id": str(call["id"]),
-                        "name": name[len(prefix) :] if name.startswith(prefix) else name,
-                        "arguments": raw
-                        if isinstance(raw, str)
-                        else json.dumps(call.get("args") or {}),
-                    }
-                )
-        elif role == "tool":
-            out.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": str(message["tool_call_id"]),
-                    "output": content,
-                }
-            )
-        elif role == "system":
-            out.append({"role": "system", "content": content})
-        else:  # the run's input, or a final answer refused for its type, told as the user's
-            out.append({"role": "user", "content": content})
-    return out
 
 
 def durable(

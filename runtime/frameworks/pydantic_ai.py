@@ -18,12 +18,10 @@ refused then, naming the feature.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import json
-import types
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, ClassVar, cast
 
 import pydantic
@@ -33,16 +31,25 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from pydantic_ai.usage import RunUsage
-from pydantic_core import to_jsonable_python
 
-from runtime.base.validation import described, problems
-from runtime.durable.state import Message, ToolCall
+from runtime.base.validation import problems
+from runtime.durable.state import ToolCall
 from runtime.frameworks import calls as shared
 from runtime.frameworks import pydantic_ai_mcp as mcp
 from runtime.frameworks.calls import CallTransport, current_call, decoded
-from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
+from runtime.frameworks.pydantic_ai_messages import to_model_messages
+from runtime.models.base import ModelProvider, StepAnswer, StepRequest
 from runtime.models.openai import read_arguments
+from runtime.models.output import (
+    OUTPUT_DESCRIPTION,
+    OUTPUT_TOOL,
+    OutputType,
+    OutputTypeError,
+    checked_final,
+    tool_parameters,
+)
 from runtime.sending import sdk_http
+from runtime.toolbox.coroutines import run_coroutine, run_once
 from runtime.toolbox.guests import GuestAgent, guest_tool_name
 from runtime.toolbox.tools import (
     CallContext,
@@ -54,9 +61,8 @@ from runtime.toolbox.tools import (
     ToolInDoubt,
     ToolKind,
 )
-from runtime.toolbox.typed_tools import as_outcome, run_coroutine
+from runtime.toolbox.typed_tools import as_outcome
 
-OUTPUT_TOOL = "final_result"
 # The capabilities every 2.68 agent carries (tool search, pending messages): harmless here.
 DEFAULT_CAPABILITIES = frozenset({"ToolSearch", "PendingMessageDrainCapability"})
 MODEL_TIMEOUT_S = 60.0
@@ -123,25 +129,14 @@ def _check_agent(agent: Agent[Any, Any], name: str) -> None:
         raise _refuse(name, "a dynamic toolset", "declare its tools on the agent")
 
 
-def _output(agent: Agent[Any, Any], name: str) -> tuple[pydantic.TypeAdapter[Any], bool] | None:
-    """The declared output type's validator, and whether it is wrapped in `response` (a
-    schema that is not an object); None for text output."""
-    output_type = agent.output_type
-    if output_type is str:
+def _output(agent: Agent[Any, Any], name: str) -> OutputType | None:
+    """The declared output type; None for text output."""
+    if agent.output_type is str:
         return None
-    one_type = isinstance(output_type, type | types.UnionType)
-    if not one_type and getattr(output_type, "__origin__", None) is None:
-        raise _refuse(
-            name,
-            f"output type {output_type!r} (an output function, ToolOutput, NativeOutput, ...)",
-            "declare one type (a pydantic model, dataclass, TypedDict or scalar)",
-        )
     try:
-        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(cast(Any, output_type))
-        schema = adapter.json_schema()
-    except Exception as exc:
-        raise _refuse(name, f"output type {output_type!r} ({exc})", "declare one type") from None
-    return adapter, schema.get("type") != "object"
+        return OutputType.of(agent.output_type)
+    except OutputTypeError as exc:
+        raise _refuse(name, str(exc), "declare one type") from None
 
 
 class PydanticAIAgent(GuestAgent):
@@ -232,10 +227,9 @@ class PydanticAIAgent(GuestAgent):
                     )
                 if tool.timeout is not None:
                     raise _refuse(self.name, f"tool {tool.name}'s timeout", _TIMEOUT)
-            # A loop of its own, closed after: the module is loaded before a pool forks, and a
-            # child must not inherit a thread's loop (run_coroutine keeps one per thread).
-            with asyncio.Runner() as runner:
-                listed = runner.run(toolset.get_tools(self._ctx))
+            # A loop of its own, closed after (a pool may fork after this), on a thread of its
+            # own when the module is loaded inside a running loop (an asyncio app's client()).
+            listed = run_once(partial(toolset.get_tools, self._ctx))
             for tool_name, listed_tool in listed.items():
                 if listed_tool.tool_def.kind not in ("function", "unapproved"):
                     continue  # the output tool is the adapter's own
@@ -353,6 +347,9 @@ class PydanticAIAgent(GuestAgent):
         """One per process and thread (each thread runs its own event loop)."""
         return self._providers.get()
 
+    def output_type(self) -> OutputType | None:
+        return self.output
+
     def function_defs(self) -> list[ToolDefinition]:
         return [t.tool_def for t in self.defs.values()] + [t.definition for t in self.mcp.values()]
 
@@ -402,18 +399,10 @@ class PydanticAIProvider:
 
     def _output_def(self) -> ToolDefinition:
         assert self.guest.output is not None
-        adapter, wrapped = self.guest.output
-        schema = adapter.json_schema()
-        if wrapped:
-            schema = {
-                "type": "object",
-                "properties": {"response": schema},
-                "required": ["response"],
-            }
         return ToolDefinition(
             name=OUTPUT_TOOL,
-            parameters_json_schema=schema,
-            description="The final response which ends this conversation",
+            parameters_json_schema=tool_parameters(self.guest.output.schema),
+            description=OUTPUT_DESCRIPTION,
             kind="output",
         )
 
@@ -449,43 +438,10 @@ class PydanticAIProvider:
         """The step's answer from the model's response: calls, a final text, a typed final
         answer, or a final answer refused for its type (the model is then told why)."""
         text = "".join(p.content for p in response.parts if isinstance(p, messages.TextPart))
-        parts = [p for p in response.parts if isinstance(p, messages.ToolCallPart)]
-        outputs = [p for p in parts if p.tool_name == OUTPUT_TOOL]
-        calls = [self._call(p) for p in parts]
-        if not outputs:
-            if calls or self.guest.output is None:
-                return StepAnswer(text=text or None, calls=calls)
-            return StepAnswer(
-                text=text or None,
-                calls=[],
-                refused=f"a final answer is given by calling {OUTPUT_TOOL}, not as text",
-            )
-        if len(parts) > 1:
-            return StepAnswer(
-                text=text or None,
-                calls=calls,
-                refused=f"{OUTPUT_TOOL} is called alone, after the other tools' results",
-            )
-        return self._typed(text or None, outputs[0], calls)
-
-    def _typed(
-        self, text: str | None, part: messages.ToolCallPart, calls: list[ToolCall]
-    ) -> StepAnswer:
-        assert self.guest.output is not None
-        adapter, wrapped = self.guest.output
-        try:
-            args = part.args_as_dict()
-            value = adapter.validate_python(args["response"] if wrapped else args)
-        except (ValueError, KeyError) as exc:
-            if isinstance(exc, pydantic.ValidationError):
-                reason = described(exc, "(answer)")
-            else:
-                reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-            return StepAnswer(
-                text=text, calls=calls, refused=f"the answer does not fit its type: {reason}"
-            )
-        plain = to_jsonable_python(value)
-        return StepAnswer(text=json.dumps(plain, sort_keys=True), calls=[], output=Typed(plain))
+        calls = [self._call(p) for p in response.parts if isinstance(p, messages.ToolCallPart)]
+        if self.guest.output is None:
+            return StepAnswer(text=text or None, calls=calls)
+        return checked_final(text or None, calls, self.guest.output.plain)
 
     def _call(self, part: messages.ToolCallPart) -> ToolCall:
         name = part.tool_name if part.tool_name == OUTPUT_TOOL else self.prefix + part.tool_name
@@ -496,87 +452,6 @@ class PydanticAIProvider:
         if error is not None:
             return ToolCall(part.tool_call_id, name, {}, args_error=error, raw_args=raw)
         return ToolCall(part.tool_call_id, name, args if args is not None else part.args_as_dict())
-
-
-def to_model_messages(
-    conversation: list[Message], prefix: str, instructions: str | None
-) -> list[messages.ModelMessage]:
-    """liyagent's conversation as Pydantic AI's messages (the registry's tool names mapped
-    back to the agent's), its instructions on the last request, as Pydantic AI sends them."""
-    out: list[messages.ModelMessage] = []
-    parts: list[Any] = []
-
-    def flush() -> None:
-        if parts:
-            out.append(messages.ModelRequest(parts=list(parts)))
-            parts.clear()
-
-    framework = _framework_name(prefix)
-    for message in conversation:
-        role = message.get("role")
-        if role == "assistant":
-            flush()
-            out.append(messages.ModelResponse(parts=_response_parts(message, framework)))
-        elif role == "tool":
-            parts.append(_tool_part(message, framework))
-        elif role == "system":
-            parts.append(messages.SystemPromptPart(content=str(message.get("content") or "")))
-        elif message.get("retry"):  # a final answer refused for its type, told as feedback
-            parts.append(
-                messages.RetryFeedbackPart(
-                    content=str(message.get("content") or ""),
-                    retry=messages.RetryInfo(cause="model_retry"),
-                )
-            )
-        else:
-            parts.append(messages.UserPromptPart(content=str(message.get("content") or "")))
-    flush()
-    if instructions and out and isinstance(out[-1], messages.ModelRequest):
-        out[-1].instructions = instructions
-    return out
-
-
-def _framework_name(prefix: str) -> Callable[[str], str]:
-    def name(registry: str) -> str:
-        return registry[len(prefix) :] if registry.startswith(prefix) else registry
-
-    return name
-
-
-def _response_parts(message: Message, name: Callable[[str], str]) -> list[Any]:
-    parts: list[Any] = []
-    if message.get("content"):
-        parts.append(messages.TextPart(content=str(message["content"])))
-    for call in message.get("tool_calls") or []:
-        raw = call.get("raw_args")
-        parts.append(
-            messages.ToolCallPart(
-                tool_name=name(str(call["name"])),
-                args=raw if isinstance(raw, str) else dict(call.get("args") or {}),
-                tool_call_id=str(call["id"]),
-            )
-        )
-    return parts
-
-
-def _tool_part(message: Message, name: Callable[[str], str]) -> Any:
-    tool = name(str(message.get("name") or ""))
-    content = str(message.get("content") or "")
-    try:
-        value: Any = json.loads(content)
-    except ValueError:
-        value = content
-    if message.get("retry"):  # the output tool's call refused for its type
-        return messages.ToolReturnPart(
-            tool_name=tool,
-            content=value,
-            tool_call_id=str(message["tool_call_id"]),
-            outcome="retried",
-            retry=messages.RetryInfo(cause="validation_error"),
-        )
-    return messages.ToolReturnPart(
-        tool_name=tool, content=value, tool_call_id=str(message["tool_call_id"])
-    )
 
 
 def durable(
@@ -599,4 +474,11 @@ def durable(
 
 # Shared with the other adapters (runtime/frameworks/calls.py), named here as before.
 _decoded = decoded
-__all__ = ["CallTransport", "PydanticAIAgent", "current_call", "durable", "parse_kind"]
+__all__ = [
+    "OUTPUT_TOOL",
+    "CallTransport",
+    "PydanticAIAgent",
+    "current_call",
+    "durable",
+    "parse_kind",
+]

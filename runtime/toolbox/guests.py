@@ -33,6 +33,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from runtime.models.base import ModelProvider
+from runtime.models.output import OutputType
 from runtime.toolbox.tools import AgentDef, Tool
 
 
@@ -58,6 +59,11 @@ class GuestAgent(ABC):
     @abstractmethod
     def provider(self) -> ModelProvider:
         """What answers each of its runs' steps; built once per process and kept."""
+
+    def output_type(self) -> OutputType | None:
+        """The type its final answer is checked against by its own provider (None: text); what
+        an app's `RunView.output` is read as."""
+        return None
 
     def system(self) -> str | None:
         """A system prompt put at the start of each run's conversation (sealed with it); None

@@ -21,10 +21,8 @@ failure before its `tools/call` left (the server unreachable, its session refuse
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -41,6 +39,7 @@ from runtime.models.base import ModelError
 from runtime.models.openai import checked_wire_name
 from runtime.sending import http, sdk_http
 from runtime.sending.http import SendRefused
+from runtime.toolbox.coroutines import run_coroutine, run_once
 from runtime.toolbox.mcp_config import SETTING, ServerConfig, ToolOverride, load_config
 from runtime.toolbox.tools import (
     CallContext,
@@ -53,7 +52,7 @@ from runtime.toolbox.tools import (
     ToolInDoubt,
     ToolKind,
 )
-from runtime.toolbox.typed_tools import USER_KINDS, run_coroutine
+from runtime.toolbox.typed_tools import USER_KINDS
 
 META_KEY = "liyagent/idempotency_key"
 # JSON-RPC errors by which a server says it did not take the call (unknown tool, bad
@@ -86,7 +85,7 @@ def server_tools(server: ServerConfig) -> list[Tool]:
 def list_tools(server: ServerConfig) -> list[types.Tool]:
     """The server's tools, or ToolDeclarationError saying why they cannot be listed."""
     try:
-        return _run(partial(_list, server))
+        return run_once(partial(_list, server))
     except ToolDeclarationError:
         raise
     except BaseException as exc:  # any failure to list stops the process
@@ -96,17 +95,6 @@ def list_tools(server: ServerConfig) -> list[types.Tool]:
             f"{SETTING}: MCP server {server.name} at {server.url} cannot list its tools "
             f"({_why(exc)}); start it, fix its url or auth, or remove it from {SETTING}"
         ) from None
-
-
-def _run(make: Callable[[], Coroutine[Any, Any, list[types.Tool]]]) -> list[types.Tool]:
-    """Run a coroutine to its end from sync code, on a thread of its own when this one already
-    runs an event loop (a process that loads its tools inside one, as the front does)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make())
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-list") as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 async def _list(server: ServerConfig) -> list[types.Tool]:

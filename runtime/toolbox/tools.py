@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from runtime.models.output import OutputType
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.job_kinds import JobKind
@@ -235,6 +236,13 @@ class AgentDef:
     system: str | None
     origin: str = "catalog"
     description: str | None = None
+    # The type liyagent's loop checks its final answer against (`agent(..., output=...)`);
+    # None for text. A framework's agent checks its own (`GuestAgent.output_type`).
+    output: OutputType | None = None
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """Its output type's JSON schema, as its runs carry it (sealed with the run)."""
+        return None if self.output is None else self.output.schema
 
 
 class ToolRegistry:
@@ -319,6 +327,16 @@ class ToolRegistry:
     def unknown(self, names: Iterable[str]) -> list[str]:
         """The names among `names` that no loaded tool has, sorted."""
         return sorted({n for n in names if n not in self._tools})
+
+    def output_type(self, agent: str) -> OutputType | None:
+        """The output type this process declares for agent `agent` (a framework agent's, or a
+        native agent's), None when it declares none or no such agent."""
+        guest = self.guests.get(agent)
+        if guest is not None:
+            found: OutputType | None = guest.output_type()
+            return found
+        declared = self.agents.get(agent)
+        return None if declared is None else declared.output
 
     def schemas(self, allowed: list[str] | None) -> list[dict[str, Any]]:
         """The schemas of exactly the tools a run may use: none when it names none (fail

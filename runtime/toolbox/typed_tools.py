@@ -21,10 +21,7 @@ model is told.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import inspect
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints, overload
@@ -36,8 +33,10 @@ from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import problems
 from runtime.models.base import ModelError
+from runtime.models.output import OUTPUT_TOOL, OutputType, OutputTypeError
 from runtime.models.specs import check_shape
 from runtime.sending.http import SendRefused
+from runtime.toolbox.coroutines import run_coroutine
 from runtime.toolbox.tools import (
     AgentDef,
     CallContext,
@@ -232,22 +231,6 @@ def _doc(fn: Fn) -> Doc:
     return Doc(" ".join(first.split()), params)
 
 
-_runners = threading.local()
-
-
-def run_coroutine(awaitable: Any) -> Any:
-    """Run an async tool to completion on this thread's own event loop (kept between calls so
-    pooled async connections are reused), in the current context so the send guard holds."""
-    runner: asyncio.Runner | None = getattr(_runners, "runner", None)
-    if runner is None:
-        runner = _runners.runner = asyncio.Runner()
-
-    async def wrapped() -> Any:
-        return await awaitable
-
-    return runner.run(wrapped(), context=contextvars.copy_context())
-
-
 Declare = Callable[[Fn], "FunctionTool"]
 
 
@@ -360,10 +343,13 @@ def agent(
     tools: Iterable[str | FunctionTool | Tool] | None = None,
     system: str | None = None,
     description: str | None = None,
+    output: Any = None,
 ) -> AgentDef:
     """Declare an agent next to its tools: its model spec, its tools (objects or names), its
-    system prompt and its public description (the A2A card's). Loaded with the module, like
-    the tools."""
+    system prompt, its public description (the A2A card's) and its output type (`output=`: a
+    pydantic model, dataclass, TypedDict, scalar or union; its final answer is then a value of
+    it, checked before the run ends, read back as `RunView.output`). Loaded with the module,
+    like the tools."""
     names = None if tools is None else [t if isinstance(t, str) else t.name for t in tools]
     if not name.strip():
         raise ToolDeclarationError("an agent needs a name")
@@ -378,4 +364,21 @@ def agent(
         system=system,
         origin="python",
         description=description,
+        output=_output_type(name, output, names),
     )
+
+
+def _output_type(agent: str, output: Any, tools: list[str] | None) -> OutputType | None:
+    """An agent's declared output type (None for text: none, or `str`)."""
+    if output is None or output is str:
+        return None
+    try:
+        found = OutputType.of(output)
+    except OutputTypeError as exc:
+        raise ToolDeclarationError(f"agent {agent}: {exc}") from None
+    if OUTPUT_TOOL in (tools or ()):
+        raise ToolDeclarationError(
+            f"agent {agent}: a tool named {OUTPUT_TOOL} cannot be offered with an output type "
+            f"(its final answer is given by calling {OUTPUT_TOOL}); rename the tool"
+        )
+    return found

@@ -7,29 +7,15 @@ answer (the flows in tests/support/framework_apps.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import framework_apps as apps
-from tests.support.framework_apps import ANSWER, ORDER, TOOL_STEPS, FrameworkApp
 from tests.support.order_desk import Desk
-from tests.support.scripts import final
 
-APP = FrameworkApp(
-    package="agents_desk",
-    agent="agents-desk",
-    framework="openai-agents",
-    adapter="openai_agents",
-    steps=[
-        *TOOL_STEPS,
-        # A final answer that does not fit its type: the model is told, then answers again.
-        final(json.dumps({"order_id": ORDER, "refunded_cents": "all", "summary": "x"}), 200),
-        final(json.dumps(ANSWER), latency_ms=200),
-    ],
-)
+APP = apps.AGENTS_DESK
 
 
 @pytest.fixture

@@ -14,24 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import framework_apps as apps
-from tests.support.framework_apps import ANSWER, ORDER, TOOL_STEPS, FrameworkApp
 from tests.support.order_desk import Desk
-from tests.support.scripts import call, step
 
-APP = FrameworkApp(
-    package="pydantic_desk",
-    agent="pydantic-desk",
-    framework="pydantic-ai",
-    adapter="pydantic_ai",
-    steps=[
-        *TOOL_STEPS,
-        # A final answer that does not fit its type: the model is told, then answers again.
-        step(
-            call("call_out1", "final_result", order_id=ORDER, refunded_cents="all"), latency_ms=200
-        ),
-        step(call("call_out2", "final_result", **ANSWER), latency_ms=200),
-    ],
-)
+APP = apps.PYDANTIC_DESK
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ server's own records (tests/support/mcp_server.py, a real process on loopback)."
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +20,8 @@ from pydantic_ai.models.test import TestModel
 from liyagent.adapters.pydantic_ai import durable
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
+from runtime.toolbox.coroutines import run_coroutine
 from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolKind
-from runtime.toolbox.typed_tools import run_coroutine
 from tests.support.mcp_server import Served
 
 TOKEN_ENV = "LYT_GUEST_MCP_TOKEN"
@@ -77,6 +78,25 @@ def test_an_mcp_toolset_is_called_by_liyagents_mcp_client(orders: Served) -> Non
     assert refund["auth"] == f"Bearer {TOKEN}" and refund["args"] == args
     # The token is the toolset's, in this process: no tool shows it.
     assert TOKEN not in repr(tools) and TOKEN not in repr(guest.definition("here"))
+
+
+def test_an_mcp_toolset_is_listed_and_called_inside_a_running_event_loop(orders: Served) -> None:
+    """An asyncio app that loads the agent (its `client()` in a handler) and calls its MCP tool
+    there: the listing and the call each run on a loop of their own, the app's loop waiting."""
+
+    async def app() -> dict[str, Any]:
+        guest = durable(desk(MCPToolset(orders.url, auth=TOKEN)))
+        tools = {t.name: t for t in guest.tools("here")}
+        args = {"order_id": "A-8", "amount_cents": 100, "reason": "late"}
+        try:
+            out: dict[str, Any] = tools["desk.refund_order"].invoke(args, call_context("k-loop"))
+        finally:
+            run_coroutine(_close_pooled())  # the same helper loop the call ran on
+        return out
+
+    assert asyncio.run(app())["refund_id"] == "rf_1"
+    [refund] = orders.calls("refund_order")
+    assert refund["idem_key"] == "k-loop"
 
 
 async def _close_pooled() -> None:

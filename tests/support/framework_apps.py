@@ -7,6 +7,7 @@ start, a run refused at the door and an approval-held refund."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -27,7 +28,7 @@ from tests.support.order_desk import (
     start_desk,
     with_path,
 )
-from tests.support.scripts import call, step
+from tests.support.scripts import call, final, step
 from tests.support.stack import Stack
 
 ORDER = "A-1001"
@@ -104,6 +105,7 @@ class FrameworkApp:
             "LIYAGENT_TOOLS": f"{self.package}.durable_desk",
             "ORDER_DESK_URL": desk.url,
             f"{prefix}_MODEL": spec["model"],
+            # The simulators' OpenAI-compatible endpoint, which the spec names by profile.
             f"{prefix}_BASE_URL": f"{stack.sim_url}/v1",
             "OPENAI_API_KEY": "sim-model-key",
         }
@@ -141,6 +143,45 @@ class FrameworkApp:
         env = self.user_env(stack, desk)
         env.update(LIYAGENT_TOOLS=name, PYTHONPATH=f"{home}{os.pathsep}{env['PYTHONPATH']}")
         return env
+
+
+PYDANTIC_DESK = FrameworkApp(
+    package="pydantic_desk",
+    agent="pydantic-desk",
+    framework="pydantic-ai",
+    adapter="pydantic_ai",
+    steps=[
+        *TOOL_STEPS,
+        # A final answer that does not fit its type: the model is told, then answers again.
+        step(
+            call("call_out1", "final_result", order_id=ORDER, refunded_cents="all"), latency_ms=200
+        ),
+        step(call("call_out2", "final_result", **ANSWER), latency_ms=200),
+    ],
+)
+AGENTS_DESK = FrameworkApp(
+    package="agents_desk",
+    agent="agents-desk",
+    framework="openai-agents",
+    adapter="openai_agents",
+    steps=[
+        *TOOL_STEPS,
+        # A final answer that does not fit its type: the model is told, then answers again.
+        final(json.dumps({"order_id": ORDER, "refunded_cents": "all", "summary": "x"}), 200),
+        final(json.dumps(ANSWER), latency_ms=200),
+    ],
+)
+
+
+def both_desks_env(stack: Stack, desk: Desk) -> dict[str, str]:
+    """What a team with both agents sets: each agent's model, the desk, both modules named."""
+    first, second = PYDANTIC_DESK.user_env(stack, desk), AGENTS_DESK.user_env(stack, desk)
+    return {
+        **first,
+        **second,
+        "PYTHONPATH": os.pathsep.join([str(PYDANTIC_DESK.example), second["PYTHONPATH"]]),
+        "LIYAGENT_TOOLS": "pydantic_desk.durable_desk,agents_desk.durable_desk",
+    }
 
 
 def judge(desk: Desk) -> dict[str, int]:

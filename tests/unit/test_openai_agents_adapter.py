@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from liyagent.adapters.openai_agents import current_call, durable
 from runtime.durable.state import RunState, ToolCall
-from runtime.frameworks.openai_agents import to_input_items
+from runtime.frameworks.openai_agents_messages import to_input_items
 from runtime.models.base import StepRequest
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.tools import (

@@ -20,7 +20,8 @@ from pydantic_ai.toolsets import AbstractToolset
 
 from liyagent.adapters.pydantic_ai import current_call, durable
 from runtime.durable.state import RunState, ToolCall
-from runtime.frameworks.pydantic_ai import OUTPUT_TOOL, to_model_messages
+from runtime.frameworks.pydantic_ai import OUTPUT_TOOL
+from runtime.frameworks.pydantic_ai_messages import to_model_messages
 from runtime.models.base import StepRequest
 from runtime.sending import traffic
 from runtime.sending.call_http import CallHTTP
