@@ -90,7 +90,12 @@ if not TYPE_CHECKING:  # mypy sees the imports above, so an unknown name stays a
 
 def client() -> Client:
     """The client API for this process (start, read, wait for and stop runs; decide
-    approvals), publishing run messages through the Celery app (`celery -A tasks`)."""
+    approvals), publishing run messages through liyagent's Celery app (the one
+    `celery -A liyagent.worker` runs). Raises ForeignModule when a module of this process takes
+    one of liyagent's top-level names (liyagent/own_modules.py)."""
+    from liyagent import own_modules
+
+    own_modules.require()
     from tasks.services import client as celery_client
 
     return celery_client()
@@ -138,6 +143,9 @@ def start_agent(name: str, user_input: str, *, request_key: str | None = None) -
 
 def services() -> Services:
     """This process's engine services (settings, database, Redis, tools), for operators' code."""
+    from liyagent import own_modules
+
+    own_modules.require()
     from tasks.services import services as celery_services
 
     return celery_services()

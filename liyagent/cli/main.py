@@ -1,5 +1,6 @@
 """`liyagent`: make seal keys, migrate, start and watch runs, workflows and jobs, decide
-approvals, stop runs, call a tool ad hoc, inspect a run, serve the front and metrics, the demo.
+approvals, stop runs, call a tool ad hoc, inspect a run, serve the front and metrics, run
+workers, beat and Flower, the demo.
 
 Exit codes scripts can rely on: 0 ok, 1 operational failure (a run failed, a timeout, no such
 run), 2 bad usage or input (nothing was stored), 3 Postgres or Redis cannot be reached.
@@ -19,13 +20,15 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from liyagent import own_modules
 from liyagent.cli.common import FAILED, OK, UNREACHABLE, USAGE, CliError, postgres_error
 
 __all__ = ["FAILED", "OK", "UNREACHABLE", "USAGE", "CliError", "build_parser", "main"]
 
 DESCRIPTION = (
     "Durable LLM agent runs: seal keys, migrations, runs, workflows, jobs, approvals, stops, "
-    "ad hoc calls, status, inspect, the app front, metrics, the demo and the kill trials."
+    "ad hoc calls, status, inspect, the app front, metrics, workers, beat, Flower, the demo and "
+    "the kill trials."
 )
 
 
@@ -67,6 +70,24 @@ COMMANDS = (
         "metrics",
         "liyagent.cli.serve",
         "Prometheus metrics, read from Postgres and Redis at each scrape",
+    ),
+    Command(
+        "worker",
+        "liyagent.cli.workers",
+        "run a worker (celery -A liyagent.worker worker; Celery's options)",
+        passthrough=True,
+    ),
+    Command(
+        "beat",
+        "liyagent.cli.workers",
+        "run beat (celery -A liyagent.worker beat; Celery's options)",
+        passthrough=True,
+    ),
+    Command(
+        "flower",
+        "liyagent.cli.workers",
+        "run Flower (celery -A liyagent.worker flower; give it --basic-auth)",
+        passthrough=True,
     ),
     Command("demo", "liyagent.cli.demo", "the crash-resume demo: a worker SIGKILLed mid-run"),
     Command(
@@ -112,6 +133,7 @@ _USAGE = (
     ("runtime.durable.workflow_spec", "WorkflowError"),
     ("runtime.ops.adhoc", "UnknownTool"),
     ("sqlalchemy.exc", "ArgumentError"),
+    ("liyagent.own_modules", "ForeignModule"),
 )
 _REDIS_DOWN = (("redis.exceptions", "ConnectionError"), ("redis.exceptions", "TimeoutError"))
 
@@ -169,6 +191,17 @@ def _unreachable(exc: BaseException) -> CliError | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (argparse itself exits 2 on bad usage)."""
     words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # This process loads liyagent's engine, never a team's module of the same name.
+        own_modules.pin()
+    except own_modules.ForeignModule as exc:
+        print(f"liyagent: error: {exc}", file=sys.stderr)
+        return USAGE
+    chosen = _chosen(words)
+    if chosen is not None and chosen.passthrough and words[0] == chosen.name:
+        # Celery's own command: every argument is Celery's, and its logs are the worker's.
+        run: Callable[[str, list[str]], int] = importlib.import_module(chosen.module).run
+        return run(chosen.name, words[1:])
     args = build_parser(words).parse_args(words)
     from runtime.base import logs
 

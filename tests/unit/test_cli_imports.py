@@ -34,6 +34,7 @@ def test_help_imports_no_command() -> None:
         "liyagent.cli",
         "liyagent.cli.common",
         "liyagent.cli.main",
+        "liyagent.own_modules",
     }
 
 
