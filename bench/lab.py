@@ -23,7 +23,7 @@ import redis
 import sqlalchemy as sa
 
 from liyagent.local import sim_model
-from liyagent.local.cluster import START_TIMEOUT_S, Cluster, child_env, worker_argv
+from liyagent.local.cluster import APP, START_TIMEOUT_S, Cluster, child_env, worker_argv
 from liyagent.local.procs import Proc, sigterm_as_interrupt
 from liyagent.local.servers import PrivatePostgres, PrivateRedis
 from runtime.base import logs
@@ -62,7 +62,7 @@ class WorkerSpec:
     name: str
     queue: str
     env: dict[str, str]
-    app: str = "tasks"
+    app: str = APP
 
 
 @dataclass
@@ -170,7 +170,7 @@ class Lab:
         return child_env(Settings(), self.seal_keys)
 
     def liyagent(self, name: str, settings: Settings) -> WorkerSpec:
-        """A liyagent worker (`celery -A tasks worker`) on these settings' run queue."""
+        """A liyagent worker (`celery -A liyagent.worker worker`) on these settings' run queue."""
         return WorkerSpec(name, settings.queue, child_env(settings, self.seal_keys))
 
     def baseline(

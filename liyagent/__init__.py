@@ -19,34 +19,87 @@ agent, its JSON in `output_json`, and `view.output_as(Answer)` reads it as a typ
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from runtime.entries.aclient import AsyncClient
-from runtime.entries.client import BadRequest, Client
-from runtime.entries.run_view import OutputMismatch, RunView
-from runtime.ops.events import EventKind, EventPage, RunEvent
-from runtime.sending.http import SendRefused
-from runtime.toolbox.job_kinds import JobContext, JobError, JobKind, JobParams, job
-from runtime.toolbox.tools import (
-    AgentDef,
-    CallContext,
-    InvalidArguments,
-    Tool,
-    ToolDeclarationError,
-    ToolError,
-    ToolInDoubt,
-    ToolKind,
-    vendor_json,
-)
-from runtime.toolbox.typed_tools import FunctionTool, agent, tool
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from runtime.base.refused import BadRequest
+    from runtime.entries.aclient import AsyncClient
+    from runtime.entries.client import Client
+    from runtime.ops.events import EventKind, EventPage, RunEvent
+    from runtime.ops.run_view import OutputMismatch, RunView
+    from runtime.sending.http import SendRefused
     from runtime.services import Services
+    from runtime.toolbox.job_kinds import JobContext, JobError, JobKind, JobParams, job
+    from runtime.toolbox.tools import (
+        AgentDef,
+        CallContext,
+        InvalidArguments,
+        Tool,
+        ToolDeclarationError,
+        ToolError,
+        ToolInDoubt,
+        ToolKind,
+        vendor_json,
+    )
+    from runtime.toolbox.typed_tools import FunctionTool, agent, tool
+
+# Where each public name lives. `import liyagent` imports none of them: a name is imported on
+# first use (`from liyagent import tool` loads the tool declarations, not the client, Celery or
+# the database), so the CLI, a worker and a team's module each pay for what they touch. mypy
+# reads the imports above; the same names, one place (tests/unit/test_public_surface.py).
+_HOMES = {
+    "AgentDef": "runtime.toolbox.tools",
+    "AsyncClient": "runtime.entries.aclient",
+    "BadRequest": "runtime.base.refused",
+    "CallContext": "runtime.toolbox.tools",
+    "Client": "runtime.entries.client",
+    "EventKind": "runtime.ops.events",
+    "EventPage": "runtime.ops.events",
+    "FunctionTool": "runtime.toolbox.typed_tools",
+    "InvalidArguments": "runtime.toolbox.tools",
+    "JobContext": "runtime.toolbox.job_kinds",
+    "JobError": "runtime.toolbox.job_kinds",
+    "JobKind": "runtime.toolbox.job_kinds",
+    "JobParams": "runtime.toolbox.job_kinds",
+    "OutputMismatch": "runtime.ops.run_view",
+    "RunEvent": "runtime.ops.events",
+    "RunView": "runtime.ops.run_view",
+    "SendRefused": "runtime.sending.http",
+    "Tool": "runtime.toolbox.tools",
+    "ToolDeclarationError": "runtime.toolbox.tools",
+    "ToolError": "runtime.toolbox.tools",
+    "ToolInDoubt": "runtime.toolbox.tools",
+    "ToolKind": "runtime.toolbox.tools",
+    "agent": "runtime.toolbox.typed_tools",
+    "job": "runtime.toolbox.job_kinds",
+    "tool": "runtime.toolbox.typed_tools",
+    "vendor_json": "runtime.toolbox.tools",
+}
+
+if not TYPE_CHECKING:  # mypy sees the imports above, so an unknown name stays an error there
+
+    def __getattr__(name: str) -> Any:
+        """A public name, imported from its home on first use (then kept here)."""
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'liyagent' has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})
 
 
 def client() -> Client:
     """The client API for this process (start, read, wait for and stop runs; decide
-    approvals), publishing run messages through the Celery app (`celery -A tasks`)."""
+    approvals), publishing run messages through liyagent's Celery app (the one
+    `celery -A liyagent.worker` runs). Raises ForeignModule when a module of this process takes
+    one of liyagent's top-level names (liyagent/own_modules.py)."""
+    from liyagent import own_modules
+
+    own_modules.require()
     from tasks.services import client as celery_client
 
     return celery_client()
@@ -55,12 +108,15 @@ def client() -> Client:
 def aclient() -> AsyncClient:
     """`client()` for asyncio apps: the same methods as coroutines, and
     `async for event in aclient().events(run_id)` to follow a run's events."""
+    from runtime.entries.aclient import AsyncClient
+
     return AsyncClient(client())
 
 
 def declared_agent(name: str) -> AgentDef:
     """The agent named `name`, declared in the catalog file (`LIYAGENT_AGENTS_FILE`) or in
     Python in a tool module; BadRequest listing the known agents when there is none."""
+    from runtime.base.refused import BadRequest
     from runtime.base.settings import get_settings
     from runtime.core.catalog import CatalogError
     from runtime.entries.start import UnknownAgent, catalog_agent
@@ -84,6 +140,9 @@ def start_agent(name: str, user_input: str, *, request_key: str | None = None) -
 
 def services() -> Services:
     """This process's engine services (settings, database, Redis, tools), for operators' code."""
+    from liyagent import own_modules
+
+    own_modules.require()
     from tasks.services import services as celery_services
 
     return celery_services()

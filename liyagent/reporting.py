@@ -26,7 +26,7 @@ from rich.text import Text
 from liyagent.transcript import CallEntry, tool_calls
 from runtime.base.sealing import Sealer, SealError
 from runtime.durable import chain
-from runtime.entries.client import RunView
+from runtime.ops.run_view import RunView
 from store.checkpoints import StepRecord, select_marks, select_step_records
 from store.records import select_audit, select_transcript
 from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, StopRow, TranscriptRow

@@ -1,4 +1,6 @@
-"""Celery glue: `celery -A tasks worker|beat|flower`. Tasks take ids and call the engine."""
+"""Celery glue: `celery -A tasks worker|beat|flower`, or under a name no team's module takes,
+`celery -A liyagent.worker ...` (`liyagent worker|beat|flower`; the same app). Tasks take ids and
+call the engine."""
 
 from tasks.app import app
 

@@ -1,5 +1,8 @@
 """What every `liyagent` sub-command shares: exit codes, the error it exits with, output
-helpers and JSON input, so the command modules stay small and agree with each other."""
+helpers and JSON input, so the command modules stay small and agree with each other.
+
+The parser imports this module for every command, `--help` included: it imports nothing heavy
+at its top (rich, SQLAlchemy and the engine only inside the helpers that use them)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from rich.console import Console
-
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from runtime.entries.client import Client
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
@@ -35,6 +37,8 @@ PIPED_WIDTH = 100_000
 def out() -> Console:
     """A console for people: no colour guessing on data, no markup highlighting; when stdout
     is not a terminal, as wide as any line is."""
+    from rich.console import Console
+
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         return Console(highlight=False, width=PIPED_WIDTH)
@@ -48,7 +52,17 @@ def print_json(payload: Any) -> None:
 
 def safe_url(url: str) -> str:
     """The URL with any password hidden, fit for messages."""
+    import sqlalchemy as sa
+
     return str(sa.make_url(url).render_as_string(hide_password=True))
+
+
+def postgres_error(exc: BaseException, url: str) -> CliError:
+    """Postgres refused or could not be reached: say which server and what to do (exit 3), in
+    the words a worker refusing to start uses (runtime/recovery/outage.py)."""
+    from runtime.recovery.outage import database_problem
+
+    return CliError(database_problem(exc, url), UNREACHABLE)
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ exits 1."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
@@ -236,23 +237,28 @@ def _call_verdict(tool: str, result: dict[str, Any]) -> int:
     )
 
 
-def add_parsers(sub: Any) -> None:
-    """The `approvals`, `approve`, `deny`, `stop`, `erase` and `call` sub-commands."""
-    p = sub.add_parser("approvals", help="a run's approval requests")
+def _approvals(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN_ID")
     add_json(p)
     p.set_defaults(handler=cmd_approvals)
-    for name, handler, what in (
-        ("approve", cmd_approve, "approve a held call (it is made)"),
-        ("deny", cmd_deny, "deny a held call (it is not made; the model is told)"),
-    ):
-        p = sub.add_parser(name, help=what)
+
+
+def _decision(
+    handler: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.ArgumentParser], None]:
+    """The options of `approve` and `deny`, which differ only in their handler."""
+
+    def arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("approval_id", metavar="APPROVAL_ID")
         p.add_argument("--by", required=True, metavar="WHO", help="who decides")
         p.add_argument("--reason", help="why (the run's model is told)")
         add_json(p)
         p.set_defaults(handler=handler)
-    p = sub.add_parser("stop", help="stop a run, or every run of an agent; or lift a stop")
+
+    return arguments
+
+
+def _stop(p: argparse.ArgumentParser) -> None:
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--run", metavar="RUN_ID", help="the run (an id or a unique prefix)")
     target.add_argument("--agent", metavar="NAME", help="the agent whose runs to stop")
@@ -263,7 +269,9 @@ def add_parsers(sub: Any) -> None:
     )
     add_json(p)
     p.set_defaults(handler=cmd_stop)
-    p = sub.add_parser("erase", help="erase a run's content (or an owner's runs), keep a tombstone")
+
+
+def _erase(p: argparse.ArgumentParser) -> None:
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--run", metavar="RUN_ID", help="the run (an id or a unique prefix)")
     target.add_argument(
@@ -276,9 +284,21 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--by", required=True, metavar="WHO", help="who erases (audited)")
     add_json(p)
     p.set_defaults(handler=cmd_erase)
-    p = sub.add_parser("call", help="call a tool now, outside any run, with a fresh key")
+
+
+def _call(p: argparse.ArgumentParser) -> None:
     p.add_argument("tool", metavar="TOOL")
     p.add_argument("--args", default="{}", metavar="JSON", help="the call's arguments (object)")
     p.add_argument("--by", required=True, metavar="WHO", help="who calls (audited)")
     add_json(p)
     p.set_defaults(handler=cmd_call)
+
+
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "approvals": _approvals,
+    "approve": _decision(cmd_approve),
+    "deny": _decision(cmd_deny),
+    "stop": _stop,
+    "erase": _erase,
+    "call": _call,
+}

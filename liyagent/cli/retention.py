@@ -5,6 +5,7 @@ delete, table by table, and deletes nothing."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -103,9 +104,8 @@ def _span(seconds: int) -> str:
     return f"{seconds} s"
 
 
-def add_parsers(sub: Any) -> None:
+def _retention(retention: argparse.ArgumentParser) -> None:
     """The `retention run` sub-command."""
-    retention = sub.add_parser("retention", help="delete finished runs past their keep")
     actions = retention.add_subparsers(dest="action", required=True)
     p = actions.add_parser(
         "run",
@@ -122,3 +122,6 @@ def add_parsers(sub: Any) -> None:
     )
     add_json(p)
     p.set_defaults(handler=cmd_retention_run)
+
+
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {"retention": _retention}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from liyagent.cli.common import (
@@ -171,9 +172,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     return finish(c, run_id, args)
 
 
-def add_parsers(sub: Any) -> None:
-    """The `run`, `workflow` and `job` sub-commands."""
-    p = sub.add_parser("run", help="start an agent's run (a catalog agent, or a scripted one)")
+def _run(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--agent",
         required=True,
@@ -191,7 +190,9 @@ def add_parsers(sub: Any) -> None:
     add_wait(p)
     add_json(p)
     p.set_defaults(handler=cmd_run)
-    p = sub.add_parser("workflow", help="start a workflow run (a deterministic step graph)")
+
+
+def _workflow(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", required=True, help="the workflow's name (its runs' agent)")
     p.add_argument("--file", required=True, metavar="WORKFLOW.json", help="its definition")
     p.add_argument("--input", default="start", metavar="TEXT", help="its input (default start)")
@@ -199,10 +200,19 @@ def add_parsers(sub: Any) -> None:
     add_wait(p)
     add_json(p)
     p.set_defaults(handler=cmd_workflow)
-    p = sub.add_parser("job", help="queue a background job")
+
+
+def _job(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", metavar="KIND", help="e.g. source_sync or classifier_training")
     p.add_argument("--params", required=True, metavar="JSON", help="the job's parameters")
     p.add_argument("--request-key", help="idempotency key: the same key returns the same job")
     add_wait(p)
     add_json(p)
     p.set_defaults(handler=cmd_job)
+
+
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "run": _run,
+    "workflow": _workflow,
+    "job": _job,
+}

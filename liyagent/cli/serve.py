@@ -7,7 +7,8 @@ import argparse
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from liyagent.cli.common import FAILED, OK, USAGE, CliError
 
@@ -68,22 +69,25 @@ def _serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
     return OK
 
 
-def add_parsers(sub: Any) -> None:
-    """The `serve` and `metrics` sub-commands."""
-    p = sub.add_parser("serve", help="serve the HTTP app front (webhooks, runs, approvals)")
+def _serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks one)")
     p.set_defaults(handler=cmd_serve)
-    p = sub.add_parser(
-        "metrics",
-        help="Prometheus metrics, read from Postgres and Redis at each scrape",
-        description=(
-            "Without --once, serve the exposition at http://HOST:PORT/metrics until interrupted. "
-            "It needs no credentials, so bind it to a private interface. A source that cannot "
-            "be read is reported as liyagent_source_up 0; with --once it exits 3 instead."
-        ),
+
+
+def _metrics(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Without --once, serve the exposition at http://HOST:PORT/metrics until interrupted. "
+        "It needs no credentials, so bind it to a private interface. A source that cannot "
+        "be read is reported as liyagent_source_up 0; with --once it exits 3 instead."
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=9464, help="port (default 9464; 0 picks one)")
     p.add_argument("--once", action="store_true", help="print the exposition once and exit")
     p.set_defaults(handler=cmd_metrics)
+
+
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "serve": _serve,
+    "metrics": _metrics,
+}

@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -358,22 +358,18 @@ def _logs_to(path: Path) -> Iterator[None]:
             logs.configure(level=os.environ.get("LIYAGENT_LOG_LEVEL") or "WARNING")
 
 
-def add_parsers(sub: Any) -> None:
-    """The `trials` sub-command and its options."""
-    p = sub.add_parser(
-        "trials",
-        help="the kill trials: victim workers SIGKILLed mid-run, judged from the records",
-        description=(
-            "Start a simulator, a survivor worker, beat and the app front, then in each round a "
-            "fresh victim worker that begins a cron fire, a Teams turn and a webhook call and is "
-            "SIGKILLed 0.2-4 s after it is up; judge every trial from Postgres and the vendors' "
-            "records. Uses LIYAGENT_DATABASE_URL and LIYAGENT_REDIS_URL when set, else the "
-            "machine's servers on their default ports (creating the database "
-            "LIYAGENT_TRIALS_DATABASE, default liyagent_trials), else private ones; the "
-            "simulator records into a database of its own, dropped at the end. Exit 0 when no "
-            "trial was lost and no write was duplicated or made after a takeover, 1 otherwise, "
-            "2 on bad usage, 3 without Postgres or Redis."
-        ),
+def _trials(p: argparse.ArgumentParser) -> None:
+    """The `trials` sub-command's options."""
+    p.description = (
+        "Start a simulator, a survivor worker, beat and the app front, then in each round a "
+        "fresh victim worker that begins a cron fire, a Teams turn and a webhook call and is "
+        "SIGKILLed 0.2-4 s after it is up; judge every trial from Postgres and the vendors' "
+        "records. Uses LIYAGENT_DATABASE_URL and LIYAGENT_REDIS_URL when set, else the "
+        "machine's servers on their default ports (creating the database "
+        "LIYAGENT_TRIALS_DATABASE, default liyagent_trials), else private ones; the "
+        "simulator records into a database of its own, dropped at the end. Exit 0 when no "
+        "trial was lost and no write was duplicated or made after a takeover, 1 otherwise, "
+        "2 on bad usage, 3 without Postgres or Redis."
     )
     p.add_argument(
         "--trials", type=int, default=DEFAULT_TRIALS, help=f"trials (default {DEFAULT_TRIALS})"
@@ -392,3 +388,6 @@ def add_parsers(sub: Any) -> None:
     )
     add_json(p)
     p.set_defaults(handler=cmd_trials)
+
+
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {"trials": _trials}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.live import Live
@@ -57,9 +57,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return OK if status == "succeeded" else FAILED
 
 
-def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("watch", help="follow a run's events live until it ends")
+def _watch(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--after", type=int, default=0, help="start after this event seq")
     add_json(p)
     p.set_defaults(handler=cmd_watch)
+
+
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {"watch": _watch}

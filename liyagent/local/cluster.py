@@ -57,6 +57,10 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
     }
 
 
+# The Celery app every process here is started with: liyagent's, under a name no team's module
+# takes (liyagent/worker.py; `celery -A tasks` loads the same app).
+APP = "liyagent.worker"
+
 # Flower's line once it listens; group 1 is its base URL.
 FLOWER_READY = r"Visit me at (http://\S+)"
 
@@ -66,7 +70,7 @@ def flower_command(
 ) -> tuple[list[str], dict[str, str]]:
     """Flower's command and environment: a free loopback port, HTTP basic auth whose
     credentials go in its environment (FLOWER_BASIC_AUTH), not on its command line."""
-    argv = python("-m", "celery", "-A", "tasks", "flower", "--port=0", "--address=127.0.0.1")
+    argv = python("-m", "celery", "-A", APP, "flower", "--port=0", "--address=127.0.0.1")
     env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
     env["FLOWER_BASIC_AUTH"] = f"{user}:{password}"
     return argv, env
@@ -77,7 +81,7 @@ POOLS = ("prefork", "threads")
 
 
 def worker_argv(
-    name: str, queues: str, concurrency: int, app: str = "tasks", pool: str = "prefork"
+    name: str, queues: str, concurrency: int, app: str = APP, pool: str = "prefork"
 ) -> list[str]:
     """The command of one real worker on `queues` (comma-separated), as tests, the demo and
     the trials start it: no gossip or mingle chatter between workers. Its event heartbeats
@@ -141,11 +145,11 @@ class Cluster:
         env: dict[str, str],
         concurrency: int = 3,
         ops: bool = True,
-        app: str = "tasks",
+        app: str = APP,
         pool: str = "prefork",
     ) -> Proc:
-        """A real `celery -A tasks worker` (`-P pool`) on the run queue (and its ops queue);
-        `app` names another Celery app module (the bench's plain-Celery baseline)."""
+        """A real `celery -A liyagent.worker worker` (`-P pool`) on the run queue (and its ops
+        queue); `app` names another Celery app module (the bench's plain-Celery baseline)."""
         queues = f"{queue},{queue}.ops" if ops else queue
         argv = worker_argv(name, queues, concurrency, app, pool)
         proc, _ = self._start(name, argv, env, r"ready\.")
@@ -166,7 +170,7 @@ class Cluster:
 
     def beat(self, env: dict[str, str]) -> Proc:
         """Celery beat, which fires the lease sweeper."""
-        argv = python("-m", "celery", "-A", "tasks", "beat", "-l", "INFO")
+        argv = python("-m", "celery", "-A", APP, "beat", "-l", "INFO")
         return self._start("beat", argv, env, r"beat: Starting")[0]
 
     def stop(self) -> None:

@@ -13,19 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (cwd for `celery -A tasks`)
+ROOT = Path(__file__).resolve().parents[2]  # the repository (the processes' cwd)
 
 
 class Proc:
     """A process group started for a test, with its combined output in a log file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT
+    ) -> None:
+        """Start `argv` in `cwd` (the repository unless said: a team's own directory)."""
         self.name = name
         self.log = log
         self._fh = open(log, "ab")  # noqa: SIM115 - open as long as the process runs
         self.popen = subprocess.Popen(
             argv,
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=self._fh,
             stderr=subprocess.STDOUT,

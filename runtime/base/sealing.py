@@ -16,14 +16,16 @@ import os
 import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
 import structlog
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from runtime.base.settings import ConfigError
+
+if TYPE_CHECKING:
+    import redis
 
 log = structlog.get_logger(__name__)
 
@@ -213,6 +215,8 @@ def say_dev_key_once(sealer: Sealer, client: redis.Redis[bytes], namespace: str)
     in DEV_KEY_QUIET_S takes a marker (SET NX) naming the key's fingerprint and says it; the
     others, a worker's pool children, beat, the front and CLI commands, stay silent. A second
     machine's different development key is said too. Redis out of reach: said anyway."""
+    import redis  # here: a reader of sealed rows (`liyagent inspect`) needs no Redis client
+
     if not sealer.dev_file or sealer.dev_file in _warned:
         return
     _warned.add(sealer.dev_file)

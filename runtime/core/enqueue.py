@@ -15,6 +15,7 @@ import pydantic
 import sqlalchemy as sa
 import structlog
 
+from runtime.base.refused import BadRequest as BadRequest
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
 from runtime.durable.definition import RunDefinition
@@ -42,10 +43,6 @@ WAITING_KINDS = frozenset({K.PLAIN, K.MANAGED, K.PLAYGROUND, K.A2A, K.RESUME, K.
 ENTRY_KINDS = frozenset({K.CRON, K.WEBHOOK, K.TICKET_EVENT, K.COPILOT, K.TEAMS})
 # Runs whose agent definition (model, tools, system) comes from the catalog, not the caller.
 CATALOG_KINDS = ENTRY_KINDS | {K.A2A}
-
-
-class BadRequest(ValueError):
-    """The caller's input is invalid; nothing was stored."""
 
 
 # The one rule for agent (and workflow) names, shared by the CLI, the client API and the front:

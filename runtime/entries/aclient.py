@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from runtime.entries.client import Client, parse_after, parse_id
-from runtime.entries.run_view import RunView, still_waiting
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow_async
+from runtime.ops.run_view import RunView, still_waiting
 from store.states import FINISHED
 
 P = ParamSpec("P")

@@ -10,16 +10,11 @@ told on the run alone (its status and reason)."""
 from __future__ import annotations
 
 import json
-import re
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
-from runtime.base.sealing import NoSealKeys, SealError
 from runtime.core.catalog import CatalogError
 from runtime.core.enqueue import (
     AGENT_NAME,
@@ -32,26 +27,27 @@ from runtime.core.enqueue import (
     publish_quietly,
 )
 from runtime.core.entry import InPostgres
-from runtime.entries.run_view import OutputMismatch, RunView, read_as, still_waiting
 from runtime.entries.start import UnknownAgent, catalog_agent
 from runtime.ops.erasure import Erased, erase
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow, read_events
+from runtime.ops.run_view import (
+    OutputMismatch,
+    RunView,
+    parse_id,
+    read_view,
+    resolve_run_id,
+    still_waiting,
+)
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from store.entries import EntryKind
 from store.gates import agent_has_runs, insert_stop, lift_stops
-from store.records import insert_audit_once, select_transcript
+from store.records import select_transcript
 from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
 from store.runs import get_run
 from store.states import FINISHED
-from store.views import running_runs, runs_by_id_prefix
+from store.views import running_runs
 from store.waits import decide_approval, get_approval, list_approvals
-
-# The shortest run id prefix accepted (the demo prints 8 characters).
-MIN_PREFIX = 4
-# How many matches an ambiguous prefix lists.
-PREFIX_MATCHES_SHOWN = 10
-_HEX = re.compile(r"[0-9a-f]+")
 
 ENTRY = InPostgres(EntryKind.PLAIN, EntryKind.MANAGED, EntryKind.PLAYGROUND, EntryKind.RESUME)
 
@@ -85,41 +81,6 @@ class Stopped:
 
     now: list[str]
     at_next_step: list[str]
-
-
-def parse_id(raw: str, what: str = "run id") -> str:
-    try:
-        return str(uuid.UUID(str(raw)))
-    except ValueError:
-        raise BadRequest(f"{raw!r} is not a valid {what} (a UUID)") from None
-
-
-def resolve_run_id(engine: sa.Engine, raw: str) -> str:
-    """A full run id, or the one run a unique prefix of at least MIN_PREFIX hex digits names
-    (the demo prints 8). No match: RunNotFound; several: BadRequest listing them."""
-    text = raw.strip().lower()
-    try:
-        return parse_id(text)
-    except BadRequest:
-        pass
-    digits = text.replace("-", "")
-    if len(digits) < MIN_PREFIX or len(digits) > 32 or not _HEX.fullmatch(digits):
-        raise BadRequest(
-            f"{raw!r} is not a valid run id (a UUID) nor a prefix of one (at least {MIN_PREFIX} "
-            "hex digits)"
-        )
-    with engine.connect() as conn:
-        found = runs_by_id_prefix(conn, digits, PREFIX_MATCHES_SHOWN + 1)
-    matches = [r for r in found if r.id.startswith(text)]
-    if not matches:
-        raise RunNotFound(raw)
-    if len(matches) > 1:
-        shown = ", ".join(f"{r.id} ({r.agent}, {r.status})" for r in matches[:PREFIX_MATCHES_SHOWN])
-        more = " and more" if len(matches) > PREFIX_MATCHES_SHOWN else ""
-        raise BadRequest(
-            f"run id prefix {raw!r} is ambiguous: it matches {shown}{more}; give more of the id"
-        )
-    return matches[0].id
 
 
 def parse_after(raw: object) -> int:
@@ -253,42 +214,10 @@ class Client:
         return resolve_run_id(self.s.engine, raw)
 
     def get(self, run_id: str) -> RunView:
-        with self.s.engine.connect() as conn:
-            row = get_run(conn, parse_id(run_id))
-        answer, answer_error, output = None, None, None
-        if row.answer is not None:
-            try:
-                opened = self.s.sealer.open(row.id, "answer", 0, row.answer)
-                answer, output = str(opened["text"]), opened.get("output")
-            except NoSealKeys as exc:
-                answer_error = f"the answer is not shown: {exc}"
-            except SealError as exc:
-                answer_error = (
-                    "the stored answer does not verify against its seal; it is not shown and "
-                    "is never handed on (audited as agent.answer.unverified)"
-                )
-                with self.s.engine.connect() as conn:
-                    insert_audit_once(
-                        conn,
-                        run_id=row.id,
-                        kind="agent.answer.unverified",
-                        detail={"reason": str(exc), "status": row.status},
-                    )
-        typed, output_error = read_as(self.s.tools, row.id, row.agent, output)
-        return RunView(
-            row.id,
-            row.status,
-            row.attempt,
-            row.lost_count,
-            row.step,
-            answer,
-            row.failure_reason,
-            row.waiting_on,
-            answer_error,
-            typed,
-            output,
-            output_error,
-        )
+        """The run as it stands, its answer opened with the seal keys and, when its agent
+        declares an output type, read as the type this process declares (runtime/ops/run_view.py,
+        `read_view`)."""
+        return read_view(self.s.engine, self.s.sealer, run_id, self.s.tools)
 
     def transcript(self, run_id: str) -> list[tuple[str, str]]:
         with self.s.engine.connect() as conn:

@@ -24,9 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import jsonschema
 import pydantic
-from jsonschema.validators import validator_for
 from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import described
@@ -122,6 +120,9 @@ def checked_schema(schema: Any) -> dict[str, Any]:
     what is wrong otherwise."""
     if not isinstance(schema, dict):
         raise ValueError("output is a JSON Schema (an object)")
+    import jsonschema  # only where a schema is checked: a tool module's import stays light
+    from jsonschema.validators import validator_for
+
     try:
         validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -132,6 +133,8 @@ def checked_schema(schema: Any) -> dict[str, Any]:
 def schema_fit(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
     """The check of the output tool's arguments against the type's JSON schema alone: the
     value as the model gave it, or ValueError naming each field that does not fit."""
+    from jsonschema.validators import validator_for
+
     parameters = tool_parameters(schema)
     checker = validator_for(parameters)(parameters)
 

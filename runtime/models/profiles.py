@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, Self
 
 import pydantic
 
-from runtime.base.settings import ConfigError
+from runtime.base.config import ConfigError
 from runtime.base.validation import described
 from runtime.models.base import ModelError
 

@@ -294,7 +294,7 @@ def test_real_file_shape() -> None:
         "service_completed_successfully"
     )
     assert services["worker"]["healthcheck"]["test"][1].startswith(
-        "celery -A tasks inspect ping -d celery@$HOSTNAME"
+        "celery -A liyagent.worker inspect ping -d celery@$HOSTNAME"
     )
     assert services["flower"]["ports"] == ["127.0.0.1:5555:5555"]
     assert services["simulators"]["profiles"] == ["simulators"]

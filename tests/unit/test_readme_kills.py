@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "examples" / "order_desk" / "README.md"]
 # Any kill by name: pkill or killall, whatever the pattern or the signal.
 BY_NAME = re.compile(r"\b(pkill|killall)\b")
-PIDFILE = re.compile(r"celery -A tasks worker\b[^\n]*--pidfile[= ](\S+)")
+# A worker started any way the docs show it: `liyagent worker`, `celery -A liyagent.worker
+# worker` or `celery -A tasks worker`.
+PIDFILE = re.compile(
+    r"(?:liyagent|celery -A (?:liyagent\.worker|tasks)) worker\b[^\n]*--pidfile[= ](\S+)"
+)
 
 # A stand-in worker: a main process that forks a pool child and waits on it.
 WORKER = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nelse:\n    time.sleep(60)\n"
