@@ -8,11 +8,18 @@ two rows, which is what the judge counts.
 
 The real connector lists nothing: `GET .../activities` is answered 405 (`Allow: POST`), as
 Microsoft's is, so a poster finds its own reply again only through what Microsoft Graph shows
-(`simulators/graph.py`): each post is kept with the Graph place Teams shows it at (a personal
-chat `19:{user's aadObjectId}_{bot's app id}@unq.gbl.spaces`, a group chat `19:...@thread.v2`
-under its own id, or a channel thread `19:...;messageid=R` as the replies of message R). The
-request's `Idempotency-Key` header is kept with the post for the judge's counts only; no endpoint
-reads it back.
+(`simulators/graph.py`): each post is kept with the Graph place Teams shows it at (a group chat
+`19:...@thread.v2` under its own id, a channel thread `19:...;messageid=R` as the replies of
+message R, a personal chat `a:...` as the one-on-one chat Teams made when the app was installed
+for the person, whose Graph id only Graph tells). The request's `Idempotency-Key` header is kept
+with the post for the judge's counts only; no endpoint reads it back.
+
+`GET /v3/teams/{teamId}` answers a team's details as the Bot Connector does for a bot installed
+in it (`{"id", "name", "aadGroupId"}`, `teamId` being the id activities name the team with,
+`channelData.team.id`): the one way a bot learns the Microsoft 365 group id Graph names the team
+by, which Teams sends in `conversationUpdate` events but not with messages. A team the connector
+does not know is 404, one the bot is not installed in 403; `POST /sim/teams` installs a bot in a
+team.
 
 Every connector request must carry `Authorization: Bearer <token>` with a token this simulator's
 token endpoint issued and that has not expired; anything else is answered 401 and has no
@@ -35,7 +42,9 @@ import hmac
 import re
 from typing import Any
 
-from simulators import store
+from sqlalchemy import Connection
+
+from simulators import store, teams_store
 from simulators.wire import Call, HttpError, Response, _json_object, _number, _text
 
 # The scope a bot asks for to call the Bot Connector, and the one for Microsoft Graph.
@@ -78,25 +87,17 @@ def _activity(call: Call) -> dict[str, Any]:
     return body
 
 
-def personal_chat_id(user_aad_object_id: str, app_id: str) -> str:
-    """The Graph id of the one-on-one chat between a person and a bot, as Teams forms it."""
-    return f"19:{user_aad_object_id}_{app_id}@unq.gbl.spaces"
-
-
-def graph_place(conversation: str, activity: dict[str, Any], app_id: str) -> store.GraphPlace:
+def graph_place(conn: Connection, conversation: str) -> teams_store.GraphPlace:
     """Where Teams shows a post to `conversation` in Graph: a channel thread (`19:...;messageid=
-    R`: the replies of R), a group chat (`19:...@thread...`: itself), or the personal chat of
-    the person the post is to (by their `aadObjectId`); nowhere when none of these applies."""
+    R`: the replies of R), a group chat (`19:...@thread...`: itself), or the personal chat a
+    personal conversation is (made when the app was installed for the person); nowhere when
+    Teams has no such conversation."""
     base, thread, root = conversation.partition(";messageid=")
     if thread and base.startswith("19:") and root:
-        return store.GraphPlace(channel=base, root=root)
+        return teams_store.GraphPlace(channel=base, root=root)
     if conversation.startswith("19:") and "@thread" in conversation:
-        return store.GraphPlace(chat=conversation)
-    recipient = activity.get("recipient")
-    aad = recipient.get("aadObjectId") if isinstance(recipient, dict) else None
-    if isinstance(aad, str) and aad:
-        return store.GraphPlace(chat=personal_chat_id(aad, app_id))
-    return store.GraphPlace()
+        return teams_store.GraphPlace(chat=conversation)
+    return teams_store.GraphPlace(chat=teams_store.personal_chat_of(conn, conversation))
 
 
 def _post(call: Call, reply_to: str | None) -> Response:
@@ -110,7 +111,7 @@ def _post(call: Call, reply_to: str | None) -> Response:
         activity,
         call.request.idem_key,
         bot,
-        graph_place(conversation, activity, bot.app_id),
+        graph_place(call.conn, conversation),
     )
     return Response(201, {"id": row["id"]})
 
@@ -124,6 +125,41 @@ def send_to_conversation(call: Call) -> Response:
     """Send an activity to a conversation (its `replyToId`, if any, is kept)."""
     reply_to = _json_object(call.request).get("replyToId")
     return _post(call, reply_to if isinstance(reply_to, str) else None)
+
+
+def team_details(call: Call) -> Response:
+    """A team's details, for a bot installed in it: its id, name and Microsoft 365 group id."""
+    bot = _bot(call)
+    found = teams_store.team(call.conn, call.params["team"])
+    if found is None:
+        raise HttpError(
+            404,
+            "no such team",
+            payload={"error": {"code": "NotFound", "message": "Cannot find team with provided id"}},
+        )
+    if found["app_id"] != bot.app_id:
+        raise HttpError(
+            403,
+            "the bot is not in the team",
+            payload={
+                "error": {
+                    "code": "BotNotInConversationRoster",
+                    "message": "The bot is not part of the conversation roster.",
+                }
+            },
+        )
+    return Response(
+        200, {"id": found["team_id"], "name": found["name"], "aadGroupId": found["aad_group_id"]}
+    )
+
+
+def register_team(call: Call) -> Response:
+    """Install a bot in a team: the id activities name the team with, its group id, its name."""
+    body = _json_object(call.request)
+    team, group = _text(body, "team_id"), _text(body, "aad_group_id")
+    name, app_id = _text(body, "name", default="Team"), _text(body, "app_id")
+    teams_store.upsert_team(call.conn, team, group, name, app_id)
+    return Response(201, {"team_id": team, "aad_group_id": group, "app_id": app_id})
 
 
 def _oauth_error(status: int, code: str, description: str) -> HttpError:

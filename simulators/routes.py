@@ -300,6 +300,7 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
             connector.reply_to_activity,
         ),
         ("POST", "/v3/conversations/{conversation}/activities", connector.send_to_conversation),
+        ("GET", "/v3/teams/{team}", connector.team_details),
         ("POST", "/botframework.com/oauth2/v2.0/token", connector.issue_token),
         (
             "POST",
@@ -312,7 +313,15 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
             "/v1.0/teams/{team}/channels/{channel}/messages/{message}/replies",
             graph.channel_replies,
         ),
+        ("GET", "/v1.0/users/{user}/teamwork/installedApps", graph.installed_apps),
+        (
+            "GET",
+            "/v1.0/users/{user}/teamwork/installedApps/{installation}/chat",
+            graph.installed_app_chat,
+        ),
         ("POST", "/sim/graph", graph.set_lag),
+        ("POST", "/sim/teams", connector.register_team),
+        ("POST", "/sim/teams/personal", graph.install_personal),
         ("POST", "/sim/graph/channels", graph.register_channel),
         ("POST", "/sim/bots", connector.register_bot),
         ("POST", "/sim/bots/{app}/revoke", connector.revoke_tokens),

@@ -14,6 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, text
 
+from simulators import teams_store
+from simulators.teams_store import GraphPlace
+
 Row = dict[str, Any]
 
 LIST_LIMIT = 1000
@@ -106,12 +109,6 @@ DDL: tuple[str, ...] = (
         ON sim.connector_activities (graph_chat, id)""",
     """CREATE INDEX IF NOT EXISTS connector_activities_graph_thread_idx
         ON sim.connector_activities (graph_channel, graph_root, id)""",
-    # Graph's lag: how long after a post it first shows in Graph's reads (one row, id 1).
-    """CREATE TABLE IF NOT EXISTS sim.graph_settings (
-        id int PRIMARY KEY CHECK (id = 1), lag_ms int NOT NULL)""",
-    # The teams Graph knows, by channel: a channel's replies are read under its team's id.
-    """CREATE TABLE IF NOT EXISTS sim.graph_channels (
-        channel_id text PRIMARY KEY, team_id text NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS sim.fine_tunes (
         id text PRIMARY KEY, model text NOT NULL, dataset text NOT NULL, idem_key text,
         duration_s double precision NOT NULL, created_at timestamptz NOT NULL DEFAULT now())""",
@@ -184,7 +181,7 @@ def ensure_schema(engine: Engine) -> None:
     """
     with transactional(engine).begin() as conn:
         conn.execute(text(_SCHEMA_LOCK))
-        for statement in DDL:
+        for statement in (*DDL, *teams_store.DDL):
             conn.execute(text(statement))
 
 
@@ -363,15 +360,6 @@ _ACTIVITY = (
 )
 
 
-@dataclass(frozen=True)
-class GraphPlace:
-    """Where Microsoft Graph shows a post: a chat's messages, or a channel thread's replies."""
-
-    chat: str | None = None
-    channel: str | None = None
-    root: str | None = None
-
-
 def insert_connector_activity(
     conn: Connection,
     conversation: str,
@@ -404,71 +392,6 @@ def insert_connector_activity(
         "root": place.root,
     }
     return _inserted(conn, sql, params)
-
-
-_GRAPH_POST = "id, activity, app_id, created_at"
-
-
-def graph_chat_posts(
-    conn: Connection,
-    chat: str,
-    *,
-    skip: int,
-    top: int,
-    after: datetime | None,
-    before: datetime | None,
-) -> list[Row]:
-    """The posts Graph shows in a chat now, newest first (a bot's posts are never edited
-    here, so their last-modified time is their creation time, and one bound serves both)."""
-    sql = f"""SELECT {_GRAPH_POST} FROM sim.connector_activities
-              WHERE graph_chat = :chat AND visible_at <= clock_timestamp()
-                AND (CAST(:after AS timestamptz) IS NULL OR created_at > :after)
-                AND (CAST(:before AS timestamptz) IS NULL OR created_at < :before)
-              ORDER BY created_at DESC, id DESC OFFSET :skip LIMIT :top"""
-    params = {"chat": chat, "after": after, "before": before, "skip": skip, "top": top}
-    return [dict(r) for r in conn.execute(text(sql), params).mappings()]
-
-
-def graph_thread_posts(
-    conn: Connection, channel: str, root: str, *, skip: int, top: int
-) -> list[Row]:
-    """The replies Graph shows in a channel thread now, oldest first."""
-    sql = f"""SELECT {_GRAPH_POST} FROM sim.connector_activities
-              WHERE graph_channel = :channel AND graph_root = :root
-                AND visible_at <= clock_timestamp()
-              ORDER BY id OFFSET :skip LIMIT :top"""
-    params = {"channel": channel, "root": root, "skip": skip, "top": top}
-    return [dict(r) for r in conn.execute(text(sql), params).mappings()]
-
-
-def set_graph_lag(conn: Connection, lag_ms: int) -> None:
-    """How long after a post Graph first shows it (for posts made from now on)."""
-    conn.execute(
-        text(
-            """INSERT INTO sim.graph_settings (id, lag_ms) VALUES (1, :lag)
-               ON CONFLICT (id) DO UPDATE SET lag_ms = EXCLUDED.lag_ms"""
-        ),
-        {"lag": lag_ms},
-    )
-
-
-def upsert_graph_channel(conn: Connection, team_id: str, channel_id: str) -> None:
-    """Make a channel known to Graph under its team."""
-    conn.execute(
-        text(
-            """INSERT INTO sim.graph_channels (channel_id, team_id) VALUES (:c, :t)
-               ON CONFLICT (channel_id) DO UPDATE SET team_id = EXCLUDED.team_id"""
-        ),
-        {"c": channel_id, "t": team_id},
-    )
-
-
-def graph_channel_team(conn: Connection, channel_id: str) -> str | None:
-    """The team a channel belongs to, or None when Graph does not know the channel."""
-    row = conn.execute(
-        text("SELECT team_id FROM sim.graph_channels WHERE channel_id = :c"), {"c": channel_id}
-    ).first()
-    return None if row is None else str(row.team_id)
 
 
 @dataclass(frozen=True)

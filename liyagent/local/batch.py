@@ -171,6 +171,8 @@ def post_entry(
     Framework activity the channel signs, replied to at `service_url`; its run is started from
     the durable inbox: find it by the activity id)."""
     if entry.via == "teams":
+        # A personal chat: the bot's app is installed for the person who writes to it.
+        channel.install_personal(service_url, entry.conversation, DEMO_USER)
         activity = channel.activity(
             activity_id=entry.ref,
             conversation=entry.conversation,

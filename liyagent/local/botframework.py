@@ -7,12 +7,17 @@ app id, a `serviceurl` claim, an expiry), and posts message activities to the bo
 `/api/messages`. It also makes up the bot's app password and registers the bot with the
 simulators' token endpoint, so the workers can authenticate their replies to the connector
 simulator and read them back through the simulators' Microsoft Graph (`worker_env`). Its
-activities carry what Teams's do and the read-back needs: the tenant id, the sender as Teams
-names them (a `TeamsUser`: `from.id`, the channel's own id of the user for this bot, and
+activities carry what Teams's message activities do, and no more: the tenant id, the sender as
+Teams names them (a `TeamsUser`: `from.id`, the channel's own id of the user for this bot, and
 `from.aadObjectId`, their Entra object id, neither of which changes when `from.name`, the
-display name, does), and for a channel the team's `aadGroupId`. The demo, the kill trials and the
-tests deliver their Teams turns with it; a real deployment points the front at Microsoft's keys
-endpoint and the workers at Microsoft's token endpoints and Graph instead.
+display name, does), and in a channel the team's and the channel's thread ids (never the team's
+Microsoft 365 group id, which Teams sends only in `conversationUpdate` events; the workers ask
+the Bot Connector's team details for it). What Teams knows besides is told to the simulators as
+it happens in a tenant: the app installed in a team (`register_channel`), or in a person's
+personal scope, with the chat it then has with them (`install_personal`, whose Graph id the
+simulators make up and tell only through Graph). The demo, the kill trials and the tests deliver
+their Teams turns with it; a real deployment points the front at Microsoft's keys endpoint and
+the workers at Microsoft's token endpoints and Graph instead.
 """
 
 from __future__ import annotations
@@ -107,9 +112,16 @@ class BotChannel:
     # The bot's app password (client secret) and the lifetime of the tokens it is issued.
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
     token_ttl_s: float = 3600.0
-    # The tenant the bot is installed in, and a team of it (Graph ids).
+    # The Teams app that carries the bot: its manifest id (the catalog's `externalId`), not the
+    # bot's app id, as a Teams Toolkit project has it.
+    manifest_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # The tenant the bot is installed in, and a team of it: its Microsoft 365 group id (Graph's
+    # name for it) and the id activities name it with (its General channel's thread id).
     tenant_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     team_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    team_thread_id: str = field(
+        default_factory=lambda: f"19:{uuid.uuid4().hex}@thread.tacv2", repr=False
+    )
     # Who sends an activity that names no sender.
     user: TeamsUser = field(default_factory=TeamsUser)
     _server: _KeysServer | None = field(default=None, init=False, repr=False)
@@ -161,6 +173,7 @@ class BotChannel:
         return {
             "LIYAGENT_TEAMS_APP_ID": self.app_id,
             "LIYAGENT_TEAMS_APP_PASSWORD": self.password,
+            "LIYAGENT_TEAMS_MANIFEST_ID": self.manifest_id,
             "LIYAGENT_TEAMS_TOKEN_URL": f"{base}{TOKEN_PATH}",
             "LIYAGENT_TEAMS_GRAPH_URL": f"{base}/v1.0",
             "LIYAGENT_TEAMS_GRAPH_TOKEN_URL": f"{base}{GRAPH_TOKEN_PATH}",
@@ -168,9 +181,31 @@ class BotChannel:
         }
 
     def register_channel(self, sim_url: str, channel_id: str) -> None:
-        """Make a channel of this bot's team known to the simulators' Graph."""
+        """Install the bot in its team (as the Bot Connector then knows it) and make a channel
+        of the team known to the simulators' Graph."""
+        team = {
+            "team_id": self.team_thread_id,
+            "aad_group_id": self.team_id,
+            "name": "Support",
+            "app_id": self.app_id,
+        }
+        httpx.post(f"{sim_url}/sim/teams", json=team, timeout=10).raise_for_status()
         body = {"team_id": self.team_id, "channel_id": channel_id}
         httpx.post(f"{sim_url}/sim/graph/channels", json=body, timeout=10).raise_for_status()
+
+    def install_personal(
+        self, sim_url: str, conversation: str, user: TeamsUser | None = None
+    ) -> None:
+        """The person (`user`, by default the channel's) adds the bot's app: Teams installs it
+        in their personal scope and makes the one-on-one chat `conversation` is."""
+        body = {
+            "user_id": (user or self.user).aad_object_id,
+            "app_id": self.app_id,
+            "manifest_id": self.manifest_id,
+            "conversation_id": conversation,
+            "tenant_id": self.tenant_id,
+        }
+        httpx.post(f"{sim_url}/sim/teams/personal", json=body, timeout=10).raise_for_status()
 
     def token(
         self,
@@ -208,8 +243,9 @@ class BotChannel:
         thread (`19:...;messageid=R`)."""
         data: dict[str, Any] = {"tenant": {"id": self.tenant_id}}
         if conversation_type == "channel":
+            # As Teams sends a message in a channel: the team by its thread id only.
             channel = conversation.partition(";messageid=")[0]
-            data["team"] = {"id": channel, "aadGroupId": self.team_id}
+            data["team"] = {"id": self.team_thread_id}
             data["channel"] = {"id": channel}
         return {
             "type": "message",

@@ -255,6 +255,8 @@ class TrialSession:
             fire_cron(d.services, CRON_TRIGGER, slot)
             self.trials.append(Trial("cron", CRON_TRIGGER, index, slot))
         if remaining > 1:
+            # A personal chat: the bot's app is installed for the person who writes to it.
+            d.channel.install_personal(d.settings.vendor_url, f"trial-conv-{tag}")
             activity = d.channel.activity(
                 activity_id=f"trial-{tag}",
                 conversation=f"trial-conv-{tag}",

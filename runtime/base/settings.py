@@ -335,6 +335,10 @@ class Settings:
     teams_graph_token_url: str = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
     teams_graph_scope: str = "https://graph.microsoft.com/.default"
     teams_graph_settle_ms: int = 5000
+    # The Teams app's manifest id (its catalog entry's externalId), by which Graph finds the
+    # app's installation for a person and so their personal chat with the bot; empty: the
+    # bot's app id (an app whose manifest reuses it).
+    teams_manifest_id: str = ""
     # The most connections one process's pools may open to Postgres and to Redis; 0 follows
     # the worker's pool (runtime/base/pools.py: a `-P threads -c N` worker N plus its main
     # process's threads, any other process 15). A smaller database pool makes threads take
@@ -400,6 +404,7 @@ class Settings:
             teams_graph_settle_ms=_env_nonnegative(
                 "LIYAGENT_TEAMS_GRAPH_SETTLE_MS", cls.teams_graph_settle_ms
             ),
+            teams_manifest_id=os.environ.get("LIYAGENT_TEAMS_MANIFEST_ID", "").strip(),
             db_pool_max=_env_nonnegative("LIYAGENT_DB_POOL_MAX", 0),
             redis_pool_max=_env_nonnegative("LIYAGENT_REDIS_POOL_MAX", 0),
             timings=Timings.from_env(),

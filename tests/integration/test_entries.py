@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from liyagent.local.botframework import BotChannel
+from liyagent.local.botframework import BotChannel, TeamsUser
 from runtime.core.enqueue import BadRequest, NewRun, enqueue
 from runtime.entries.cron import fire_cron
 from runtime.entries.start import start_entry
@@ -22,6 +22,8 @@ pytestmark = pytest.mark.kill
 ANSWER = "Answer from helper."
 # Ann's Entra object id: her Teams turns' owner.
 ANN = "0b0a0000-0000-0000-0000-00000000a11e"
+# The bot the workers reply as, in the tenant the turns come from.
+BOT = BotChannel(tenant_id="t-1")
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def entries(stack, tmp_path):
         agents_file=write_catalog(tmp_path / "agents.json", stack.sim_url, cron_every_s=3600)
     )
     # The workers reply to Teams turns as a bot the connector simulator knows.
-    stack.extra_env.update(BotChannel().worker_env(stack.sim_url))
+    stack.extra_env.update(BOT.worker_env(stack.sim_url))
     return stack
 
 
@@ -51,6 +53,8 @@ def _turn(entries, activity_id: str, conversation: str, text: str = "status of T
         "recipient": {"id": "28:bot", "name": "bot"},
         "text": text,
     }
+    # Ann can write to the bot: its app is installed for her, with the chat this conversation is.
+    BOT.install_personal(entries.sim_url, conversation, TeamsUser("ann", ANN))
     turn = TeamsTurn(activity_id, conversation, entries.sim_url, ANN, text, activity)
     receive_teams(entries.services, turn, "helper")
 

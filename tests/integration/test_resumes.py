@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from liyagent.local.botframework import BotChannel
+from liyagent.local.botframework import BotChannel, TeamsUser
 from runtime.entries.teams_inbox import TeamsTurn, intake_teams, receive_teams
 from store.gates import set_channel, set_principal
 from tests.support.catalogs import write_catalog
@@ -23,6 +23,8 @@ pytestmark = pytest.mark.kill
 ANSWER = "Answer from helper."
 # Ann's Entra object id: her Teams turns' owner, the name a revocation gives her by.
 ANN = "0b0a0000-0000-0000-0000-00000000a11e"
+# The bot the workers reply as, in the tenant the turns come from.
+BOT = BotChannel(tenant_id="t-1")
 
 
 @pytest.fixture
@@ -30,7 +32,7 @@ def entries(stack, tmp_path):
     """The `helper` agent (a read, a comment, an answer); workers reply to Teams as a bot the
     connector simulator knows."""
     stack.reconfigure(agents_file=write_catalog(tmp_path / "agents.json", stack.sim_url))
-    stack.extra_env.update(BotChannel().worker_env(stack.sim_url))
+    stack.extra_env.update(BOT.worker_env(stack.sim_url))
     return stack
 
 
@@ -51,6 +53,8 @@ def _teams_turn(stack, message_id: str) -> str:
         "recipient": {"id": "28:bot", "name": "bot"},
         "text": "status of T-3?",
     }
+    # Ann can write to the bot: its app is installed for her, with the chat this conversation is.
+    BOT.install_personal(stack.sim_url, conversation, TeamsUser("ann", ANN))
     turn = TeamsTurn(message_id, conversation, stack.sim_url, ANN, activity["text"], activity)
     receive_teams(stack.services, turn, "helper")
     [run_id] = intake_teams(stack.services)

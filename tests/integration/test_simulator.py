@@ -873,18 +873,52 @@ def card_reply(text: str, key: str, user: str) -> dict[str, Any]:
     }
 
 
+def install_personal(
+    sim: Simulator, app_id: str, user: str, manifest: str | None = None, **more: str
+) -> tuple[str, str]:
+    """The bot's app installed for `user` (in TENANT), as Teams does when they add it; the
+    personal conversation (a Bot Framework id) and the app's manifest id."""
+    conversation, manifest = "a:1" + uuid.uuid4().hex, manifest or str(uuid.uuid4())
+    body = {
+        "user_id": user,
+        "app_id": app_id,
+        "manifest_id": manifest,
+        "conversation_id": conversation,
+        "tenant_id": TENANT,
+        **more,
+    }
+    assert post(sim, "/sim/teams/personal", body).status_code == 201
+    return conversation, manifest
+
+
+def personal_chat(sim: Simulator, graph: dict[str, str], user: str, manifest: str) -> str:
+    """The Graph id of the bot's chat with `user`, through Graph's documented calls."""
+    apps = f"/v1.0/users/{user}/teamwork/installedApps"
+    found = sim.client.get(
+        apps,
+        params={"$expand": "teamsApp", "$filter": f"teamsApp/externalId eq '{manifest}'"},
+        headers=graph,
+    )
+    assert found.status_code == 200, found.text
+    [installation] = found.json()["value"]
+    chat = sim.client.get(f"{apps}/{quote(installation['id'], safe='')}/chat", headers=graph)
+    assert chat.status_code == 200, chat.text
+    return str(chat.json()["id"])
+
+
 def test_graph_shows_a_bots_replies_with_their_cards_and_nothing_else(
     sim: Simulator, engine: Engine
 ) -> None:
     app_id, other = register_bot(sim), register_bot(sim)
     user, key = str(uuid.uuid4()), new_key()
     auth, graph = bearer(sim, app_id), graph_bearer(sim, app_id)
-    convo = f"/v3/conversations/{quote('a:1' + uuid.uuid4().hex, safe='')}/activities"
+    conversation, manifest = install_personal(sim, app_id, user)
+    convo = f"/v3/conversations/{quote(conversation, safe='')}/activities"
     posted = [
         post(sim, f"{convo}/act-{i}", card_reply(f"r{i}", key, user), key, **auth) for i in range(3)
     ]
     assert [p.status_code for p in posted] == [201, 201, 201]
-    chat = f"19:{user}_{app_id}@unq.gbl.spaces"
+    chat = personal_chat(sim, graph, user, manifest)
     messages = f"/v1.0/chats/{quote(chat, safe='')}/messages"
     page = sim.client.get(messages, headers=graph)
     assert page.status_code == 200, page.text
@@ -942,6 +976,13 @@ def test_graph_shows_a_bots_replies_with_their_cards_and_nothing_else(
         ),
         "another app's chat": (sim.client.get(messages, headers=graph_bearer(sim, other)), 403),
         "not a chat id": (sim.client.get("/v1.0/chats/a%3A1x/messages", headers=graph), 404),
+        "the chat a formula would name": (
+            sim.client.get(
+                f"/v1.0/chats/{quote(f'19:{user}_{app_id}@unq.gbl.spaces', safe='')}/messages",
+                headers=graph,
+            ),
+            404,
+        ),
         "no list of activities": (sim.client.get(convo, headers=auth), 405),
     }
     for why, (answer, status) in refusals.items():
@@ -967,6 +1008,10 @@ def test_graph_shows_a_bots_replies_with_their_cards_and_nothing_else(
     assert in_thread["channelIdentity"] == {"teamId": team, "channelId": channel}
     elsewhere = replies.replace(team, str(uuid.uuid4()))
     assert sim.client.get(elsewhere, headers=graph).status_code == 404
+    # A team is named by its group id: its thread id (what activities carry) is refused.
+    by_thread = replies.replace(team, quote(channel, safe=""))
+    refused = sim.client.get(by_thread, headers=graph)
+    assert refused.status_code == 400 and "valid GUID" in refused.text
     assert (
         sim.client.get(
             replies, params={"$orderby": "createdDateTime desc"}, headers=graph
@@ -980,8 +1025,9 @@ def test_graph_shows_a_bots_replies_with_their_cards_and_nothing_else(
 def test_graph_shows_a_post_only_after_its_lag(sim: Simulator) -> None:
     app_id, user = register_bot(sim), str(uuid.uuid4())
     auth, graph = bearer(sim, app_id), graph_bearer(sim, app_id)
-    chat = quote(f"19:{user}_{app_id}@unq.gbl.spaces", safe="")
-    convo = f"/v3/conversations/{quote('a:1' + uuid.uuid4().hex, safe='')}/activities/act-1"
+    conversation, manifest = install_personal(sim, app_id, user)
+    chat = quote(personal_chat(sim, graph, user, manifest), safe="")
+    convo = f"/v3/conversations/{quote(conversation, safe='')}/activities/act-1"
     assert post(sim, "/sim/graph", {"lag_ms": 1500}).status_code == 200
     try:
         sent = time.monotonic()
@@ -993,6 +1039,100 @@ def test_graph_shows_a_post_only_after_its_lag(sim: Simulator) -> None:
         assert time.monotonic() - sent < 10, "the post never showed"
         time.sleep(0.1)
     assert time.monotonic() - sent >= 1.4
+
+
+def test_a_personal_chat_id_is_made_by_teams_and_told_only_by_graph(
+    sim: Simulator, engine: Engine
+) -> None:
+    """Installing the app for a person makes their chat with it, under an id of Teams's own;
+    Graph tells it through the installation (found by the app's manifest id, or a store app's
+    catalog id), in the token's tenant only, and a post to the personal conversation shows
+    there."""
+    app_id, user = register_bot(sim), str(uuid.uuid4())
+    graph = graph_bearer(sim, app_id)
+    _, manifest = install_personal(sim, app_id, user)
+    apps = f"/v1.0/users/{user}/teamwork/installedApps"
+    listed = sim.client.get(apps, params={"$expand": "teamsApp,teamsAppDefinition"}, headers=graph)
+    [installation] = listed.json()["value"]
+    app = installation["teamsApp"]
+    assert app["externalId"] == manifest and app["id"] not in (manifest, app_id)
+    assert installation["teamsAppDefinition"]["teamsAppId"] == app["id"]
+    by_id = {"$expand": "teamsApp", "$filter": f"teamsApp/id eq '{app['id']}'"}
+    assert sim.client.get(apps, params=by_id, headers=graph).json()["value"] == [
+        {"id": installation["id"], "teamsApp": app}
+    ]
+    none = {"$filter": f"teamsApp/externalId eq '{app_id}'"}  # the bot's id is not the app's
+    assert sim.client.get(apps, params=none, headers=graph).json()["value"] == []
+    chat = personal_chat(sim, graph, user, manifest)
+    assert chat.endswith("@unq.gbl.spaces") and user not in chat and app_id not in chat
+    answered = sim.client.get(f"{apps}/{quote(installation['id'], safe='')}/chat", headers=graph)
+    assert answered.json()["chatType"] == "oneOnOne" and answered.json()["tenantId"] == TENANT
+    # Installing again (another conversation id of the same chat) keeps the one chat.
+    again, _ = install_personal(sim, app_id, user, manifest)
+    assert personal_chat(sim, graph, user, manifest) == chat
+    auth = bearer(sim, app_id)
+    path = f"/v3/conversations/{quote(again, safe='')}/activities/act-1"
+    assert post(sim, path, card_reply("hi", new_key(), user), **auth).status_code == 201
+    shown = sim.client.get(f"/v1.0/chats/{quote(chat, safe='')}/messages", headers=graph)
+    assert [m["chatId"] for m in shown.json()["value"]] == [chat]
+    # A store app: its catalog id is its manifest id, and it has no externalId.
+    store_user = str(uuid.uuid4())
+    _, store_manifest = install_personal(sim, app_id, store_user, distribution_method="store")
+    store_apps = f"/v1.0/users/{store_user}/teamwork/installedApps"
+    by_manifest = {"$expand": "teamsApp", "$filter": f"teamsApp/id eq '{store_manifest}'"}
+    [store_install] = sim.client.get(store_apps, params=by_manifest, headers=graph).json()["value"]
+    assert store_install["teamsApp"]["externalId"] is None
+    refusals = {
+        "a connector token": (sim.client.get(apps, headers=auth), 401),
+        "a filter Graph lacks": (
+            sim.client.get(apps, params={"$filter": "teamsApp/displayName eq 'x'"}, headers=graph),
+            400,
+        ),
+        "an option Graph lacks here": (
+            sim.client.get(apps, params={"$top": "1"}, headers=graph),
+            400,
+        ),
+        "someone else's installation": (
+            sim.client.get(
+                f"/v1.0/users/{store_user}/teamwork/installedApps/"
+                f"{quote(installation['id'], safe='')}/chat",
+                headers=graph,
+            ),
+            404,
+        ),
+    }
+    for why, (answer, status) in refusals.items():
+        assert answer.status_code == status, (why, answer.text)
+    # Installations are the token's tenant's: another tenant's token sees none.
+    other_tenant = graph_bearer(sim, app_id, tenant=str(uuid.uuid4()))
+    assert sim.client.get(apps, headers=other_tenant).json()["value"] == []
+    with engine.connect() as conn:
+        assert count_requests(conn, vendor="graph") >= 8
+
+
+def test_the_connector_tells_a_team_s_group_id_to_a_bot_installed_in_it(sim: Simulator) -> None:
+    app_id, other = register_bot(sim), register_bot(sim)
+    team, group = f"19:{uuid.uuid4().hex}@thread.tacv2", str(uuid.uuid4())
+    body = {"team_id": team, "aad_group_id": group, "name": "Support", "app_id": app_id}
+    assert post(sim, "/sim/teams", body).status_code == 201
+    path = f"/v3/teams/{quote(team, safe='')}"
+    details = sim.client.get(path, headers=bearer(sim, app_id))
+    assert details.status_code == 200
+    assert details.json() == {"id": team, "name": "Support", "aadGroupId": group}
+    refusals = {
+        "no token": (sim.client.get(path), 401),
+        "a Graph token": (sim.client.get(path, headers=graph_bearer(sim, app_id)), 401),
+        "a bot not in the team": (sim.client.get(path, headers=bearer(sim, other)), 403),
+        "a team it does not know": (
+            sim.client.get(
+                f"/v3/teams/{quote(f'19:{uuid.uuid4().hex}@thread.tacv2', safe='')}",
+                headers=bearer(sim, app_id),
+            ),
+            404,
+        ),
+    }
+    for why, (answer, status) in refusals.items():
+        assert answer.status_code == status, (why, answer.text)
 
 
 def fine_tune(sim: Simulator, key: str | None = None, **body: Any) -> httpx.Response:

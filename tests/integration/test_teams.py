@@ -61,8 +61,9 @@ def _activity(
 ):
     """A new activity from `sender` (the channel's user by default) in a new conversation of
     `kind`, with ids shaped as Teams's: a personal chat `a:1...`, a group chat
-    `19:...@thread.v2`, a channel thread `19:...;messageid=R` (its channel made known to the
-    simulators' Graph)."""
+    `19:...@thread.v2`, a channel thread `19:...;messageid=R` (the bot installed in its team, the
+    channel made known to the simulators' Graph; for a personal chat, the bot's app installed for
+    the sender, as it is when someone can message it)."""
     activity_id = f"1{uuid.uuid4().int % 10**12}"
     conversation = {
         "personal": f"a:1{uuid.uuid4().hex}",
@@ -71,6 +72,8 @@ def _activity(
     }[kind]
     if kind == "channel":
         channel.register_channel(stack.sim_url, conversation.partition(";")[0])
+    if kind == "personal":
+        channel.install_personal(stack.sim_url, conversation, sender)
     activity = channel.activity(
         conversation=conversation,
         text=text,
@@ -191,16 +194,61 @@ def test_a_turn_survives_a_sigkill_and_is_replied_to_once(
         r=run_id,
     )
     assert [p.path for p in posted] == [path]
-    graph = _requests(stack, run_id, "graph")
+    reads_made = _reads(stack, run_id)
     if reads == "none":
-        assert graph == []
-    elif reads == "found":
-        assert graph == [("GET", 200)]
-        [found] = stack.rows("SELECT reply FROM teams_inbox")
-        assert found.reply["found_in"] == "graph" and found.reply["id"] == str(post.id)
+        assert reads_made == []
     else:
-        assert len(graph) >= 2 and set(graph) == {("GET", 200)}
+        # The ids Graph names the conversation by, asked of the calls documented for them (a
+        # message activity carries neither a team's group id nor a personal chat's Graph id),
+        # then the conversation listed where Graph shows it.
+        lookups, listing = _read_back_calls(stack, channel, activity, kind)
+        assert reads_made[: len(lookups)] == lookups
+        listed = reads_made[len(lookups) :]
+        if reads == "found":
+            assert listed == [listing]
+            [found] = stack.rows("SELECT reply FROM teams_inbox")
+            assert found.reply["found_in"] == "graph" and found.reply["id"] == str(post.id)
+        else:
+            assert len(listed) >= 2 and set(listed) == {listing}
     assert set(stack.asked(run_id).values()) == {1}  # the turn never ran again
+
+
+def _reads(stack, run_id: str) -> list[tuple[str, str, int]]:
+    """(vendor, path without its query, status) of the run's GETs to the connector and Graph,
+    in order."""
+    rows = stack.vendor(
+        "SELECT vendor, path, status FROM sim.requests WHERE run_id = :r AND method = 'GET' "
+        "AND vendor IN ('connector', 'graph') ORDER BY id",
+        r=run_id,
+    )
+    return [(r.vendor, r.path.partition("?")[0], r.status) for r in rows]
+
+
+def _read_back_calls(stack, channel: BotChannel, activity, kind: str):
+    """The lookups a read-back of `activity` makes first, and the listing it then reads, as
+    `_reads` has them; the ids from the simulators' own records."""
+    conversation = activity["conversation"]["id"]
+    if kind == "personal":
+        user = activity["from"]["aadObjectId"]
+        [install] = stack.vendor(
+            "SELECT i.id, i.chat_id FROM sim.personal_installs i "
+            "JOIN sim.teams_apps a ON a.id = i.teams_app_id "
+            "WHERE i.user_id = :u AND a.bot_id = :b",
+            u=user,
+            b=channel.app_id,
+        )
+        apps = f"/v1.0/users/{user}/teamwork/installedApps"
+        lookups = [
+            ("graph", apps, 200),
+            ("graph", f"{apps}/{quote(install.id, safe='')}/chat", 200),
+        ]
+        return lookups, ("graph", f"/v1.0/chats/{quote(install.chat_id, safe='')}/messages", 200)
+    if kind == "channel":
+        base, _, root = conversation.partition(";messageid=")
+        lookups = [("connector", f"/v3/teams/{quote(channel.team_thread_id, safe='')}", 200)]
+        replies = f"/v1.0/teams/{channel.team_id}/channels/{quote(base, safe='')}"
+        return lookups, ("graph", f"{replies}/messages/{root}/replies", 200)
+    return [], ("graph", f"/v1.0/chats/{quote(conversation, safe='')}/messages", 200)
 
 
 def test_a_repeated_activity_is_one_turn(stack, front, channel) -> None:
@@ -468,7 +516,8 @@ def test_a_graph_that_refuses_the_read_back_fails_the_hand_on_unposted(
     assert view.status == "failed", view
     assert "ChatMessage.Read.Chat" in view.failure_reason
     assert "LIYAGENT_TEAMS_READ_BACK=off" in view.failure_reason
-    assert _requests(stack, run_id, "graph") == [("GET", 403)]
+    # The personal chat's id was found (the installation, its chat), then its listing refused.
+    assert _requests(stack, run_id, "graph") == [("GET", 200), ("GET", 200), ("GET", 403)]
     assert _requests(stack, run_id, "connector") == [("POST", 503)]
     assert _posts(stack, run_id) == []
 
