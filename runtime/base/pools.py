@@ -25,7 +25,7 @@ IN_PROCESS = frozenset({"threads", "solo"})
 # or tool call), and what one process has inside a statement at once is bounded by its one
 # interpreter lock, not by -c: `make bench`'s density section measured a peak of 24 at -c 500
 # (df3efab). So the default fits a stock Postgres (max_connections 100, 97 for clients) with
-# beat, the front and a CLI beside it, and the README's `-P threads -c 200` starts as written
+# beat, the front and a CLI beside it, and docs/workers.md's `-P threads -c 200` starts as written
 # (following -c, it asked for 204 connections and was refused; issue 31).
 THREADS_DB_POOL_DEFAULT = 32
 

@@ -326,7 +326,7 @@ class Settings:
     teams_token_scope: str = "https://api.botframework.com/.default"
     # Before a resumed hand-on posts a turn's reply, read the conversation back through
     # Microsoft Graph for a reply carrying the run's key (the Bot Connector lists nothing); off
-    # posts without looking (see the README for what each leaves open). Graph is asked with the
+    # posts without looking (docs/teams.md says what each leaves open). Graph is asked with the
     # bot's own app-only token (client credentials at the tenant's token endpoint, `{tenant}`
     # being the activity's tenant id); an empty read is trusted only once
     # `teams_graph_settle_ms` has passed since the hand-on began (Graph's lag after a post).

@@ -241,9 +241,10 @@ def test_a_thread_pool_postgres_cannot_serve_is_refused_at_start_with_the_number
 
 
 def test_a_500_thread_worker_runs_its_runs_on_a_stock_postgres(stack) -> None:
-    # The README's thread-pool line at -c 500, LIYAGENT_DB_POOL_MAX unset, against a server of
-    # max_connections 100 (a stock one): it starts, its threads take turns on the default bound
-    # (32), and its runs end, judged from Postgres and the simulator's records (issue 31).
+    # The thread-pool line of docs/workers.md at -c 500, LIYAGENT_DB_POOL_MAX unset, against a
+    # server of max_connections 100 (a stock one): it starts, its threads take turns on the
+    # default bound (32), and its runs end, judged from Postgres and the simulator's records
+    # (issue 31).
     pg = PrivatePostgres(settings={"max_connections": "100"}).init().start()
     try:
         create_database(pg.url, "liyagent_stock")

@@ -1,6 +1,6 @@
-"""What users are shown imports only the public surface: the README's Python examples and the
-example apps import `liyagent` (the top-level package) and its framework adapters
-(`liyagent.adapters.<framework>`), nothing else of ours."""
+"""What users are shown imports only the public surface: the Python examples of the README and
+the docs site's pages (docs/) and the example apps import `liyagent` (the top-level package) and
+its framework adapters (`liyagent.adapters.<framework>`), nothing else of ours."""
 
 from __future__ import annotations
 
@@ -33,19 +33,24 @@ def _ours(source: str) -> set[str]:
     return found
 
 
-def _readme_python() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    # Python written into files by the README's shell walkthroughs counts too.
-    blocks += re.findall(r"<<'PY'\n(.*?)\nPY\n", text, re.S)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _pages_python() -> list[str]:
+    blocks = []
+    for page in PAGES:
+        text = page.read_text()
+        blocks += re.findall(r"```python\n(.*?)```", text, re.S)
+        # Python written into files by the pages' shell walkthroughs counts too.
+        blocks += re.findall(r"<<'PY'\n(.*?)\nPY\n", text, re.S)
     return blocks
 
 
-def test_the_readme_examples_import_only_liyagent() -> None:
-    blocks = _readme_python()
+def test_the_pages_examples_import_only_liyagent() -> None:
+    blocks = _pages_python()
     assert len(blocks) >= 4
     bad = {name for block in blocks for name in _ours(block)}
-    assert bad == set(), f"README examples import internals: {sorted(bad)}"
+    assert bad == set(), f"the pages' examples import internals: {sorted(bad)}"
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.py")), ids=lambda p: p.name)
