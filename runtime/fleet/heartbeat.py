@@ -93,7 +93,7 @@ class RunLease:
     # before it gives its attempt up (the lease TTL plus the sweeper's store grace).
     blip_wait_ms: int = 0
     # The highest step of the run Redis witnessed when this lease was taken, and the step this
-    # attempt last wrote (its renewals and release carry it to the witness; leases.py).
+    # attempt last wrote (its renewals and release carry it to the witness; lease_life.py).
     witnessed_step: int = NO_STEP
     written_step: int = NO_STEP
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
