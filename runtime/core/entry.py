@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from store.entries import EntryKind
+from store.errors import LiyagentError
 from store.rows import RunRow
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 from runtime.services import Services
 
 
-class HandOnRefused(Exception):
+class HandOnRefused(LiyagentError):
     """The entry point refused the answer for good (a 4xx): handing it on again cannot help,
     so the run fails with this reason."""
 

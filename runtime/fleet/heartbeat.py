@@ -36,6 +36,7 @@ import structlog
 
 from runtime.fleet.leases import NO_STEP, Leases, Token, monotonic_ms
 from runtime.fleet.presence import Presence
+from store.errors import LiyagentError
 from store.states import OWNED
 
 log = structlog.get_logger(__name__)
@@ -52,7 +53,7 @@ Owners = Callable[[list[str]], dict[str, tuple[int, str]]]
 # The statuses in which an attempt owns its run (the fence's, store.runs OWNER_CTE).
 
 
-class LeaseLost(Exception):
+class LeaseLost(LiyagentError):
     """This attempt no longer holds its run's lease: stop now, write nothing more."""
 
     def __init__(self, token: Token, why: str) -> None:
