@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         vendor_json,
     )
     from runtime.toolbox.typed_tools import FunctionTool, agent, tool
+    from store.errors import LiyagentError
 
 # Where each public name lives. `import liyagent` imports none of them: a name is imported on
 # first use (`from liyagent import tool` loads the tool declarations, not the client, Celery or
@@ -62,6 +63,7 @@ _HOMES = {
     "JobError": "runtime.toolbox.job_kinds",
     "JobKind": "runtime.toolbox.job_kinds",
     "JobParams": "runtime.toolbox.job_kinds",
+    "LiyagentError": "store.errors",
     "OutputMismatch": "runtime.ops.run_view",
     "RunEvent": "runtime.ops.events",
     "RunView": "runtime.ops.run_view",
@@ -162,6 +164,7 @@ __all__ = [
     "JobError",
     "JobKind",
     "JobParams",
+    "LiyagentError",
     "OutputMismatch",
     "RunEvent",
     "RunView",

@@ -124,7 +124,10 @@ def write_timeline(engine: sa.Engine, run_id: str, html: Path | None, png: Path 
     """Draw the run's timeline, read from Postgres alone, into the HTML page and/or PNG asked
     for (see liyagent/timeline.py); raises RunNotFound, or OSError when a file cannot be
     written."""
-    from liyagent import timeline, timeline_page
+    from runtime.base.extras import need
+
+    timeline = need("reports", "liyagent.timeline")
+    timeline_page = need("reports", "liyagent.timeline_page")
 
     with engine.connect() as conn:
         t = select_timeline(conn, run_id)

@@ -17,6 +17,7 @@ from redis.retry import Retry
 
 from runtime.base import pools
 from runtime.base.changes import RunChanges
+from runtime.base.extras import need
 from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.base.sealing import Sealer, load_sealer, say_dev_key_once
 from runtime.base.settings import Settings
@@ -81,9 +82,11 @@ class Services:
 
             return OpenAIProvider(spec, spec.endpoint(self.model_profiles()))
         if isinstance(spec, specs.AnthropicSpec):
-            from runtime.models.anthropic import AnthropicProvider
-
-            return AnthropicProvider(spec, spec.endpoint(self.model_profiles()))
+            anthropic = need("anthropic", "runtime.models.anthropic")
+            provider: ModelProvider = anthropic.AnthropicProvider(
+                spec, spec.endpoint(self.model_profiles())
+            )
+            return provider
         return self.guest_provider(model, run_id)
 
     def model_profiles(self) -> dict[str, ModelProfile]:
@@ -220,9 +223,7 @@ def registry_for(settings: Settings) -> ToolRegistry:
             extra = []
             if settings.mcp_servers:
                 # The MCP SDK loads only where it is configured.
-                from runtime.toolbox import mcp_tools
-
-                extra = mcp_tools.sources(settings.mcp_servers)
+                extra = need("mcp", "runtime.toolbox.mcp_tools").sources(settings.mcp_servers)
             _registries[key] = load_registry(
                 settings.tool_modules,
                 settings.tool_kinds,

@@ -9,10 +9,12 @@ import re
 
 import sqlalchemy as sa
 
+from store.errors import LiyagentError
+
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
-class BadDatabaseName(ValueError):
+class BadDatabaseName(LiyagentError, ValueError):
     """The name is not a plain lower-case identifier."""
 
 

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NewType
 
+from store.errors import LiyagentError
 from store.states import ApprovalStatus, MarkStatus, RunKind, RunStatus, Settle
 
 RunId = NewType("RunId", str)
 Attempt = NewType("Attempt", int)
 
 
-class StoreError(RuntimeError):
+class StoreError(LiyagentError, RuntimeError):
     """Base of the store's typed errors."""
 
 

@@ -31,7 +31,10 @@ def cmd_keys_token(args: argparse.Namespace) -> int:
     import json
     import secrets
 
-    from front.auth import Right, token_digest
+    from runtime.base.extras import need
+
+    auth = need("front", "front.auth")
+    Right, token_digest = auth.Right, auth.token_digest
 
     name = args.principal.strip()
     if not name or len(name) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in name):

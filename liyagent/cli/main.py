@@ -135,6 +135,7 @@ _USAGE = (
     ("runtime.ops.adhoc", "UnknownTool"),
     ("sqlalchemy.exc", "ArgumentError"),
     ("liyagent.own_modules", "ForeignModule"),
+    ("runtime.base.extras", "MissingExtra"),
 )
 _REDIS_DOWN = (("redis.exceptions", "ConnectionError"), ("redis.exceptions", "TimeoutError"))
 

@@ -24,9 +24,9 @@ def _port(value: int) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the app front until SIGTERM or SIGINT; exit with the server's own code."""
-    from front.server import serve
+    from runtime.base.extras import need
 
-    return serve(args.host, _port(args.port))
+    return int(need("front", "front.server").serve(args.host, _port(args.port)))
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:

@@ -25,6 +25,10 @@ def run(command: str, argv: list[str]) -> int:
     from celery import maybe_patch_concurrency
 
     args = celery_argv(command, argv)
+    if command == "flower":
+        from runtime.base.extras import need
+
+        need("flower", "flower")  # Celery's own message would not name the extra
     if command == "worker":
         maybe_patch_concurrency(["celery", *args])
     from celery.bin.celery import celery

@@ -6,6 +6,8 @@ without importing each other.
 
 from __future__ import annotations
 
+from store.errors import LiyagentError
 
-class ConfigError(ValueError):
+
+class ConfigError(LiyagentError, ValueError):
     """A setting is missing or malformed; the message names the variable to fix."""

@@ -5,6 +5,8 @@ it, with the refusals that path adds)."""
 
 from __future__ import annotations
 
+from store.errors import LiyagentError
 
-class BadRequest(ValueError):
+
+class BadRequest(LiyagentError, ValueError):
     """The caller's input is invalid; nothing was stored."""

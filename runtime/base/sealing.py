@@ -23,6 +23,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from runtime.base.settings import ConfigError
+from store.errors import LiyagentError
 
 if TYPE_CHECKING:
     import redis
@@ -34,7 +35,7 @@ ENV_KEYS = "LIYAGENT_SEAL_KEYS"
 ENV_DEV_FILE = "LIYAGENT_DEV_SEAL_FILE"
 
 
-class SealError(Exception):
+class SealError(LiyagentError):
     """A blob does not verify: tampered, moved to another run or step, or its key is gone."""
 
     def __init__(self, run_id: str, what: str, why: str) -> None:

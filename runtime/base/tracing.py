@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from store.errors import LiyagentError
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, SpanContext, Tracer
@@ -382,7 +384,7 @@ def endpoint(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-class TracesUnavailable(RuntimeError):
+class TracesUnavailable(LiyagentError, RuntimeError):
     """An OTLP endpoint is configured but the SDK or its exporter is not installed."""
 
 

@@ -19,9 +19,10 @@ from typing import Any
 from runtime.models.base import ModelError
 from runtime.models.specs import check_shape
 from runtime.toolbox.tools import AgentDef
+from store.errors import LiyagentError
 
 
-class CatalogError(ValueError):
+class CatalogError(LiyagentError, ValueError):
     """The catalog is malformed or names an unknown agent; the message says where."""
 
 

@@ -18,6 +18,7 @@ import structlog
 from runtime.base.refused import BadRequest as BadRequest
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
+from runtime.core.entry import entry_point_of
 from runtime.durable.definition import RunDefinition
 from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
@@ -35,14 +36,6 @@ from store.states import RunKind
 from store.waits import hold_owner
 
 log = structlog.get_logger(__name__)
-
-K = EntryKind
-# Entry kinds whose runs may suspend (wait for an approval without holding a worker).
-WAITING_KINDS = frozenset({K.PLAIN, K.MANAGED, K.PLAYGROUND, K.A2A, K.RESUME, K.DELEGATION, K.JOB})
-# Entry-point runs TICKETIQ_CRASH_RESUME_ENTRIES covers: written ahead only when it is true.
-ENTRY_KINDS = frozenset({K.CRON, K.WEBHOOK, K.TICKET_EVENT, K.COPILOT, K.TEAMS})
-# Runs whose agent definition (model, tools, system) comes from the catalog, not the caller.
-CATALOG_KINDS = ENTRY_KINDS | {K.A2A}
 
 
 # The one rule for agent (and workflow) names, shared by the CLI, the client API and the front:
@@ -255,7 +248,7 @@ def request_digest(new: NewRun) -> str:
         "workflow": new.workflow,
         "job": new.job,
     }
-    if new.entry_kind not in CATALOG_KINDS:
+    if not entry_point_of(new.entry_kind).policy.from_catalog:
         identity.update(model=new.model, tools=new.tools, system=new.system)
         if new.output is not None:  # absent otherwise: the digests of earlier runs hold
             identity["output"] = new.output
@@ -278,7 +271,8 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
             "less, or raise the limit"
         )
     sealed = s.sealer.seal(run_id, "checkpoint", 0, payload)
-    may_wait = new.may_wait if new.may_wait is not None else new.entry_kind in WAITING_KINDS
+    policy = entry_point_of(new.entry_kind).policy
+    may_wait = new.may_wait if new.may_wait is not None else policy.may_wait
     definition = RunDefinition(
         agent=new.agent,
         owner=new.owner,
@@ -352,11 +346,11 @@ def _kind(new: NewRun) -> RunKind:
 
 
 def _resumable(s: Services, new: NewRun, may_wait: bool) -> bool:
-    """Runs that may wait are always written ahead; entry-point runs only when
-    TICKETIQ_CRASH_RESUME_ENTRIES is true; a job by its kind."""
+    """Runs that may wait are always written ahead; the runs of an entry kind whose policy says
+    so only when TICKETIQ_CRASH_RESUME_ENTRIES is true; a job by its kind."""
     if new.resumable is not None:
         return new.resumable
-    if new.entry_kind in ENTRY_KINDS and not may_wait:
+    if entry_point_of(new.entry_kind).policy.written_ahead_by_setting and not may_wait:
         return s.settings.crash_resume_entries
     return True
 

@@ -1,10 +1,13 @@
 """The seam between a run's attempt and the entry point its run came from.
 
 Every entry kind (`store.entries.EntryKind`) is one module of `runtime/entries/` that says how
-its run starts, how its answer is handed on and how it is told of a failure; the attempt holds
-only this interface and looks the run's kind up here, so the core names no entry kind. The
-entry modules fill the registry when `runtime.entries` is imported (every process that builds
-services imports it through the client API); the core's own kinds (delegation, job) are here.
+its run starts, how its answer is handed on and how it is told of a failure, and its whole
+policy (`Policy`: may its runs wait, does their definition come from the catalog, are they
+written ahead only under TICKETIQ_CRASH_RESUME_ENTRIES). The core holds only this interface and
+asks the run's kind here, so it names no entry kind and keeps no list of kinds. Entry points
+are registered explicitly, as tools are: the `liyagent.entries` entry-point group (the
+package's own in pyproject.toml, and any installed package's), loaded once per process on
+first use; the core's own kinds (delegation, job) are here.
 
 A failure is told to every entry point in the failing statement itself (`store.entries`
 `ends_cte`: an A2A task, a cron record and a Teams inbox row are marked failed), so the
@@ -13,9 +16,13 @@ interface has no failure method: a failed hand-on is `HandOnRefused`, which fail
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol
 
 from store.entries import EntryKind
+from store.errors import LiyagentError
 from store.rows import RunRow
 
 if TYPE_CHECKING:
@@ -23,13 +30,29 @@ if TYPE_CHECKING:
 from runtime.services import Services
 
 
-class HandOnRefused(Exception):
+class HandOnRefused(LiyagentError):
     """The entry point refused the answer for good (a 4xx): handing it on again cannot help,
     so the run fails with this reason."""
 
 
+@dataclass(frozen=True)
+class Policy:
+    """What the core asks of an entry kind's runs."""
+
+    # Its runs may suspend (wait for an approval or a child without holding a worker) unless
+    # the caller says otherwise.
+    may_wait: bool = False
+    # Its runs' definitions (model, tools, system prompt) come from the catalog, not the
+    # caller: they are no part of what identifies a request (an edit of the catalog between
+    # two deliveries of one event does not make the second another request).
+    from_catalog: bool = False
+    # Its runs that may not wait are written ahead only when TICKETIQ_CRASH_RESUME_ENTRIES is
+    # true (the spec's entry-point runs); otherwise always.
+    written_ahead_by_setting: bool = False
+
+
 class EntryPoint(Protocol):
-    """How one kind of entry point takes its run's answer."""
+    """How one kind of entry point's runs start and take their answer."""
 
     # The kinds this implementation serves.
     kinds: frozenset[EntryKind]
@@ -37,6 +60,8 @@ class EntryPoint(Protocol):
     # resume hands that stored answer on, never running the turn again. Otherwise it is stored
     # and handed on in one statement (`store.entries.deliver`).
     outside: bool
+    # Its runs' policy (`Policy`).
+    policy: Policy
 
     def hand_on(
         self, s: Services, run: RunRow, definition: RunDefinition, text: str
@@ -56,8 +81,9 @@ class InPostgres:
 
     outside = False
 
-    def __init__(self, *kinds: EntryKind) -> None:
+    def __init__(self, *kinds: EntryKind, policy: Policy | None = None) -> None:
         self.kinds = frozenset(kinds)
+        self.policy = policy or Policy()
 
     def hand_on(
         self, s: Services, run: RunRow, definition: RunDefinition, text: str
@@ -65,31 +91,48 @@ class InPostgres:
         return None
 
 
+# The group packages register their entry points in (pyproject.toml [project.entry-points]).
+GROUP = "liyagent.entries"
+# The core's own kinds: a sub-agent's answer wakes its parent, a job's is its record.
+CORE = InPostgres(EntryKind.DELEGATION, EntryKind.JOB, policy=Policy(may_wait=True))
+_lock = threading.Lock()
 _points: dict[str, EntryPoint] = {}
 
 
-def register(point: EntryPoint) -> None:
-    """Make `point` the entry point of its kinds (one implementation per kind)."""
-    for kind in point.kinds:
-        held = _points.get(kind)
-        if held is not None and held is not point:
-            raise ValueError(f"entry kind {kind} has two entry points: {held!r} and {point!r}")
-        _points[kind] = point
+def _registered() -> dict[str, EntryPoint]:
+    """Every kind's entry point: the core's and the `liyagent.entries` group's, loaded once
+    per process. Two for one kind is a packaging error, said with both names."""
+    with _lock:
+        if not _points:
+            found: dict[str, EntryPoint] = {k: CORE for k in CORE.kinds}
+            for declared in metadata.entry_points(group=GROUP):
+                point: EntryPoint = declared.load()
+                for kind in point.kinds:
+                    held = found.get(kind)
+                    if held is not None and held is not point:
+                        raise ValueError(
+                            f"entry kind {kind} has two entry points: {held!r} and "
+                            f"{declared.value} ({GROUP})"
+                        )
+                    found[kind] = point
+            _points.update(found)
+        return _points
 
 
-def entry_point(run: RunRow) -> EntryPoint:
-    """The entry point of the run's kind. A kind that is none of `EntryKind` was named by an
-    app through the client API (`start_run(entry_kind=...)`), so it is the client API's. None
-    registered is a programming error that names what to import."""
-    point = _points.get(run.entry_kind) or _points.get(EntryKind.PLAIN)
+def entry_point_of(kind: str) -> EntryPoint:
+    """The entry point of runs of `kind`. A kind no package registers was named by an app
+    through the client API (`start_run(entry_kind=...)`), so it is the client API's. None
+    registered at all is an installation error, said with what to reinstall."""
+    points = _registered()
+    point = points.get(kind) or points.get(EntryKind.PLAIN)
     if point is None:
         raise LookupError(
-            f"run {run.id}: no entry point for entry kind {run.entry_kind!r} in this process; "
-            "a process that runs attempts imports runtime.entries (the client API does), "
-            "whose modules register every kind"
+            f"no entry point for entry kind {kind!r}: the {GROUP!r} entry points are not "
+            "installed; install liyagent (pip install -e .) so its package metadata lists them"
         )
     return point
 
 
-# The core's own kinds: a sub-agent's answer wakes its parent, a job's is its record.
-register(InPostgres(EntryKind.DELEGATION, EntryKind.JOB))
+def entry_point(run: RunRow) -> EntryPoint:
+    """The entry point of the run's kind (`entry_point_of`)."""
+    return entry_point_of(run.entry_kind)

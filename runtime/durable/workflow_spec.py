@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from store.errors import LiyagentError
 
-class WorkflowError(ValueError):
+
+class WorkflowError(LiyagentError, ValueError):
     """The workflow definition is malformed; the message names the step and field."""
 
 

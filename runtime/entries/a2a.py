@@ -11,14 +11,16 @@ statement; a CancelTask is an operator Stop of the run whose failure then reads 
 
 from __future__ import annotations
 
-from runtime.core.entry import InPostgres
+from runtime.core.entry import InPostgres, Policy
 from runtime.entries.client import Client
 from runtime.entries.start import start_entry
 from runtime.services import Services
 from store.entries import EntryKind, EntryLink, mark_a2a_canceled
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.A2A)
+# A managed run that may wait (for a person's approval, its task `auth-required`), of the
+# catalog's agent.
+ENTRY = InPostgres(EntryKind.A2A, policy=Policy(may_wait=True, from_catalog=True))
 
 
 def submit(

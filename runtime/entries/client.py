@@ -26,7 +26,7 @@ from runtime.core.enqueue import (
     parse_agent,
     publish_quietly,
 )
-from runtime.core.entry import InPostgres
+from runtime.core.entry import InPostgres, Policy
 from runtime.entries.start import UnknownAgent, catalog_agent
 from runtime.ops.erasure import Erased, erase
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow, read_events
@@ -49,7 +49,13 @@ from store.states import FINISHED
 from store.views import running_runs
 from store.waits import decide_approval, get_approval, list_approvals
 
-ENTRY = InPostgres(EntryKind.PLAIN, EntryKind.MANAGED, EntryKind.PLAYGROUND, EntryKind.RESUME)
+ENTRY = InPostgres(
+    EntryKind.PLAIN,
+    EntryKind.MANAGED,
+    EntryKind.PLAYGROUND,
+    EntryKind.RESUME,
+    policy=Policy(may_wait=True),
+)
 
 
 class AlreadyEnded(BadRequest):

@@ -10,12 +10,12 @@ statement. A failure is told on the run alone.
 from __future__ import annotations
 
 from runtime.core.entry import InPostgres
-from runtime.entries.start import start_entry
+from runtime.entries.start import ENTRY_POINT_RUN, start_entry
 from runtime.services import Services
 from store.entries import EntryKind
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.COPILOT)
+ENTRY = InPostgres(EntryKind.COPILOT, policy=ENTRY_POINT_RUN)
 
 
 def start_copilot_turn(

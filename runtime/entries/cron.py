@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 
 from runtime.core.enqueue import BadRequest
 from runtime.core.entry import InPostgres
-from runtime.entries.start import agents, start_entry
+from runtime.entries.start import ENTRY_POINT_RUN, agents, start_entry
 from runtime.services import Services
 from store.entries import EntryKind, EntryLink
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.CRON)
+ENTRY = InPostgres(EntryKind.CRON, policy=ENTRY_POINT_RUN)
 
 
 def fire_cron(s: Services, trigger_name: str, now: datetime | None = None) -> tuple[RunId, bool]:

@@ -9,10 +9,15 @@ from typing import Any
 from runtime.base.settings import Settings
 from runtime.core import catalog
 from runtime.core.enqueue import BadRequest, NewRun, enqueue
+from runtime.core.entry import Policy
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef, ToolRegistry
 from store.entries import EntryKind, EntryLink
 from store.rows import RunId
+
+# The spec's entry-point runs (a webhook, a ticket event, a co-pilot or Teams turn, a cron
+# fire): the catalog's agent, written ahead only under TICKETIQ_CRASH_RESUME_ENTRIES.
+ENTRY_POINT_RUN = Policy(from_catalog=True, written_ahead_by_setting=True)
 
 
 class UnknownAgent(BadRequest):

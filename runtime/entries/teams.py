@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from runtime.core.entry import HandOnRefused
 from runtime.durable.definition import RunDefinition
+from runtime.entries.start import ENTRY_POINT_RUN
 from runtime.entries.teams_connector import BotConnector
 from runtime.entries.teams_graph import ADAPTIVE_CARD, locate, read_back
 from runtime.sending.call_http import CallHTTP
@@ -39,6 +40,7 @@ class TeamsEntry:
 
     kinds = frozenset({EntryKind.TEAMS})
     outside = True
+    policy = ENTRY_POINT_RUN
 
     def hand_on(
         self, s: Services, run: RunRow, definition: RunDefinition, text: str

@@ -8,12 +8,12 @@ stored on the run and its transcript in one statement. A failure is told on the 
 from __future__ import annotations
 
 from runtime.core.entry import InPostgres
-from runtime.entries.start import start_entry
+from runtime.entries.start import ENTRY_POINT_RUN, start_entry
 from runtime.services import Services
 from store.entries import EntryKind
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.TICKET_EVENT)
+ENTRY = InPostgres(EntryKind.TICKET_EVENT, policy=ENTRY_POINT_RUN)
 
 
 def start_ticket_event(

@@ -10,12 +10,12 @@ is told on the run alone (its status and reason): a webhook has no row of its ow
 from __future__ import annotations
 
 from runtime.core.entry import InPostgres
-from runtime.entries.start import start_entry
+from runtime.entries.start import ENTRY_POINT_RUN, start_entry
 from runtime.services import Services
 from store.entries import EntryKind
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.WEBHOOK)
+ENTRY = InPostgres(EntryKind.WEBHOOK, policy=ENTRY_POINT_RUN)
 
 
 def start_webhook(

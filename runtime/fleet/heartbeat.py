@@ -36,6 +36,7 @@ import structlog
 
 from runtime.fleet.leases import NO_STEP, Leases, Token, monotonic_ms
 from runtime.fleet.presence import Presence
+from store.errors import LiyagentError
 from store.states import OWNED
 
 log = structlog.get_logger(__name__)
@@ -52,7 +53,7 @@ Owners = Callable[[list[str]], dict[str, tuple[int, str]]]
 # The statuses in which an attempt owns its run (the fence's, store.runs OWNER_CTE).
 
 
-class LeaseLost(Exception):
+class LeaseLost(LiyagentError):
     """This attempt no longer holds its run's lease: stop now, write nothing more."""
 
     def __init__(self, token: Token, why: str) -> None:
@@ -93,7 +94,7 @@ class RunLease:
     # before it gives its attempt up (the lease TTL plus the sweeper's store grace).
     blip_wait_ms: int = 0
     # The highest step of the run Redis witnessed when this lease was taken, and the step this
-    # attempt last wrote (its renewals and release carry it to the witness; leases.py).
+    # attempt last wrote (its renewals and release carry it to the witness; lease_life.py).
     witnessed_step: int = NO_STEP
     written_step: int = NO_STEP
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)

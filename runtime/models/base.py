@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runtime.durable.state import Message, ToolCall
+from store.errors import LiyagentError
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class StepAnswer:
         return not self.calls and self.refused is None
 
 
-class ModelError(Exception):
+class ModelError(LiyagentError):
     """A provider failed; `retryable` says whether asking again may help."""
 
     def __init__(

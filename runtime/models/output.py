@@ -30,6 +30,7 @@ from pydantic_core import to_jsonable_python
 from runtime.base.validation import described
 from runtime.durable.state import ToolCall
 from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
+from store.errors import LiyagentError
 
 OUTPUT_TOOL = "final_result"
 OUTPUT_DESCRIPTION = "The final response which ends this conversation"
@@ -37,7 +38,7 @@ OUTPUT_DESCRIPTION = "The final response which ends this conversation"
 ONE_TYPE = "declare one type (a pydantic model, dataclass, TypedDict, scalar or union)"
 
 
-class OutputTypeError(ValueError):
+class OutputTypeError(LiyagentError, ValueError):
     """The declared output type cannot be checked; the message says why."""
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from runtime.durable.state import ToolCall
 from runtime.models.base import ModelError, StepAnswer, StepRequest
+from store.errors import LiyagentError
 
 
-class ScriptError(ValueError):
+class ScriptError(LiyagentError, ValueError):
     """The script is malformed; the message says which step and field."""
 
 

@@ -17,10 +17,11 @@ from runtime.toolbox.tools import (
     ToolInDoubt,
     ToolKind,
 )
+from store.errors import LiyagentError
 from store.records import insert_audit
 
 
-class UnknownTool(LookupError):
+class UnknownTool(LiyagentError, LookupError):
     """No tool has this name."""
 
 

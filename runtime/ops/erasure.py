@@ -21,6 +21,7 @@ import structlog
 from runtime.core.enqueue import BadRequest
 from runtime.services import Services
 from store.erasure import erase_content, erase_unstarted_turns, fence_out, lock_erasable
+from store.errors import LiyagentError
 from store.gates import insert_stop
 from store.rows import RunNotFound
 from store.states import FINISHED
@@ -36,7 +37,7 @@ OWNER_NAMES = (
 )
 
 
-class OwnerNotFound(LookupError):
+class OwnerNotFound(LiyagentError, LookupError):
     """No run was ever started for this owner: nothing to erase."""
 
     def __init__(self, owner: str) -> None:

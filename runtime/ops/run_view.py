@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from runtime.base.refused import BadRequest
 from runtime.base.sealing import NoSealKeys, Sealer, SealError
+from store.errors import LiyagentError
 from store.records import insert_audit_once
 from store.rows import RunNotFound
 from store.runs import get_run
@@ -37,7 +38,7 @@ _HEX = re.compile(r"[0-9a-f]+")
 T = TypeVar("T")
 
 
-class OutputMismatch(ValueError):
+class OutputMismatch(LiyagentError, ValueError):
     """A run's output asked for as a type it does not fit, or a run with no typed output."""
 
 

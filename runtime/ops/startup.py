@@ -22,6 +22,7 @@ from runtime.services import registry_for
 from runtime.toolbox.tools import ToolDeclarationError
 from store import db
 from store.db import ConnectionLimits, connection_limits
+from store.errors import LiyagentError
 
 # The CLI's exit codes for the same problems.
 NOT_READY, BAD_CONFIG, UNREACHABLE = 1, 2, 3
@@ -33,7 +34,7 @@ SUPPORTED_POOLS = ("prefork", "threads", "solo")
 _POOL_ALIASES = {"processes": "prefork"}
 
 
-class StartupRefused(Exception):
+class StartupRefused(LiyagentError):
     """This process must not start; the message says what to fix, `code` is its exit code."""
 
     def __init__(self, message: str, code: int = BAD_CONFIG) -> None:

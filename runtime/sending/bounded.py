@@ -17,12 +17,13 @@ from contextvars import ContextVar
 import httpx
 
 from runtime.base.settings import get_settings
+from store.errors import LiyagentError
 
 # What an error answer is read of: enough for its error type or code, never a whole page.
 ERROR_BODY_BYTES = 16 << 10
 
 
-class ResponseTooLarge(Exception):
+class ResponseTooLarge(LiyagentError):
     """An answer's body passed the bound its reader set: reading stopped, the connection was
     closed, and nothing of the body is used."""
 

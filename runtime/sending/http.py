@@ -39,6 +39,7 @@ import httpcore
 import httpx
 
 from runtime.sending import traffic
+from store.errors import LiyagentError
 
 # Idle keep-alive connections are reused for this long (a vendor closing them sooner is fine:
 # the pool notices a closed socket before reusing it).
@@ -111,7 +112,7 @@ class SendGuard(Protocol):
         ...
 
 
-class SendRefused(Exception):
+class SendRefused(LiyagentError):
     """The send guard refused a request before its bytes left: the attempt's lease may have
     lapsed, so another attempt may own the run. The attempt must stop; nothing was sent."""
 

@@ -27,14 +27,15 @@ from typing import Any, NoReturn, Protocol, get_type_hints
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runtime.base.validation import described
+from store.errors import LiyagentError
 
 
-class JobDeclarationError(ValueError):
+class JobDeclarationError(LiyagentError, ValueError):
     """A job kind is declared wrong (no parameters model, a bad name); processes refuse to
     start with it, naming the module."""
 
 
-class JobError(ValueError):
+class JobError(LiyagentError, ValueError):
     """The job's parameters or source are unusable; the job fails with this reason (or, for
     parameters checked at enqueue, is never stored)."""
 

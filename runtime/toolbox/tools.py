@@ -21,6 +21,7 @@ from runtime.models.output import OutputType
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.job_kinds import JobKind
+from store.errors import LiyagentError
 
 Outcome = dict[str, Any]
 
@@ -63,7 +64,7 @@ class CallContext:
         http.check_leaving()
 
 
-class ToolError(Exception):
+class ToolError(LiyagentError):
     """The call was refused for good (the vendor said no, the input is wrong): its outcome is
     this error, told to the model. Nothing is in doubt. `status` is the vendor's HTTP status."""
 
@@ -90,7 +91,7 @@ class ToolFailed(ToolError):
         }
 
 
-class ToolInDoubt(Exception):
+class ToolInDoubt(LiyagentError):
     """The call may or may not have reached its vendor (timeout, reset, 5xx)."""
 
 
@@ -220,7 +221,7 @@ def declared_at(fn: Callable[..., Any]) -> str | None:
     return f"{os.path.realpath(code.co_filename)}:{code.co_firstlineno}"
 
 
-class ToolDeclarationError(ValueError):
+class ToolDeclarationError(LiyagentError, ValueError):
     """A tool is declared wrong (no window, unknown kind, a name used twice); the message names
     the tool and where it came from. Processes refuse to start with it."""
 

@@ -1,0 +1,44 @@
+"""What an optional part of liyagent needs installed, said in one place: each extra of
+pyproject.toml (`pip install 'liyagent[front]'`), the modules that need it, and the clear error
+a process meets when one is missing (`MissingExtra`, naming the extra), instead of an
+ImportError from deep inside."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from store.errors import LiyagentError
+
+# Each extra, and what it brings (said in the message when it is missing).
+EXTRAS = {
+    "front": "the HTTP front (webhooks, runs, approvals, SSE): starlette, uvicorn, sse-starlette",
+    "teams": "Teams through the Bot Framework: pyjwt (the channel's tokens)",
+    "a2a": "A2A, the front's JSON-RPC binding and the remote.ask tool: a2a-sdk",
+    "mcp": "MCP servers as tool sources: mcp",
+    "anthropic": "the Anthropic Messages API provider: anthropic",
+    "flower": "Flower, to watch workers: flower",
+    "reports": "the timeline pictures and charts (inspect --png, trials, bench): matplotlib",
+}
+
+
+class MissingExtra(LiyagentError, ImportError):
+    """An optional part was asked for whose extra is not installed."""
+
+    def __init__(self, extra: str, missing: str) -> None:
+        super().__init__(
+            f"{EXTRAS[extra]} is not installed ({missing} cannot be imported): install it "
+            f"with pip install 'liyagent[{extra}]' (or 'liyagent[all]')"
+        )
+        self.extra = extra
+
+
+def need(extra: str, module: str) -> ModuleType:
+    """`module`, which needs `extra`; MissingExtra naming the extra when its packages are not
+    installed (an ImportError of our own module is not hidden)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (exc.name == module or module.startswith(f"{exc.name}.")):
+            raise
+        raise MissingExtra(extra, exc.name or module) from None
