@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from liyagent.timeline import KillMark, colour, svg
+from liyagent.timeline import svg
+from liyagent.timeline_marks import KillMark, colour
 from store.timeline import Timeline
 
 

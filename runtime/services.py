@@ -22,9 +22,10 @@ from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.base.sealing import Sealer, load_sealer, say_dev_key_once
 from runtime.base.settings import Settings
 from runtime.base.tracing import OFF, Tracing, from_env
-from runtime.fleet.heartbeat import Heartbeat, Owners, PostgresReach
+from runtime.fleet.heartbeat import Heartbeat, Owners
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence, close_sockets_here, connection_name
+from runtime.fleet.reach import PostgresReach
 from runtime.models import profiles, specs
 from runtime.models.base import ModelError, ModelProvider
 from runtime.models.profiles import ModelProfile

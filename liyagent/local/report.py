@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from liyagent import timeline, timeline_page
+from liyagent import timeline_marks, timeline_page
 from liyagent.local.figures import Figures, RunLine
 from store.timeline import Timeline
 
@@ -159,7 +159,7 @@ def _timelines(shown: list[Timeline], kill: KillNote | None) -> str:
     for t in shown:
         kills = []
         if kill is not None and t.run_id in kill.in_flight:
-            kills = [timeline.KillMark(kill.at, f"{kill.worker} SIGKILLed")]
+            kills = [timeline_marks.KillMark(kill.at, f"{kill.worker} SIGKILLed")]
         sections.append(timeline_page.html_section(t, kills))
     return (
         "<h2>Timelines of the resumed runs</h2><p>Drawn from Postgres alone: each attempt on "

@@ -357,12 +357,12 @@ def write_report(verdict: Verdict, path: Path, extra: dict[str, Any]) -> Path:
 
 def _page(verdict: Verdict, png: Path) -> str:
     """The histogram (embedded, so the page stands alone) and the slowest five timelines."""
-    from liyagent import timeline, timeline_page
+    from liyagent import timeline_marks, timeline_page
 
     encoded = base64.b64encode(png.read_bytes()).decode()
     sections = []
     for r, t in verdict.slowest:
-        kill = timeline.KillMark(r.killed_at, "victim SIGKILLed")
+        kill = timeline_marks.KillMark(r.killed_at, "victim SIGKILLed")
         sections.append(
             f"<p><b>{html.escape(r.trial)}</b>: {r.seconds:.3f} s from the kill to its end</p>"
             + timeline_page.html_section(t, [kill])

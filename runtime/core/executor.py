@@ -29,9 +29,10 @@ from runtime.recovery import outage
 from runtime.sending.http import SendRefused
 from runtime.services import Services
 from store import db
+from store.losses import loss_seen
 from store.records import insert_owned_audit, select_audit
 from store.rows import Claimed, FencedOut, RunRow
-from store.runs import claim_delivery, fail_run, hand_back_store_fault, loss_seen
+from store.runs import claim_delivery, fail_run, hand_back_store_fault
 from store.states import RunKind, RunStatus, Seen
 from store.waits import wake_parent
 

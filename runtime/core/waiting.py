@@ -20,8 +20,9 @@ from runtime.durable.state import RunState, ToolCall
 from runtime.services import Services
 from runtime.toolbox.tools import Tool
 from store.entries import EntryKind
+from store.losses import claim_lost
 from store.rows import RunRow
-from store.runs import claim_lost, get_run_by_request_key
+from store.runs import get_run_by_request_key
 from store.states import OWNED, ApprovalStatus, RunStatus, Seen, Settle
 from store.waits import ensure_approval
 

@@ -47,7 +47,8 @@ from runtime.fleet.leases import Token
 from runtime.fleet.presence import connection_name
 from runtime.recovery.sweeper import requeue_lost_messages
 from runtime.services import Services
-from store.runs import attempt_statuses, claim_lost_many
+from store.losses import claim_lost_many
+from store.runs import attempt_statuses
 from store.states import RunStatus, Seen
 
 log = structlog.get_logger(__name__)

@@ -30,11 +30,10 @@ import structlog
 
 from runtime.fleet.leases import StoreEpoch, Token, monotonic_ms
 from runtime.services import Services
+from store.losses import claim_lost_many, claim_store_faulted_many
 from store.rows import Attempt, RunId
 from store.runs import (
     attempt_statuses,
-    claim_lost_many,
-    claim_store_faulted_many,
     db_now,
     select_live,
     touch_queued_before,

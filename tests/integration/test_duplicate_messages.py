@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from store.runs import claim_delivery, claim_lost
+from store.losses import claim_lost
+from store.runs import claim_delivery
 from tests.support.scripts import mixed
 
 

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from liyagent.local.servers import free_port
-from runtime.fleet.heartbeat import Heartbeat, LeaseLost, PostgresReach
+from runtime.fleet.heartbeat import Heartbeat, LeaseLost
 from runtime.fleet.leases import Leases, Token, fence_token, monotonic_ms
+from runtime.fleet.reach import PostgresReach
 from store import db
 
 BOUND_MS = 300

@@ -14,7 +14,8 @@ from runtime.entries.client import Client
 from runtime.fleet.leases import Token, monotonic_ms
 from runtime.sending import http
 from runtime.sending.http import SendRefused
-from store.runs import claim_delivery, claim_lost
+from store.losses import claim_lost
+from store.runs import claim_delivery
 from tests.support.proxy import CuttableProxy
 from tests.support.scripts import final
 from tests.support.stack import RecordingPublisher

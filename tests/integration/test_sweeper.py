@@ -14,7 +14,8 @@ from runtime.base.settings import Timings
 from runtime.entries.client import Client
 from runtime.fleet.leases import Leases, Token
 from runtime.recovery.sweeper import Sweeper
-from store.runs import claim_delivery, claim_lost, claim_lost_many
+from store.losses import claim_lost, claim_lost_many
+from store.runs import claim_delivery
 from tests.support.scripts import final
 from tests.support.stack import RecordingPublisher, services_with
 

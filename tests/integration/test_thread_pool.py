@@ -25,7 +25,8 @@ from runtime.fleet.presence import connection_name
 from runtime.services import holder_of
 from store import db, migrate
 from store.admin import create_database, database_url
-from store.runs import claim_delivery, claim_lost
+from store.losses import claim_lost
+from store.runs import claim_delivery
 from tests.support.judge import judge_runs, wait_all
 from tests.support.scripts import call, final, mixed, step
 

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 
-from liyagent import timeline
+from liyagent import timeline, timeline_marks
 from liyagent.cli.main import main
 from liyagent.local.figures import collect
 from liyagent.local.procs import ROOT
@@ -31,8 +31,9 @@ from runtime.entries.client import Client
 from runtime.fleet.leases import Leases, Token
 from runtime.recovery.sweeper import Sweeper
 from store import db
+from store.losses import claim_lost_many
 from store.rows import RunNotFound
-from store.runs import claim_delivery, claim_lost_many, hand_back
+from store.runs import claim_delivery, hand_back
 from store.timeline import Timeline, select_timeline, select_timelines
 from store.views import database_now
 from tests.support import browser
@@ -110,7 +111,11 @@ def _check_drawn(rendered: browser.Rendered, run_id: str, kill_label: str) -> No
     assert all(i["complete"] and i["width"] > 0 for i in rendered.probe["images"])
     counts = browser.colours(rendered.screenshot)
     assert len(counts) > 50, "the screenshot is (nearly) blank"
-    for colour in (timeline.LOSS, timeline.colour("made"), timeline.colour("unknown")):
+    for colour in (
+        timeline_marks.LOSS,
+        timeline_marks.colour("made"),
+        timeline_marks.colour("unknown"),
+    ):
         assert browser.near(counts, colour) > 20, f"{colour} is not on the screen"
 
 
@@ -162,7 +167,7 @@ def test_killed_run_timeline_in_reports(stack, tmp_path: Path) -> None:
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     counts = browser.colours(tmp_path / "run.png")
     assert browser.near(counts, timeline.LOSS) > 20
-    assert browser.near(counts, timeline.colour("unknown")) > 20
+    assert browser.near(counts, timeline_marks.colour("unknown")) > 20
     human = subprocess.run(
         [sys.executable, "-m", "liyagent.cli.main", "inspect", killed,
          "--png", str(tmp_path / "again.png")],
