@@ -44,7 +44,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from simulators import store, teams_store
+from simulators import bot_tokens, store, teams_store
 from simulators.wire import Call, HttpError, Response, _json_object, _number, _text
 
 # The scope a bot asks for to call the Bot Connector, and the one for Microsoft Graph.
@@ -54,10 +54,10 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _DENIED = {"message": "Authorization has been denied for this request."}
 
 
-def _bot(call: Call) -> store.BotToken:
+def _bot(call: Call) -> bot_tokens.BotToken:
     """The bot whose valid token the request carries, or 401 (no effect)."""
     token = call.request.bearer_token
-    found = store.valid_bot_token(call.conn, token) if token else None
+    found = bot_tokens.valid_bot_token(call.conn, token) if token else None
     if found is None or found.scope not in (None, SCOPE):  # a Graph token is not for us
         raise HttpError(
             401,
@@ -189,11 +189,11 @@ def _issue(call: Call, scope: str, tenant: str | None) -> Response:
     if form.get("scope") != scope:
         raise _oauth_error(400, "invalid_scope", f"scope must be {scope} at this endpoint")
     app_id, secret = form.get("client_id") or "", form.get("client_secret") or ""
-    found = store.bot_password(call.conn, app_id) if app_id else None
+    found = bot_tokens.bot_password(call.conn, app_id) if app_id else None
     given = hashlib.sha256(secret.encode()).hexdigest()
     if found is None or not secret or not hmac.compare_digest(found[0], given):
         raise _oauth_error(401, "invalid_client", "unknown client_id or wrong client_secret")
-    token, _ = store.issue_bot_token(call.conn, app_id, found[1], scope, tenant)
+    token, _ = bot_tokens.issue_bot_token(call.conn, app_id, found[1], scope, tenant)
     lifetime = round(found[1])
     return Response(
         200,
@@ -215,10 +215,10 @@ def register_bot(call: Call) -> Response:
     if not _SHA256.fullmatch(digest):
         raise HttpError(400, "field 'password_sha256' must be 64 lower-case hex digits")
     ttl = _number(body, "token_ttl_s", 3600, 1, 86400)
-    store.upsert_bot(call.conn, app_id, digest, ttl)
+    bot_tokens.upsert_bot(call.conn, app_id, digest, ttl)
     return Response(201, {"app_id": app_id, "token_ttl_s": ttl})
 
 
 def revoke_tokens(call: Call) -> Response:
     """Expire every token of the path's bot now."""
-    return Response(200, {"expired": store.expire_bot_tokens(call.conn, call.params["app"])})
+    return Response(200, {"expired": bot_tokens.expire_bot_tokens(call.conn, call.params["app"])})

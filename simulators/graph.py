@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from simulators import connector, teams_store
-from simulators.store import BotToken, valid_bot_token
+from simulators.bot_tokens import BotToken, valid_bot_token
 from simulators.wire import (
     Call,
     HttpError,

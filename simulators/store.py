@@ -1,4 +1,5 @@
-"""Postgres storage of the vendor simulators: the ``sim`` schema, entity rows, request records.
+"""Postgres storage of the vendor simulators: the ``sim`` schema and entity rows (what they
+recorded and its counts: `records.py`; bot tokens: `bot_tokens.py`).
 
 Plain SQL throughout, so tests and operators can read the records without this package.
 """
@@ -15,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, text
 
 from simulators import teams_store
+from simulators.bot_tokens import BotToken
 from simulators.teams_store import GraphPlace
 
 Row = dict[str, Any]
@@ -134,22 +136,6 @@ _FT_MODEL = f"CASE WHEN {_FT_DONE} THEN model || ':' || 'ft-' || id END AS fine_
 _FINE_TUNE_STATE = f"id, model, {_FT_STATUS}, {_FT_MODEL}"
 
 
-@dataclass(frozen=True)
-class RequestRecord:
-    """One received HTTP request and the status the simulator answered it with."""
-
-    vendor: str
-    method: str
-    path: str
-    idem_key: str | None
-    run_id: str | None
-    attempt: int | None
-    body: Any
-    status: int
-    deduped: bool
-    call: str | None = None
-
-
 def make_engine(database_url: str) -> Engine:
     """An autocommit engine for ``database_url``; a bare ``postgresql://`` URL uses psycopg 3."""
     for prefix in ("postgresql://", "postgres://"):
@@ -185,7 +171,7 @@ def ensure_schema(engine: Engine) -> None:
             conn.execute(text(statement))
 
 
-def _json_param(value: Any) -> str | None:
+def json_param(value: Any) -> str | None:
     """Serialise ``value`` for a jsonb column; Postgres rejects NUL, so it becomes U+FFFD."""
     if value is None:
         return None
@@ -214,6 +200,13 @@ def _inserted(conn: Connection, sql: str, params: Mapping[str, Any]) -> Row:
     if row is None:  # pragma: no cover - RETURNING always yields the inserted row
         raise RuntimeError("insert returned no row")
     return row
+
+
+def where_clause(filters: Mapping[str, object]) -> tuple[str, dict[str, object]]:
+    """A WHERE clause over the non-None ``filters`` (column names come from code, not input)."""
+    given = {column: value for column, value in filters.items() if value is not None}
+    clause = " AND ".join(f"{column} = :{column}" for column in given)
+    return ("WHERE " + clause if clause else ""), given
 
 
 def lock_idem_key(conn: Connection, namespace: str, key: str) -> None:
@@ -281,7 +274,7 @@ def insert_comment(conn: Connection, issue: str, body: str, key: str | None) -> 
 
 def comments(conn: Connection, *, issue: str | None = None, key: str | None = None) -> list[Row]:
     """Comments filtered by issue and/or idempotency key, oldest first."""
-    where, params = _where({"issue": issue, "idem_key": key})
+    where, params = where_clause({"issue": issue, "idem_key": key})
     sql = f"SELECT {_COMMENT} FROM sim.comments {where} ORDER BY id LIMIT {LIST_LIMIT}"
     return _all(conn, sql, params)
 
@@ -292,7 +285,7 @@ def insert_chat_reply(
     """Create a chat reply row (never deduplicated)."""
     sql = f"""INSERT INTO sim.chat_replies (conversation, text, cards, idem_key)
               VALUES (:conv, :text, CAST(:cards AS jsonb), :key) RETURNING {_REPLY}"""
-    params = {"conv": conversation, "text": reply_text, "cards": _json_param(cards), "key": key}
+    params = {"conv": conversation, "text": reply_text, "cards": json_param(cards), "key": key}
     return _inserted(conn, sql, params)
 
 
@@ -300,7 +293,7 @@ def chat_replies(
     conn: Connection, *, conversation: str | None = None, key: str | None = None
 ) -> list[Row]:
     """Chat replies filtered by conversation and/or idempotency key, oldest first."""
-    where, params = _where({"conversation": conversation, "idem_key": key})
+    where, params = where_clause({"conversation": conversation, "idem_key": key})
     sql = f"SELECT {_REPLY} FROM sim.chat_replies {where} ORDER BY id LIMIT {LIST_LIMIT}"
     return _all(conn, sql, params)
 
@@ -322,7 +315,7 @@ def notifications(
     conn: Connection, *, channel: str | None = None, key: str | None = None
 ) -> list[Row]:
     """Notifications filtered by channel and/or idempotency key, oldest first."""
-    where, params = _where({"channel": channel, "idem_key": key})
+    where, params = where_clause({"channel": channel, "idem_key": key})
     sql = f"SELECT {_NOTIFICATION} FROM sim.notifications {where} ORDER BY id LIMIT {LIST_LIMIT}"
     return _all(conn, sql, params)
 
@@ -383,7 +376,7 @@ def insert_connector_activity(
     params = {
         "conv": conversation,
         "reply_to": reply_to_id,
-        "activity": _json_param(activity),
+        "activity": json_param(activity),
         "key": key,
         "app_id": bot.app_id,
         "token_id": bot.token_id,
@@ -392,82 +385,6 @@ def insert_connector_activity(
         "root": place.root,
     }
     return _inserted(conn, sql, params)
-
-
-@dataclass(frozen=True)
-class BotToken:
-    """A token the token endpoint issued and that has not expired: whose it is, its row, and
-    what it was issued for (scope, and the tenant for a Graph token)."""
-
-    app_id: str
-    token_id: int
-    scope: str | None = None
-    tenant: str | None = None
-
-
-def upsert_bot(conn: Connection, app_id: str, password_sha256: str, token_ttl_s: float) -> None:
-    """Register a bot with the token endpoint (again: its password and token lifetime change)."""
-    conn.execute(
-        text(
-            """INSERT INTO sim.bots (app_id, password_sha256, token_ttl_s)
-               VALUES (:app_id, :sha, :ttl)
-               ON CONFLICT (app_id) DO UPDATE
-               SET password_sha256 = EXCLUDED.password_sha256, token_ttl_s = EXCLUDED.token_ttl_s"""
-        ),
-        {"app_id": app_id, "sha": password_sha256, "ttl": token_ttl_s},
-    )
-
-
-def bot_password(conn: Connection, app_id: str) -> tuple[str, float] | None:
-    """A registered bot's password hash and token lifetime, or None."""
-    row = conn.execute(
-        text("SELECT password_sha256, token_ttl_s FROM sim.bots WHERE app_id = :a"),
-        {"a": app_id},
-    ).first()
-    return None if row is None else (str(row.password_sha256), float(row.token_ttl_s))
-
-
-def issue_bot_token(
-    conn: Connection, app_id: str, ttl_s: float, scope: str, tenant: str | None = None
-) -> tuple[str, int]:
-    """A new opaque token for `app_id` and `scope` (in `tenant`), valid for `ttl_s` seconds by
-    the database clock."""
-    token = secrets.token_urlsafe(32)
-    row = conn.execute(
-        text(
-            """INSERT INTO sim.bot_tokens (token, app_id, expires_at, scope, tenant)
-               VALUES (:t, :a, clock_timestamp() + make_interval(secs => :ttl), :s, :tenant)
-               RETURNING id"""
-        ),
-        {"t": token, "a": app_id, "ttl": ttl_s, "s": scope, "tenant": tenant},
-    ).one()
-    return token, int(row.id)
-
-
-def valid_bot_token(conn: Connection, token: str) -> BotToken | None:
-    """The bot a token was issued to, if the token exists and has not expired."""
-    row = conn.execute(
-        text(
-            """SELECT id, app_id, scope, tenant FROM sim.bot_tokens
-               WHERE token = :t AND expires_at > clock_timestamp()"""
-        ),
-        {"t": token},
-    ).first()
-    if row is None:
-        return None
-    return BotToken(str(row.app_id), int(row.id), row.scope, row.tenant)
-
-
-def expire_bot_tokens(conn: Connection, app_id: str) -> int:
-    """Expire every token of `app_id` now (a revocation); how many were still valid."""
-    result = conn.execute(
-        text(
-            """UPDATE sim.bot_tokens SET expires_at = clock_timestamp()
-               WHERE app_id = :a AND expires_at > clock_timestamp()"""
-        ),
-        {"a": app_id},
-    )
-    return int(result.rowcount)
 
 
 def recent_fine_tune(conn: Connection, key: str, window_s: float) -> Row | None:
@@ -498,79 +415,6 @@ def fine_tune(conn: Connection, job_id: str) -> Row | None:
     return _one(conn, sql, {"id": job_id})
 
 
-def record_request(conn: Connection, record: RequestRecord) -> int:
-    """Write the record of one received request; returns its id."""
-    sql = """INSERT INTO sim.requests
-             (vendor, method, path, idem_key, run_id, attempt, body, status, deduped, call)
-             VALUES (:vendor, :method, :path, :idem_key, :run_id, :attempt,
-                     CAST(:body AS jsonb), :status, :deduped, :call) RETURNING id"""
-    params = {**asdict(record), "body": _json_param(record.body)}
-    return int(conn.execute(text(sql), params).scalar_one())
-
-
-def _where(filters: Mapping[str, object]) -> tuple[str, dict[str, object]]:
-    """A WHERE clause over the non-None ``filters`` (column names come from code, not input)."""
-    given = {column: value for column, value in filters.items() if value is not None}
-    clause = " AND ".join(f"{column} = :{column}" for column in given)
-    return ("WHERE " + clause if clause else ""), given
-
-
-def count_requests(
-    conn: Connection,
-    vendor: str | None = None,
-    method: str | None = None,
-    idem_key: str | None = None,
-    run_id: str | None = None,
-) -> int:
-    """How many requests the simulators recorded, optionally narrowed by vendor/method/key/run."""
-    filters = {"vendor": vendor, "method": method, "idem_key": idem_key, "run_id": run_id}
-    where, params = _where(filters)
-    return int(
-        conn.execute(text(f"SELECT count(*) FROM sim.requests {where}"), params).scalar_one()
-    )
-
-
-def _count_by_key(conn: Connection, table: str, column: str = "idem_key") -> dict[str, int]:
-    """Rows per non-null ``column`` value (the idempotency key by default) in an entity table."""
-    sql = f"SELECT {column}, count(*) FROM sim.{table} WHERE {column} IS NOT NULL GROUP BY {column}"
-    return {str(key): int(n) for key, n in conn.execute(text(sql))}
-
-
-def incidents_by_key(conn: Connection) -> dict[str, int]:
-    """How many incident rows exist per idempotency key (more than 1 means a duplicate)."""
-    return _count_by_key(conn, "incidents")
-
-
-def comments_by_key(conn: Connection) -> dict[str, int]:
-    """How many comment rows exist per idempotency key."""
-    return _count_by_key(conn, "comments")
-
-
-def chat_replies_by_key(conn: Connection) -> dict[str, int]:
-    """How many chat reply rows exist per idempotency key."""
-    return _count_by_key(conn, "chat_replies")
-
-
-def notifications_by_key(conn: Connection) -> dict[str, int]:
-    """How many notification rows exist per idempotency key (more than 1 means a duplicate)."""
-    return _count_by_key(conn, "notifications")
-
-
-def a2a_tasks_by_id(conn: Connection) -> dict[str, int]:
-    """How many task rows the remote agent holds per client task id (more than 1: a duplicate)."""
-    return _count_by_key(conn, "a2a_tasks", "task_id")
-
-
-def connector_posts_by_key(conn: Connection) -> dict[str, int]:
-    """How many Bot Connector posts exist per idempotency key (more than 1: posted twice)."""
-    return _count_by_key(conn, "connector_activities")
-
-
-def fine_tunes_by_key(conn: Connection) -> dict[str, int]:
-    """How many fine-tune jobs exist per idempotency key (more than 1 means a duplicate)."""
-    return _count_by_key(conn, "fine_tunes")
-
-
 def save_model_script(conn: Connection, model: str, script: Any) -> None:
     """Keep a script under its content-derived model name (saving it again changes nothing)."""
     conn.execute(
@@ -578,7 +422,7 @@ def save_model_script(conn: Connection, model: str, script: Any) -> None:
             "INSERT INTO sim.model_scripts (model, script) VALUES (:m, CAST(:s AS jsonb)) "
             "ON CONFLICT (model) DO NOTHING"
         ),
-        {"m": model, "s": _json_param(script)},
+        {"m": model, "s": json_param(script)},
     )
 
 

@@ -17,21 +17,20 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from simulators import routes, store, wire
+from simulators import records, routes, store, wire
 from simulators.logs import log_event
-from simulators.routes import source_doc
-from simulators.store import (
+from simulators.records import (
     a2a_tasks_by_id,
     chat_replies_by_key,
     comments_by_key,
     connector_posts_by_key,
     count_requests,
-    ensure_schema,
     fine_tunes_by_key,
     incidents_by_key,
-    make_engine,
     notifications_by_key,
 )
+from simulators.routes import source_doc
+from simulators.store import ensure_schema, make_engine
 from simulators.wire import (
     DEFAULT_NOTIFY_DEDUPE_S,
     DEFAULT_SOURCE_DOCS,
@@ -174,7 +173,7 @@ class SimulatorServer(ThreadingHTTPServer):
                 response = routes.respond(
                     conn, request, self.incident_dedupe_s, self.notify_dedupe_s, self.source_docs
                 )
-                store.record_request(conn, wire.record_of(request, response))
+                records.record_request(conn, wire.record_of(request, response))
             return response
         except Exception:
             log_event(logging.ERROR, "request_failed", exc_info=True, path=request.target)
@@ -186,7 +185,7 @@ class SimulatorServer(ThreadingHTTPServer):
         """Record a request whose own transaction failed, so it is still counted if possible."""
         try:
             with self._tx_engine.begin() as conn:
-                store.record_request(conn, wire.record_of(request, response))
+                records.record_request(conn, wire.record_of(request, response))
         except Exception:
             log_event(logging.ERROR, "record_failed", exc_info=True, path=request.target)
 

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 from sqlalchemy import Connection
 
-from simulators import store
+from simulators import records
 
 MAX_DELAY_MS = 600_000
 DEFAULT_NOTIFY_DEDUPE_S = 300.0
@@ -217,9 +217,9 @@ def parse_request(
     )
 
 
-def record_of(request: Request, response: Response) -> store.RequestRecord:
+def record_of(request: Request, response: Response) -> records.RequestRecord:
     """The request record for one answered request."""
-    return store.RequestRecord(
+    return records.RequestRecord(
         vendor=request.vendor,
         method=request.method,
         path=request.target,
