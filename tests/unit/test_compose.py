@@ -6,6 +6,7 @@ script (loaded from its path) and runs it as `python compose/validate.py` would 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shutil
 import subprocess
@@ -25,6 +26,10 @@ COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
 
 
 def _load_validator() -> ModuleType:
+    # As `python compose/validate.py` runs it: its directory first on the path (the loader
+    # beside it, compose_yaml.py).
+    if str(COMPOSE_DIR) not in sys.path:
+        sys.path.insert(0, str(COMPOSE_DIR))
     spec = importlib.util.spec_from_file_location("compose_validate", VALIDATOR)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -33,6 +38,7 @@ def _load_validator() -> ModuleType:
 
 
 validate_module = _load_validator()
+compose_yaml = importlib.import_module("compose_yaml")  # the loader validate.py imports
 
 
 def run_validator(*args: str) -> subprocess.CompletedProcess[str]:
@@ -57,7 +63,7 @@ def mutated_copy(tmp_path: Path, mutate: Callable[[dict[str, Any]], None]) -> Pa
     target.mkdir()
     for name in ("Dockerfile", ".env.example"):
         shutil.copy(COMPOSE_DIR / name, target / name)
-    document = validate_module.load_compose(COMPOSE_FILE)
+    document = compose_yaml.load_compose(COMPOSE_FILE)
     mutate(document)
     path = target / "compose.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -232,33 +238,33 @@ def test_yaml_syntax_error_and_duplicate_keys_fail(tmp_path: Path) -> None:
         ("celery@$$HOSTNAME", "celery@$HOSTNAME"),
         ("${A:-x}-${B-y}", "x-y"),
         ("${A:-${B:-nested}}", "nested"),
-        ("${A:?set A}", validate_module.PLACEHOLDER),
-        ("${A?set A}", validate_module.PLACEHOLDER),
-        ("$A/${B}", f"{validate_module.PLACEHOLDER}/{validate_module.PLACEHOLDER}"),
+        ("${A:?set A}", compose_yaml.PLACEHOLDER),
+        ("${A?set A}", compose_yaml.PLACEHOLDER),
+        ("$A/${B}", f"{compose_yaml.PLACEHOLDER}/{compose_yaml.PLACEHOLDER}"),
         ("${A:+alt}${A+alt}", ""),
-        ("${FLOWER_BASIC_AUTH:?set FLOWER_BASIC_AUTH=user:password}", validate_module.PLACEHOLDER),
+        ("${FLOWER_BASIC_AUTH:?set FLOWER_BASIC_AUTH=user:password}", compose_yaml.PLACEHOLDER),
     ],
 )
 def test_interpolation(template: str, expected: str) -> None:
-    assert validate_module.interpolate(template) == expected
+    assert compose_yaml.interpolate(template) == expected
 
 
 @pytest.mark.parametrize("template", ["${", "${A", "${1A}", "${A!x}", "cost $5"])
 def test_interpolation_rejects_malformed_templates(template: str) -> None:
-    with pytest.raises(validate_module.ComposeError):
-        validate_module.interpolate(template)
+    with pytest.raises(compose_yaml.ComposeError):
+        compose_yaml.interpolate(template)
 
 
 def test_interpolation_ignores_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIYAGENT_ENV", "development")
-    assert validate_module.interpolate("${LIYAGENT_ENV:-production}") == "production"
+    assert compose_yaml.interpolate("${LIYAGENT_ENV:-production}") == "production"
 
 
 def test_yaml_is_read_as_compose_reads_it(tmp_path: Path) -> None:
     """YAML 1.2 scalars: `no` and `on` stay strings and `55:55` is not a base-60 number."""
     path = tmp_path / "c.yaml"
     path.write_text("a: no\nb: on\nc: 55:55\nd: true\ne: 0o10\nf: 010\ng: ~\n")
-    assert validate_module.load_compose(path) == {
+    assert compose_yaml.load_compose(path) == {
         "a": "no",
         "b": "on",
         "c": "55:55",
@@ -272,7 +278,7 @@ def test_yaml_is_read_as_compose_reads_it(tmp_path: Path) -> None:
 def test_real_file_shape() -> None:
     """The services and settings the brief asks for, read from the interpolated document."""
     names: set[str] = set()
-    doc = validate_module.interpolate_tree(validate_module.load_compose(COMPOSE_FILE), names)
+    doc = compose_yaml.interpolate_tree(compose_yaml.load_compose(COMPOSE_FILE), names)
     services = doc["services"]
     assert set(services) == {
         "postgres",
@@ -312,7 +318,7 @@ def test_real_file_shape() -> None:
     # The front gets a bearer token (without one it answers 503 to every request), and the
     # rest of the shared environment with it.
     app_env = services["app"]["environment"]
-    assert app_env["LIYAGENT_FRONT_TOKEN"] == validate_module.PLACEHOLDER
+    assert app_env["LIYAGENT_FRONT_TOKEN"] == compose_yaml.PLACEHOLDER
     assert "LIYAGENT_FRONT_TOKEN" in names
     # Only the workers get the Teams bot's password (they reply as the bot), as a secret file.
     shared = {k: v for k, v in env.items() if k != "LIYAGENT_TEAMS_APP_PASSWORD_FILE"}
