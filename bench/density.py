@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,31 +43,29 @@ import httpx
 import sqlalchemy as sa
 
 from bench import procstat
+from bench.density_figures import (
+    DB_POOL_MAX,
+    MODEL_STEPS,
+    Burst,
+    MassLoss,
+    Peaks,
+    RequestFloor,
+    figures,
+    floor_figures,
+    matrix,
+)
 from bench.lab import Lab, WorkerSpec
-from bench.report import Figure, Section, Target, quantile
+from bench.report import Section
 from bench.sides import LiyagentSide, wait_ended
 from liyagent.local import judge
 from liyagent.local.cluster import START_TIMEOUT_S, worker_argv
 from liyagent.local.procs import Proc
-from runtime.base import pools
 from runtime.sending import http
 from runtime.services import holder_of
 
-CPU_PER_STEP_MS = Target("<=", 2.0, "issue 18")
-THROUGHPUT = Target(">=", 0.9, "issue 18")
-RSS_MIB = Target("<=", 400, "issue 18")
-RESUME_P50_S = Target("<=", 2.0, "issue 18")
-RESUME_MAX_S = Target("<=", 5.0, "issue 18")
-ZERO = Target("<=", 0, "issue 18")
-MODEL_STEPS = 4
-# Tool requests per model step of the 4-step agent (a read, a comment, a read, the answer).
-TOOL_REQUESTS_PER_STEP = 3 / MODEL_STEPS
 REQUESTS = 300
 TOOLS = ["ticket.read", "issue.comment"]
 STARTERS = 4  # bench threads starting runs at once
-# A threads worker's Postgres pool: what a worker of -c 500 is given where Postgres serves
-# several (the statements of 500 runs waiting on their models need a handful at once).
-DB_POOL_MAX = 100
 
 
 @dataclass(frozen=True)
@@ -103,26 +101,16 @@ def four_step(latency_ms: int) -> list[dict[str, Any]]:
     ]
 
 
-@dataclass
-class _Peaks:
-    """What a sampler saw of one worker while a burst ran."""
-
-    rss_mib: float = 0.0
-    connections: int = 0
-    active: int = 0
-    samples: int = 0
-
-
 class _Sampler:
     """Samples a worker's resident memory and its Postgres connections every 0.2 s."""
 
     def __init__(self, lab: Lab, pid: int, database: str) -> None:
         self.lab, self.pid, self.database = lab, pid, database
-        self.peaks = _Peaks()
+        self.peaks = Peaks()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> _Peaks:
+    def __enter__(self) -> Peaks:
         self._thread.start()
         return self.peaks
 
@@ -165,54 +153,9 @@ def _start_many(side: LiyagentSide, steps: list[dict[str, Any]], n: int) -> list
         return list(pool.map(lambda _: side.start(steps), range(n)))
 
 
-@dataclass
-class _Burst:
-    pool: str
-    concurrency: int
-    runs: int
-    seconds: float
-    ideal_s: float
-    worker_cpu_s: float
-    postgres_cpu_s: float
-    simulator_cpu_s: float
-    idle_cpu_s: float
-    start_s: float  # how long the bench took to start every run (within `seconds`)
-    peaks: _Peaks = field(default_factory=_Peaks)
-
-    @property
-    def ratio(self) -> float:
-        return self.ideal_s / self.seconds
-
-    @property
-    def cpu_ms_per_step(self) -> float:
-        return self.worker_cpu_s * 1000 / (self.runs * MODEL_STEPS)
-
-    def cores(self, cpu_s: float) -> float:
-        return cpu_s / self.seconds
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pool": self.pool,
-            "concurrency": self.concurrency,
-            "runs": self.runs,
-            "seconds": round(self.seconds, 3),
-            "ideal_s": self.ideal_s,
-            "ratio": round(self.ratio, 3),
-            "worker_cpu_s": round(self.worker_cpu_s, 3),
-            "cpu_ms_per_step": round(self.cpu_ms_per_step, 3),
-            "postgres_cpu_s": round(self.postgres_cpu_s, 3),
-            "simulator_cpu_s": round(self.simulator_cpu_s, 3),
-            "idle_cpu_s": round(self.idle_cpu_s, 3),
-            "start_s": round(self.start_s, 3),
-            "peak_rss_mib": round(self.peaks.rss_mib, 1),
-            "peak_pg_connections": self.peaks.connections,
-            "peak_pg_active": self.peaks.active,
-        }
-
-
 def _burst(
     lab: Lab, side: LiyagentSide, worker: Proc, pool: str, c: int, opts: DensityOptions
-) -> _Burst:
+) -> Burst:
     """2c runs started at once on `worker`; what they cost it and the machine."""
     steps = four_step(opts.latency_ms)
     runs = 2 * c
@@ -230,7 +173,7 @@ def _burst(
     after = [procstat.cpu_seconds(p) for p in pids]
     idle = procstat.MachineTimes.now().idle - machine.idle
     used = [b - a for a, b in zip(before, after, strict=True)]
-    return _Burst(
+    return Burst(
         pool=pool,
         concurrency=c,
         runs=runs,
@@ -243,26 +186,6 @@ def _burst(
         start_s=started_all,
         peaks=peaks,
     )
-
-
-@dataclass
-class _MassLoss:
-    runs: int
-    resume_s: list[float]
-    lost: int
-    duplicates: int
-    stale: int
-    claimed_s: list[float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "resume_s": [round(x, 3) for x in sorted(self.resume_s)],
-            "claimed_by_death_watch_s": [round(x, 3) for x in sorted(self.claimed_s)],
-            "lost": self.lost,
-            "duplicates": self.duplicates,
-            "stale": self.stale,
-        }
 
 
 def _held(side: LiyagentSide, ids: list[str], holder: str) -> int:
@@ -278,7 +201,7 @@ def _held(side: LiyagentSide, ids: list[str], holder: str) -> int:
         )
 
 
-def _mass_loss(lab: Lab, side: LiyagentSide, opts: DensityOptions) -> _MassLoss:
+def _mass_loss(lab: Lab, side: LiyagentSide, opts: DensityOptions) -> MassLoss:
     """A threads victim holding `mass_runs` runs SIGKILLed while the threads survivor (on the
     main queue, already up) recovers them (see the module docstring)."""
     victim_settings = replace(side.settings, queue=f"{side.settings.queue}-victim")
@@ -319,20 +242,10 @@ def _mass_loss(lab: Lab, side: LiyagentSide, opts: DensityOptions) -> _MassLoss:
             lost = len(ids) - len(resume)
     finally:
         vendor.dispose()
-    return _MassLoss(len(ids), resume, lost, duplicates, stale, claimed)
+    return MassLoss(len(ids), resume, lost, duplicates, stale, claimed)
 
 
-@dataclass(frozen=True)
-class _RequestFloor:
-    model_post_ms: float
-    tool_get_ms: float
-
-    @property
-    def per_step_ms(self) -> float:
-        return self.model_post_ms + TOOL_REQUESTS_PER_STEP * self.tool_get_ms
-
-
-def _request_floor(side: LiyagentSide) -> _RequestFloor:
+def _request_floor(side: LiyagentSide) -> RequestFloor:
     """The median client CPU of one model POST and one tool GET through the engine's guarded
     client, on one thread (see the module docstring)."""
     spec = side.models.spec([{"final": "floor", "latency_ms": 0}])
@@ -351,7 +264,7 @@ def _request_floor(side: LiyagentSide) -> _RequestFloor:
         get = _median_cpu_ms(lambda: client.get(ticket))
     finally:
         client.close()
-    return _RequestFloor(post, get)
+    return RequestFloor(post, get)
 
 
 def _median_cpu_ms(request: Callable[[], httpx.Response]) -> float:
@@ -372,8 +285,8 @@ def measure_density(lab: Lab, opts: DensityOptions) -> Section:
     )
     settings = lab.settings(lab.database("bench_density"))
     side = LiyagentSide(settings, lab.seal_keys)
-    bursts: list[_Burst] = []
-    mass: _MassLoss | None = None
+    bursts: list[Burst] = []
+    mass: MassLoss | None = None
     try:
         floor = _request_floor(side)
         threads = _launch(lab, lab.liyagent("density-threads", settings), "threads", opts.threads)
@@ -389,8 +302,8 @@ def measure_density(lab: Lab, opts: DensityOptions) -> Section:
             lab.stop(prefork)
     finally:
         side.close()
-    section.figures = [*_figures(bursts, mass), *_floor_figures(floor)]
-    section.matrix = _matrix(bursts)
+    section.figures = [*figures(bursts, mass), *floor_figures(floor)]
+    section.matrix = matrix(bursts)
     section.detail = {
         "agent": four_step(opts.latency_ms),
         "options": opts.__dict__,
@@ -404,138 +317,3 @@ def measure_density(lab: Lab, opts: DensityOptions) -> Section:
         "mass_loss": None if mass is None else mass.to_json(),
     }
     return section
-
-
-def _figures(bursts: list[_Burst], mass: _MassLoss | None) -> list[Figure]:
-    t = bursts[0]
-    out = [
-        Figure(
-            "threads_cpu_ms_per_step",
-            f"threads -c {t.concurrency}: worker CPU per model step",
-            t.cpu_ms_per_step,
-            "ms",
-            CPU_PER_STEP_MS,
-        ),
-        Figure(
-            "threads_throughput_ratio",
-            f"threads -c {t.concurrency}: throughput vs ideal ({t.runs} runs)",
-            t.ratio,
-            "x",
-            THROUGHPUT,
-        ),
-        Figure(
-            "threads_rss_mib",
-            f"threads -c {t.concurrency}: peak RSS",
-            t.peaks.rss_mib,
-            "MiB",
-            RSS_MIB,
-            digits=0,
-        ),
-        Figure(
-            "threads_pg_connections",
-            f"threads -c {t.concurrency}: peak Postgres connections (its pool's bound)",
-            t.peaks.connections,
-            "",
-            Target("<=", min(DB_POOL_MAX, t.concurrency + pools.MAIN_THREADS), "issue 18"),
-            digits=0,
-        ),
-        Figure(
-            "threads_pg_active",
-            f"threads -c {t.concurrency}: peak connections inside a statement",
-            t.peaks.active,
-            "",
-            digits=0,
-        ),
-    ]
-    if len(bursts) > 1:
-        p = bursts[1]
-        out += [
-            Figure(
-                "prefork_cpu_ms_per_step",
-                f"prefork -c {p.concurrency}: worker CPU per model step",
-                p.cpu_ms_per_step,
-                "ms",
-            ),
-            Figure(
-                "prefork_runs_per_s",
-                f"prefork -c {p.concurrency}: runs/s (threads: {t.runs / t.seconds:.1f})",
-                p.runs / p.seconds,
-                "runs/s",
-            ),
-            Figure(
-                "prefork_rss_mib",
-                f"prefork -c {p.concurrency}: peak RSS",
-                p.peaks.rss_mib,
-                "MiB",
-                digits=0,
-            ),
-        ]
-    if mass is not None:
-        out += [
-            Figure(
-                "mass_resume_p50_s",
-                f"{mass.runs} runs lost at once: kill to resume p50",
-                quantile(mass.resume_s, 0.5),
-                "s",
-                RESUME_P50_S,
-            ),
-            Figure(
-                "mass_resume_max_s",
-                f"{mass.runs} runs lost at once: kill to resume max",
-                max(mass.resume_s, default=None),
-                "s",
-                RESUME_MAX_S,
-            ),
-            Figure("mass_lost", "runs lost", mass.lost, "", ZERO, digits=0),
-            Figure("mass_duplicates", "duplicate writes", mass.duplicates, "", ZERO, digits=0),
-            Figure("mass_stale", "writes after a takeover", mass.stale, "", ZERO, digits=0),
-        ]
-    return out
-
-
-def _floor_figures(floor: _RequestFloor) -> list[Figure]:
-    return [
-        Figure(
-            "request_model_post_ms", "one model POST alone: client CPU", floor.model_post_ms, "ms"
-        ),
-        Figure("request_tool_get_ms", "one tool GET alone: client CPU", floor.tool_get_ms, "ms"),
-        Figure(
-            "request_per_step_ms",
-            f"HTTP alone per model step (1 POST + {TOOL_REQUESTS_PER_STEP:g} GET)",
-            floor.per_step_ms,
-            "ms",
-        ),
-    ]
-
-
-def _matrix(bursts: list[_Burst]) -> tuple[list[str], list[list[str]]]:
-    columns = [
-        "pool",
-        "runs",
-        "time (ideal)",
-        "vs ideal",
-        "CPU/step",
-        "RSS",
-        "PG conns (active)",
-        "worker cores",
-        "Postgres cores",
-        "sim cores",
-        "idle cores",
-    ]
-    rows = [
-        [
-            f"{b.pool} -c {b.concurrency}",
-            str(b.runs),
-            f"{b.seconds:.1f} s ({b.ideal_s:g} s)",
-            f"{b.ratio:.2f}x",
-            f"{b.cpu_ms_per_step:.2f} ms",
-            f"{b.peaks.rss_mib:.0f} MiB",
-            f"{b.peaks.connections} ({b.peaks.active})",
-            f"{b.cores(b.worker_cpu_s):.2f}",
-            f"{b.cores(b.postgres_cpu_s):.2f}",
-            f"{b.cores(b.simulator_cpu_s):.2f}",
-            f"{b.cores(b.idle_cpu_s):.2f}",
-        ]
-        for b in bursts
-    ]
-    return columns, rows
