@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from liyagent.local.procs import ROOT
-from tests.integration.test_cli import cli, run_count
+from tests.integration.cli.test_cli import cli, run_count
 from tests.support.catalogs import write_catalog
 from tests.support.scripts import call, final, step
 from tests.support.stack import sim_model

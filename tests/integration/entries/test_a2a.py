@@ -264,7 +264,7 @@ BAD_RPC: list[tuple[Any, int]] = [
     (_call("SendMessage", _msg(messageId=None, metadata={"skill": "helper"})), -32602),
     (_call("SendMessage", _msg(taskId="t-9", metadata={"skill": "helper"})), -32001),
     (_call("SendMessage", _msg(role="ROLE_AGENT", metadata={"skill": "helper"})), -32602),
-    # Streams refuse bad input before they open (tests/integration/test_a2a_streaming.py).
+    # Streams refuse bad input before they open (tests/integration/entries/test_a2a_streaming.py).
     (_call("SendStreamingMessage", _msg(parts=[], metadata={"skill": "helper"})), -32602),
     (_call("SubscribeToTask", {"id": "no-such-task"}), -32001),
     (_call("CreateTaskPushNotificationConfig", {"taskId": "x", "url": "http://x"}), -32003),

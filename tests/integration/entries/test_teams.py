@@ -17,7 +17,7 @@ import pytest
 
 from liyagent.local.botframework import BotChannel, TeamsUser, new_key
 from store.gates import set_principal
-from tests.integration.test_cli import cli
+from tests.integration.cli.test_cli import cli
 from tests.support.catalogs import helper_agent
 from tests.support.front import serve_front
 from tests.support.recorded import recorded_servers

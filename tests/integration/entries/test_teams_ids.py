@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from liyagent.local.botframework import BotChannel
-from tests.integration.test_teams import (  # noqa: F401 (fixtures)
+from tests.integration.entries.test_teams import (  # noqa: F401 (fixtures)
     _activity,
     _posts,
     _requests,

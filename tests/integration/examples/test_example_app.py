@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from liyagent.local.procs import ROOT
-from tests.integration.test_cli import cli
+from tests.integration.cli.test_cli import cli
 from tests.support.order_desk import (
     ORDER_DESK,
     Desk,

@@ -27,7 +27,7 @@ from tests.support.recorded import (
     recorded_servers,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "anthropic"
 KEY_ENV = "LYT_ANTHROPIC_KEY"
 FIRST_CALL = "toolu_01A09q90qw90lq917835lq9"  # ticket_read_tool_use.json
 

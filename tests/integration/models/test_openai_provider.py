@@ -27,7 +27,7 @@ from tests.support.recorded import (
     recorded_servers,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "openai"
 TICKET_CALL_ID = "call_Ab3Kp9Lq2Wx7Zt5Rn1Ms8Dv4"  # the id in ticket_read_call.json
 
 

@@ -17,7 +17,7 @@ from front.app import create_app
 from front.auth import token_digest
 from runtime import services as runtime_services
 from store.schema import metadata
-from tests.integration.test_cli import cli, out_json
+from tests.integration.cli.test_cli import cli, out_json
 from tests.support.recorded import Reply, recorded_servers
 from tests.support.scripts import call, final, step
 

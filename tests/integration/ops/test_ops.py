@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from runtime.entries.client import BadRequest, RequestConflict
 from store import views
 from store.runs import insert_run
-from tests.integration.test_cli import cli, out_json, run_count
+from tests.integration.cli.test_cli import cli, out_json, run_count
 from tests.support.scripts import call, final, step
 
 PAGE = [

@@ -45,7 +45,7 @@ from simulators.vendor import (
     stop,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PG = "postgresql://postgres@127.0.0.1:5432"
 SHORT_SOURCE_DOCS = 7
 START_TIMEOUT_S = 20.0

@@ -13,7 +13,7 @@ from runtime.base import tracing
 from runtime.base.tracing import RunTrace, attempt_span_id, new_run_trace
 from tests.support.otlp import receiver
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_run_untraced_at_enqueue_has_a_trace_of_its_own_found_from_its_id() -> None:

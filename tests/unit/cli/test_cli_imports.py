@@ -2,7 +2,7 @@
 team's tool module pays for the tool declarations only, and `liyagent --help` imports no
 command. Proved structurally, from the modules a fresh interpreter holds as it exits, never by
 timing (the figures are in the report of issue 31, not asserted here).
-tests/integration/test_cli_reads.py holds `status` and `inspect` to the same rule."""
+tests/integration/cli/test_cli_reads.py holds `status` and `inspect` to the same rule."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """liyagent's top-level names in a team's directory (liyagent/own_modules.py): the list is what
 liyagent installs; liyagent's app module refuses a team's `tasks` imported before it; an app
 process whose `tasks` is the team's is told which module clashes, not a bare ImportError.
-tests/integration/test_team_directory.py runs workers and beat there."""
+tests/integration/cli/test_team_directory.py runs workers and beat there."""
 
 from __future__ import annotations
 

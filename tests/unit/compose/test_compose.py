@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMPOSE_DIR = ROOT / "compose"
 VALIDATOR = COMPOSE_DIR / "validate.py"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # The walkthroughs that SIGKILL a worker mid-run.
 WALKTHROUGHS = [ROOT / "docs" / "start.md", ROOT / "examples" / "order_desk" / "README.md"]
 # Every page a reader may copy a command from.

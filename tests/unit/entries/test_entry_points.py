@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from runtime.core.entry import GROUP, EntryPoint, Policy, entry_point
 from store.entries import EntryKind
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _point(kind: str) -> EntryPoint:

@@ -1,6 +1,6 @@
 """Where a Teams reply is read back in Microsoft Graph, and which message is the reply (pure):
 what a stored activity says of its conversation, the Graph collections once the ids a message
-activity lacks are known (they are asked of Microsoft: tests/integration/test_teams.py)."""
+activity lacks are known (they are asked of Microsoft: tests/integration/entries/test_teams.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 
 from runtime.sending import traffic
 from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolKind
-from tests.unit import test_openai_agents_adapter, test_pydantic_ai_adapter
+from tests.unit.frameworks import test_openai_agents_adapter, test_pydantic_ai_adapter
 
 ADAPTERS = {"pydantic-ai": test_pydantic_ai_adapter, "openai-agents": test_openai_agents_adapter}
 

@@ -2,7 +2,8 @@
 agent read once into tools of the kinds it declares, the conversation converted to the SDK's
 input items, answers turned into calls, a typed final answer or a refusal told to the model;
 what it cannot run refused at declaration with a message naming the agent and the feature. The
-kinds and readers it is given: tests/unit/test_framework_kinds.py, with the other adapter."""
+kinds and readers it is given: tests/unit/frameworks/test_framework_kinds.py, with the other
+adapter."""
 
 from __future__ import annotations
 

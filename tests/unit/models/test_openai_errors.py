@@ -27,7 +27,7 @@ from runtime.models.profiles import BUILT_IN
 from runtime.models.specs import OpenAISpec, check
 from tests.support.models import openai_at
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "openai"
 
 
 def fixture(name: str) -> str:

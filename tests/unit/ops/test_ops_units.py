@@ -30,7 +30,7 @@ from runtime.toolbox.job_kinds import JobError
 from store import db
 from store.views import RunSummary
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SKIP = {".venv", ".git", "node_modules"}
 
 

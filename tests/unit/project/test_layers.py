@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # What each top-level package or module may import of ours (itself always). Bottom to top:
 # store <- runtime <- tasks (with the Celery configuration) <- front, liyagent, bench.
