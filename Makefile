@@ -42,10 +42,10 @@ demo: install
 # store-fault trial, the partitions `make test` leaves out included (a worker cut from Redis
 # only, from Postgres only; as root: network namespaces), their figures and commit written to
 # reports/store-faults.json (published as docs/evidence/store-faults.json).
-STORE_FAULT_TRIALS := tests/integration/test_fault_trials.py tests/integration/test_redis_failover.py \
-	tests/integration/test_postgres_failover.py tests/integration/test_partitions.py
+STORE_FAULT_TRIALS := tests/trials/test_fault_trials.py tests/trials/test_redis_failover.py \
+	tests/trials/test_postgres_failover.py tests/trials/test_partitions.py
 trials: install
-	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} LIYAGENT_TRIALS_POOL=$${LIYAGENT_TRIALS_POOL:-prefork} $(PY) -m pytest tests/unit/test_kill_trials.py -q
+	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} LIYAGENT_TRIALS_POOL=$${LIYAGENT_TRIALS_POOL:-prefork} $(PY) -m pytest tests/trials/test_kill_trials.py -q
 	LIYAGENT_PARTITION_TRIALS=1 LIYAGENT_FIGURES_REPORT=reports/store-faults.json $(PY) -m pytest $(STORE_FAULT_TRIALS) -q
 
 # Every figure of issue 12 side by side in one run, against the targets: throughput and added

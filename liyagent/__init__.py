@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 # Where each public name lives. `import liyagent` imports none of them: a name is imported on
 # first use (`from liyagent import tool` loads the tool declarations, not the client, Celery or
 # the database), so the CLI, a worker and a team's module each pay for what they touch. mypy
-# reads the imports above; the same names, one place (tests/unit/test_public_surface.py).
+# reads the imports above; the same names, one place (tests/unit/project/test_public_surface.py).
 _HOMES = {
     "AgentDef": "runtime.toolbox.tools",
     "AsyncClient": "runtime.entries.aclient",

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 
 # Every top-level module liyagent installs besides `liyagent` (pyproject.toml's packages and
-# py-modules); tests/unit/test_own_modules.py checks the list against pyproject.toml.
+# py-modules); tests/unit/cli/test_own_modules.py checks the list against pyproject.toml.
 OWN = frozenset(
     {"tasks", "runtime", "store", "front", "simulators", "celeryconfig", "beat_schedule"}
 )

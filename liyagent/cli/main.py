@@ -8,7 +8,7 @@ run), 2 bad usage or input (nothing was stored), 3 Postgres or Redis cannot be r
 An operator types these all day, so a command imports only what it uses: the parser names every
 command from the table below without importing any, then imports the chosen command's module
 (its options and its handler), which imports the engine's parts it needs
-(tests/unit/test_cli_imports.py holds each command to that).
+(tests/unit/cli/test_cli_imports.py holds each command to that).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 # Each failure a command may raise that is the user's to fix, by where its class is defined,
 # with the exit code it means. Looked up among the modules already imported: a class whose
 # module the command never imported cannot have been raised, so telling costs no import
-# (tests/unit/test_cli_imports.py checks every name here is an exception class).
+# (tests/unit/cli/test_cli_imports.py checks every name here is an exception class).
 _USAGE = (
     ("runtime.base.refused", "BadRequest"),
     ("runtime.base.config", "ConfigError"),

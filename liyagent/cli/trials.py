@@ -44,7 +44,7 @@ DEFAULT_TRIALS = 90
 MAX_TRIALS = 3000
 # The spec's bound: a trial caught in flight that ends later than this after its kill fails.
 RECOVERY_TARGET_S = RECOVERY_BOUND_S
-# The product's own timings, as tests/unit/test_kill_trials.py runs them: the trials prove
+# The product's own timings, as tests/trials/test_kill_trials.py runs them: the trials prove
 # what a deployment gets, nothing tuned for them.
 TRIAL_TIMINGS = Timings()
 INTERRUPTED = 130

@@ -5,7 +5,7 @@ one of a fixed set (one key per deployment, whatever the number of runs or proce
 A key named after a run or a process that lived without a bound would grow with every run or
 every process start (issue 31: one `presence:epoch:<holder>` per worker process, forever), so
 each new key belongs here, with its bound, and the keyspace test
-(tests/integration/test_redis_keys.py) starts and kills workers and checks every key left
+(tests/integration/fleet/test_redis_keys.py) starts and kills workers and checks every key left
 against this page.
 """
 

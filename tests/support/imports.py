@@ -1,6 +1,6 @@
 """What a fresh interpreter imports to run a `liyagent` command: the structural proof that a
-command loads only what it needs (tests/unit/test_cli_imports.py, tests/integration/
-test_cli_reads.py)."""
+command loads only what it needs (tests/unit/cli/test_cli_imports.py,
+tests/integration/cli/test_cli_reads.py)."""
 
 from __future__ import annotations
 
