@@ -3,7 +3,7 @@ SendStreamingMessage, GetTask, ListTasks, CancelTask and SubscribeToTask, and ho
 reads as a task's.
 
 A task is named after the message that created it; its state is its run's (see
-`store.entries.TASK_STATE_SQL`), its answer the one artifact, the message it came from its
+`store.a2a.TASK_STATE_SQL`), its answer the one artifact, the message it came from its
 history. A stream (SendStreamingMessage, SubscribeToTask) is the task, then one
 TaskStatusUpdateEvent per run event (runtime/ops/events.py, the events `GET /runs/{id}/events`
 sends; the event in its metadata, `event`) until the run's last, with the answer as a
@@ -83,7 +83,7 @@ from runtime.entries.start import agents as declared_agents
 from runtime.ops.events import RunEvent, first_page
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
-from store.entries import A2ATask, get_a2a_task, list_a2a_tasks
+from store.a2a import A2ATask, get_a2a_task, list_a2a_tasks
 from store.scope import Scope
 
 log = structlog.get_logger("front")

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from front import a2a, entries, erasure, events, runs, teams
 from front.errors import HANDLERS, route_of
 from front.library_logs import withhold_library_values
+from runtime.entries.teams.settings import teams_settings
 from runtime.ops.metrics import registry_for
 from runtime.services import Services
 
@@ -123,7 +124,7 @@ def create_app(services: Services) -> Starlette:
     app.state.services = services
     app.state.metrics = registry_for(services)
     app.state.a2a = a2a.dispatcher(services)
-    app.state.teams_keys = teams.keys_client(services.settings)
+    app.state.teams_keys = teams.keys_client(teams_settings())
     return app
 
 

@@ -1,5 +1,5 @@
 """Teams through the Bot Framework: `POST /api/messages` takes the channel's activities (the
-HTTP side; everything else of Teams is `runtime/entries/teams_inbox.py` and `teams.py`).
+HTTP side; everything else of Teams is the package `runtime/entries/teams/`).
 
 Every request carries the channel's bearer JWT: its signature is checked against the keys the
 keys endpoint (JWKS, `LIYAGENT_TEAMS_JWKS_URL`) publishes, with PyJWT; its issuer must be the
@@ -15,7 +15,7 @@ delivery Teams repeats (at least once) is one row and one turn; its run is start
 by beat's intake if starting fails. Other activity types (conversation updates, typing) are
 acknowledged and not stored. A message's run is owned by its sender's Microsoft Entra object
 id (`from.aadObjectId`), never their display name: one without it is refused with 400 and
-nothing is stored (`runtime/entries/teams_inbox.py`).
+nothing is stored (`runtime/entries/teams/inbox.py`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from starlette.responses import JSONResponse, Response
 from front.auth import services
 from front.body import read_json, text_problem
 from front.errors import FrontError
-from runtime.base.settings import Settings
 from runtime.entries.start import catalog_agent
-from runtime.entries.teams_inbox import TeamsTurn, receive_and_start, teams_owner
+from runtime.entries.teams.inbox import TeamsTurn, receive_and_start, teams_owner
+from runtime.entries.teams.settings import TeamsSettings, teams_settings
 from runtime.services import Services
 
 log = structlog.get_logger("front")
@@ -91,9 +91,9 @@ class ChannelKeys(jwt.PyJWKClient):
         return self._endorsements.get(kid or "", ())
 
 
-def keys_client(settings: Settings) -> ChannelKeys:
+def keys_client(settings: TeamsSettings) -> ChannelKeys:
     """The front's client of the channel's keys endpoint (`LIYAGENT_TEAMS_JWKS_URL`)."""
-    return ChannelKeys(settings.teams_jwks_url)
+    return ChannelKeys(settings.jwks_url)
 
 
 def _refused(why: str) -> FrontError:
@@ -108,7 +108,7 @@ class Verified:
     endorsements: tuple[str, ...]
 
 
-def verify(keys: ChannelKeys, settings: Settings, token: str) -> Verified:
+def verify(keys: ChannelKeys, settings: TeamsSettings, token: str) -> Verified:
     """The token's claims once its signature, issuer, audience and lifetime check out;
     FrontError 401 otherwise (503 when the keys endpoint cannot be reached)."""
     try:
@@ -117,16 +117,16 @@ def verify(keys: ChannelKeys, settings: Settings, token: str) -> Verified:
             token,
             key.key,
             algorithms=["RS256"],
-            audience=settings.teams_app_id,
-            issuer=settings.teams_issuer,
+            audience=settings.app_id,
+            issuer=settings.issuer,
             leeway=LEEWAY_S,
             options={"require": ["exp", "iss", "aud"]},
         )
     except jwt.PyJWKClientConnectionError as exc:
-        log.warning("front.teams_keys_unreachable", url=settings.teams_jwks_url, error=str(exc))
+        log.warning("front.teams_keys_unreachable", url=settings.jwks_url, error=str(exc))
         raise FrontError(
             503,
-            f"the Bot Framework keys at {settings.teams_jwks_url} cannot be fetched now; the "
+            f"the Bot Framework keys at {settings.jwks_url} cannot be fetched now; the "
             "channel retries the activity",
         ) from None
     except (jwt.PyJWTError, ValueError) as exc:
@@ -194,7 +194,7 @@ def parse_activity(activity: dict[str, Any]) -> TeamsTurn:
 
 
 def _agent(s: Services) -> str:
-    agent = s.settings.teams_agent
+    agent = teams_settings().agent
     try:
         catalog_agent(s.settings, s.tools, agent)
     except ValueError as exc:
@@ -205,14 +205,15 @@ def _agent(s: Services) -> str:
 
 
 def _receive(s: Services, turn: TeamsTurn) -> tuple[int, bool]:
-    """Store the turn in the durable inbox and start its run (`runtime/entries/teams_inbox.py`)."""
+    """Store the turn in the durable inbox and start its run (`runtime/entries/teams/inbox.py`)."""
     return receive_and_start(s, turn, _agent(s))
 
 
 async def messages(request: Request) -> Response:
     """POST /api/messages: one Bot Framework activity, stored once before it is answered."""
     s = services(request)
-    if not s.settings.teams_app_id:
+    settings = teams_settings()
+    if not settings.app_id:
         raise FrontError(
             503,
             "the front has no Teams bot configured, so it refuses every activity; set "
@@ -220,7 +221,7 @@ async def messages(request: Request) -> Response:
         )
     token = _bearer(request)
     keys: ChannelKeys = request.app.state.teams_keys
-    verified = await run_in_threadpool(verify, keys, s.settings, token)
+    verified = await run_in_threadpool(verify, keys, settings, token)
     activity = await read_json(request)
     check_endorsed(verified, activity)
     kind = activity.get("type")

@@ -12,7 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from store.db import sql, to_json
-from store.entries import EntryLink, ends_cte
+from store.entries import ends_cte
+from store.entry_links import EntryLink
 from store.erasure import ERASED_DIGEST
 from store.gates import gate_row, gates_of
 from store.rows import (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runtime.entries.cron import fire_cron
-from runtime.entries.teams_inbox import intake_teams
+from runtime.entries.teams.inbox import intake_teams
 from runtime.recovery import outage
 from store.entries import purge_answers
 from tasks.app import app

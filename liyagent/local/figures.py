@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from liyagent.local.judge import claims, losses, resumed_at
-from runtime.entries.teams import teams_reply_key
+from runtime.entries.teams.reply import teams_reply_key
 from simulators.vendor import (
     chat_replies_by_key,
     comments_by_key,

@@ -69,14 +69,14 @@ def _env_source_roots() -> tuple[str, ...]:
     return roots
 
 
-def _env_nonnegative(name: str, default: int) -> int:
+def env_nonnegative(name: str, default: int) -> int:
     value = _env_int(name, default)
     if value < 0:
         raise ConfigError(f"{name}={value} must be 0 or more")
     return value
 
 
-def _env_bool(name: str, default: bool) -> bool:
+def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -232,7 +232,7 @@ class Retention:
     @classmethod
     def from_env(cls) -> Retention:
         return cls(
-            enabled=_env_bool("LIYAGENT_RETENTION", cls.enabled),
+            enabled=env_bool("LIYAGENT_RETENTION", cls.enabled),
             keep_s=_env_int("LIYAGENT_RETENTION_S", cls.keep_s),
             key_window_s=_env_int("LIYAGENT_RETENTION_KEY_WINDOW_S", cls.key_window_s),
             audit_keep_s=_env_int("LIYAGENT_RETENTION_AUDIT_S", cls.audit_keep_s),
@@ -309,36 +309,6 @@ class Settings:
     # How often an open event stream (SSE, A2A streaming) sends a heartbeat comment, so proxies
     # keep an idle stream open.
     sse_ping_s: float = 15.0
-    # The Teams bot (Bot Framework): its app id (the audience of the channel's tokens; empty
-    # refuses every activity), the token issuer, the keys endpoint (JWKS) the tokens' signatures
-    # are checked against, and the catalog agent that answers its turns.
-    teams_app_id: str = ""
-    teams_issuer: str = "https://api.botframework.com"
-    teams_jwks_url: str = "https://login.botframework.com/v1/.well-known/keys"
-    teams_agent: str = "teams-helper"
-    # The bot's own credentials for replying through the Bot Connector (OAuth 2.0 client
-    # credentials): its app password is read when a token is needed, from the file
-    # `teams_app_password_file` names (Compose secrets) or else from the environment variable
-    # `teams_app_password_env` names, never kept in the settings; the token endpoint and scope.
-    teams_app_password_env: str = "LIYAGENT_TEAMS_APP_PASSWORD"
-    teams_app_password_file: str = ""
-    teams_token_url: str = "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
-    teams_token_scope: str = "https://api.botframework.com/.default"
-    # Before a resumed hand-on posts a turn's reply, read the conversation back through
-    # Microsoft Graph for a reply carrying the run's key (the Bot Connector lists nothing); off
-    # posts without looking (docs/teams.md says what each leaves open). Graph is asked with the
-    # bot's own app-only token (client credentials at the tenant's token endpoint, `{tenant}`
-    # being the activity's tenant id); an empty read is trusted only once
-    # `teams_graph_settle_ms` has passed since the hand-on began (Graph's lag after a post).
-    teams_read_back: bool = True
-    teams_graph_url: str = "https://graph.microsoft.com/v1.0"
-    teams_graph_token_url: str = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token"
-    teams_graph_scope: str = "https://graph.microsoft.com/.default"
-    teams_graph_settle_ms: int = 5000
-    # The Teams app's manifest id (its catalog entry's externalId), by which Graph finds the
-    # app's installation for a person and so their personal chat with the bot; empty: the
-    # bot's app id (an app whose manifest reuses it).
-    teams_manifest_id: str = ""
     # The most connections one process's pools may open to Postgres and to Redis; 0 follows
     # the worker's pool (runtime/base/pools.py: a `-P threads -c N` worker N plus its main
     # process's threads, any other process 15). A smaller database pool makes threads take
@@ -368,8 +338,8 @@ class Settings:
             step_max_bytes=_env_step_max_bytes(),
             model_response_max_bytes=_env_model_response_max_bytes(),
             source_roots=_env_source_roots(),
-            crash_resume_entries=_env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
-            worker_sweeps=_env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
+            crash_resume_entries=env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
+            worker_sweeps=env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
             tool_modules=_env_list("LIYAGENT_TOOLS"),
             job_modules=_env_list("LIYAGENT_JOB_MODULES")
             if "LIYAGENT_JOB_MODULES" in os.environ
@@ -385,28 +355,8 @@ class Settings:
             public_url=os.environ.get("LIYAGENT_PUBLIC_URL", "").rstrip("/"),
             a2a_wait_s=float(_env_int("LIYAGENT_A2A_WAIT_S", int(cls.a2a_wait_s))),
             sse_ping_s=float(_env_int("LIYAGENT_SSE_PING_S", int(cls.sse_ping_s))),
-            teams_app_id=os.environ.get("LIYAGENT_TEAMS_APP_ID", "").strip(),
-            teams_issuer=os.environ.get("LIYAGENT_TEAMS_ISSUER") or cls.teams_issuer,
-            teams_jwks_url=os.environ.get("LIYAGENT_TEAMS_JWKS_URL") or cls.teams_jwks_url,
-            teams_agent=os.environ.get("LIYAGENT_TEAMS_AGENT") or cls.teams_agent,
-            teams_app_password_env=os.environ.get("LIYAGENT_TEAMS_APP_PASSWORD_ENV")
-            or cls.teams_app_password_env,
-            teams_app_password_file=os.environ.get("LIYAGENT_TEAMS_APP_PASSWORD_FILE", "").strip(),
-            teams_token_url=os.environ.get("LIYAGENT_TEAMS_TOKEN_URL") or cls.teams_token_url,
-            teams_token_scope=os.environ.get("LIYAGENT_TEAMS_TOKEN_SCOPE") or cls.teams_token_scope,
-            teams_read_back=_env_bool("LIYAGENT_TEAMS_READ_BACK", cls.teams_read_back),
-            teams_graph_url=(
-                os.environ.get("LIYAGENT_TEAMS_GRAPH_URL") or cls.teams_graph_url
-            ).rstrip("/"),
-            teams_graph_token_url=os.environ.get("LIYAGENT_TEAMS_GRAPH_TOKEN_URL")
-            or cls.teams_graph_token_url,
-            teams_graph_scope=os.environ.get("LIYAGENT_TEAMS_GRAPH_SCOPE") or cls.teams_graph_scope,
-            teams_graph_settle_ms=_env_nonnegative(
-                "LIYAGENT_TEAMS_GRAPH_SETTLE_MS", cls.teams_graph_settle_ms
-            ),
-            teams_manifest_id=os.environ.get("LIYAGENT_TEAMS_MANIFEST_ID", "").strip(),
-            db_pool_max=_env_nonnegative("LIYAGENT_DB_POOL_MAX", 0),
-            redis_pool_max=_env_nonnegative("LIYAGENT_REDIS_POOL_MAX", 0),
+            db_pool_max=env_nonnegative("LIYAGENT_DB_POOL_MAX", 0),
+            redis_pool_max=env_nonnegative("LIYAGENT_REDIS_POOL_MAX", 0),
             timings=Timings.from_env(),
             retention=Retention.from_env(),
         )

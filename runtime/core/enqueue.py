@@ -29,7 +29,8 @@ from runtime.models.profiles import ModelProfile
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from store.db import to_json
-from store.entries import EntryKind, EntryLink
+from store.entries import EntryKind
+from store.entry_links import EntryLink
 from store.rows import FencedOut, RequestKeyConflict, RunId
 from store.runs import insert_run
 from store.states import RunKind
@@ -73,7 +74,8 @@ class NewRun:
     # The front principal whose token asks for it (None inside the deployment): it scopes the
     # request key and who may read the run through the front (store/scope.py).
     principal: str | None = None
-    # An `EntryKind`, or a kind of its own an app names through the client API.
+    # An `EntryKind`, a registered entry point's kind, or a kind of its own an app names
+    # through the client API.
     entry_kind: str = EntryKind.PLAIN
     channel: str = "api"
     run_as: str | None = None

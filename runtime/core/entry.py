@@ -1,16 +1,19 @@
 """The seam between a run's attempt and the entry point its run came from.
 
-Every entry kind (`store.entries.EntryKind`) is one module of `runtime/entries/` that says how
+Every entry kind (`EntryKindName`, its registered name) is one module of `runtime/entries/` (or
+a package, as Teams) that says how
 its run starts, how its answer is handed on and how it is told of a failure, and its whole
 policy (`Policy`: may its runs wait, does their definition come from the catalog, are they
-written ahead only under TICKETIQ_CRASH_RESUME_ENTRIES). The core holds only this interface and
-asks the run's kind here, so it names no entry kind and keeps no list of kinds. Entry points
-are registered explicitly, as tools are: the `liyagent.entries` entry-point group (the
+written ahead only under TICKETIQ_CRASH_RESUME_ENTRIES) with its settings type (read from the
+environment by the kind, never fields of the base `Settings`). The core holds only this
+interface and asks the run's kind here, so it names no entry kind and keeps no list of kinds.
+Entry points are registered explicitly, as tools are: the `liyagent.entries` entry-point group (the
 package's own in pyproject.toml, and any installed package's), loaded once per process on
 first use; the core's own kinds (delegation, job) are here.
 
 A failure is told to every entry point in the failing statement itself (`store.entries`
-`ends_cte`: an A2A task, a cron record and a Teams inbox row are marked failed), so the
+`ends_cte`, from each kind's store module: an A2A task, a cron record and a Teams inbox row
+are marked failed), so the
 interface has no failure method: a failed hand-on is `HandOnRefused`, which fails the run.
 """
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NewType, Protocol
 
 from store.entries import EntryKind
 from store.errors import LiyagentError
@@ -28,6 +31,10 @@ from store.rows import RunRow
 if TYPE_CHECKING:
     from runtime.durable.definition import RunDefinition
 from runtime.services import Services
+
+# An entry kind: one of the core's own (`EntryKind`) or the name a registered entry point
+# serves (`runs.entry_kind`, unchanged); a kind no package registers is the client API's.
+EntryKindName = NewType("EntryKindName", str)
 
 
 class HandOnRefused(LiyagentError):
@@ -51,17 +58,26 @@ class Policy:
     written_ahead_by_setting: bool = False
 
 
+class EntrySettings(Protocol):
+    """An entry kind's own settings, read from the environment (a bad value: `ConfigError`)."""
+
+    @classmethod
+    def from_env(cls) -> EntrySettings: ...
+
+
 class EntryPoint(Protocol):
     """How one kind of entry point's runs start and take their answer."""
 
     # The kinds this implementation serves.
-    kinds: frozenset[EntryKind]
+    kinds: frozenset[str]
     # Whether the answer leaves Postgres (a post to a service): then it is stored first, and a
     # resume hands that stored answer on, never running the turn again. Otherwise it is stored
     # and handed on in one statement (`store.entries.deliver`).
     outside: bool
     # Its runs' policy (`Policy`).
     policy: Policy
+    # Its own settings (None: it has none), checked when a process starts (`entry_settings`).
+    settings_type: type[EntrySettings] | None
 
     def hand_on(
         self, s: Services, run: RunRow, definition: RunDefinition, text: str
@@ -80,8 +96,9 @@ class InPostgres:
     if it has one): stored and handed on in one statement, nothing to send."""
 
     outside = False
+    settings_type: type[EntrySettings] | None = None
 
-    def __init__(self, *kinds: EntryKind, policy: Policy | None = None) -> None:
+    def __init__(self, *kinds: str, policy: Policy | None = None) -> None:
         self.kinds = frozenset(kinds)
         self.policy = policy or Policy()
 
@@ -133,6 +150,19 @@ def entry_point_of(kind: str) -> EntryPoint:
     return point
 
 
+def registered_kinds() -> frozenset[str]:
+    """Every kind an installed entry point serves, the core's own with them."""
+    return frozenset(_registered())
+
+
 def entry_point(run: RunRow) -> EntryPoint:
     """The entry point of the run's kind (`entry_point_of`)."""
     return entry_point_of(run.entry_kind)
+
+
+def entry_settings() -> list[EntrySettings]:
+    """Every registered kind's own settings as the environment gives them now, so a process
+    refuses to start on a bad value (`runtime/ops/startup.py`) rather than fail the kind's
+    runs later; a `ConfigError` names the variable."""
+    types = {p.settings_type for p in _registered().values() if p.settings_type is not None}
+    return [t.from_env() for t in sorted(types, key=lambda t: t.__qualname__)]

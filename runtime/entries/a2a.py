@@ -5,22 +5,24 @@ Starts: a SendMessage makes one run of the skill's catalog agent per message id 
 and front principal, linked to its task (named after the message, with its context and the message
 itself; task ids are unique per principal) in the inserting statement. Its answer is handed on in
 Postgres: the task is completed with the answer in the answering statement
-(`store.entries.ends_cte`). A failure is told the same way: the task is failed in the failing
-statement; a CancelTask is an operator Stop of the run whose failure then reads as canceled.
+(`store.a2a.a2a_end`, in `store.entries.ends_cte`). A failure is told the same way: the task is
+failed in the failing statement; a CancelTask is an operator Stop of the run whose failure then
+reads as canceled.
 """
 
 from __future__ import annotations
 
-from runtime.core.entry import InPostgres, Policy
+from runtime.core.entry import EntryKindName, InPostgres, Policy
 from runtime.entries.client import Client
 from runtime.entries.start import start_entry
 from runtime.services import Services
-from store.entries import EntryKind, EntryLink, mark_a2a_canceled
+from store.a2a import a2a_link, mark_a2a_canceled
 from store.rows import RunId
 
 # A managed run that may wait (for a person's approval, its task `auth-required`), of the
 # catalog's agent.
-ENTRY = InPostgres(EntryKind.A2A, policy=Policy(may_wait=True, from_catalog=True))
+KIND = EntryKindName("a2a")
+ENTRY = InPostgres(KIND, policy=Policy(may_wait=True, from_catalog=True))
 
 
 def submit(
@@ -37,14 +39,14 @@ def submit(
     same statement; `message` is the A2A message as received (JSON text). (run id, new)"""
     return start_entry(
         s,
-        entry_kind=EntryKind.A2A,
+        entry_kind=KIND,
         agent=agent,
         user_input=text,
         request_key=f"a2a:{message_id}",
         owner="a2a",
         channel="a2a",
         principal=principal,
-        link=EntryLink(EntryKind.A2A, message_id, context_id=context_id, message=message),
+        link=a2a_link(message_id, context_id=context_id, message=message),
     )
 
 

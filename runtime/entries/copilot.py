@@ -9,13 +9,13 @@ statement. A failure is told on the run alone.
 
 from __future__ import annotations
 
-from runtime.core.entry import InPostgres
+from runtime.core.entry import EntryKindName, InPostgres
 from runtime.entries.start import ENTRY_POINT_RUN, start_entry
 from runtime.services import Services
-from store.entries import EntryKind
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.COPILOT, policy=ENTRY_POINT_RUN)
+KIND = EntryKindName("copilot")
+ENTRY = InPostgres(KIND, policy=ENTRY_POINT_RUN)
 
 
 def start_copilot_turn(
@@ -25,7 +25,7 @@ def start_copilot_turn(
     id, new)."""
     return start_entry(
         s,
-        entry_kind=EntryKind.COPILOT,
+        entry_kind=KIND,
         agent=agent,
         user_input=text,
         request_key=f"copilot:{conversation}:{turn}",

@@ -2,8 +2,9 @@
 
 Starts: one run per trigger and scheduled time (`cron:<trigger>:<slot>`), however many beats
 fire, linked to its `cron_runs` record in the inserting statement. Its answer is handed on in
-Postgres: the record gets the outcome in the answering statement (`store.entries.ends_cte`). A
-failure is told the same way: the record is marked failed in the failing statement.
+Postgres: the record gets the outcome in the answering statement (`store.cron.cron_end`, in
+`store.entries.ends_cte`). A failure is told the same way: the record is marked failed in the
+failing statement.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from runtime.core.enqueue import BadRequest
-from runtime.core.entry import InPostgres
+from runtime.core.entry import EntryKindName, InPostgres
 from runtime.entries.start import ENTRY_POINT_RUN, agents, start_entry
 from runtime.services import Services
-from store.entries import EntryKind, EntryLink
+from store.cron import cron_link
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.CRON, policy=ENTRY_POINT_RUN)
+KIND = EntryKindName("cron")
+ENTRY = InPostgres(KIND, policy=ENTRY_POINT_RUN)
 
 
 def fire_cron(s: Services, trigger_name: str, now: datetime | None = None) -> tuple[RunId, bool]:
@@ -28,12 +30,12 @@ def fire_cron(s: Services, trigger_name: str, now: datetime | None = None) -> tu
     slot = trigger.slot(now or datetime.now(tz=UTC))
     return start_entry(
         s,
-        entry_kind=EntryKind.CRON,
+        entry_kind=KIND,
         agent=trigger.agent,
         user_input=trigger.input,
         request_key=f"cron:{trigger.name}:{slot.isoformat()}",
         owner="cron",
         channel="cron",
         entry={"trigger": trigger.name, "scheduled_at": slot.isoformat()},
-        link=EntryLink(EntryKind.CRON, trigger.name, slot),
+        link=cron_link(trigger.name, slot),
     )

@@ -12,7 +12,7 @@ from runtime.core.enqueue import BadRequest, NewRun, enqueue
 from runtime.core.entry import Policy
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef, ToolRegistry
-from store.entries import EntryKind, EntryLink
+from store.entry_links import EntryLink
 from store.rows import RunId
 
 # The spec's entry-point runs (a webhook, a ticket event, a co-pilot or Teams turn, a cron
@@ -43,7 +43,7 @@ def catalog_agent(settings: Settings, tools: ToolRegistry, name: str) -> AgentDe
 def start_entry(
     s: Services,
     *,
-    entry_kind: EntryKind,
+    entry_kind: str,
     agent: str,
     user_input: str,
     request_key: str,

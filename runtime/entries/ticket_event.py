@@ -7,13 +7,13 @@ stored on the run and its transcript in one statement. A failure is told on the 
 
 from __future__ import annotations
 
-from runtime.core.entry import InPostgres
+from runtime.core.entry import EntryKindName, InPostgres
 from runtime.entries.start import ENTRY_POINT_RUN, start_entry
 from runtime.services import Services
-from store.entries import EntryKind
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.TICKET_EVENT, policy=ENTRY_POINT_RUN)
+KIND = EntryKindName("ticket_event")
+ENTRY = InPostgres(KIND, policy=ENTRY_POINT_RUN)
 
 
 def start_ticket_event(
@@ -23,7 +23,7 @@ def start_ticket_event(
     new)."""
     return start_entry(
         s,
-        entry_kind=EntryKind.TICKET_EVENT,
+        entry_kind=KIND,
         agent=agent,
         user_input=f"Ticket {ticket} event {kind}:\n{text}",
         request_key=f"ticket:{ticket}:{event_id}",

@@ -9,13 +9,13 @@ is told on the run alone (its status and reason): a webhook has no row of its ow
 
 from __future__ import annotations
 
-from runtime.core.entry import InPostgres
+from runtime.core.entry import EntryKindName, InPostgres
 from runtime.entries.start import ENTRY_POINT_RUN, start_entry
 from runtime.services import Services
-from store.entries import EntryKind
 from store.rows import RunId
 
-ENTRY = InPostgres(EntryKind.WEBHOOK, policy=ENTRY_POINT_RUN)
+KIND = EntryKindName("webhook")
+ENTRY = InPostgres(KIND, policy=ENTRY_POINT_RUN)
 
 
 def start_webhook(
@@ -25,7 +25,7 @@ def start_webhook(
     new)."""
     return start_entry(
         s,
-        entry_kind=EntryKind.WEBHOOK,
+        entry_kind=KIND,
         agent=agent,
         user_input=text,
         request_key=f"webhook:{agent}:{event_id}",

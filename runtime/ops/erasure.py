@@ -2,7 +2,7 @@
 
 An owner is named as its runs were started: the owner a client gave (`start_run(owner=...)`,
 the co-pilot's `user`), or for a Teams person their Microsoft Entra object id (the activity's
-`from.aadObjectId`, lower case), never a display name (`runtime/entries/teams_inbox.py`).
+`from.aadObjectId`, lower case), never a display name (`runtime/entries/teams/inbox.py`).
 
 One transaction: lock the runs (and their sub-agent runs), stop the ones not finished through
 the operator's Stop (queued and waiting ones fail at once), take over the attempt of those in

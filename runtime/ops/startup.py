@@ -15,6 +15,7 @@ from runtime.base.sealing import load_sealer
 from runtime.base.settings import ConfigError, Settings, get_settings
 from runtime.base.tracing import TracesUnavailable, check_installed
 from runtime.core import catalog
+from runtime.core.entry import entry_settings
 from runtime.models import profiles, specs
 from runtime.models.base import ModelError
 from runtime.recovery.outage import database_problem, schema_problem
@@ -50,6 +51,7 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
         load_sealer(settings.production)
         profiles.parse(settings.model_profiles)  # the model endpoints runs may use
         registry_for(settings)
+        entry_settings()  # each entry kind's own settings (Teams': LIYAGENT_TEAMS_*)
         check_reachable(settings)  # Sentinels that answer and know the master
         check_installed()  # traces asked for (OTEL_EXPORTER_OTLP_ENDPOINT) can be exported
     except (ConfigError, ToolDeclarationError, TracesUnavailable) as exc:

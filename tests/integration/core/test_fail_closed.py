@@ -19,7 +19,7 @@ from front.app import create_app
 from runtime import services as runtime_services
 from runtime.entries.client import BadRequest
 from runtime.entries.start import start_entry
-from runtime.entries.teams_inbox import TeamsTurn, receive_teams
+from runtime.entries.teams.inbox import TeamsTurn, receive_teams
 from tests.integration.cli.test_cli import cli
 from tests.support.scripts import call, final, step
 

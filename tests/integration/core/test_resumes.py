@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from liyagent.local.botframework import BotChannel, TeamsUser
-from runtime.entries.teams_inbox import TeamsTurn, intake_teams, receive_teams
+from runtime.entries.teams.inbox import TeamsTurn, intake_teams, receive_teams
 from store.gates import set_channel, set_principal
 from tests.support.catalogs import write_catalog
 from tests.support.scripts import mixed

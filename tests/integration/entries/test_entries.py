@@ -13,8 +13,9 @@ from liyagent.local.botframework import BotChannel, TeamsUser
 from runtime.core.enqueue import BadRequest, NewRun, enqueue
 from runtime.entries.cron import fire_cron
 from runtime.entries.start import start_entry
-from runtime.entries.teams_inbox import TeamsTurn, intake_teams, receive_teams
-from store.entries import EntryLink, purge_answers
+from runtime.entries.teams.inbox import TeamsTurn, intake_teams, receive_teams
+from store.a2a import a2a_link
+from store.entries import purge_answers
 from tests.support.catalogs import helper_agent, write_catalog
 from tests.support.front import AUTH, serve_front
 
@@ -84,7 +85,7 @@ def test_managed_a2a_run_resumes_and_its_answer_lands_on_the_task(entries) -> No
                 entry_kind="a2a",
                 channel="a2a",
                 request_key="a2a:task-1",
-                link=EntryLink("a2a", "task-1"),
+                link=a2a_link("task-1"),
             ),
         )[0]
 
@@ -336,7 +337,7 @@ def test_a_run_lost_past_the_limit_tells_its_a2a_task(entries) -> None:
                 entry_kind="a2a",
                 channel="a2a",
                 request_key="a2a:task-lost",
-                link=EntryLink("a2a", "task-lost"),
+                link=a2a_link("task-lost"),
             ),
         )[0]
 

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
-from runtime.core.entry import GROUP, EntryPoint, Policy, entry_point
+from runtime.core.entry import GROUP, EntryPoint, Policy, entry_point, registered_kinds
 from store.entries import EntryKind
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -21,11 +21,25 @@ def _point(kind: str) -> EntryPoint:
     return entry_point(SimpleNamespace(id="r", entry_kind=kind))
 
 
+# Every kind this package installs: the core's own (`EntryKind`) and its entry points' names.
+KINDS = {*EntryKind, "webhook", "ticket_event", "copilot", "cron", "a2a", "teams"}
+
+
 def test_every_kind_has_its_entry_point_and_only_teams_hands_on_outside() -> None:
-    for kind in EntryKind:
+    assert registered_kinds() == KINDS
+    for kind in KINDS:
         assert kind in _point(kind).kinds, kind
-    outside = {kind for kind in EntryKind if _point(kind).outside}
-    assert outside == {EntryKind.TEAMS}
+    outside = {kind for kind in KINDS if _point(kind).outside}
+    assert outside == {"teams"}
+
+
+def test_only_teams_has_settings_of_its_own_and_they_are_no_part_of_the_base() -> None:
+    from runtime.base.settings import Settings
+    from runtime.entries.teams.settings import TeamsSettings
+
+    typed = {kind: _point(kind).settings_type for kind in KINDS if _point(kind).settings_type}
+    assert typed == {"teams": TeamsSettings}
+    assert not [f for f in Settings.__dataclass_fields__ if f.startswith("teams")]
 
 
 def test_a_kind_an_app_names_itself_is_the_client_apis() -> None:
@@ -40,7 +54,7 @@ def test_each_entry_module_registers_its_own_kinds() -> None:
         "copilot": {"copilot"},
         "cron": {"cron"},
         "a2a": {"a2a"},
-        "teams": {"teams"},
+        "teams.reply": {"teams"},
     }
     for name, kinds in modules.items():
         module = __import__(f"runtime.entries.{name}", fromlist=["ENTRY"])
@@ -63,13 +77,13 @@ def test_the_core_imports_no_entry_module() -> None:
 
 def test_each_kinds_policy_is_its_entry_points() -> None:
     """What the core used to keep as lists of kinds, each entry point now says of its own."""
-    waits = {k for k in EntryKind if _point(k).policy.may_wait}
-    from_catalog = {k for k in EntryKind if _point(k).policy.from_catalog}
-    by_setting = {k for k in EntryKind if _point(k).policy.written_ahead_by_setting}
+    waits = {k for k in KINDS if _point(k).policy.may_wait}
+    from_catalog = {k for k in KINDS if _point(k).policy.from_catalog}
+    by_setting = {k for k in KINDS if _point(k).policy.written_ahead_by_setting}
     K = EntryKind
-    assert waits == {K.PLAIN, K.MANAGED, K.PLAYGROUND, K.RESUME, K.A2A, K.DELEGATION, K.JOB}
-    assert by_setting == {K.CRON, K.WEBHOOK, K.TICKET_EVENT, K.COPILOT, K.TEAMS}
-    assert from_catalog == by_setting | {K.A2A}
+    assert waits == {K.PLAIN, K.MANAGED, K.PLAYGROUND, K.RESUME, "a2a", K.DELEGATION, K.JOB}
+    assert by_setting == {"cron", "webhook", "ticket_event", "copilot", "teams"}
+    assert from_catalog == by_setting | {"a2a"}
     assert _point(K.PLAIN).policy == Policy(may_wait=True)
 
 
@@ -78,7 +92,7 @@ def test_entry_points_are_registered_in_the_package_metadata_not_by_import() -> 
     modules = {v.split(":")[0] for v in declared[GROUP].values()}
     assert modules == {
         f"runtime.entries.{m}"
-        for m in ("client", "webhook", "ticket_event", "copilot", "cron", "a2a", "teams")
+        for m in ("client", "webhook", "ticket_event", "copilot", "cron", "a2a", "teams.reply")
     }
     init = ast.parse((ROOT / "runtime" / "entries" / "__init__.py").read_text())
     assert not any(isinstance(node, ast.Import | ast.ImportFrom) for node in init.body)

@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runtime.base.settings import Settings
-from runtime.entries.teams_graph import Conversation, chat_place, is_ours, thread_place
-from runtime.entries.teams_ids import manifest_id
+from runtime.entries.teams.graph import Conversation, chat_place, is_ours, thread_place
+from runtime.entries.teams.ids import manifest_id
+from runtime.entries.teams.settings import TeamsSettings
 from runtime.toolbox.tools import ToolError
 
 APP = "11111111-2222-3333-4444-555555555555"
 USER = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 TENANT = "t-1"
-SETTINGS = Settings(teams_app_id=APP)
+SETTINGS = TeamsSettings(app_id=APP)
 GRAPH = "https://graph.microsoft.com/v1.0"
 
 
@@ -90,7 +90,7 @@ def test_what_the_activity_lacks_is_named_and_the_setting_too(activity, named) -
 
 def test_the_apps_manifest_id_is_the_setting_or_else_the_bots_app_id() -> None:
     assert manifest_id(SETTINGS) == APP
-    assert manifest_id(Settings(teams_app_id=APP, teams_manifest_id="m-1")) == "m-1"
+    assert manifest_id(TeamsSettings(app_id=APP, manifest_id="m-1")) == "m-1"
 
 
 def _message(app: str, card: object, content_type: str = "application/vnd.microsoft.card.adaptive"):

@@ -1,5 +1,5 @@
 """Teams turns coming in: who sent one, the durable inbox, and its intake (the reply is
-`teams.py`).
+`reply.py`).
 
 The front (front/teams.py, which checks the channel's token) puts each message activity in the
 durable inbox once (`receive_teams`, by conversation and activity id) before it answers the
@@ -29,8 +29,8 @@ from runtime.core.catalog import CatalogError
 from runtime.core.enqueue import BadRequest, check_definition
 from runtime.entries.start import catalog_agent, start_entry
 from runtime.services import Services
-from store.entries import EntryKind, EntryLink, insert_teams_message, select_new_teams_messages
 from store.rows import RunId
+from store.teams import KIND, insert_teams_message, select_new_teams_messages, teams_link
 
 log = structlog.get_logger(__name__)
 
@@ -104,19 +104,19 @@ def intake_teams(s: Services, limit: int = 50) -> list[RunId]:
             continue
         run_id, created = start_entry(
             s,
-            entry_kind=EntryKind.TEAMS,
+            entry_kind=KIND,
             agent=row.agent,
             user_input=row.text,
             request_key=f"teams:{row.id}",
             owner=row.sender_id,
             channel="teams",
-            # Sealed with the run: the reply goes only where the turn came from (teams.py).
+            # Sealed with the run: the reply goes only where the turn came from (reply.py).
             entry={
                 "conversation": row.conversation,
                 "message_id": row.message_id,
                 "service_url": row.service_url,
             },
-            link=EntryLink(EntryKind.TEAMS, str(row.id)),
+            link=teams_link(row.id),
         )
         if created:
             started.append(run_id)

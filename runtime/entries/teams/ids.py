@@ -33,8 +33,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from runtime.base.settings import Settings
-from runtime.entries.teams_connector import OFF, BotConnector, Refusal, q, read_json
+from runtime.entries.teams.connector import OFF, BotConnector, Refusal, q, read_json
+from runtime.entries.teams.settings import TeamsSettings
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.tools import ToolError
 
@@ -67,12 +67,12 @@ def _remembered(key: tuple[str, ...], find: Callable[[], str]) -> str:
     return value
 
 
-def manifest_id(settings: Settings) -> str:
+def manifest_id(settings: TeamsSettings) -> str:
     """The Teams app's manifest id: the setting, or else the bot's app id."""
-    return settings.teams_manifest_id or settings.teams_app_id
+    return settings.manifest_id or settings.app_id
 
 
-def team_group_id(settings: Settings, call: CallHTTP, service_url: str, team: str) -> str:
+def team_group_id(settings: TeamsSettings, call: CallHTTP, service_url: str, team: str) -> str:
     """The Microsoft 365 group id of the team activities name `team` (`channelData.team.id`),
     from the Bot Connector at `service_url`."""
     url = f"{service_url.rstrip('/')}/v3/teams/{q(team)}"
@@ -92,14 +92,14 @@ def team_group_id(settings: Settings, call: CallHTTP, service_url: str, team: st
             raise ToolError(f"GET {url}: the team's details name no aadGroupId; {OFF}")
         return group.lower()
 
-    return _remembered(("team", service_url.rstrip("/"), settings.teams_app_id, team), find)
+    return _remembered(("team", service_url.rstrip("/"), settings.app_id, team), find)
 
 
-def personal_chat_id(settings: Settings, graph: BotConnector, tenant: str, user: str) -> str:
+def personal_chat_id(settings: TeamsSettings, graph: BotConnector, tenant: str, user: str) -> str:
     """The Graph id of the one-on-one chat between the person `user` (their Entra object id)
     and the bot's app, from Graph (`graph`: requests in `tenant` as the bot)."""
     app = manifest_id(settings)
-    base = f"{settings.teams_graph_url}/users/{q(user)}/teamwork/installedApps"
+    base = f"{settings.graph_url}/users/{q(user)}/teamwork/installedApps"
     refusal = Refusal(
         f"to tell the bot's personal chat with {user}", f"grant the bot's app {INSTALLS_READ}"
     )
@@ -117,7 +117,7 @@ def personal_chat_id(settings: Settings, graph: BotConnector, tenant: str, user:
             raise ToolError(f"GET {base}/{installation}/chat: the chat has no id; {OFF}")
         return chat
 
-    return _remembered(("chat", tenant, settings.teams_app_id, app, user.lower()), find)
+    return _remembered(("chat", tenant, settings.app_id, app, user.lower()), find)
 
 
 def _installation(graph: BotConnector, base: str, app: str, refusal: Refusal) -> str | None:

@@ -41,7 +41,7 @@ from urllib.parse import quote
 import httpx
 import structlog
 
-from runtime.base.settings import Settings
+from runtime.entries.teams.settings import TeamsSettings
 from runtime.sending import http
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.tools import ToolError, ToolInDoubt
@@ -74,12 +74,12 @@ class TokenSource:
     settings_named: str
 
 
-def connector_tokens(settings: Settings) -> TokenSource:
+def connector_tokens(settings: TeamsSettings) -> TokenSource:
     """The Bot Connector's: Microsoft's `botframework.com` endpoint (or the setting's)."""
-    url = settings.teams_token_url
+    url = settings.token_url
     return TokenSource(
         url,
-        settings.teams_token_scope,
+        settings.token_scope,
         f"the Bot Framework token endpoint {url} (LIYAGENT_TEAMS_TOKEN_URL)",
         "LIYAGENT_TEAMS_APP_ID, the bot's app password and LIYAGENT_TEAMS_TOKEN_SCOPE",
     )
@@ -91,7 +91,7 @@ _tokens: dict[tuple[int, str, str, str], _Token] = {}
 
 
 def bot_token(
-    settings: Settings,
+    settings: TeamsSettings,
     headers: dict[str, str],
     timeout_s: float,
     *,
@@ -103,7 +103,7 @@ def bot_token(
     endpoint. `refused` is a token the service has just answered 401 to: it is replaced (once,
     however many requests saw it refused)."""
     source = source or connector_tokens(settings)
-    key = (os.getpid(), source.url, settings.teams_app_id, source.scope)
+    key = (os.getpid(), source.url, settings.app_id, source.scope)
     with _lock:
         held = _tokens.get(key)
         if held is not None and held.value != refused and time.monotonic() < held.use_until:
@@ -113,9 +113,9 @@ def bot_token(
         return fresh.value
 
 
-def app_password(settings: Settings) -> str:
+def app_password(settings: TeamsSettings) -> str:
     """The bot's app password, read now; `ToolError` naming the setting when there is none."""
-    path = settings.teams_app_password_file
+    path = settings.app_password_file
     if path:
         where = f"the file {path} (LIYAGENT_TEAMS_APP_PASSWORD_FILE)"
         try:
@@ -123,8 +123,8 @@ def app_password(settings: Settings) -> str:
         except OSError as exc:
             raise ToolError(f"the bot's app password cannot be read from {where}: {exc}") from None
     else:
-        where = f"the environment variable {settings.teams_app_password_env}"
-        value = os.environ.get(settings.teams_app_password_env, "")
+        where = f"the environment variable {settings.app_password_env}"
+        value = os.environ.get(settings.app_password_env, "")
     if not value:
         raise ToolError(
             f"the Teams bot has no app password to authenticate its replies with; put it in "
@@ -135,10 +135,10 @@ def app_password(settings: Settings) -> str:
 
 
 def _fetch(
-    settings: Settings, source: TokenSource, headers: dict[str, str], timeout_s: float
+    settings: TeamsSettings, source: TokenSource, headers: dict[str, str], timeout_s: float
 ) -> _Token:
     """A new token from the token endpoint (client credentials)."""
-    if not settings.teams_app_id:
+    if not settings.app_id:
         raise ToolError(
             "the workers have no Teams bot to authenticate replies as; set "
             "LIYAGENT_TEAMS_APP_ID (and the bot's app password) on them"
@@ -146,7 +146,7 @@ def _fetch(
     url = source.url
     form = {
         "grant_type": "client_credentials",
-        "client_id": settings.teams_app_id,
+        "client_id": settings.app_id,
         "client_secret": app_password(settings),
         "scope": source.scope,
     }
@@ -214,7 +214,7 @@ class BotConnector:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: TeamsSettings,
         call: CallHTTP,
         source: TokenSource | None = None,
         service: str = "the Bot Connector",
@@ -265,19 +265,19 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def graph_tokens(settings: Settings, tenant: str) -> TokenSource:
+def graph_tokens(settings: TeamsSettings, tenant: str) -> TokenSource:
     """The tenant's token endpoint for Microsoft Graph (app-only, client credentials)."""
-    url = settings.teams_graph_token_url.replace("{tenant}", q(tenant))
+    url = settings.graph_token_url.replace("{tenant}", q(tenant))
     return TokenSource(
         url,
-        settings.teams_graph_scope,
+        settings.graph_scope,
         f"the Microsoft Graph token endpoint {url} (LIYAGENT_TEAMS_GRAPH_TOKEN_URL)",
         "LIYAGENT_TEAMS_APP_ID, the bot's app password, LIYAGENT_TEAMS_GRAPH_TOKEN_URL and "
         "LIYAGENT_TEAMS_GRAPH_SCOPE (and that the app is consented in the tenant)",
     )
 
 
-def graph(settings: Settings, call: CallHTTP, tenant: str) -> BotConnector:
+def graph(settings: TeamsSettings, call: CallHTTP, tenant: str) -> BotConnector:
     """Requests to Microsoft Graph in `tenant` as the bot (its app-only token)."""
     return BotConnector(settings, call, graph_tokens(settings, tenant), "Microsoft Graph")
 

@@ -1,18 +1,19 @@
 """Teams through the Bot Framework: the whole entry kind.
 
 Starts: from the durable inbox, one run per message activity, owned by the sender's Microsoft
-Entra object id, never their display name (`teams_inbox.py`).
+Entra object id, never their display name (`inbox.py`).
 
 Hands on: the answer leaves Postgres (a reply posted to the Bot Connector), so it is stored
 first and a resume hands that stored answer on, never running the turn again
 (`TeamsEntry.hand_on`, `post_teams_reply`); the inbox row gets the reply in the delivering
 statement. Told of a failure: the inbox row is marked failed in the failing statement
-(`store.entries.ends_cte`); a reply refused for good (4xx) fails the run (`HandOnRefused`).
+(`store.teams.teams_end`, in `store.entries.ends_cte`); a reply refused for good (4xx) fails
+the run (`HandOnRefused`).
 
-The reply is posted as the bot, with its token (`teams_connector.py`). A resumed hand-on first
+The reply is posted as the bot, with its token (`connector.py`). A resumed hand-on first
 reads the conversation back through Microsoft Graph for the reply a lost attempt may have
-posted (`teams_graph.py`), finding the Graph ids a message activity lacks through the calls
-Microsoft documents for them (`teams_ids.py`).
+posted (`graph.py`), finding the Graph ids a message activity lacks through the calls
+Microsoft documents for them (`ids.py`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from urllib.parse import quote
 from runtime.core.entry import HandOnRefused
 from runtime.durable.definition import RunDefinition
 from runtime.entries.start import ENTRY_POINT_RUN
-from runtime.entries.teams_connector import BotConnector
-from runtime.entries.teams_graph import ADAPTIVE_CARD, locate, read_back
+from runtime.entries.teams.connector import BotConnector
+from runtime.entries.teams.graph import ADAPTIVE_CARD, locate, read_back
+from runtime.entries.teams.settings import TeamsSettings, teams_settings
 from runtime.sending.call_http import CallHTTP
 from runtime.services import Services
 from runtime.toolbox.tools import ToolError, vendor_json
-from store.entries import EntryKind, TeamsMessage, get_teams_message_of_run
 from store.rows import RunRow
+from store.teams import KIND, TeamsMessage, get_teams_message_of_run
 
 # ---- Handing on: the reply, posted once --------------------------------------------------
 
@@ -38,9 +40,10 @@ from store.rows import RunRow
 class TeamsEntry:
     """The Teams entry point: its answer is a reply posted to the turn's Bot Connector."""
 
-    kinds = frozenset({EntryKind.TEAMS})
+    kinds = frozenset({KIND})
     outside = True
     policy = ENTRY_POINT_RUN
+    settings_type = TeamsSettings
 
     def hand_on(
         self, s: Services, run: RunRow, definition: RunDefinition, text: str
@@ -145,10 +148,11 @@ def post_teams_reply(
         call="teams-reply",
         timeout_s=s.settings.timings.call_timeout_s,
     )
-    if s.settings.teams_read_back and run.status == "answered":
+    settings = teams_settings()
+    if settings.read_back and run.status == "answered":
         activity = message.activity or {"conversation": {"id": message.conversation}}
-        place = locate(s.settings, call, message.service_url, activity, run.answered_at)
-        found = read_back(s.settings, call, place, key)
+        place = locate(settings, call, message.service_url, activity, run.answered_at)
+        found = read_back(settings, call, place, key)
         if found is not None:
             # The reply a lost attempt posted: the same activity (the answer is sealed), by
             # the id Teams gave it.
@@ -162,6 +166,6 @@ def post_teams_reply(
         f"{quote(message.conversation, safe='')}/activities/{quote(message.message_id, safe='')}"
     )
     body = reply_activity(message, text, key)
-    connector = BotConnector(s.settings, call)
+    connector = BotConnector(settings, call)
     posted = vendor_json(f"POST {target}", lambda: connector.post(target, json=body))
     return {**body, "id": posted.get("id") if isinstance(posted, dict) else None}

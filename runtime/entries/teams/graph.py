@@ -11,15 +11,15 @@ whose card holds the key is the one a lost attempt posted.
 Where Graph shows a conversation (`locate`, from the stored activity): a group chat as
 `/chats/{conversation id}/messages`; a personal chat as `/chats/{chat id}/messages`, the chat id
 asked of Graph; a channel thread (`19:...;messageid=R`) as `/teams/{group id}/channels/{channel
-id}/messages/R/replies`, the team's group id asked of the Bot Connector (`teams_ids.py`: a
+id}/messages/R/replies`, the team's group id asked of the Bot Connector (`ids.py`: a
 message activity carries neither). A chat is read newest first, from shortly before the answer
 was stored (`$filter` on `lastModifiedDateTime`, the only time Graph filters from below), 50
 messages a page; a thread's replies page by page.
 
-Graph is asked with the bot's app-only token (`teams_connector.graph`). The app needs
+Graph is asked with the bot's app-only token (`connector.graph`). The app needs
 ChatMessage.Read.Chat (resource-specific consent) or Chat.Read.All to list chats,
 ChannelMessage.Read.Group (resource-specific consent) or ChannelMessage.Read.All for channels
-(Microsoft counts app-only reads of messages among its protected APIs), and what `teams_ids.py`
+(Microsoft counts app-only reads of messages among its protected APIs), and what `ids.py`
 names to find a personal chat. A refusal (400, 403, 404) fails the hand-on naming what to
 grant; it never posts unverified. A 429, a 5xx or no answer is tried again and then leaves the
 reply in doubt.
@@ -41,9 +41,9 @@ from typing import Any
 
 import structlog
 
-from runtime.base.settings import Settings
-from runtime.entries.teams_connector import OFF, BotConnector, Refusal, graph, q, read_json
-from runtime.entries.teams_ids import personal_chat_id, team_group_id
+from runtime.entries.teams.connector import OFF, BotConnector, Refusal, graph, q, read_json
+from runtime.entries.teams.ids import personal_chat_id, team_group_id
+from runtime.entries.teams.settings import TeamsSettings
 from runtime.sending import http
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.tools import ToolError
@@ -123,7 +123,7 @@ class Place:
 
 
 def locate(
-    settings: Settings,
+    settings: TeamsSettings,
     call: CallHTTP,
     service_url: str,
     activity: dict[str, Any],
@@ -142,25 +142,27 @@ def locate(
     return chat_place(settings, conv.id, conv.tenant, since)
 
 
-def chat_place(settings: Settings, chat: str, tenant: str, since: datetime | None) -> Place:
+def chat_place(settings: TeamsSettings, chat: str, tenant: str, since: datetime | None) -> Place:
     """A chat's messages, newest first, from shortly before `since`."""
     params = {"$top": str(PAGE), "$orderby": "lastModifiedDateTime desc"}
     if since is not None:
         at = (since - CLOCK_SKEW).astimezone(UTC).isoformat(timespec="milliseconds")
         params["$filter"] = f"lastModifiedDateTime gt {at.replace('+00:00', 'Z')}"
-    url = f"{settings.teams_graph_url}/chats/{q(chat)}/messages"
+    url = f"{settings.graph_url}/chats/{q(chat)}/messages"
     return Place(url, params, tenant, f"chat {chat}", CHATS)
 
 
-def thread_place(settings: Settings, group: str, channel: str, root: str, tenant: str) -> Place:
+def thread_place(
+    settings: TeamsSettings, group: str, channel: str, root: str, tenant: str
+) -> Place:
     """The replies to message `root` in `channel` of the team whose group id is `group`."""
-    url = f"{settings.teams_graph_url}/teams/{q(group)}/channels/{q(channel)}/messages/{q(root)}"
+    url = f"{settings.graph_url}/teams/{q(group)}/channels/{q(channel)}/messages/{q(root)}"
     named = f"the replies of message {root} in channel {channel} of team {group}"
     return Place(f"{url}/replies", {"$top": str(PAGE)}, tenant, named, CHANNELS)
 
 
 def read_back(
-    settings: Settings,
+    settings: TeamsSettings,
     call: CallHTTP,
     place: Place,
     key: str,
@@ -170,7 +172,7 @@ def read_back(
     """The reply this bot posted with `key` as Graph shows it, or None once a read that began
     at least `LIYAGENT_TEAMS_GRAPH_SETTLE_MS` after this read-back did finds none."""
     service = graph(settings, call, place.tenant)
-    trusted_from = time.monotonic() + settings.teams_graph_settle_ms / 1000
+    trusted_from = time.monotonic() + settings.graph_settle_ms / 1000
     reads = 0
     while True:
         reads += 1
@@ -180,22 +182,24 @@ def read_back(
             return found
         left = trusted_from - time.monotonic()
         if left <= 0:
-            log.info("teams.reply_not_found", reads=reads, settle_ms=settings.teams_graph_settle_ms)
+            log.info("teams.reply_not_found", reads=reads, settle_ms=settings.graph_settle_ms)
             return None
         http.check_send()  # waiting on is for an attempt that still holds its run
         sleep(min(left, POLL_S))
 
 
 def _find(
-    settings: Settings, service: BotConnector, place: Place, key: str
+    settings: TeamsSettings, service: BotConnector, place: Place, key: str
 ) -> dict[str, Any] | None:
     for message in _messages(settings, service, place):
-        if is_ours(message, settings.teams_app_id, key):
+        if is_ours(message, settings.app_id, key):
             return message
     return None
 
 
-def _messages(settings: Settings, service: BotConnector, place: Place) -> Iterator[dict[str, Any]]:
+def _messages(
+    settings: TeamsSettings, service: BotConnector, place: Place
+) -> Iterator[dict[str, Any]]:
     """Every message of `place`, page by page (the next links stay on the Graph URL)."""
     refusal = Refusal(f"to list {place.named}", f"grant the bot's app {place.permission}")
     url: str | None = place.url
@@ -208,8 +212,8 @@ def _messages(settings: Settings, service: BotConnector, place: Place) -> Iterat
         url, params = page.get("@odata.nextLink"), None
         if url is None:
             return
-        if not isinstance(url, str) or not url.startswith(settings.teams_graph_url + "/"):
-            raise ToolError(f"Microsoft Graph sent a next link off {settings.teams_graph_url}")
+        if not isinstance(url, str) or not url.startswith(settings.graph_url + "/"):
+            raise ToolError(f"Microsoft Graph sent a next link off {settings.graph_url}")
     raise ToolError(
         f"{place.named} has more than {MAX_PAGES * PAGE} messages to read back the reply "
         f"from; {OFF}"
