@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from runtime.base import pools
+from runtime.base import pools, process
 from runtime.base.changes import RunChanges
 from runtime.base.extras import need
 from runtime.base.redis_clients import RedisTarget, client_for
@@ -234,25 +234,19 @@ def registry_for(settings: Settings) -> ToolRegistry:
         return _registries[key]
 
 
-_lock = threading.Lock()
-_cache: dict[int, Services] = {}
+def _close_here(inherited: Services) -> None:
+    """In a forked child: close, here only, the Redis sockets inherited with the parent's
+    services, so a dead parent's connections close when it dies (its death is then seen)."""
+    inherited.presence.close_inherited()
+    close_sockets_here(inherited.redis)
+
+
+_services: process.Cache[str, Services] = process.Cache(
+    "runtime.services", "_services", on_drop=_close_here
+)
 
 
 def for_process(make: Callable[[], Services]) -> Services:
-    """This process's services, built on first use; a forked child builds its own."""
-    pid = os.getpid()
-    with _lock:
-        if pid not in _cache:
-            forget_inherited()
-            _cache[pid] = make()
-        return _cache[pid]
-
-
-def forget_inherited() -> None:
-    """In a forked child: drop the services of the parent, closing (here only) the Redis
-    sockets inherited from it, so a dead parent's connections close when it dies."""
-    pid = os.getpid()
-    for owner in [p for p in _cache if p != pid]:
-        inherited = _cache.pop(owner)
-        inherited.presence.close_inherited()
-        close_sockets_here(inherited.redis)
+    """This process's services, built on first use; a forked child builds its own (the parent's
+    are dropped at the fork, runtime/base/process.py)."""
+    return _services.get("services", make)

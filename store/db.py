@@ -15,8 +15,10 @@ from psycopg.types.string import TextLoader
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/liyagent"
 
+# This process's engines by URL; a forked child forgets its parent's (`forget_after_fork`, called
+# by the owner of process-wide state, runtime/base/process.py).
 _lock = threading.Lock()
-_engines: dict[tuple[int, str], sa.Engine] = {}
+_engines: dict[str, sa.Engine] = {}
 
 # A stalled client must never hold a row lock the sweeper waits on: each fenced write is a
 # single autocommit statement, and the server ends any transaction left idle or any wait
@@ -139,22 +141,24 @@ def probe_engine(url: str, application_name: str = "") -> sa.Engine:
 
 
 def engine_for(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "") -> sa.Engine:
-    """The engine for `url` in this process; a forked child gets its own, never its parent's.
-    The first caller in a process sizes and names it (the process's services)."""
-    key = (os.getpid(), url)
+    """The engine for `url` in this process; a forked child gets its own, never its parent's
+    (`forget_after_fork`). The first caller in a process sizes and names it (the process's
+    services)."""
     with _lock:
-        engine = _engines.get(key)
+        engine = _engines.get(url)
         if engine is None:
-            engine = _engines[key] = create(url, pool_max, application_name)
+            engine = _engines[url] = create(url, pool_max, application_name)
         return engine
 
 
-def dispose_inherited() -> None:
-    """Forget engines created by a parent before fork, without closing the parent's sockets."""
-    pid = os.getpid()
-    with _lock:
-        for key in [k for k in _engines if k[0] != pid]:
-            _engines.pop(key).dispose(close=False)
+def forget_after_fork() -> None:
+    """In a forked child, right after the fork: forget the parent's engines without closing its
+    sockets (`dispose(close=False)`); the lock is replaced, never taken (a parent's thread may
+    have held it)."""
+    global _lock, _engines
+    inherited, _engines, _lock = list(_engines.values()), {}, threading.Lock()
+    for engine in inherited:
+        engine.dispose(close=False)
 
 
 def database_url_from_env() -> str:

@@ -10,10 +10,8 @@ from typing import Any
 
 from celery import signals
 
-from runtime import services as runtime_services
-from runtime.base import drain, logs, tracing
+from runtime.base import drain, logs, process, tracing
 from runtime.ops import startup
-from store import db
 from tasks import pools, worker
 
 
@@ -54,9 +52,9 @@ def _on_task_received(request: Any = None, **_: Any) -> None:
 
 @signals.worker_process_init.connect
 def _on_child_start(**_: Any) -> None:
-    db.dispose_inherited()
-    # The parent's Redis sockets must not live on here: its death would go unseen.
-    runtime_services.forget_inherited()
+    # The parent's engines, Redis sockets and clients are not this child's (its death would
+    # go unseen): what each becomes is said in one place, runtime/base/process.py.
+    process.child_started()
 
 
 @signals.worker_shutting_down.connect

@@ -97,9 +97,6 @@ def db_url(admin_engine: sa.Engine, servers: tuple[str, str], template_db: str) 
     name = f"lyt_{uuid.uuid4().hex[:16]}"
     _create_db(admin_engine, name, template=template_db)
     yield _with_db(servers[0], name)
-    from store import db
-
-    db.dispose_inherited()
     _drop_db(admin_engine, name)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -24,6 +23,8 @@ from typing import Any
 
 import redis
 import structlog
+
+from runtime.base import process
 
 log = structlog.get_logger(__name__)
 
@@ -86,10 +87,12 @@ class RunChanges:
         self.client = client
         self.channel = f"{namespace}run-changes"
         self._lock = threading.Lock()
-        self._pid = 0
+        self._publishing = False
         self._outbox: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._watches: dict[str, set[Watch]] = {}
         self._listening = False
+        # A forked child starts its own publisher (runtime/base/process.py, `in_child`).
+        process.track("runtime.base.changes", "RunChanges", self)
 
     # The engine's side.
 
@@ -103,16 +106,18 @@ class RunChanges:
         self._outbox.put(run_id)
 
     def _start_publisher(self) -> None:
-        pid = os.getpid()
-        if self._pid == pid:
+        if self._publishing:
             return
         with self._lock:
-            if self._pid == pid:
+            if self._publishing:
                 return
-            # A forked child starts its own thread (threads do not survive a fork).
-            self._outbox = queue.SimpleQueue()
             threading.Thread(target=self._publish_loop, name="run-changes-pub", daemon=True).start()
-            self._pid = pid
+            self._publishing = True
+
+    def in_child(self) -> None:
+        """In a forked child: the parent's publisher thread is not here (threads do not survive
+        a fork), so the first nudge starts this process's own, on an outbox of its own."""
+        self._lock, self._outbox, self._publishing = threading.Lock(), queue.SimpleQueue(), False
 
     def _publish_loop(self) -> None:
         outbox, client = self._outbox, self.client

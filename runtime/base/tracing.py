@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from runtime.base import process
 from store.errors import LiyagentError
 
 if TYPE_CHECKING:
@@ -369,8 +370,8 @@ def _id_generator() -> Any:
 
 
 OFF = Tracing()
-_live: list[tuple[int, Tracing]] = []
-_live_lock = threading.Lock()
+# The tracers this process built, flushed when it exits (`shutdown_here`).
+_live: process.Cache[int, Tracing] = process.Cache("runtime.base.tracing", "_live")
 
 
 def endpoint(env: Mapping[str, str] | None = None) -> str | None:
@@ -429,20 +430,16 @@ def from_env(holder: str) -> Tracing:
         BatchSpanProcessor(OTLPSpanExporter(timeout=timeout), schedule_delay_millis=schedule)
     )
     tracing = Tracing(provider)
-    with _live_lock:
-        _live.append((os.getpid(), tracing))
+    _live.get(id(tracing), lambda: tracing)
     log.info("traces.on")  # not the endpoint: a URL may carry credentials
     return tracing
 
 
 def shutdown_here() -> None:
     """Flush and stop every tracing this process built (a pool child about to exit: a recycled
-    child's spans are exported, not lost with it); inherited ones are left to their owner."""
-    pid = os.getpid()
-    with _live_lock:
-        mine = [t for p, t in _live if p == pid]
-        _live[:] = [(p, t) for p, t in _live if p != pid]
-    for tracing in mine:
+    child's spans are exported, not lost with it); inherited ones are left to their owner (a
+    child forgets them at the fork)."""
+    for tracing in _live.take_all():
         try:
             tracing.shutdown()
         except Exception as exc:  # never stop an exit on a collector

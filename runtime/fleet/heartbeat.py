@@ -27,7 +27,6 @@ faults (`let_go_all`).
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -245,7 +244,6 @@ class Heartbeat:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
         if presence is not None:
             presence.on_up(self._wake.set)
         # This process's Postgres probe (None: no probe, leases are kept through any outage).

@@ -27,7 +27,6 @@ may the heartbeat take back, with SET NX of their own tokens, the leases Redis f
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import uuid
@@ -93,7 +92,6 @@ class Presence:
         # change means Redis lost its data meanwhile (see leases._EPOCH).
         self.store_epoch = ""
         self._on_up: list[Callable[[], None]] = []
-        self._pid = os.getpid()
         self._started = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -119,9 +117,10 @@ class Presence:
         self._on_up.append(wake)
 
     def close_inherited(self) -> None:
-        """In a forked child: close the parent's presence socket here, so the parent's death
-        is not hidden by a copy of its connection living on in the child."""
-        if self._client is not None and os.getpid() != self._pid:
+        """In a forked child (its services dropped, runtime/base/process.py): close the
+        parent's presence socket here, so the parent's death is not hidden by a copy of its
+        connection living on in the child. Never called in the process that owns it."""
+        if self._client is not None:
             close_sockets_here(self._client)
 
     def cap_ms(self) -> int | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import os
 import threading
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ import httpx
 import httpx2
 import openai
 
+from runtime.base import process
 from runtime.models.base import ModelError
 from runtime.models.errors import classify, too_large
 from runtime.sending import sdk_http
@@ -138,19 +138,15 @@ def write_reader(
 
 class PerThread(Generic[T]):
     """One value per process and thread, made on first use: an adapter's provider holds an
-    SDK client bound to the event loop its thread runs."""
+    SDK client bound to the event loop its thread runs (a forked child forgets the parent's,
+    runtime/base/process.py)."""
 
     def __init__(self, make: Callable[[], T]) -> None:
         self._make = make
-        self._made: dict[tuple[int, int], T] = {}
-        self._lock = threading.Lock()
+        self._made: process.Cache[int, T] = process.Cache("runtime.frameworks.calls", "PerThread")
 
     def get(self) -> T:
-        key = (os.getpid(), threading.get_ident())
-        with self._lock:
-            if key not in self._made:
-                self._made[key] = self._make()
-            return self._made[key]
+        return self._made.get(threading.get_ident(), self._make)
 
 
 def send_refused(exc: BaseException) -> SendRefused | None:

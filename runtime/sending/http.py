@@ -27,7 +27,6 @@ left: the first request byte it lets through marks the call's traffic.
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
 import threading
 import time
@@ -38,6 +37,7 @@ from typing import Any, Protocol
 import httpcore
 import httpx
 
+from runtime.base import process
 from runtime.sending import traffic
 from store.errors import LiyagentError
 
@@ -420,19 +420,19 @@ def new_async_client(timeout_s: float = 30.0) -> httpx.AsyncClient:
     return client
 
 
-_local = threading.local()
+# Each thread's pooled clients; a forked child forgets them (runtime/base/process.py) and makes
+# its own rather than share its parent's sockets.
+_local = process.ThreadLocal("runtime.sending.http", "_local")
 
 
 def shared_client() -> httpx.Client:
     """This thread's pooled client (keep-alive across calls and runs, see `LIMITS`); a forked
     child makes its own rather than share its parent's sockets, and one that was closed is
     replaced."""
-    pid = os.getpid()
-    found: tuple[int, httpx.Client] | None = getattr(_local, "client", None)
-    if found is not None and found[0] == pid and not found[1].is_closed:
-        return found[1]
-    client = new_client()
-    _local.client = (pid, client)
+    found: httpx.Client | None = getattr(_local, "client", None)
+    if found is not None and not found.is_closed:
+        return found
+    client = _local.client = new_client()
     return client
 
 
@@ -440,8 +440,8 @@ def shared_async_client() -> httpx.AsyncClient:
     """This thread's pooled async client (a pool belongs to the event loop it first ran on,
     and each thread's async tools run on that thread's one loop); one that was closed (its
     loop's owner closes it before the loop ends) is replaced."""
-    key = (os.getpid(), id(_loop_of_thread()))
-    found: tuple[tuple[int, int], httpx.AsyncClient] | None = getattr(_local, "async_client", None)
+    key = id(_loop_of_thread())
+    found: tuple[int, httpx.AsyncClient] | None = getattr(_local, "async_client", None)
     if found is None or found[0] != key or found[1].is_closed:
         found = (key, new_async_client())
         _local.async_client = found

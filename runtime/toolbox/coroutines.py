@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from runtime.base import process
+
 T = TypeVar("T")
 
-# Per thread: its kept runner, and (a thread that runs a loop) its helper thread.
-_here = threading.local()
+# Per thread: its kept runner, and (a thread that runs a loop) its helper thread; a forked child
+# forgets them (their selector and thread are the parent's: runtime/base/process.py).
+_here = process.ThreadLocal("runtime.toolbox.coroutines", "_here")
 
 
 def in_running_loop() -> bool:

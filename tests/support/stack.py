@@ -26,7 +26,6 @@ from runtime.base.settings import Settings, Timings
 from runtime.durable.definition import RunDefinition
 from runtime.entries.client import Client, RunView
 from runtime.services import Services
-from store import db
 from store.runs import get_run
 from tasks.services import CeleryPublisher
 
@@ -331,7 +330,6 @@ class Stack:
         self.services.heartbeat.stop()
         self.services.redis.close()
         self.engine.dispose()
-        db.dispose_inherited()
 
 
 class RecordingPublisher:

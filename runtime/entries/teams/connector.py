@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from urllib.parse import quote
 import httpx
 import structlog
 
+from runtime.base import process
 from runtime.entries.teams.settings import TeamsSettings
 from runtime.sending import http
 from runtime.sending.call_http import CallHTTP
@@ -85,9 +85,10 @@ def connector_tokens(settings: TeamsSettings) -> TokenSource:
     )
 
 
-_lock = threading.Lock()
-# (process, token URL, app id, scope) -> the token in use.
-_tokens: dict[tuple[int, str, str, str], _Token] = {}
+# (token URL, app id, scope) -> the token in use; a forked child asks for its own.
+_tokens: process.Cache[tuple[str, str, str], _Token] = process.Cache(
+    "runtime.entries.teams.connector", "_tokens"
+)
 
 
 def bot_token(
@@ -103,13 +104,13 @@ def bot_token(
     endpoint. `refused` is a token the service has just answered 401 to: it is replaced (once,
     however many requests saw it refused)."""
     source = source or connector_tokens(settings)
-    key = (os.getpid(), source.url, settings.app_id, source.scope)
-    with _lock:
-        held = _tokens.get(key)
+    key = (source.url, settings.app_id, source.scope)
+    with _tokens.lock:
+        held = _tokens.items.get(key)
         if held is not None and held.value != refused and time.monotonic() < held.use_until:
             return held.value
         fresh = _fetch(settings, source, headers, timeout_s)
-        _tokens[key] = fresh
+        _tokens.items[key] = fresh
         return fresh.value
 
 
