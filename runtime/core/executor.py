@@ -64,7 +64,9 @@ def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = No
         try:
             return run_message(s, run_id, attempt, reserved_by)
         except DatabaseUnreachable as exc:
-            pause = outage.failed(s, worker, exc.cause, "run messages are held, none is lost")
+            pause = outage.failed(
+                outage.Notice.of(s), worker, exc.cause, "run messages are held, none is lost"
+            )
             if reserved_by is not None:
                 _reserve_quietly(s, reserved_by, run_id, attempt)
             if drain.wait(pause):
@@ -112,7 +114,7 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
             if db.unreachable(exc):
                 raise DatabaseUnreachable(run_id, exc) from exc
             raise NotHandled(f"run {run_id}: {type(exc).__name__}") from exc
-        outage.answered(s, reserved_by or s.holder)
+        outage.answered(outage.Notice.of(s), reserved_by or s.holder)
         if claimed is None:
             log.info("message.stale")
             _release_quietly(s, token)
@@ -350,7 +352,12 @@ def _give_back_after_store_fault(
     log.warning("run.store_fault", **error_facts(fault), next="held until Postgres answers")
     try:
         outage.wait_for_database(
-            s, worker, fault, "runs in flight keep their leases and wait for it", lease.check
+            outage.Notice.of(s),
+            s.engine,
+            worker,
+            fault,
+            "runs in flight keep their leases and wait for it",
+            lease.check,
         )
         with s.engine.connect() as conn:
             new_attempt = hand_back_store_fault(
