@@ -369,7 +369,7 @@ class Client:
             raise NotDecided(approval_id, current)
         request, woke = decided
         if woke is not None:
-            publish_quietly(self.s, request.run_id, woke)
+            publish_quietly(self.s.changes, self.s.publisher, request.run_id, woke)
         return request
 
 
