@@ -300,7 +300,7 @@ def measure_soak(lab: Lab, opts: StorageOptions) -> dict[str, Any]:
                 for _ in range(opts.runs_per_period):
                     _run(s, opts.soak_steps, opts.soak_result_bytes)
                 time.sleep(max(0.0, t0 + period * p - time.monotonic()))
-                report = run_retention(s)
+                report = run_retention(s.engine, s.redis, s.settings)
                 own.execute(sa.text("VACUUM"))
                 sizes = _sizes(own, SOAK_TABLES)
                 live = int(own.execute(sa.text("SELECT count(*) FROM runs")).scalar())

@@ -14,8 +14,8 @@ apart, without a target):
     reported; with 20 samples p99 is the slowest.
 
 Death watch (issue 11). `measure_death_watch` is the one function to adapt: if
-`runtime.recovery.deaths` imports, it builds `DeathWatch(services)` and times `poll()` with the
-same N
+`runtime.recovery.deaths` imports, it builds `DeathWatch(deps, presence)` and times `poll()`
+with the same N
 running runs and live holders, first with no dead holder, then with DEAD_HOLDERS holders that
 have leases but no connection (1,000 runs between them), polling until they are claimed or
 the grace has long passed.
@@ -40,6 +40,7 @@ from runtime import services as runtime_services
 from runtime.base.sealing import parse_keys
 from runtime.fleet.leases import Leases, Token
 from runtime.fleet.presence import connection_name
+from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper, SweepReport
 from runtime.services import Services
 from tasks.deliveries import unacked_runs
@@ -159,7 +160,7 @@ class Population:
 def _sweeps(pop: Population, publisher: RecordingPublisher, samples: int) -> dict[str, Any]:
     """The timings at one size (see the module docstring)."""
     # As the sweep task builds it: it also reads the broker's unacknowledged run messages.
-    sweeper = Sweeper(pop.s, unacked_runs(pop.s.redis, pop.s.settings.namespace))
+    sweeper = Sweeper(RecoveryDeps.of(pop.s), unacked_runs(pop.s.redis, pop.s.settings.namespace))
     sweep(sweeper, full=False)  # the first reads of fresh rows set hint bits: not a sample
     idle = [sweep(sweeper, full=False).duration_ms for _ in range(samples)]
     lapsed: list[float] = []
@@ -194,9 +195,9 @@ def measure_death_watch(s: Services, pop: Population, samples: int) -> dict[str,
     except ImportError:
         return {"not_measured": "runtime.recovery.deaths not present"}
     try:
-        watch = deaths.DeathWatch(s)
+        watch = deaths.DeathWatch(RecoveryDeps.of(s), s.presence)
     except Exception as exc:  # the API is the lead's: say what did not fit
-        return {"not_measured": f"DeathWatch(services) failed: {type(exc).__name__}: {exc}"}
+        return {"not_measured": f"DeathWatch(deps, presence) failed: {type(exc).__name__}: {exc}"}
 
     def timed() -> float:
         started = time.perf_counter()

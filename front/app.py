@@ -122,7 +122,7 @@ def create_app(services: Services) -> Starlette:
     withhold_library_values()
     app = Front(routes=ROUTES, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
     app.state.services = services
-    app.state.metrics = registry_for(services)
+    app.state.metrics = registry_for(services.engine, services.redis, services.settings.namespace)
     app.state.a2a = a2a.dispatcher(services)
     app.state.teams_keys = teams.keys_client(teams_settings())
     return app

@@ -23,7 +23,9 @@ def cron_fire(trigger: str) -> str:
 @app.task(name="liyagent.teams_intake", ignore_result=True)
 def teams_intake() -> list[str] | None:
     s = services()
-    return outage.tolerated(s, main_holder(), lambda: [str(r) for r in intake_teams(s)])
+    return outage.tolerated(
+        outage.Notice.of(s), main_holder(), lambda: [str(r) for r in intake_teams(s)]
+    )
 
 
 @app.task(name="liyagent.purge_answers", ignore_result=True)
@@ -34,4 +36,4 @@ def purge() -> int | None:
         with s.engine.connect() as conn:
             return purge_answers(conn, s.settings.answer_retention_s)
 
-    return outage.tolerated(s, main_holder(), work)
+    return outage.tolerated(outage.Notice.of(s), main_holder(), work)

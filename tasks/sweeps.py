@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from runtime.ops.retention import run_retention
 from runtime.recovery import outage
+from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper
 from tasks.app import app
 from tasks.deliveries import unacked_runs
@@ -15,8 +16,8 @@ from tasks.worker import main_holder
 @app.task(name="liyagent.sweep", ignore_result=True)
 def sweep() -> dict[str, object] | None:
     s = services()
-    sweeper = Sweeper(s, unacked_runs(s.redis, s.settings.namespace))
-    return outage.tolerated(s, main_holder(), lambda: sweeper.sweep().to_json())
+    sweeper = Sweeper(RecoveryDeps.of(s), unacked_runs(s.redis, s.settings.namespace))
+    return outage.tolerated(outage.Notice.of(s), main_holder(), lambda: sweeper.sweep().to_json())
 
 
 @app.task(name="liyagent.retention", ignore_result=True)
@@ -24,4 +25,8 @@ def retention() -> dict[str, object] | None:
     """One retention pass (runtime/ops/retention.py): bounded batches, each skipping what another
     beat's pass holds; a database outage is logged once per interval, not raised."""
     s = services()
-    return outage.tolerated(s, main_holder(), lambda: run_retention(s).to_json())
+    return outage.tolerated(
+        outage.Notice.of(s),
+        main_holder(),
+        lambda: run_retention(s.engine, s.redis, s.settings).to_json(),
+    )

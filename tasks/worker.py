@@ -20,6 +20,7 @@ from runtime.fleet.leases import Token
 from runtime.ops import startup
 from runtime.recovery import outage
 from runtime.recovery.deaths import DeathWatchThread, claim_dead_child
+from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper, SweepThread
 from runtime.services import holder_of
 from tasks.deliveries import unacked_runs
@@ -76,11 +77,14 @@ def start_watching() -> None:
     s = services()
     s.presence.start()
     if _watch is None:
-        _watch = DeathWatchThread(s)
+        _watch = DeathWatchThread(RecoveryDeps.of(s), s.presence)
         _watch.start()
     if _sweeps is None and s.settings.worker_sweeps:
-        sweeper = Sweeper(s, unacked_runs(s.redis, s.settings.namespace))
-        _sweeps = SweepThread(sweeper, lambda work: outage.tolerated(s, main_holder(), work))
+        sweeper = Sweeper(RecoveryDeps.of(s), unacked_runs(s.redis, s.settings.namespace))
+        notice = outage.Notice.of(s)
+        _sweeps = SweepThread(
+            sweeper, s.heartbeat.reach, lambda work: outage.tolerated(notice, main_holder(), work)
+        )
         _sweeps.start()
 
 
@@ -119,7 +123,7 @@ class RunRequest(Request):  # type: ignore[misc]
             run_id, attempt = _run_of(self)
             token = Token(run_id, attempt, holder_of(self.worker_pid))
             try:
-                claimed = claim_dead_child(services(), token)
+                claimed = claim_dead_child(RecoveryDeps.of(services()), token)
                 log.info("deaths.pool_child", run_id=run_id, pid=self.worker_pid, claimed=claimed)
             except Exception:  # the death watch and the sweeper still recover it
                 log.exception("deaths.pool_child_failed", run_id=run_id)

@@ -212,7 +212,7 @@ def cmd_call(args: argparse.Namespace) -> int:
             USAGE,
         )
     db.ping(s.engine)  # the call is audited: Postgres must answer before anything is sent
-    result = adhoc_call(s, args.tool, call_args, by)
+    result = adhoc_call(s.tools, s.engine, s.settings.timings, args.tool, call_args, by)
     if args.json:
         print_json({"tool": args.tool, **result})
     else:

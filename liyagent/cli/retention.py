@@ -29,7 +29,7 @@ def cmd_retention_run(args: argparse.Namespace) -> int:
     keeps = keeps_of(s.settings)
     enabled = s.settings.retention.enabled
     if args.dry_run:
-        expired = expired_now(s)
+        expired = expired_now(s.engine, s.settings)
         if args.json:
             print_json(_dry_run_json(enabled, keeps, expired))
         else:
@@ -41,7 +41,7 @@ def cmd_retention_run(args: argparse.Namespace) -> int:
             "command LIYAGENT_RETENTION=true to run a pass (--dry-run says what it would delete)",
             FAILED,
         )
-    report = run_retention(s, until_done=True)
+    report = run_retention(s.engine, s.redis, s.settings, until_done=True)
     if args.json:
         print_json(
             {"dry_run": False, "enabled": True, "keeps": asdict(keeps),

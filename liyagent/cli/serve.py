@@ -37,11 +37,12 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
     port = _port(args.port)
     s = services()
+    sources = (s.engine, s.redis, s.settings.namespace)
     if args.once:
-        sys.stdout.write(exposition(s))
+        sys.stdout.write(exposition(*sources))
         sys.stdout.flush()
         return OK
-    return _serve_metrics(registry_for(s), args.host, port)
+    return _serve_metrics(registry_for(*sources), args.host, port)
 
 
 def _serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:

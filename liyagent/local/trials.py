@@ -216,7 +216,7 @@ class TrialSession:
         self._begin(index)
         time.sleep(max(0.0, up + delay - time.monotonic()))  # the seeded kill moment
         holders = frozenset(holder_of(pid) for pid in [victim.popen.pid, *victim.children()])
-        led = death_watch_leader(d.services) in holders
+        led = death_watch_leader(d.services.redis, d.services.settings.namespace) in holders
         killed_at = datetime.now(tz=UTC)
         victim.kill()
         self.victims.append(Victim(up_at, killed_at, holders, led))
@@ -241,7 +241,9 @@ class TrialSession:
         connections in Redis (just after its readiness line); a round where it never does
         just keeps its leader, and the kill records whoever led."""
         deadline = time.monotonic() + timeout_s
-        while not hand_lead(self.deployment.services, holder):
+        while not hand_lead(
+            self.deployment.services.redis, self.deployment.services.settings.namespace, holder
+        ):
             if time.monotonic() > deadline:
                 log.warning("trials.lead_not_handed", holder=holder)
                 return

@@ -241,7 +241,7 @@ class RunAttempt:
             with self.s.engine.connect() as conn:
                 new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.s.holder)
             self.s.leases.release(self.lease.token, self.lease.written_step)
-            publish_quietly(self.s, self.run.id, new_attempt)
+            publish_quietly(self.s.changes, self.s.publisher, self.run.id, new_attempt)
             self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
             raise HandedBack
         # Gates the claim, the last checkpoint or the last calls read within `gates_fresh_ms`
@@ -325,7 +325,7 @@ class RunAttempt:
         with self.s.engine.connect() as conn:
             woke = wake_parent(conn, self.run.id)
         if woke is not None:
-            publish_quietly(self.s, *woke)
+            publish_quietly(self.s.changes, self.s.publisher, *woke)
 
     def _audit_resume(self, step: int, settled: list[Settled], from_answer: bool = False) -> None:
         """Audit a resume that passed its gates: the step it started from, the loss count and

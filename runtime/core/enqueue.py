@@ -15,6 +15,7 @@ import pydantic
 import sqlalchemy as sa
 import structlog
 
+from runtime.base.changes import RunChanges
 from runtime.base.refused import BadRequest as BadRequest
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
@@ -26,8 +27,8 @@ from runtime.models import specs
 from runtime.models.base import ModelError
 from runtime.models.output import OUTPUT_TOOL, checked_schema
 from runtime.models.profiles import ModelProfile
-from runtime.services import Services
-from runtime.toolbox.tools import AgentDef
+from runtime.services import Publisher, Services
+from runtime.toolbox.tools import AgentDef, ToolRegistry
 from store.db import to_json
 from store.entries import EntryKind
 from store.entry_links import EntryLink
@@ -151,19 +152,19 @@ def _validate(s: Services, new: NewRun) -> list[str]:
     if not new.user_input.strip():
         raise BadRequest("user_input must be non-empty")
     if new.job is not None:
-        return checked_tools(s, new.tools, f"job {new.job.get('kind')}")
+        return checked_tools(s.tools, new.tools, f"job {new.job.get('kind')}")
     if new.workflow is not None:
         try:
             steps = validate_workflow(new.workflow)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         # A workflow's own steps name the tools it calls, and only those.
-        return checked_tools(s, sorted({step.tool for step in steps.values()}), "workflow")
+        return checked_tools(s.tools, sorted({step.tool for step in steps.values()}), "workflow")
     spec = new.checked_model
     if spec is None:
         spec = check_model(new.model, s.model_profiles())
-    checked_guest(s, spec)
-    tools = checked_tools(s, new.tools, "tools")
+    checked_guest(s.tools, spec)
+    tools = checked_tools(s.tools, new.tools, "tools")
     if new.output is not None:
         checked_output(spec, new.output, tools)
     return tools
@@ -188,13 +189,13 @@ def checked_output(spec: specs.ProviderSpec, schema: Any, tools: list[str]) -> N
         )
 
 
-def checked_guest(s: Services, spec: specs.ProviderSpec) -> None:
+def checked_guest(tools: ToolRegistry, spec: specs.ProviderSpec) -> None:
     """A spec naming a framework agent names one this deployment registered; BadRequest
     listing the registered ones otherwise."""
     if isinstance(spec, specs.FrameworkSpec) and (
-        getattr(s.tools.guests.get(spec.agent), "framework", None) != spec.framework
+        getattr(tools.guests.get(spec.agent), "framework", None) != spec.framework
     ):
-        known = ", ".join(f"{g.name} ({g.framework})" for g in s.tools.guests.values())
+        known = ", ".join(f"{g.name} ({g.framework})" for g in tools.guests.values())
         raise BadRequest(
             f"model names the {spec.framework} agent {spec.agent!r}, which no module "
             f"LIYAGENT_TOOLS names registers (registered: {known or 'none'}); nothing was stored"
@@ -210,18 +211,18 @@ def check_model(model: Any, declared: dict[str, ModelProfile]) -> specs.Provider
         raise BadRequest(f"{exc}; nothing was stored") from None
 
 
-def checked_tools(s: Services, tools: Any, what: str = "tools") -> list[str]:
+def checked_tools(loaded: ToolRegistry, tools: Any, what: str = "tools") -> list[str]:
     """The tools a run may use, fail closed: exactly the names given (none when none are);
     a name this deployment has not loaded is refused, listing the known ones."""
     if tools is None:
         return []
     if not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools):
         raise BadRequest(f"{what} must be a list of tool names; nothing was stored")
-    unknown = s.tools.unknown(tools)
+    unknown = loaded.unknown(tools)
     if unknown:
         raise BadRequest(
             f"{what} names tools this deployment has not loaded: {', '.join(unknown)}; known: "
-            f"{', '.join(s.tools.names())} (tools come from the modules LIYAGENT_TOOLS names, "
+            f"{', '.join(loaded.names())} (tools come from the modules LIYAGENT_TOOLS names, "
             "entry points and LIYAGENT_MCP_SERVERS); nothing was stored"
         )
     return list(dict.fromkeys(tools))
@@ -231,7 +232,7 @@ def check_definition(s: Services, definition: AgentDef) -> None:
     """An agent definition (the catalog's or one declared in Python) a run can be started
     from: its model spec and its tools checked as `enqueue` checks them."""
     check_model(definition.model, s.model_profiles())
-    checked_tools(s, definition.tools, f"agent {definition.name}: tools")
+    checked_tools(s.tools, definition.tools, f"agent {definition.name}: tools")
 
 
 def request_digest(new: NewRun) -> str:
@@ -321,7 +322,7 @@ def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
     except RequestKeyConflict as exc:
         raise RequestConflict(exc) from None
     if created:
-        publish_quietly(s, rid, 1)
+        publish_quietly(s.changes, s.publisher, rid, 1)
     return rid, created
 
 
@@ -357,13 +358,13 @@ def _resumable(s: Services, new: NewRun, may_wait: bool) -> bool:
     return True
 
 
-def publish_quietly(s: Services, run_id: str, attempt: int) -> None:
+def publish_quietly(changes: RunChanges, publisher: Publisher, run_id: str, attempt: int) -> None:
     """Publish a run's message; a failure is logged, and Postgres (the outbox) keeps the run.
     The run's followers are nudged first: whatever made this attempt (a start, a hand-back, a
     wake, a claim) is committed."""
-    s.changes.announce(run_id)
+    changes.announce(run_id)
     try:
-        s.publisher.publish(run_id, attempt)
+        publisher.publish(run_id, attempt)
     except Exception as exc:
         log.warning(
             "run.publish_failed",

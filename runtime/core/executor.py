@@ -14,6 +14,7 @@ import sqlalchemy as sa
 import structlog
 
 from runtime.base import drain, faults
+from runtime.base.changes import RunChanges
 from runtime.base.redact import error_facts, frames
 from runtime.base.sealing import SealError
 from runtime.base.tracing import AttemptFacts
@@ -24,7 +25,7 @@ from runtime.core.outcome import Outcome
 from runtime.core.workflow import WorkflowRun
 from runtime.durable.definition import RunDefinition
 from runtime.fleet.heartbeat import LeaseLost, RunLease
-from runtime.fleet.leases import FENCE_HOLDER, NO_STEP, Token, monotonic_ms
+from runtime.fleet.leases import FENCE_HOLDER, NO_STEP, Leases, Token, monotonic_ms
 from runtime.recovery import outage
 from runtime.sending.http import SendRefused
 from runtime.services import Services
@@ -64,9 +65,11 @@ def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = No
         try:
             return run_message(s, run_id, attempt, reserved_by)
         except DatabaseUnreachable as exc:
-            pause = outage.failed(s, worker, exc.cause, "run messages are held, none is lost")
+            pause = outage.failed(
+                outage.Notice.of(s), worker, exc.cause, "run messages are held, none is lost"
+            )
             if reserved_by is not None:
-                _reserve_quietly(s, reserved_by, run_id, attempt)
+                _reserve_quietly(s.leases, reserved_by, run_id, attempt)
             if drain.wait(pause):
                 raise NotHandled(
                     f"run {run_id}: the worker stops while Postgres cannot be used; the message "
@@ -89,7 +92,7 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
         try:
             acquired = s.leases.acquire(token, reserved_by)
             if acquired is None:
-                if _held_by_older_attempt(s, token):
+                if _held_by_older_attempt(s.leases, token):
                     # A stale delivery of an earlier attempt holds the lease for the few
                     # milliseconds its fence takes (it is never claimed by a running attempt:
                     # a claim needs the old lease gone), or a claimer's fence does while its
@@ -108,14 +111,14 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
             with s.engine.connect() as conn:
                 claimed = claim_delivery(conn, run_id, attempt, s.holder)
         except sa.exc.SQLAlchemyError as exc:
-            _release_quietly(s, token)
+            _release_quietly(s.leases, token)
             if db.unreachable(exc):
                 raise DatabaseUnreachable(run_id, exc) from exc
             raise NotHandled(f"run {run_id}: {type(exc).__name__}") from exc
-        outage.answered(s, reserved_by or s.holder)
+        outage.answered(outage.Notice.of(s), reserved_by or s.holder)
         if claimed is None:
             log.info("message.stale")
-            _release_quietly(s, token)
+            _release_quietly(s.leases, token)
             return Outcome.STALE
         s.changes.announce(run_id)
         if claimed.run.deliveries > s.settings.timings.delivery_limit:
@@ -124,12 +127,12 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
         return _execute(s, claimed, lease, reserved_by or s.holder)
 
 
-def _held_by_older_attempt(s: Services, token: Token) -> bool:
+def _held_by_older_attempt(leases: Leases, token: Token) -> bool:
     """Whether the run's lease is held by an earlier attempt than this message's, or by a
     claimer's fence (held for the moment its claim takes: `Leases.fence_missing`, `take_dead`;
     the message may still be the run's current one), or was let go between the failed acquire
     and this look (only the failure path pays this round trip)."""
-    held = s.leases.holder(token.run_id)
+    held = leases.holder(token.run_id)
     if held is None:
         return True
     try:
@@ -147,7 +150,7 @@ def _poison(s: Services, row: RunRow, token: Token) -> Outcome:
         "starting it each time; check the workers' logs",
         {"code": "poison"},
     )
-    _release_quietly(s, token, ended=failed)
+    _release_quietly(s.leases, token, ended=failed)
     return Outcome.POISON
 
 
@@ -162,7 +165,7 @@ def _fail_and_tell(s: Services, row: RunRow, reason: str, detail: dict[str, Any]
         woke = wake_parent(conn, row.id) if failed and row.parent_run_id else None
     s.changes.announce(row.id)
     if woke is not None:
-        publish_quietly(s, *woke)
+        publish_quietly(s.changes, s.publisher, *woke)
     return failed
 
 
@@ -185,7 +188,7 @@ def _execute(s: Services, claimed: Claimed, lease: RunLease, worker: str) -> Out
     span = None
     if s.tracing.on:
         try:
-            span = s.tracing.attempt(_facts(s, claimed.run, definition))
+            span = s.tracing.attempt(_facts(s.engine, claimed.run, definition))
         except Exception as exc:
             log.warning("traces.attempt_failed", error=type(exc).__name__)
     outcome = Outcome.ERROR
@@ -206,18 +209,18 @@ def _refuse_unsealed(s: Services, row: RunRow, token: Token, exc: SealError) -> 
     detail = {"code": "seal_failed", "step": row.step, "worker": s.holder}
     failed = _fail_and_tell(s, row, str(exc), detail)
     log.error("run.definition_refused", run_id=row.id, reason=str(exc))
-    _release_quietly(s, token, ended=failed)
+    _release_quietly(s.leases, token, ended=failed)
     return Outcome.FAILED if failed else Outcome.FENCED
 
 
-def _facts(s: Services, row: RunRow, definition: RunDefinition) -> AttemptFacts:
+def _facts(engine: sa.Engine, row: RunRow, definition: RunDefinition) -> AttemptFacts:
     """What the attempt's span is made of (read only when traces are on)."""
     lost_checkpoint = None
     if row.checkpoint_attempt == row.attempt - 1:
         lost_checkpoint = row.checkpointed_at
     lost_dead = False
     if row.resume_reason == "lost":
-        with s.engine.connect() as conn:
+        with engine.connect() as conn:
             seen = loss_seen(conn, row.id, row.attempt)
         lost_dead = seen in (Seen.CONNECTION_CLOSED, Seen.POOL_CHILD_DIED)
     return AttemptFacts(
@@ -251,7 +254,7 @@ def _attempt(
         # sweeper finds it by its deadline and claims the run the usual way.
         release = isinstance(exc, FencedOut)
         log.warning("run.fenced_out", why=str(exc))
-        _count_quietly(s, "fenced_total")
+        _count_quietly(s.redis, s.settings.namespace, "fenced_total")
         return Outcome.FENCED
     except Exception as exc:
         if outage.store_fault(exc):
@@ -265,8 +268,8 @@ def _attempt(
         release = False
         facts = error_facts(exc)
         log.error("run.error", **facts, frames=frames(exc))
-        _audit_quietly(s, row, "agent.run.error", {**facts, "worker": s.holder})
-        if _claim_would_fail(s, row):
+        _audit_quietly(s.engine, s.changes, row, "agent.run.error", {**facts, "worker": s.holder})
+        if _claim_would_fail(row, s.settings.timings.loss_limit):
             # The loss the sweeper would claim would fail the run as if its worker had died:
             # fail it here instead, with the error as the reason.
             release = _fail_after_error(s, row, facts)
@@ -276,17 +279,17 @@ def _attempt(
     finally:
         s.heartbeat.drop(lease)
         if release:
-            _release_quietly(s, lease.token, lease.written_step, ended=outcome in RUN_ENDED)
+            _release_quietly(s.leases, lease.token, lease.written_step, ended=outcome in RUN_ENDED)
 
 
-def _claim_would_fail(s: Services, row: RunRow) -> bool:
+def _claim_would_fail(row: RunRow, loss_limit: int) -> bool:
     """Whether claiming this attempt as lost would fail the run as if its worker had died
     (`claim_lost_many`'s rule): its loss limit reached, or a run that cannot resume. A hand-on
     of a stored answer is left to that rule: its reason says the answer could not be handed on
     and is kept, which is what happened."""
     if row.status == RunStatus.ANSWERED:
         return False
-    return row.lost_count + 1 > s.settings.timings.loss_limit or not row.resumable
+    return row.lost_count + 1 > loss_limit or not row.resumable
 
 
 def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
@@ -297,7 +300,7 @@ def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
     try:
         with s.engine.connect() as conn:
             errors = len(select_audit(conn, row.id, "agent.run.error"))
-        reason = _error_reason(s, row, facts, max(errors, 1))
+        reason = _error_reason(row, facts, max(errors, 1), s.settings.timings.loss_limit)
         code = "error_repeated" if row.resumable else "interrupted_by_error"
         detail = {"code": code, **facts, "errors": errors, "worker": s.holder}
         done = _fail_and_tell(s, row, reason, detail)
@@ -309,7 +312,7 @@ def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
     return done
 
 
-def _error_reason(s: Services, row: RunRow, facts: dict[str, Any], errors: int) -> str:
+def _error_reason(row: RunRow, facts: dict[str, Any], errors: int, limit: int) -> str:
     """Why a run whose attempt ended in an error is failed: no worker died, so it says what
     was raised and where (never the error's message: it may carry user text)."""
     raised = f"{facts['error']}" + (f" ({facts['where']})" if facts.get("where") else "")
@@ -323,7 +326,6 @@ def _error_reason(s: Services, row: RunRow, facts: dict[str, Any], errors: int) 
             f"run {row.id}: its attempt raised {raised}; it cannot resume (its kind does not, "
             f"or it was not written ahead: TICKETIQ_CRASH_RESUME_ENTRIES=false); {todo}"
         )
-    limit = s.settings.timings.loss_limit
     if errors > row.lost_count:  # every earlier loss was an error too
         ended = "its attempt" if errors == 1 else f"each of its last {errors} attempts"
         return (
@@ -350,7 +352,12 @@ def _give_back_after_store_fault(
     log.warning("run.store_fault", **error_facts(fault), next="held until Postgres answers")
     try:
         outage.wait_for_database(
-            s, worker, fault, "runs in flight keep their leases and wait for it", lease.check
+            outage.Notice.of(s),
+            s.engine,
+            worker,
+            fault,
+            "runs in flight keep their leases and wait for it",
+            lease.check,
         )
         with s.engine.connect() as conn:
             new_attempt = hand_back_store_fault(
@@ -361,51 +368,53 @@ def _give_back_after_store_fault(
         return Outcome.FENCED
     except FencedOut as exc:  # another attempt owns the run: nothing more is written (I3)
         log.warning("run.fenced_out", why=str(exc))
-        _release_quietly(s, lease.token)
+        _release_quietly(s.leases, lease.token)
         return Outcome.FENCED
     except sa.exc.SQLAlchemyError as exc:  # gone again: the lease lapses, the sweeper claims
         log.warning("run.store_fault_unsettled", **error_facts(exc))
         return Outcome.ERROR
-    _release_quietly(s, lease.token)
-    publish_quietly(s, row.id, new_attempt)
+    _release_quietly(s.leases, lease.token)
+    publish_quietly(s.changes, s.publisher, row.id, new_attempt)
     log.info("run.given_back", reason="store_fault", new_attempt=new_attempt)
     return Outcome.STORE_FAULT
 
 
-def _reserve_quietly(s: Services, holder: str, run_id: str, attempt: int) -> None:
+def _reserve_quietly(leases: Leases, holder: str, run_id: str, attempt: int) -> None:
     """Reserve a held message again (its lease's acquire let the reservation go), so that if
     this worker dies while it waits, the death watch publishes the run again at once."""
     try:
-        s.leases.reserve(holder, run_id, attempt)
+        leases.reserve(holder, run_id, attempt)
     except redis.RedisError:  # the sweeper still finds the run queued too long
         log.warning("reservation.failed")
 
 
 def _release_quietly(
-    s: Services, token: Token, written: int = NO_STEP, ended: bool = False
+    leases: Leases, token: Token, written: int = NO_STEP, ended: bool = False
 ) -> None:
     """Let the lease go (with the step this attempt last wrote, or the run ended: see
     `Leases.release`); a failure is logged, and the lease lapses by itself."""
     try:
-        s.leases.release(token, written, ended)
+        leases.release(token, written, ended)
     except Exception:  # the lease lapses by itself
         log.warning("lease.release_failed")
 
 
-def _count_quietly(s: Services, name: str) -> None:
+def _count_quietly(client: redis.Redis[bytes], namespace: str, name: str) -> None:
     try:
-        s.redis.incr(f"{s.settings.namespace}metrics:{name}")
+        client.incr(f"{namespace}metrics:{name}")
     except Exception:
         log.warning("metrics.count_failed", name=name)
 
 
-def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) -> None:
+def _audit_quietly(
+    engine: sa.Engine, changes: RunChanges, row: RunRow, kind: str, detail: dict[str, Any]
+) -> None:
     """Record what ended an attempt for operators, only while the attempt still owns the run
     (I3): an attempt that fails after another took the run over (a thread of a paused
     process whose connection broke while it was stopped) writes nothing, it only logs. Never
     masks the original failure."""
     try:
-        with s.engine.connect() as conn:
+        with engine.connect() as conn:
             owned = insert_owned_audit(
                 conn,
                 run_id=row.id,
@@ -415,7 +424,7 @@ def _audit_quietly(s: Services, row: RunRow, kind: str, detail: dict[str, Any]) 
                 detail=detail,
             )
         if owned:
-            s.changes.announce(row.id)
+            changes.announce(row.id)
         else:
             log.info("audit.fenced_out", kind=kind)
     except Exception as exc:

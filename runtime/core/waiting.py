@@ -123,7 +123,7 @@ class WaitRouter:
                     seen=Seen.PARENT_ASKED_AGAIN,
                 )
             if claim is not None and claim.status != RunStatus.FAILED:
-                publish_quietly(self.s, claim.run_id, claim.attempt)
+                publish_quietly(self.s.changes, self.s.publisher, claim.run_id, claim.attempt)
         raise Suspend(f"child:{child.id}")
 
     def _child_tools(self, asked: Any) -> list[str]:

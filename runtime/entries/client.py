@@ -302,7 +302,12 @@ class Client:
         once, keeping a tombstone; one not finished is stopped and its attempt fenced out
         first (runtime/ops/erasure.py)."""
         return erase(
-            self.s, run_id=None if run_id is None else parse_id(run_id), owner=owner, by=by
+            self.s.engine,
+            self.s.changes,
+            self.s.leases,
+            run_id=None if run_id is None else parse_id(run_id),
+            owner=owner,
+            by=by,
         )
 
     def known_agent(self, agent: str) -> str:
@@ -364,7 +369,7 @@ class Client:
             raise NotDecided(approval_id, current)
         request, woke = decided
         if woke is not None:
-            publish_quietly(self.s, request.run_id, woke)
+            publish_quietly(self.s.changes, self.s.publisher, request.run_id, woke)
         return request
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
+
+from runtime.base.settings import Timings
 from runtime.durable.keys import fresh_key
 from runtime.sending import traffic
 from runtime.sending.call_http import CallHTTP
-from runtime.services import Services
 from runtime.toolbox.tools import (
     CallContext,
     InvalidArguments,
@@ -16,6 +18,7 @@ from runtime.toolbox.tools import (
     ToolFailed,
     ToolInDoubt,
     ToolKind,
+    ToolRegistry,
 )
 from store.errors import LiyagentError
 from store.records import insert_audit
@@ -25,15 +28,23 @@ class UnknownTool(LiyagentError, LookupError):
     """No tool has this name."""
 
 
-def adhoc_call(s: Services, tool_name: str, args: dict[str, Any], by: str) -> dict[str, Any]:
-    """Make one call now with a fresh key; its outcome (or error) is returned and audited."""
-    tool = s.tools.get(tool_name)
+def adhoc_call(
+    tools: ToolRegistry,
+    engine: sa.Engine,
+    timings: Timings,
+    tool_name: str,
+    args: dict[str, Any],
+    by: str,
+) -> dict[str, Any]:
+    """Make one call now with a fresh key; its outcome (or error) is returned and audited
+    (in `engine`'s audit table)."""
+    tool = tools.get(tool_name)
     if tool is None:
-        raise UnknownTool(f"no tool named {tool_name!r}; known: {', '.join(s.tools.names())}")
+        raise UnknownTool(f"no tool named {tool_name!r}; known: {', '.join(tools.names())}")
     if tool.kind in (ToolKind.DELEGATION, ToolKind.APPROVAL_WRITE):
         raise ToolError(f"{tool_name} is a {tool.kind.value}; it can only be made by a run")
     key = fresh_key()
-    timeout = s.settings.timings.call_timeout_s
+    timeout = timings.call_timeout_s
     ctx = CallContext(
         run_id="adhoc",
         attempt=0,
@@ -60,7 +71,7 @@ def adhoc_call(s: Services, tool_name: str, args: dict[str, Any], by: str) -> di
         outcome, status = {"error": str(exc)}, "refused"
     except ToolInDoubt as exc:
         outcome, status = {"outcome": "unknown", "error": str(exc)}, "in_doubt"
-    with s.engine.connect() as conn:
+    with engine.connect() as conn:
         insert_audit(
             conn,
             kind="tool.adhoc_call",

@@ -16,10 +16,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import sqlalchemy as sa
 import structlog
 
+from runtime.base.changes import RunChanges
 from runtime.core.enqueue import BadRequest
-from runtime.services import Services
+from runtime.fleet.leases import Leases
 from store.erasure import erase_content, erase_unstarted_turns, fence_out, lock_erasable
 from store.errors import LiyagentError
 from store.gates import insert_stop
@@ -65,8 +67,17 @@ class Erased:
         }
 
 
-def erase(s: Services, *, run_id: str | None = None, owner: str | None = None, by: str) -> Erased:
-    """Erase one run (and its sub-agent runs) or every run of `owner`. An unknown run raises
+def erase(
+    engine: sa.Engine,
+    changes: RunChanges,
+    leases: Leases,
+    *,
+    run_id: str | None = None,
+    owner: str | None = None,
+    by: str,
+) -> Erased:
+    """Erase one run (and its sub-agent runs) or every run of `owner`; the runs' followers are
+    nudged (`changes`) and their step witnesses dropped (`leases`). An unknown run raises
     RunNotFound, an owner without runs OwnerNotFound; bad input BadRequest; nothing changed."""
     if (run_id is None) == (owner is None):
         raise BadRequest("erase exactly one run (--run) or one owner's runs (--owner)")
@@ -75,7 +86,7 @@ def erase(s: Services, *, run_id: str | None = None, owner: str | None = None, b
     if owner is not None and not _NAME.fullmatch(owner):
         raise BadRequest(f"{owner[:60]!r} is not an owner name (printable, 1-200 characters)")
     by = by.strip()
-    with s.engine.connect() as conn:
+    with engine.connect() as conn:
         conn.execution_options(isolation_level="READ COMMITTED")
         with conn.begin():
             # Twice: a sub-agent run committed while the first waited for its parent's lock is
@@ -93,7 +104,7 @@ def erase(s: Services, *, run_id: str | None = None, owner: str | None = None, b
             if owner is not None:
                 erase_unstarted_turns(conn, owner)
     for run_id_erased, _ in runs:  # its followers read the run's end now, not on a re-check
-        s.changes.announce(run_id_erased)
-    s.leases.forget_steps([i for i, _ in runs])
+        changes.announce(run_id_erased)
+    leases.forget_steps([i for i, _ in runs])
     log.info("run.erased", runs=[i for i, _ in runs], stopped=stopped, by=by, owner=owner)
     return Erased(runs, sorted(stopped), by)

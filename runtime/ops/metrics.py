@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
+import redis
 import sqlalchemy as sa
 import structlog
 from prometheus_client import generate_latest
@@ -30,7 +31,6 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import CollectorRegistry
 
 from runtime.ops.retention import BATCHES, COUNTERS
-from runtime.services import Services
 from store import views
 from store.schema import RUN_STATUSES
 
@@ -46,8 +46,17 @@ class LiyagentCollector:
     """Reads every figure afresh on each `collect`. Not strict: a source that fails is logged
     and reported as liyagent_source_up 0, its families left out. Strict: the error is raised."""
 
-    def __init__(self, services: Services, *, strict: bool = False) -> None:
-        self.s = services
+    def __init__(
+        self,
+        engine: sa.Engine,
+        client: redis.Redis[bytes],
+        namespace: str,
+        *,
+        strict: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.redis = client
+        self.namespace = namespace
         self.strict = strict
 
     def collect(self) -> Iterator[Metric]:
@@ -77,17 +86,17 @@ class LiyagentCollector:
 
     def _postgres(self) -> list[Metric]:
         """One read-only, repeatable-read transaction, so the figures agree with each other."""
-        with self.s.engine.connect() as conn:
+        with self.engine.connect() as conn:
             conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
             with conn.begin():
                 return postgres_families(conn)
 
     def _redis(self) -> list[Metric]:
-        ns = self.s.settings.namespace
-        fenced = self.s.redis.get(f"{ns}metrics:fenced_total")
-        sweeps = [float(v) / 1000.0 for v in self.s.redis.lrange(f"{ns}metrics:sweep_ms", 0, -1)]
-        count = int(self.s.redis.get(f"{ns}metrics:sweep_count") or 0)
-        total_s = float(self.s.redis.get(f"{ns}metrics:sweep_ms_total") or 0) / 1000.0
+        ns = self.namespace
+        fenced = self.redis.get(f"{ns}metrics:fenced_total")
+        sweeps = [float(v) / 1000.0 for v in self.redis.lrange(f"{ns}metrics:sweep_ms", 0, -1)]
+        count = int(self.redis.get(f"{ns}metrics:sweep_count") or 0)
+        total_s = float(self.redis.get(f"{ns}metrics:sweep_ms_total") or 0) / 1000.0
         counter = CounterMetricFamily(
             "liyagent_fencing_rejections_total",
             "Attempts stopped because another attempt owns their run (counted in Redis)",
@@ -97,18 +106,18 @@ class LiyagentCollector:
 
     def _retention(self) -> list[Metric]:
         """What retention deleted (runtime/ops/retention.py counts each batch in Redis)."""
-        ns = self.s.settings.namespace
+        ns = self.namespace
         deleted = CounterMetricFamily(
             "liyagent_retention_deleted",
             "Rows retention deleted: finished runs (with what hung on them) and audit rows",
             labels=["what"],
         )
         for what, key in COUNTERS.items():
-            deleted.add_metric([what], float(self.s.redis.get(f"{ns}{key}") or 0))
+            deleted.add_metric([what], float(self.redis.get(f"{ns}{key}") or 0))
         batches = CounterMetricFamily(
             "liyagent_retention_batches", "Retention batches run (one statement each)"
         )
-        batches.add_metric([], float(self.s.redis.get(f"{ns}{BATCHES}") or 0))
+        batches.add_metric([], float(self.redis.get(f"{ns}{BATCHES}") or 0))
         return [deleted, batches]
 
 
@@ -241,19 +250,17 @@ def _label(bound: float) -> str:
     return repr(float(bound))
 
 
-def collector(services: Services, *, strict: bool = False) -> LiyagentCollector:
-    """The collector over these services (see LiyagentCollector for `strict`)."""
-    return LiyagentCollector(services, strict=strict)
-
-
-def registry_for(services: Services, *, strict: bool = False) -> CollectorRegistry:
-    """A fresh registry holding only the liyagent collector (no process metrics: they would
-    describe one scraping process, not the deployment)."""
+def registry_for(
+    engine: sa.Engine, client: redis.Redis[bytes], namespace: str, *, strict: bool = False
+) -> CollectorRegistry:
+    """A fresh registry holding only the liyagent collector over this Postgres and this Redis
+    namespace (no process metrics: they would describe one scraping process, not the
+    deployment; see LiyagentCollector for `strict`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector(services, strict=strict))
+    registry.register(LiyagentCollector(engine, client, namespace, strict=strict))
     return registry
 
 
-def exposition(services: Services) -> str:
+def exposition(engine: sa.Engine, client: redis.Redis[bytes], namespace: str) -> str:
     """The text exposition once, strictly: a source that cannot be read raises."""
-    return generate_latest(registry_for(services, strict=True)).decode("utf-8")
+    return generate_latest(registry_for(engine, client, namespace, strict=True)).decode("utf-8")

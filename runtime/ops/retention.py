@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 
 import redis
+import sqlalchemy as sa
 import structlog
 
 from runtime.base.settings import Settings
-from runtime.services import Services
 from store.retention import (
     Batch,
     Expired,
@@ -66,16 +66,19 @@ def keeps_of(settings: Settings) -> Keeps:
     )
 
 
-def run_retention(s: Services, *, until_done: bool = False) -> RetentionReport:
+def run_retention(
+    engine: sa.Engine, client: redis.Redis[bytes], settings: Settings, *, until_done: bool = False
+) -> RetentionReport:
     """One pass: batches of expired runs until one comes back short (or `max_batches`, unless
     `until_done`: an operator's pass goes on until nothing is left), then batches of expired
-    audit rows likewise. Off (LIYAGENT_RETENTION=false): deletes nothing."""
-    r = s.settings.retention
+    audit rows likewise, counted in `client` under the settings' namespace. Off
+    (LIYAGENT_RETENTION=false): deletes nothing."""
+    r = settings.retention
     report = RetentionReport(enabled=r.enabled)
     if not r.enabled:
         return report
-    keeps = keeps_of(s.settings)
-    with s.engine.connect() as conn:
+    keeps = keeps_of(settings)
+    with engine.connect() as conn:
         for what in ("runs", "audit"):
             done = 0
             while until_done or done < r.max_batches:
@@ -84,7 +87,9 @@ def run_retention(s: Services, *, until_done: bool = False) -> RetentionReport:
                     batch = delete_expired_runs(conn, keeps, batch=r.batch)
                 else:
                     batch = delete_expired_audit(conn, keep_s=keeps.audit_keep_s, batch=r.batch)
-                _record(s, what, batch, (time.perf_counter() - started) * 1000)
+                _record(
+                    client, settings.namespace, what, batch, (time.perf_counter() - started) * 1000
+                )
                 setattr(report, what, getattr(report, what) + batch.deleted)
                 report.batches += 1
                 report.per_batch.append(batch.deleted)
@@ -94,14 +99,14 @@ def run_retention(s: Services, *, until_done: bool = False) -> RetentionReport:
     return report
 
 
-def expired_now(s: Services) -> Expired:
+def expired_now(engine: sa.Engine, settings: Settings) -> Expired:
     """What a pass run until done would delete now under the settings in force, by table
     (deletes nothing, locks nothing): `liyagent retention run --dry-run`."""
-    with s.engine.connect() as conn:
-        return count_expired(conn, keeps_of(s.settings))
+    with engine.connect() as conn:
+        return count_expired(conn, keeps_of(settings))
 
 
-def _record(s: Services, what: str, batch: Batch, ms: float) -> None:
+def _record(client: redis.Redis[bytes], ns: str, what: str, batch: Batch, ms: float) -> None:
     """The batch's log line and its counters (a Redis that is down loses a count, never a
     deletion: the rows are gone either way)."""
     log.info(
@@ -112,9 +117,8 @@ def _record(s: Services, what: str, batch: Batch, ms: float) -> None:
         newest=batch.newest.isoformat() if batch.newest else None,
         ms=round(ms, 1),
     )
-    ns = s.settings.namespace
     try:
-        pipe = s.redis.pipeline(transaction=False)
+        pipe = client.pipeline(transaction=False)
         pipe.incrby(f"{ns}{COUNTERS[what]}", batch.deleted)
         pipe.incr(f"{ns}{BATCHES}")
         pipe.execute()

@@ -44,9 +44,9 @@ import redis
 import structlog
 
 from runtime.fleet.leases import Token
-from runtime.fleet.presence import connection_name
+from runtime.fleet.presence import Presence, connection_name
+from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import requeue_lost_messages
-from runtime.services import Services
 from store.losses import claim_lost_many
 from store.runs import attempt_statuses
 from store.states import RunStatus, Seen
@@ -98,20 +98,20 @@ def _ms() -> int:
 class DeathWatch:
     """Finds holders with no connection left and takes their work back, once."""
 
-    def __init__(self, services: Services) -> None:
-        self.s = services
-        self.grace_ms = services.settings.timings.death_grace_ms
-        self.store_grace_ms = services.settings.timings.store_grace_ms
-        ns = services.settings.namespace
-        self.leader_key = leader_key(ns)
-        self._lead = services.redis.register_script(_LEAD)
+    def __init__(self, deps: RecoveryDeps, presence: Presence) -> None:
+        self.s = deps
+        self.presence = presence
+        self.grace_ms = deps.timings.death_grace_ms
+        self.store_grace_ms = deps.timings.store_grace_ms
+        self.leader_key = leader_key(deps.namespace)
+        self._lead = deps.redis.register_script(_LEAD)
         self._absent: dict[str, _Absent] = {}
         # Until when (monotonic ms) nothing is claimed after this watcher itself could not
         # reach Redis: every holder lost Redis with it, and reconnects meanwhile.
         self._settle_until_ms = 0
         self._failed = False
         # A watcher leads only while present: its followers judge it by that connection.
-        services.presence.start()
+        presence.start()
 
     def poll(self) -> DeathReport:
         """One look; claims the runs of every holder absent past the grace."""
@@ -156,7 +156,7 @@ class DeathWatch:
     def _leads(self) -> bool:
         """Whether this watcher leads now: it takes the lead when free, or at once when the
         leader's presence connection is gone (it died), rather than when its key lapses."""
-        conn_id = self.s.presence.connection_id
+        conn_id = self.presence.connection_id
         if conn_id is None:
             return False  # no presence: followers could not tell whether this leader lives
         mine = f"{self.s.holder} {conn_id}"
@@ -219,21 +219,21 @@ def leader_holder(value: str | int) -> str:
     return str(value).rpartition(" ")[0]
 
 
-def death_watch_leader(s: Services) -> str | None:
+def death_watch_leader(client: redis.Redis[bytes], namespace: str) -> str | None:
     """The holder whose death watch leads now, or None while none does."""
-    raw = s.redis.get(leader_key(s.settings.namespace))
+    raw = client.get(leader_key(namespace))
     return None if raw is None else leader_holder(_text(raw))
 
 
-def hand_lead(s: Services, holder: str) -> bool:
+def hand_lead(client: redis.Redis[bytes], namespace: str, holder: str) -> bool:
     """Make `holder`'s death watch the leader now, naming one of its open connections (its
     watch renames it to its presence connection at its next look); False when it has none.
     The kill trials use it to kill a leading worker as often as a following one."""
     name = connection_name(holder)
-    ids = [c["id"] for c in s.redis.client_list() if c.get("name") == name]
+    ids = [c["id"] for c in client.client_list() if c.get("name") == name]
     if not ids:
         return False
-    s.redis.set(leader_key(s.settings.namespace), f"{holder} {ids[0]}", px=LEADER_TTL_MS)
+    client.set(leader_key(namespace), f"{holder} {ids[0]}", px=LEADER_TTL_MS)
     return True
 
 
@@ -242,7 +242,7 @@ def _text(raw: bytes | str | int) -> str:
 
 
 def claim_and_publish(
-    s: Services, tokens: list[Token], seen: Seen, *, fenced: bool = False
+    s: RecoveryDeps, tokens: list[Token], seen: Seen, *, fenced: bool = False
 ) -> list[str]:
     """Claim the lost attempts in Postgres in bounded batches (one statement each; of two
     claims one wins each run, I4) and publish each batch's new attempts in one round trip as
@@ -252,7 +252,7 @@ def claim_and_publish(
     (`Leases.take_dead`), each batch's dropped once its claim is committed so the next
     attempts take their leases at once."""
     claimed: list[str] = []
-    limit = s.settings.timings.loss_limit
+    limit = s.timings.loss_limit
     for start in range(0, len(tokens), CLAIM_BATCH):
         chunk = tokens[start : start + CLAIM_BATCH]
         try:
@@ -282,7 +282,7 @@ def claim_and_publish(
     return claimed
 
 
-def republish_reserved(s: Services, reserved: list[tuple[str, int]]) -> list[str]:
+def republish_reserved(s: RecoveryDeps, reserved: list[tuple[str, int]]) -> list[str]:
     """Messages a dead process had reserved (or leased without claiming their runs): publish
     again those whose runs are still queued at that attempt (a duplicate of a message that does
     arrive is dropped by the lease and the claim, I4)."""
@@ -295,7 +295,7 @@ def republish_reserved(s: Services, reserved: list[tuple[str, int]]) -> list[str
     return [r for r, _ in again]
 
 
-def claim_dead_child(s: Services, token: Token) -> list[str]:
+def claim_dead_child(s: RecoveryDeps, token: Token) -> list[str]:
     """A worker's main process saw the pool child holding `token` die: take its lease back
     (only if it still holds this token) and claim the run at once, without a sweep."""
     if not s.leases.take_token(token):
@@ -307,9 +307,9 @@ class DeathWatchThread:
     """Runs the watch every `death_poll_ms` in a worker's main process (the leader key keeps
     it to one at a time across the deployment)."""
 
-    def __init__(self, services: Services) -> None:
-        self.watch = DeathWatch(services)
-        self.poll_ms = services.settings.timings.death_poll_ms
+    def __init__(self, deps: RecoveryDeps, presence: Presence) -> None:
+        self.watch = DeathWatch(deps, presence)
+        self.poll_ms = deps.timings.death_poll_ms
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="liyagent-deaths", daemon=True)
 

@@ -147,12 +147,28 @@ def say_audit_gap() -> dict[str, int]:
     return gap
 
 
-def _keys(s: Services, worker: str) -> tuple[str, str]:
-    base = f"{s.settings.namespace}outage:postgres:{worker}"
+@dataclass(frozen=True)
+class Notice:
+    """Where a worker's outage lines are paced (its Redis, under the deployment's namespace,
+    marked by this process's holder) and the database they name."""
+
+    redis: redis.Redis[bytes]
+    namespace: str
+    holder: str
+    database_url: str
+
+    @classmethod
+    def of(cls, s: Services) -> Notice:
+        """The fields of a process's assembly that saying an outage uses."""
+        return cls(s.redis, s.settings.namespace, s.holder, s.settings.database_url)
+
+
+def _keys(s: Notice, worker: str) -> tuple[str, str]:
+    base = f"{s.namespace}outage:postgres:{worker}"
     return f"{base}:said", f"{base}:open"
 
 
-def failed(s: Services, worker: str, exc: BaseException, holding: str) -> float:
+def failed(s: Notice, worker: str, exc: BaseException, holding: str) -> float:
     """Postgres could not be used (`exc`, for which `db.unreachable` holds): count it in this
     process and say it, once per REPORT_EVERY_S for the whole `worker` (its main process's
     holder), naming the database and what to do; `holding` says what is kept meanwhile.
@@ -169,8 +185,8 @@ def failed(s: Services, worker: str, exc: BaseException, holding: str) -> float:
         since = _here.since if _here.since is not None else _here.clock()
         log.warning(
             "database.unreachable",
-            database=db.shown(s.settings.database_url),
-            problem=database_problem(exc, s.settings.database_url),
+            database=db.shown(s.database_url),
+            problem=database_problem(exc, s.database_url),
             unreachable_for_s=round(_here.clock() - since, 1),
             meanwhile=holding,
             next_line_in_s=REPORT_EVERY_S,
@@ -178,7 +194,7 @@ def failed(s: Services, worker: str, exc: BaseException, holding: str) -> float:
     return pause
 
 
-def answered(s: Services, worker: str) -> None:
+def answered(s: Notice, worker: str) -> None:
     """Postgres answered: if this process had seen it out of reach, the first process of the
     worker to get here says the outage is over (one line), and any gap in the audit trail."""
     say_audit_gap()
@@ -192,7 +208,7 @@ def answered(s: Services, worker: str) -> None:
     if first:
         log.info(
             "database.reachable",
-            database=db.shown(s.settings.database_url),
+            database=db.shown(s.database_url),
             after_s=round(lasted, 1),
         )
 
@@ -207,7 +223,12 @@ def store_fault(exc: BaseException) -> bool:
 
 
 def wait_for_database(
-    s: Services, worker: str, exc: BaseException, holding: str, check: Callable[[], None]
+    s: Notice,
+    engine: sa.Engine,
+    worker: str,
+    exc: BaseException,
+    holding: str,
+    check: Callable[[], None],
 ) -> None:
     """Wait, said once per interval for the whole `worker`, until one round trip to Postgres
     succeeds, calling `check` before each try (it raises to end the wait: a lease lost). A
@@ -218,7 +239,7 @@ def wait_for_database(
         if drain.wait(pause):
             time.sleep(pause)  # shutting down: keep backing off, the wait goes on
         try:
-            db.ping(s.engine)
+            db.ping(engine)
         except sa.exc.SQLAlchemyError as again:
             if not db.unreachable(again):
                 raise
@@ -228,7 +249,7 @@ def wait_for_database(
         return
 
 
-def tolerated(s: Services, worker: str, work: Callable[[], T]) -> T | None:
+def tolerated(s: Notice, worker: str, work: Callable[[], T]) -> T | None:
     """A periodic task's work (a sweep, an intake, a purge): Postgres out of reach is said as
     above instead of raised with a traceback at every fire, and None is returned; the next
     fire tries again. Any other failure is raised as it is."""

@@ -29,7 +29,8 @@ import redis
 import structlog
 
 from runtime.fleet.leases import StoreEpoch, Token, monotonic_ms
-from runtime.services import Services
+from runtime.fleet.reach import PostgresReach
+from runtime.recovery.deps import RecoveryDeps
 from store.losses import claim_lost_many, claim_store_faulted_many
 from store.rows import Attempt, RunId
 from store.runs import (
@@ -77,12 +78,12 @@ class SweepReport:
 
 
 class Sweeper:
-    def __init__(self, services: Services, deliveries: Deliveries | None = None) -> None:
-        self.s = services
+    def __init__(self, deps: RecoveryDeps, deliveries: Deliveries | None = None) -> None:
+        self.s = deps
         self.deliveries = deliveries
-        ns = services.settings.namespace
-        self.lock_key = services.leases.sweep_lock_key
-        self.pace_key = services.leases.sweep_pace_key
+        ns = deps.namespace
+        self.lock_key = deps.leases.sweep_lock_key
+        self.pace_key = deps.leases.sweep_pace_key
         self.count_key = f"{ns}sweeper:count"
         self._sent: set[tuple[str, int]] = set()
         # After this sweeper itself could not reach Redis (no master, say), nothing is claimed
@@ -95,7 +96,7 @@ class Sweeper:
         started = time.perf_counter()
         # A sweep takes milliseconds; a sweeper that dies holding the lock must not hold up
         # recovery for longer than a lease.
-        lock_s = self.s.settings.timings.lease_ttl_ms / 1000
+        lock_s = self.s.timings.lease_ttl_ms / 1000
         lock = self.s.redis.lock(self.lock_key, timeout=lock_s, blocking=False)
         if not self._reached(lock.acquire):
             return SweepReport(ran=False)
@@ -129,12 +130,12 @@ class Sweeper:
             raise
         if self._unreachable:
             self._unreachable = False
-            self._settle_until_ms = monotonic_ms() + self.s.settings.timings.store_grace_ms
+            self._settle_until_ms = monotonic_ms() + self.s.timings.store_grace_ms
         return answer
 
     def _record_duration(self, ms: float) -> None:
         """Keep the latest sweep durations for the metrics endpoint (any process scrapes)."""
-        ns = self.s.settings.namespace
+        ns = self.s.namespace
         pipe = self.s.redis.pipeline(transaction=False)
         pipe.lpush(f"{ns}metrics:sweep_ms", f"{ms:.3f}")
         pipe.ltrim(f"{ns}metrics:sweep_ms", 0, 999)
@@ -157,13 +158,13 @@ class Sweeper:
         # itself could not reach it, leases may have lapsed while Redis was away, which says
         # nothing about their holders: those are not claimed either until the grace has
         # passed, while live holders take them back (a store fault is not a death).
-        grace_ms = self.s.settings.timings.store_grace_ms
+        grace_ms = self.s.timings.store_grace_ms
         away = epoch.restart_settling(grace_ms) or monotonic_ms() < self._settle_until_ms
         report.settling = away or epoch.data_settling(grace_ms)
         # Until a full reconcile ran in this epoch (Redis lost its data: leases and the index
         # are gone), every sweep after the grace reconciles running runs against Redis.
         report.full_scan = not report.settling and (
-            not epoch.reconciled or count % self.s.settings.timings.full_scan_every == 1
+            not epoch.reconciled or count % self.s.timings.full_scan_every == 1
         )
         candidates = {} if away else {(t.run_id, t.attempt): t for t in self.s.leases.lapsed()}
         if report.full_scan:
@@ -186,7 +187,7 @@ class Sweeper:
             self.s.leases.mark_epoch(epoch, "reconciled")
         with self.s.engine.connect() as conn:
             woken = wake_ready(conn)
-            stale = touch_stale_queued(conn, self.s.settings.timings.requeue_after_ms)
+            stale = touch_stale_queued(conn, self.s.timings.requeue_after_ms)
         again: list[tuple[str, int]] = [*woken, *stale]
         again += self._orphaned({run_id for run_id, _ in stale})
         for woke, _ in woken:
@@ -211,7 +212,7 @@ class Sweeper:
         republished here by mistake is a duplicate, dropped by the lease and the claim (I4)."""
         if self.deliveries is None:
             return []
-        t = self.s.settings.timings
+        t = self.s.timings
         taken = self.deliveries(t.death_grace_ms / 1000, t.requeue_after_ms / 1000)
         if not taken:
             return []
@@ -238,7 +239,7 @@ class Sweeper:
             return
         present = sorted(self.s.leases.connected_holders())
         pairs = [(t.run_id, t.attempt) for t in tokens]
-        limit = self.s.settings.timings.loss_limit
+        limit = self.s.timings.loss_limit
         with self.s.engine.connect() as conn:
             faulted = claim_store_faulted_many(conn, pairs, present)
             won = {c.run_id for c in faulted}
@@ -279,7 +280,7 @@ class Sweeper:
         # so a holder taking its lease back meanwhile and this claim exclude each other.
         fenced = self.s.leases.fence_missing([t for t in tokens if t.holder == "?"])
         present = sorted(self.s.leases.connected_holders()) if fenced else []
-        limit = self.s.settings.timings.loss_limit
+        limit = self.s.timings.loss_limit
         missing = [(t.run_id, t.attempt) for t in fenced]
         try:
             with self.s.engine.connect() as conn:
@@ -345,10 +346,13 @@ class SweepThread:
     def __init__(
         self,
         sweeper: Sweeper,
+        reach: PostgresReach | None = None,
         guard: Callable[[Callable[[], SweepReport]], SweepReport | None] | None = None,
     ) -> None:
         self.sweeper = sweeper
-        interval_ms = sweeper.s.settings.timings.sweep_interval_ms
+        # This process's own word on Postgres (`Heartbeat.reach`; see `look`).
+        self.reach = reach
+        interval_ms = sweeper.s.timings.sweep_interval_ms
         self.look_ms = max(interval_ms // 3, 1)
         self.hold_ms = max(interval_ms - self.look_ms, 1)
         self.guard = guard or (lambda work: work())
@@ -357,9 +361,8 @@ class SweepThread:
         self._thread = threading.Thread(target=self._loop, name="liyagent-sweeps", daemon=True)
 
     def start(self) -> None:
-        reach = self.sweeper.s.heartbeat.reach
-        if reach is not None:
-            reach.start()  # this process's own word on Postgres (see `look`)
+        if self.reach is not None:
+            self.reach.start()  # this process's own word on Postgres (see `look`)
         self._thread.start()
 
     def stop(self) -> None:
@@ -371,8 +374,7 @@ class SweepThread:
         A process whose probe has not reached Postgres lately does not take the turn: cut
         from Postgres alone, its sweep would hang holding the fleet's lock, and sweepers that
         reach it sweep instead."""
-        reach = self.sweeper.s.heartbeat.reach
-        if reach is not None and not reach.reached_lately():
+        if self.reach is not None and not self.reach.reached_lately():
             return SweepReport(ran=False)
         if not self.sweeper.takes_turn(self.hold_ms):
             return SweepReport(ran=False)
@@ -394,7 +396,7 @@ class SweepThread:
             self._failing = False
 
 
-def requeue_lost_messages(s: Services, epoch: StoreEpoch) -> list[tuple[str, int]]:
+def requeue_lost_messages(s: RecoveryDeps, epoch: StoreEpoch) -> list[tuple[str, int]]:
     """Once per store epoch, as soon as it is seen (by a sweep or the death watch): publish
     again every run queued since before this Redis's data was born, whose message went to the
     Redis that is gone (or to none, while Redis was away). The cut-off is Postgres's clock read

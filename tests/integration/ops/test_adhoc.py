@@ -6,8 +6,13 @@ from runtime.ops.adhoc import adhoc_call
 
 
 def test_each_adhoc_call_gets_a_fresh_key(stack) -> None:
-    first = adhoc_call(stack.services, "incident.create", {"title": "manual"}, by="alice")
-    second = adhoc_call(stack.services, "incident.create", {"title": "manual"}, by="alice")
+    s = stack.services
+    first = adhoc_call(
+        s.tools, s.engine, s.settings.timings, "incident.create", {"title": "manual"}, by="alice"
+    )
+    second = adhoc_call(
+        s.tools, s.engine, s.settings.timings, "incident.create", {"title": "manual"}, by="alice"
+    )
     assert first["key"] != second["key"]
     keys = stack.vendor(
         "SELECT idem_key, deduped FROM sim.requests WHERE idem_key IN (:a, :b)",

@@ -131,7 +131,7 @@ def test_retention_deletes_expired_runs_in_batches_and_keeps_what_guarantees_nee
     assert first.deleted == 3
     assert [_left(stack, x)["runs"] for x in (teams, a2a, cron, keyed_closed)] == [0, 0, 0, 1]
 
-    report = run_retention(stack.services)
+    report = run_retention(stack.services.engine, stack.services.redis, stack.services.settings)
     assert report.runs == 6 and report.per_batch[:3] == [3, 3, 0]
     deleted = [teams, a2a, cron, keyed_closed, *plain]
     for run_id in deleted:
@@ -148,7 +148,14 @@ def test_retention_deletes_expired_runs_in_batches_and_keeps_what_guarantees_nee
     assert orphans[0].n == 0
 
     registry = CollectorRegistry()
-    registry.register(LiyagentCollector(stack.services, strict=True))
+    registry.register(
+        LiyagentCollector(
+            stack.services.engine,
+            stack.services.redis,
+            stack.services.settings.namespace,
+            strict=True,
+        )
+    )
     scraped = generate_latest(registry).decode()
     assert 'liyagent_retention_deleted_total{what="runs"} 6.0' in scraped
     assert "liyagent_retention_batches_total" in scraped
@@ -169,7 +176,9 @@ def test_two_passes_at_once_take_disjoint_batches(stack) -> None:
     def one_pass() -> None:
         start.wait()
         try:
-            reports.append(run_retention(stack.services))
+            reports.append(
+                run_retention(stack.services.engine, stack.services.redis, stack.services.settings)
+            )
         except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
@@ -226,7 +235,7 @@ def test_a_lowered_keep_applies_to_runs_finished_before_it(stack) -> None:
     )
     with stack.db() as conn:  # the answer purge applies the answer's keep in force too
         assert purge_answers(conn, stack.settings.answer_retention_s) == 3
-    report = run_retention(stack.services)
+    report = run_retention(stack.services.engine, stack.services.redis, stack.services.settings)
     assert report.runs == 3
     for run_id in runs:
         assert set(_left(stack, run_id).values()) == {0}, (run_id, _left(stack, run_id))

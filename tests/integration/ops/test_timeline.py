@@ -29,6 +29,7 @@ from liyagent.local.report import KillNote, write_html
 from liyagent.local.verdict import Recovery, Verdict, slowest_timelines, write_report
 from runtime.entries.client import Client
 from runtime.fleet.leases import Leases, Token
+from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper
 from store import db
 from store.losses import claim_lost_many
@@ -283,7 +284,7 @@ def test_a_long_title_fits_its_frame_and_a_sweeper_claim_is_credited_to_it(
     while short.holder(run_id) is not None:
         assert time.monotonic() < deadline, "the lease never lapsed"
         time.sleep(0.02)
-    assert Sweeper(services).sweep().ran
+    assert Sweeper(RecoveryDeps.of(services)).sweep().ran
     with stack.db() as conn:
         t = select_timeline(conn, run_id)
     (loss,) = t.losses

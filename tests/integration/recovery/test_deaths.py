@@ -17,6 +17,7 @@ from liyagent.local.cluster import POOLS
 from liyagent.local.judge import losses
 from runtime.fleet.leases import Token
 from runtime.recovery.deaths import CLAIM_BATCH, claim_and_publish, death_watch_leader
+from runtime.recovery.deps import RecoveryDeps
 from runtime.services import holder_of
 from store.runs import claim_delivery
 from tests.support.judge import judge_runs, wait_all
@@ -189,13 +190,18 @@ def test_a_killed_death_watch_leader_is_claimed_by_the_survivors_watch_within_th
 ) -> None:
     leader = stack.worker("leader", pool="prefork")  # its run is held by a pool child
     holder = holder_of(leader.popen.pid)
-    _until(lambda: death_watch_leader(stack.services) == holder, "the first worker never led")
+    _until(
+        lambda: (
+            death_watch_leader(stack.services.redis, stack.services.settings.namespace) == holder
+        ),
+        "the first worker never led",
+    )
     run_id = stack.start(mixed("lead", latency_ms=2500))
     _until(lambda: stack.client.get(run_id).status == "running", "the run never got going")
     assert _holder_pid(stack, run_id) in leader.children()
     survivor = stack.worker("survivor", sweeps=False)  # its watch follows the leader's
     assert stack.client.get(run_id).status == "running", "the run ended before the kill"
-    assert death_watch_leader(stack.services) == holder
+    assert death_watch_leader(stack.services.redis, stack.services.settings.namespace) == holder
     killed_at = datetime.now(tz=UTC)
     leader.kill()
     survivor.wait_for(rf'"claimed": \[[^\]]*"{run_id}"[^\n]*"deaths.taken"', timeout=20)
@@ -223,11 +229,11 @@ def test_a_death_holding_hundreds_of_runs_is_claimed_in_bounded_batches_each_pub
     publisher = RecordingPublisher()
     s = services_with(stack, publisher)
     tokens = [Token(run_id, 1, "dead-holder") for run_id in runs]
-    claimed = claim_and_publish(s, tokens, "connection_closed")
+    claimed = claim_and_publish(RecoveryDeps.of(s), tokens, "connection_closed")
     assert sorted(claimed) == sorted(runs)
     assert [len(b) for b in publisher.batches] == [CLAIM_BATCH, CLAIM_BATCH, 50]
     assert sorted(publisher.sent) == sorted((run_id, 2) for run_id in runs)
-    assert claim_and_publish(s, tokens, "connection_closed") == []
+    assert claim_and_publish(RecoveryDeps.of(s), tokens, "connection_closed") == []
     assert len(publisher.sent) == held
     lost = stack.rows(
         "SELECT count(*) AS n FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) "

@@ -13,6 +13,7 @@ from bench.bulk import insert_running_runs
 from runtime.base.settings import Timings
 from runtime.entries.client import Client
 from runtime.fleet.leases import Leases, Token
+from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper
 from store.losses import claim_lost, claim_lost_many
 from store.runs import claim_delivery
@@ -105,7 +106,7 @@ def test_two_sweepers_racing_requeue_a_lapsed_run_once(stack) -> None:
     run_id = _running_with_lapsed_lease(stack, services)
     publisher.sent.clear()
     # Two sweepers with separate locks, so only Postgres's claim can keep them apart.
-    a, b = Sweeper(services), Sweeper(services)
+    a, b = Sweeper(RecoveryDeps.of(services)), Sweeper(RecoveryDeps.of(services))
     b.lock_key += ":other"
     barrier = threading.Barrier(2)
 
@@ -125,7 +126,7 @@ def test_two_sweepers_racing_requeue_a_lapsed_run_once(stack) -> None:
 
 def test_sweep_lock_lets_one_sweep_run_at_a_time(stack) -> None:
     services = services_with(stack, RecordingPublisher())
-    sweeper = Sweeper(services)
+    sweeper = Sweeper(RecoveryDeps.of(services))
     lock = services.redis.lock(sweeper.lock_key, timeout=5)
     assert lock.acquire(blocking=False)
     try:
@@ -146,13 +147,13 @@ def test_unpublished_run_is_republished_from_postgres(stack) -> None:
     sweeping = services_with(
         stack, publisher, Timings(lease_ttl_ms=3000, heartbeat_ms=900, requeue_after_ms=0)
     )
-    Sweeper(sweeping).sweep()
+    Sweeper(RecoveryDeps.of(sweeping)).sweep()
     assert publisher.sent == [(run_id, 1)]
     # Stamped: the next sweep does not publish it again straight away.
     sweeping2 = services_with(
         stack, publisher, Timings(lease_ttl_ms=3000, heartbeat_ms=900, requeue_after_ms=60_000)
     )
-    Sweeper(sweeping2).sweep()
+    Sweeper(RecoveryDeps.of(sweeping2)).sweep()
     assert publisher.sent == [(run_id, 1)]
 
 
@@ -169,7 +170,7 @@ def test_worker_dead_between_lease_and_claim_is_republished(stack) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     publisher.sent.clear()
-    Sweeper(services).sweep()
+    Sweeper(RecoveryDeps.of(services)).sweep()
     assert publisher.sent == [(run_id, 1)]
     assert stack.client.get(run_id).attempt == 1  # not a loss: it never ran
 
@@ -195,7 +196,7 @@ def _sweep_after_the_store_grace(services, sweeper: Sweeper):
 def test_redis_losing_its_data_is_reconciled_from_postgres(stack) -> None:
     publisher = RecordingPublisher()
     services = services_with(stack, publisher)
-    sweeper = Sweeper(services)
+    sweeper = Sweeper(RecoveryDeps.of(services))
     sweeper.sweep()  # sets the epoch marker
     run_id = Client(services).start_run(
         agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
@@ -219,7 +220,7 @@ def test_a_run_whose_live_holder_lost_its_lease_with_redis_is_resumed_uncharged(
     publisher = RecordingPublisher()
     services = services_with(stack, publisher)
     services.presence.start()  # this process is the live holder
-    sweeper = Sweeper(services)
+    sweeper = Sweeper(RecoveryDeps.of(services))
     run_id = Client(services).start_run(
         agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
     )
@@ -246,7 +247,7 @@ def test_a_run_whose_live_holder_lost_its_lease_with_redis_is_resumed_uncharged(
 def test_queued_runs_are_published_again_as_soon_as_redis_comes_back_empty(stack) -> None:
     publisher = RecordingPublisher()
     services = services_with(stack, publisher)
-    sweeper = Sweeper(services)
+    sweeper = Sweeper(RecoveryDeps.of(services))
     run_id = Client(services).start_run(
         agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
     )
@@ -273,7 +274,7 @@ def test_live_lease_is_never_claimed(stack) -> None:
         claim_delivery(conn, run_id, 1, "test-worker")
     publisher.sent.clear()
     for _ in range(3):
-        report = Sweeper(services).sweep()
+        report = Sweeper(RecoveryDeps.of(services)).sweep()
         assert report.claimed == []
     assert stack.client.get(run_id).status == "running"
 
@@ -288,7 +289,7 @@ def test_a_lease_running_out_during_a_full_scan_is_a_loss_even_with_its_holder_c
     every_sweep_scans = replace(stack.settings.timings, full_scan_every=1)
     services = services_with(stack, publisher, every_sweep_scans)
     services.presence.start()  # the holder's connection stays open, as a stopped one's does
-    sweeper = Sweeper(services)
+    sweeper = Sweeper(RecoveryDeps.of(services))
     if sweeper.sweep().settling:  # this Redis's first epoch: wait out its grace once
         time.sleep(services.settings.timings.store_grace_ms / 1000)
     run_id = Client(services).start_run(

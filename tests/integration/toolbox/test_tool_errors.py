@@ -238,9 +238,19 @@ def test_broken_json_arguments_are_told_to_the_model_which_tries_again(stack) ->
 
 
 def test_an_adhoc_call_tells_a_failure_from_a_doubt(stack, failing_module) -> None:
-    failed = adhoc_call(stack.services, "acme.refund", {"order": "O-9"}, by="alice")
+    s = stack.services
+    failed = adhoc_call(
+        s.tools, s.engine, s.settings.timings, "acme.refund", {"order": "O-9"}, by="alice"
+    )
     assert failed["status"] == "failed" and failed["outcome"]["error"] == "KeyError: 'O-9'"
-    doubt = adhoc_call(stack.services, "acme.note", {"issue": "ENG-5", "body": "x"}, by="alice")
+    doubt = adhoc_call(
+        s.tools,
+        s.engine,
+        s.settings.timings,
+        "acme.note",
+        {"issue": "ENG-5", "body": "x"},
+        by="alice",
+    )
     assert doubt["status"] == "in_doubt"
     audit = stack.rows("SELECT detail FROM audit_events WHERE kind = 'tool.adhoc_call'")
     assert [a.detail["status"] for a in audit] == ["failed", "in_doubt"]
