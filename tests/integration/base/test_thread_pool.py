@@ -173,7 +173,13 @@ def test_an_attempt_that_fails_after_its_takeover_writes_no_audit(stack) -> None
         assert claim_lost(conn, run_id, 1, loss_limit=2) is not None
     audits = "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND attempt = 1"
     before = stack.rows(audits, r=run_id)[0].n
-    executor._audit_quietly(stack.services, claimed.run, "agent.run.error", {"error": "x"})
+    executor._audit_quietly(
+        stack.services.engine,
+        stack.services.changes,
+        claimed.run,
+        "agent.run.error",
+        {"error": "x"},
+    )
     assert stack.rows(audits, r=run_id)[0].n == before, "the taken-over attempt wrote audit"
 
 
