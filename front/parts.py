@@ -4,7 +4,7 @@ pyproject.toml (an installed package may add its own). `create_app` loads the gr
 so the front names no kind; a part whose extra is not installed is skipped with one log line
 naming the extra, never an ImportError.
 
-An entry point's extra is said in its metadata (`teams = "front.teams:ROUTES [teams]"`); one
+An entry point's extra is said in its metadata (`teams = "front.teams:PART [teams]"`); one
 that names none needs only the front's own packages.
 """
 
