@@ -10,7 +10,7 @@ not depend on who runs it), the result is checked against the Compose Specificat
 schema in ``compose-spec.json`` beside this script, and then against the project's rules:
 
 * every service built from the project runs the one image built from ``compose/Dockerfile``,
-  whose final ``USER`` is not root;
+  whose final ``USER`` is not root and which installs the project with every extra;
 * ``worker`` can be scaled: no ``container_name``, no ``hostname``, no fixed published port;
 * ``flower`` is published on loopback only and ``FLOWER_BASIC_AUTH`` is required;
 * ``LIYAGENT_SEAL_KEYS`` is required wherever it is set, never written in the file;
@@ -198,6 +198,9 @@ def _dockerfile_errors(dockerfile: Path) -> list[str]:
     users = re.findall(r"^\s*USER\s+(\S+)", text, flags=re.MULTILINE | re.IGNORECASE)
     if not users or users[-1].split(":", 1)[0] in {"root", "0"}:
         return [f"{dockerfile}: the image must end with a non-root `USER`"]
+    if not re.search(r"^\s*RUN\s+pip install\s+[\"']?\.\[all\]", text, flags=re.MULTILINE):
+        # `pip install .` is the core alone: no front, Teams, A2A, Flower or simulators.
+        return [f"{dockerfile}: the image must install the project with every extra (`.[all]`)"]
     return []
 
 

@@ -37,14 +37,17 @@ from a2a.types import (
     SecurityScheme,
     StringList,
 )
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from front.a2a_tasks import TaskHandler, TokenUser
 from front.auth import Right, lacks_right, principal, protected, services
 from front.body import BadJson, parse_json, read_limited
 from front.errors import FrontError
+from front.parts import FrontPart
 from runtime.entries.start import agents
 from runtime.services import Services
 
@@ -168,3 +171,20 @@ class PrincipalContext(DefaultServerCallContextBuilder):
 def dispatcher(s: Services) -> JsonRpcDispatcher:
     """The SDK's JSON-RPC dispatcher over this front's task handler."""
     return JsonRpcDispatcher(TaskHandler(s), context_builder=PrincipalContext())
+
+
+def _setup(app: Starlette, s: Services) -> None:
+    """The app's one dispatcher, read by `rpc`."""
+    app.state.a2a = dispatcher(s)
+
+
+# The agent card and the JSON-RPC endpoint (`liyagent.front_routes`, pyproject.toml; the
+# `a2a` extra).
+PART = FrontPart(
+    "a2a",
+    [
+        Route("/.well-known/agent-card.json", card, methods=["GET"]),
+        Route(RPC_PATH, rpc, methods=["POST"]),
+    ],
+    _setup,
+)

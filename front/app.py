@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 
 import structlog
 from prometheus_client.exposition import choose_encoder
@@ -22,10 +23,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from front import a2a, entries, erasure, events, runs, teams
+from front import erasure, events, runs
 from front.errors import HANDLERS, route_of
 from front.library_logs import withhold_library_values
-from runtime.entries.teams.settings import teams_settings
+from front.parts import FrontPart, installed
 from runtime.ops.metrics import registry_for
 from runtime.services import Services
 
@@ -40,15 +41,11 @@ async def metrics(request: Request) -> Response:
     return Response(body, headers={"Content-Type": content_type})
 
 
+# The core front, always mounted: health, metrics, runs, events, erasure, operator actions.
+# Each entry kind's routes are its `FrontPart` (front/parts.py).
 ROUTES = [
     Route("/healthz", runs.healthz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
-    Route("/webhooks/{agent}", entries.webhook, methods=["POST"]),
-    Route("/tickets/{ticket_id}/events", entries.ticket_event, methods=["POST"]),
-    Route("/copilot/turns", entries.copilot_turn, methods=["POST"]),
-    Route("/.well-known/agent-card.json", a2a.card, methods=["GET"]),
-    Route(a2a.RPC_PATH, a2a.rpc, methods=["POST"]),
-    Route("/api/messages", teams.messages, methods=["POST"]),
     Route("/approvals/{approval_id}/decision", runs.approval_decision, methods=["POST"]),
     Route("/runs/{run_id}", runs.run_read, methods=["GET"]),
     Route("/runs/{run_id}/events", events.run_events, methods=["GET"]),
@@ -117,14 +114,18 @@ class Front(Starlette):
         return Contained(super().build_middleware_stack())
 
 
-def create_app(services: Services) -> Starlette:
-    """The front over `services` (which say where runs are stored and how they are published)."""
+def create_app(services: Services, parts: Sequence[FrontPart] | None = None) -> Starlette:
+    """The front over `services` (which say where runs are stored and how they are published):
+    the core routes and each of `parts` (by default every installed one, `front/parts.py`)."""
     withhold_library_values()
-    app = Front(routes=ROUTES, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
+    mounted = installed() if parts is None else parts
+    routes = [*ROUTES, *(route for part in mounted for route in part.routes)]
+    app = Front(routes=routes, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
     app.state.services = services
     app.state.metrics = registry_for(services.engine, services.redis, services.settings.namespace)
-    app.state.a2a = a2a.dispatcher(services)
-    app.state.teams_keys = teams.keys_client(teams_settings())
+    for part in mounted:
+        if part.setup is not None:
+            part.setup(app, services)
     return app
 
 

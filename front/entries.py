@@ -15,10 +15,12 @@ import structlog
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from front.auth import Right, principal, requires, services
 from front.body import KEY_PART, Fields, path_id, read_json
 from front.errors import FrontError
+from front.parts import FrontPart
 from runtime.entries.client import AGENT_NAME
 from runtime.entries.copilot import start_copilot_turn
 from runtime.entries.start import UnknownAgent, catalog_agent
@@ -115,3 +117,14 @@ async def copilot_turn(request: Request) -> Response:
     )
     log.info("front.copilot_turn", run_id=run_id, created=created, conversation=conversation)
     return _accepted(run_id, created)
+
+
+# The webhook, ticket event and co-pilot routes (`liyagent.front_routes`, pyproject.toml).
+PART = FrontPart(
+    "entries",
+    [
+        Route("/webhooks/{agent}", webhook, methods=["POST"]),
+        Route("/tickets/{ticket_id}/events", ticket_event, methods=["POST"]),
+        Route("/copilot/turns", copilot_turn, methods=["POST"]),
+    ],
+)

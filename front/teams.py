@@ -27,13 +27,16 @@ from urllib.parse import urlsplit
 
 import jwt
 import structlog
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from front.auth import services
 from front.body import read_json, text_problem
 from front.errors import FrontError
+from front.parts import FrontPart
 from runtime.entries.start import catalog_agent
 from runtime.entries.teams.inbox import TeamsTurn, receive_and_start, teams_owner
 from runtime.entries.teams.settings import TeamsSettings, teams_settings
@@ -241,3 +244,12 @@ async def messages(request: Request) -> Response:
         conversation=turn.conversation,
     )
     return JSONResponse({"inbox_id": inbox_id, "created": created}, status_code=200)
+
+
+def _setup(app: Starlette, s: Services) -> None:
+    """The app's one client of the channel's keys, read by `messages`."""
+    app.state.teams_keys = keys_client(teams_settings())
+
+
+# The Bot Framework's endpoint (`liyagent.front_routes`, pyproject.toml; the `teams` extra).
+PART = FrontPart("teams", [Route("/api/messages", messages, methods=["POST"])], _setup)

@@ -217,6 +217,18 @@ def test_broken_copies_fail(
     assert expected in result.stderr, result.stderr
 
 
+def test_an_image_of_the_core_alone_fails(tmp_path: Path) -> None:
+    # The stack runs the front, Flower and the simulators from the image: the core's bare
+    # `pip install .` would start none of them.
+    copy = mutated_copy(tmp_path, lambda doc: None)
+    dockerfile = copy.parent / "Dockerfile"
+    text = dockerfile.read_text(encoding="utf-8")
+    dockerfile.write_text(text.replace('pip install ".[all]"', "pip install ."), encoding="utf-8")
+    result = run_validator(str(copy))
+    assert result.returncode == 1
+    assert "every extra" in result.stderr, result.stdout + result.stderr
+
+
 def test_missing_file_fails(tmp_path: Path) -> None:
     result = run_validator(str(tmp_path / "nope.yaml"))
     assert result.returncode == 1

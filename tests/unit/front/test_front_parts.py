@@ -1,0 +1,131 @@
+"""The front mounts its core always and each entry kind's part that is installed: a part whose
+extra is missing is skipped with one log line naming the extra, and nothing of it is mounted."""
+
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from starlette.routing import Route
+from starlette.testclient import TestClient
+from structlog.testing import capture_logs
+
+from front.app import ROUTES, create_app
+from front.parts import GROUP, installed
+from runtime.services import Services
+
+# Every route the front served before its kinds became parts: (path, methods).
+EVERY_ROUTE = {
+    ("/healthz", frozenset({"GET", "HEAD"})),
+    ("/metrics", frozenset({"GET", "HEAD"})),
+    ("/webhooks/{agent}", frozenset({"POST"})),
+    ("/tickets/{ticket_id}/events", frozenset({"POST"})),
+    ("/copilot/turns", frozenset({"POST"})),
+    ("/.well-known/agent-card.json", frozenset({"GET", "HEAD"})),
+    ("/a2a", frozenset({"POST"})),
+    ("/api/messages", frozenset({"POST"})),
+    ("/approvals/{approval_id}/decision", frozenset({"POST"})),
+    ("/runs/{run_id}", frozenset({"GET", "HEAD"})),
+    ("/runs/{run_id}/events", frozenset({"GET", "HEAD"})),
+    ("/runs/{run_id}/stop", frozenset({"POST"})),
+    ("/runs/{run_id}/stop/lift", frozenset({"POST"})),
+    ("/runs/{run_id}/erase", frozenset({"POST"})),
+    ("/owners/{owner}/erase", frozenset({"POST"})),
+    ("/agents/{agent}/stop", frozenset({"POST"})),
+    ("/agents/{agent}/stop/lift", frozenset({"POST"})),
+}
+OK_PART = """
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from front.parts import FrontPart
+
+
+async def ok(request):
+    return PlainTextResponse(request.app.state.ok)
+
+
+def setup(app, services):
+    app.state.ok = "set up"
+
+
+PART = FrontPart("ok", [Route("/ok", ok, methods=["GET"])], setup)
+"""
+# A part whose SDK is not installed: its module's import fails on a package not ours.
+SDK_PART = """
+import liyagent_test_no_such_sdk
+
+PART = None
+"""
+
+
+def _services() -> Services:
+    """Services the core's routes are never asked of here (building the app reads none)."""
+    return cast(Services, SimpleNamespace())
+
+
+def _routes(app: Any) -> set[tuple[str, frozenset[str]]]:
+    return {(r.path, frozenset(r.methods or ())) for r in app.routes if isinstance(r, Route)}
+
+
+def _declared(*lines: tuple[str, str]) -> list[metadata.EntryPoint]:
+    return [metadata.EntryPoint(name, value, GROUP) for name, value in lines]
+
+
+@pytest.fixture
+def fake_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "fake_front_ok.py").write_text(OK_PART)
+    (tmp_path / "fake_front_sdk.py").write_text(SDK_PART)
+    (tmp_path / "fake_front_wrong.py").write_text("PART = 'not a part'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    for name in ("fake_front_ok", "fake_front_sdk", "fake_front_wrong"):
+        sys.modules.pop(name, None)
+
+
+def test_the_package_lists_each_kinds_part_with_its_extra() -> None:
+    listed = {e.name: e for e in metadata.entry_points(group=GROUP)}
+    assert {name: e.extras for name, e in listed.items()} == {
+        "entries": [],
+        "a2a": ["a2a"],
+        "teams": ["teams"],
+    }
+    assert [p.name for p in installed()] == ["a2a", "entries", "teams"]
+
+
+def test_with_every_part_installed_the_front_serves_every_route() -> None:
+    app = create_app(_services())
+    assert _routes(app) == EVERY_ROUTE
+    assert hasattr(app.state, "a2a") and hasattr(app.state, "teams_keys")
+
+
+@pytest.mark.usefixtures("fake_parts")
+def test_a_part_without_its_extra_is_skipped_with_one_line_and_nothing_mounted() -> None:
+    declared = _declared(("sdk", "fake_front_sdk:PART [a2a]"), ("ok", "fake_front_ok:PART"))
+    with capture_logs() as lines:
+        parts = installed(declared)
+    assert [p.name for p in parts] == ["ok"]
+    skipped = [x for x in lines if x["event"] == "front.part_skipped"]
+    assert [(x["part"], x["extra"], x["log_level"]) for x in skipped] == [("sdk", "a2a", "warning")]
+    assert "pip install 'liyagent[a2a]'" in skipped[0]["next"]
+    app = create_app(_services(), parts)
+    core = {(r.path, frozenset(r.methods or ())) for r in ROUTES}
+    assert _routes(app) == core | {("/ok", frozenset({"GET", "HEAD"}))}
+    with TestClient(app) as client:
+        assert client.get("/ok").text == "set up"
+
+
+@pytest.mark.usefixtures("fake_parts")
+def test_an_entry_point_that_is_no_part_is_a_packaging_error() -> None:
+    with pytest.raises(TypeError, match="fake_front_wrong:PART"):
+        installed(_declared(("wrong", "fake_front_wrong:PART")))
+
+
+def test_the_core_alone_mounts_only_the_core() -> None:
+    app = create_app(_services(), [])
+    assert _routes(app) == {(r.path, frozenset(r.methods or ())) for r in ROUTES}
+    assert not hasattr(app.state, "a2a") and not hasattr(app.state, "teams_keys")
