@@ -64,8 +64,10 @@ PART = None
 
 
 def _services() -> Services:
-    """Services the core's routes are never asked of here (building the app reads none)."""
-    return cast(Services, SimpleNamespace())
+    """Services the core's routes are never asked of here (building the app hands the metrics
+    registry its engine, Redis and namespace, and connects to neither)."""
+    settings = SimpleNamespace(namespace="liyagent-test-parts")
+    return cast(Services, SimpleNamespace(engine=None, redis=None, settings=settings))
 
 
 def _routes(app: Any) -> set[tuple[str, frozenset[str]]]:
