@@ -1,6 +1,6 @@
-"""What one attempt and the delivery that starts it use of a process's assembly, and nothing
-more (issue 32's narrower seams: the executor, the attempt classes and their routers say what
-they read, not the whole `Services`)."""
+"""What one attempt and the delivery that starts it, and the door that creates runs, use of a
+process's assembly, and nothing more (issue 32's narrower seams: the executor, the attempt
+classes, their routers and `enqueue` say what they read, not the whole `Services`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from runtime.base.tracing import Tracing
 from runtime.fleet.heartbeat import Heartbeat
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence
+from runtime.models import profiles
 from runtime.models.base import ModelProvider
+from runtime.models.profiles import ModelProfile
 from runtime.recovery import outage
 from runtime.services import Publisher, Services
 from runtime.toolbox.tools import ToolRegistry
@@ -26,6 +28,36 @@ from runtime.toolbox.tools import ToolRegistry
 # The provider a model spec names, for a run (`Services.provider_for`: checked against this
 # worker's model profiles, fail closed).
 ProviderFor = Callable[[dict[str, Any], str], ModelProvider]
+
+
+@dataclass(frozen=True)
+class DoorDeps:
+    """What the enqueue door (`enqueue`, `check_definition`) uses: the store, the seal, the
+    queue and the nudges, the tools and models a request is checked against, the limits."""
+
+    engine: sa.Engine
+    sealer: Sealer
+    publisher: Publisher
+    changes: RunChanges
+    tools: ToolRegistry
+    # The step size limit, whether entry runs are written ahead, the model profiles.
+    settings: Settings
+
+    @classmethod
+    def of(cls, s: Services) -> DoorDeps:
+        """The fields of a process's assembly that the door uses."""
+        return cls(
+            engine=s.engine,
+            sealer=s.sealer,
+            publisher=s.publisher,
+            changes=s.changes,
+            tools=s.tools,
+            settings=s.settings,
+        )
+
+    def model_profiles(self) -> dict[str, ModelProfile]:
+        """The model endpoints this deployment declares (as `Services.model_profiles`)."""
+        return profiles.parse(self.settings.model_profiles)
 
 
 @dataclass(frozen=True)
@@ -50,6 +82,8 @@ class AttemptDeps:
     presence: Presence
     redis: redis.Redis[bytes]
     notice: outage.Notice
+    # The door a delegation starts its sub-agent's run through.
+    door: DoorDeps
     # The whole assembly, for the public job API alone (`JobContext.services`: a team's job
     # kind reads its engine, settings, tools or provider from it, runtime/toolbox/job_kinds.py);
     # nothing of the engine reads it.
@@ -73,5 +107,6 @@ class AttemptDeps:
             presence=s.presence,
             redis=s.redis,
             notice=outage.Notice.of(s),
+            door=DoorDeps.of(s),
             services=s,
         )

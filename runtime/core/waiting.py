@@ -101,7 +101,7 @@ class WaitRouter:
             child = get_run_by_request_key(conn, key, self.run.principal)
         if child is None:
             try:
-                child_id, _ = enqueue(self.d.services, self._child(call, key))
+                child_id, _ = enqueue(self.d.door, self._child(call, key))
             except BadRequest as exc:
                 return {"error": f"the sub-agent could not be started: {exc}"}
             faults.point("after_request")
