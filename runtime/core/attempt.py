@@ -302,7 +302,7 @@ class RunAttempt:
         entry = entry_point(self.run)
         if entry.outside:
             try:
-                reply = entry.hand_on(self.d.services, self.run, self.definition, text)
+                reply = entry.hand_on(self.d.hand_on, self.run, self.definition, text)
             except HandOnRefused as exc:
                 # A definite refusal (4xx): posting again cannot help; the hand-on fails.
                 self._fail(f"its answer could not be handed on: {exc}", "hand_on_refused")

@@ -15,6 +15,7 @@ from runtime.base.changes import RunChanges
 from runtime.base.sealing import Sealer
 from runtime.base.settings import Settings
 from runtime.base.tracing import Tracing
+from runtime.core.entry import HandOnDeps
 from runtime.fleet.heartbeat import Heartbeat
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence
@@ -84,6 +85,8 @@ class AttemptDeps:
     notice: outage.Notice
     # The door a delegation starts its sub-agent's run through.
     door: DoorDeps
+    # What an entry point's hand-on of the answer uses (`EntryPoint.hand_on`).
+    hand_on: HandOnDeps
     # The whole assembly, for the public job API alone (`JobContext.services`: a team's job
     # kind reads its engine, settings, tools or provider from it, runtime/toolbox/job_kinds.py);
     # nothing of the engine reads it.
@@ -108,5 +111,6 @@ class AttemptDeps:
             redis=s.redis,
             notice=outage.Notice.of(s),
             door=DoorDeps.of(s),
+            hand_on=HandOnDeps.of(s),
             services=s,
         )
