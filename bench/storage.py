@@ -51,6 +51,7 @@ from bench.report import Figure, Section, Target
 from runtime import services as runtime_services
 from runtime.base.sealing import parse_keys
 from runtime.base.settings import Retention
+from runtime.core.deps import AttemptDeps
 from runtime.core.executor import run_message
 from runtime.durable import chain
 from runtime.entries.client import Client
@@ -120,7 +121,7 @@ def _run(s: Services, steps: int, size: int) -> str:
     run_id = Client(s).start_run(
         agent="bench-storage", model=_script(steps, size), user_input="read", tools=[TOOL]
     )
-    ended = run_message(s, run_id, 1)
+    ended = run_message(AttemptDeps.of(s), run_id, 1)
     if ended != "succeeded":
         raise RuntimeError(f"run {run_id} ended {ended}, not succeeded: see the bench's stderr")
     return run_id

@@ -9,7 +9,7 @@ from celery.exceptions import Reject
 
 from runtime.core.executor import NotHandled, deliver
 from tasks.app import app
-from tasks.services import RUN_TASK, services
+from tasks.services import RUN_TASK, attempt_deps
 from tasks.worker import RunTask, main_holder
 
 log = structlog.get_logger(__name__)
@@ -29,7 +29,7 @@ REQUEUE_PAUSE_S = 1.0
 )
 def run(run_id: str, attempt: int) -> str:
     try:
-        return deliver(services(), run_id, int(attempt), reserved_by=main_holder())
+        return deliver(attempt_deps(), run_id, int(attempt), reserved_by=main_holder())
     except NotHandled as exc:
         log.warning("message.requeued", run_id=run_id, attempt=attempt, why=str(exc))
         time.sleep(REQUEUE_PAUSE_S)  # backoff: a broken dependency must not spin the worker

@@ -5,8 +5,9 @@ from __future__ import annotations
 from celery import Celery
 
 from runtime import services as runtime_services
-from runtime.base import faults
+from runtime.base import faults, process
 from runtime.base.settings import get_settings
+from runtime.core.deps import AttemptDeps
 from runtime.entries.client import Client
 from runtime.services import Services
 from tasks.app import app
@@ -52,6 +53,14 @@ def services() -> Services:
         return runtime_services.build(settings, CeleryPublisher(app, settings.queue))
 
     return runtime_services.for_process(make)
+
+
+_deps: process.Cache[str, AttemptDeps] = process.Cache("tasks.services", "_deps")
+
+
+def attempt_deps() -> AttemptDeps:
+    """What this process's attempts use of its services, taken once per process."""
+    return _deps.get("deps", lambda: AttemptDeps.of(services()))
 
 
 def client() -> Client:

@@ -193,6 +193,13 @@ STATE: tuple[State, ...] = (
         "Graph ids Microsoft gave: facts, true in any process",
     ),
     State(
+        "tasks.services",
+        ("_deps",),
+        AtFork.FORGET,
+        "what an attempt uses of the parent's services (closed by runtime.services' row); "
+        "the child takes its own from the services it builds",
+    ),
+    State(
         "tasks.worker",
         ("_main_pid",),
         AtFork.KEEP,

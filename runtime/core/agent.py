@@ -26,19 +26,19 @@ class AgentRun(RunAttempt):
         model = self._model()
         while True:
             self._boundary(state)
-            if state.step >= self.s.settings.step_limit:
+            if state.step >= self.d.settings.step_limit:
                 self._fail(
-                    f"step limit {self.s.settings.step_limit} reached without a final "
+                    f"step limit {self.d.settings.step_limit} reached without a final "
                     "answer; raise LIYAGENT_STEP_LIMIT or fix the agent",
                     "step_limit",
                 )
-            with self.s.tracing.step(state.step + 1):
+            with self.d.tracing.step(state.step + 1):
                 if self._step(model, state):
                     return Outcome.SUCCEEDED
 
     def _step(self, model: ModelProvider, state: RunState) -> bool:
         """One model step: ask, then the final answer (True), or the checkpoint and calls."""
-        with self.s.tracing.model_request(state.step + 1):
+        with self.d.tracing.model_request(state.step + 1):
             answer = self._ask(model, state)
         faults.point("after_model_step")
         if answer.refused is not None:
@@ -62,13 +62,13 @@ class AgentRun(RunAttempt):
         type this worker's tool modules declare for the agent when it is the one the run
         started with, else the schema sealed with the run)."""
         try:
-            model = self.s.provider_for(self.definition.model, self.run.id)
+            model = self.d.provider_for(self.definition.model, self.run.id)
         except (ModelError, ValueError) as exc:
             self._fail(f"its model cannot be used: {exc}", "model_unavailable")
         schema = self.definition.output
         if schema is None:
             return model
-        return TypedAnswers(model, schema, self.s.tools.output_type(self.definition.agent))
+        return TypedAnswers(model, schema, self.d.tools.output_type(self.definition.agent))
 
     def _ask(self, model: ModelProvider, state: RunState) -> StepAnswer:
         request = StepRequest(
@@ -76,13 +76,13 @@ class AgentRun(RunAttempt):
             attempt=self.run.attempt,
             step=state.step + 1,
             messages=list(state.messages),
-            tools=self.s.tools.schemas(self.definition.tools),
+            tools=self.d.tools.schemas(self.definition.tools),
         )
         for attempt in range(1, MODEL_TRIES + 1):
             try:
                 # However the provider reads its answer (httpx, an SDK, a framework), the read
                 # stops past LIYAGENT_MODEL_RESPONSE_MAX_BYTES.
-                with bounded.answers_at_most(self.s.settings.model_response_max_bytes):
+                with bounded.answers_at_most(self.d.settings.model_response_max_bytes):
                     return model.next_step(request)
             except ModelError as exc:
                 if not exc.retryable or attempt == MODEL_TRIES:

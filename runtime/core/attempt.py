@@ -12,6 +12,7 @@ import structlog
 from runtime.base import drain, faults
 from runtime.base.sealing import SealError, digest
 from runtime.core.calls import CallRouter, KeyFn, Settled
+from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import publish_quietly
 from runtime.core.entry import HandOnRefused, entry_point
 from runtime.core.outcome import Outcome
@@ -24,7 +25,6 @@ from runtime.fleet.heartbeat import RunLease
 from runtime.fleet.leases import monotonic_ms
 from runtime.models.base import Typed
 from runtime.sending import http
-from runtime.services import Services
 from store.checkpoints import StepRecord, select_step_records, write_checkpoint
 from store.entries import deliver
 from store.gates import select_gates
@@ -64,20 +64,20 @@ class RunAttempt:
 
     def __init__(
         self,
-        services: Services,
+        deps: AttemptDeps,
         run: RunRow,
         definition: RunDefinition,
         lease: RunLease,
         key_for: KeyFn | None = None,
         gates: GateRow | None = None,
     ) -> None:
-        self.s = services
+        self.d = deps
         self.run = run
         # What the run is, as sealed with it and verified against its row (the executor).
         self.definition = definition
         self.lease = lease
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
-        self.router = CallRouter(services, run, definition, lease, key_for)
+        self.router = CallRouter(deps, run, definition, lease, key_for)
         self.fence = self.router.fence
         # The gates the claim read, checked when the attempt starts.
         self._claimed = gates
@@ -102,10 +102,10 @@ class RunAttempt:
         except HandedBack:
             return Outcome.HANDED_BACK
         except Suspend as wait:
-            with self.s.engine.connect() as conn:
+            with self.d.engine.connect() as conn:
                 suspend(conn, self.run.id, self.run.attempt, wait.waiting_on, self.run.step)
-            self.s.changes.announce(self.run.id)
-            self.s.leases.release(self.lease.token, self.lease.written_step)
+            self.d.changes.announce(self.run.id)
+            self.d.leases.release(self.lease.token, self.lease.written_step)
             self.log.info("run.waiting", waiting_on=wait.waiting_on)
             return Outcome.WAITING
 
@@ -130,12 +130,12 @@ class RunAttempt:
     def _gates(self) -> GateRow:
         """The gates as they stand now: the ones read less than `gates_fresh_ms` ago, or read
         again, fence included, in one statement (I3, I7)."""
-        if self._read is not None and self._read.young(self.s.settings.timings.gates_fresh_ms):
+        if self._read is not None and self._read.young(self.d.settings.timings.gates_fresh_ms):
             return self._read.row
         return self._read_gates(lasting=True)
 
     def _read_gates(self, lasting: bool) -> GateRow:
-        with self.s.engine.connect() as conn:
+        with self.d.engine.connect() as conn:
             return self._take(select_gates(conn, self.run.id), lasting)
 
     def _take(self, gates: GateRow, lasting: bool) -> GateRow:
@@ -154,7 +154,7 @@ class RunAttempt:
         there were any."""
         if state.calls:
             gates = self._gates()
-            with self.s.tracing.step(state.step, resumed=True):
+            with self.d.tracing.step(state.step, resumed=True):
                 results, settled = self.router.route(state, resuming=True, gates=gates)
             state.add_results(results)
             self._audit_resume(state.step, settled)
@@ -183,10 +183,10 @@ class RunAttempt:
             )
         records: list[StepRecord] = []
         if self.run.step > 0:
-            with self.s.engine.connect() as conn:
+            with self.d.engine.connect() as conn:
                 records = select_step_records(conn, self.run.id)
         try:
-            return chain.rebuild(self.s.sealer, self.run, records)
+            return chain.rebuild(self.d.sealer, self.run, records)
         except (ValueError, KeyError, TypeError) as exc:
             self._fail(
                 f"its checkpoint of step {self.run.step} does not verify ({exc}); it was not used",
@@ -203,7 +203,7 @@ class RunAttempt:
         # Nothing of the step, its failure or (not written ahead) its calls, goes on from an
         # attempt that may have lost its lease; the checkpoint's write checks it again.
         self.lease.check()
-        limit = self.s.settings.step_max_bytes
+        limit = self.d.settings.step_max_bytes
         asked = state.asked_bytes()
         if asked > limit:
             self._fail(
@@ -215,7 +215,7 @@ class RunAttempt:
             )
         if not self.run.resumable:
             return self._gates()
-        sealed = chain.seal_step(self.s.sealer, self.run.id, state)
+        sealed = chain.seal_step(self.d.sealer, self.run.id, state)
         with self.fence.write() as conn:
             gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
         state.mark_written(digest(sealed))
@@ -228,27 +228,27 @@ class RunAttempt:
     def _open_answer(self) -> str:
         """The stored answer, opened against its seal (a failure fails the run, I6)."""
         assert self.run.answer is not None
-        payload: dict[str, Any] = self.s.sealer.open(self.run.id, "answer", 0, self.run.answer)
+        payload: dict[str, Any] = self.d.sealer.open(self.run.id, "answer", 0, self.run.answer)
         return str(payload["text"])
 
     def _boundary(self, state: RunState) -> None:
         """Between steps: still ours? shutting down? still allowed? (I3, I7)"""
         structlog.contextvars.bind_contextvars(step=state.step)
         # The spans of the step just done leave now: a SIGKILL loses only the step in flight.
-        self.s.tracing.flush()
+        self.d.tracing.flush()
         self.lease.renew()
         if drain.requested():
-            with self.s.engine.connect() as conn:
-                new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.s.holder)
-            self.s.leases.release(self.lease.token, self.lease.written_step)
-            publish_quietly(self.s.changes, self.s.publisher, self.run.id, new_attempt)
+            with self.d.engine.connect() as conn:
+                new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.d.holder)
+            self.d.leases.release(self.lease.token, self.lease.written_step)
+            publish_quietly(self.d.changes, self.d.publisher, self.run.id, new_attempt)
             self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
             raise HandedBack
         # Gates the claim, the last checkpoint or the last calls read within `gates_fresh_ms`
         # serve this boundary; otherwise (a slow step, or no statement since the last
         # boundary) they are read again. Either way the next boundary needs newer ones.
         read = self._read
-        if read is not None and read.lasting and read.young(self.s.settings.timings.gates_fresh_ms):
+        if read is not None and read.lasting and read.young(self.d.settings.timings.gates_fresh_ms):
             self._read = replace(read, lasting=False)
         else:
             self._read_gates(lasting=False)
@@ -262,7 +262,7 @@ class RunAttempt:
         if output is not None:
             answer["output"] = output.value
         self._check_answer_size(answer)
-        sealed = self.s.sealer.seal(self.run.id, "answer", 0, answer)
+        sealed = self.d.sealer.seal(self.run.id, "answer", 0, answer)
         if not entry_point(self.run).outside:
             with self.fence.write() as conn:
                 deliver(
@@ -271,7 +271,7 @@ class RunAttempt:
                     self.run.attempt,
                     text,
                     sealed_answer=sealed,
-                    retention_s=self.s.settings.answer_retention_s,
+                    retention_s=self.d.settings.answer_retention_s,
                 )
             faults.point("after_answer")
             self.log.info("run.succeeded")
@@ -285,7 +285,7 @@ class RunAttempt:
     def _check_answer_size(self, answer: dict[str, Any]) -> None:
         """A final answer is the last thing a step adds: one larger than LIYAGENT_STEP_MAX_BYTES
         fails the run and is never stored, sealed or handed on (nor quoted in the reason)."""
-        limit = self.s.settings.step_max_bytes
+        limit = self.d.settings.step_max_bytes
         size = len(json.dumps(answer, sort_keys=True, default=str).encode())
         if size > limit:
             self._fail(
@@ -302,7 +302,7 @@ class RunAttempt:
         entry = entry_point(self.run)
         if entry.outside:
             try:
-                reply = entry.hand_on(self.s, self.run, self.definition, text)
+                reply = entry.hand_on(self.d.hand_on, self.run, self.definition, text)
             except HandOnRefused as exc:
                 # A definite refusal (4xx): posting again cannot help; the hand-on fails.
                 self._fail(f"its answer could not be handed on: {exc}", "hand_on_refused")
@@ -313,7 +313,7 @@ class RunAttempt:
                 self.run.id,
                 self.run.attempt,
                 text,
-                retention_s=self.s.settings.answer_retention_s,
+                retention_s=self.d.settings.answer_retention_s,
                 reply=reply,
             )
         self.log.info("run.succeeded")
@@ -322,10 +322,10 @@ class RunAttempt:
     def _wake_parent(self) -> None:
         if self.run.parent_run_id is None:
             return
-        with self.s.engine.connect() as conn:
+        with self.d.engine.connect() as conn:
             woke = wake_parent(conn, self.run.id)
         if woke is not None:
-            publish_quietly(self.s.changes, self.s.publisher, *woke)
+            publish_quietly(self.d.changes, self.d.publisher, *woke)
 
     def _audit_resume(self, step: int, settled: list[Settled], from_answer: bool = False) -> None:
         """Audit a resume that passed its gates: the step it started from, the loss count and
@@ -337,11 +337,11 @@ class RunAttempt:
         detail = {
             "lost_count": self.run.lost_count,
             "reason": self.run.resume_reason,
-            "worker": self.s.holder,
+            "worker": self.d.holder,
             "resumed_from": "stored_answer" if from_answer else "checkpoint",
             "calls": [s.to_json() for s in settled],
         }
-        with self.s.engine.connect() as conn:
+        with self.d.engine.connect() as conn:
             if not insert_owned_audit(
                 conn,
                 run_id=self.run.id,
@@ -351,7 +351,7 @@ class RunAttempt:
                 detail=detail,
             ):
                 raise FencedOut(self.run.id, self.run.attempt, "audit the resume")
-        self.s.changes.announce(self.run.id)
+        self.d.changes.announce(self.run.id)
         self.log.info(
             "run.resumed",
             step=step,
@@ -362,18 +362,18 @@ class RunAttempt:
 
     def _fail(self, reason: str, code: str, step: int | None = None) -> NoReturn:
         """Fail the run for this attempt with the reason, told and audited; never returns."""
-        with self.s.engine.connect() as conn:
+        with self.d.engine.connect() as conn:
             done = fail_run(
                 conn,
                 self.run.id,
                 self.run.attempt,
                 reason=reason,
                 audit_kind="agent.run.failed",
-                detail={"code": code, "step": step, "worker": self.s.holder},
+                detail={"code": code, "step": step, "worker": self.d.holder},
             )
         if not done:
             raise FencedOut(self.run.id, self.run.attempt, "fail the run")
-        self.s.changes.announce(self.run.id)
+        self.d.changes.announce(self.run.id)
         self.log.warning("run.failed", code=code, reason=reason)
         self._wake_parent()
         raise RunFailed(reason)

@@ -21,6 +21,7 @@ import structlog
 
 from runtime.base import faults
 from runtime.base.redact import error_facts, frames
+from runtime.core.deps import AttemptDeps
 from runtime.core.fence import Fence
 from runtime.core.pending import PendingCall
 from runtime.core.settlement import (
@@ -40,7 +41,6 @@ from runtime.durable.state import Message, RunState, ToolCall
 from runtime.fleet.heartbeat import RunLease
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
-from runtime.services import Services
 from runtime.toolbox.tools import (
     CallContext,
     InvalidArguments,
@@ -109,35 +109,35 @@ class CallRouter:
 
     def __init__(
         self,
-        services: Services,
+        deps: AttemptDeps,
         run: RunRow,
         definition: RunDefinition,
         lease: RunLease,
         key_for: KeyFn | None = None,
     ) -> None:
-        self.s = services
+        self.d = deps
         self.run = run
         self.definition = definition
         self.lease = lease
         self.key_for = key_for or agent_key(run)
-        self.fence = Fence(services.engine, lease, services.changes)
-        self.waits = WaitRouter(services, run, definition, self.write)
+        self.fence = Fence(deps.engine, lease, deps.changes)
+        self.waits = WaitRouter(deps, run, definition, self.write)
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
         # answer and the results kept so far), set by `route`.
-        self._left = services.settings.step_max_bytes
+        self._left = deps.settings.step_max_bytes
 
     def route(
         self, state: RunState, resuming: bool, gates: GateRow
     ) -> tuple[list[Message], list[Settled]]:
         marks: dict[int, MarkRow] = {}
         if resuming:
-            with self.s.engine.connect() as conn:
+            with self.d.engine.connect() as conn:
                 marks = marks_by_index(select_marks(conn, self.run.id, state.step))
         results: list[Message] = []
         settled: list[Settled] = []
-        self._left = self.s.settings.step_max_bytes - state.asked_bytes()
-        tracing = self.s.tracing
+        self._left = self.d.settings.step_max_bytes - state.asked_bytes()
+        tracing = self.d.tracing
         for index, call in enumerate(state.calls):
             with tracing.call(call.name, index, call.id) as span:
                 outcome, how, kind = self._one(state, index, call, marks.get(index), gates)
@@ -151,7 +151,7 @@ class CallRouter:
     def _one(
         self, state: RunState, index: int, call: ToolCall, mark: MarkRow | None, gates: GateRow
     ) -> Routed:
-        tool = self.s.tools.get(call.name)
+        tool = self.d.tools.get(call.name)
         facts = None
         if mark is not None:
             facts = MarkFacts(ToolKind(mark.kind), mark.status, mark.stable_key, mark.age_s)
@@ -160,7 +160,7 @@ class CallRouter:
             mark=facts,
             has_reader=tool is not None and tool.reader is not None,
             dedupe_window_s=None if tool is None else tool.dedupe_window_s,
-            resume_bound_s=self.s.settings.timings.resume_bound_s,
+            resume_bound_s=self.d.settings.timings.resume_bound_s,
         )
         kind = mark.kind if mark is not None else (tool.kind.value if tool else "unknown")
         if decision is Settle.REUSE and mark is not None:
@@ -175,7 +175,7 @@ class CallRouter:
             outcome = self._make(state, index, call, tool)
             return outcome, taken_up_as(outcome).value, kind
         assert mark is not None
-        self.s.tracing.call_key(mark.idem_key)
+        self.d.tracing.call_key(mark.idem_key)
         marked = PendingCall(state, index, call, tool, mark.idem_key, True)
         if decision is Settle.RESEND:
             outcome, how = self._send(marked, mark.age_s, sent_before=True)
@@ -186,7 +186,7 @@ class CallRouter:
         return self._settle(state, index, Settle.UNKNOWN), Settle.UNKNOWN, kind
 
     def ctx(self, state: RunState, call: ToolCall, key: str, stable: bool = True) -> CallContext:
-        timeout = self.s.settings.timings.call_timeout_s
+        timeout = self.d.settings.timings.call_timeout_s
         return CallContext(
             run_id=self.run.id,
             attempt=self.run.attempt,
@@ -218,7 +218,7 @@ class CallRouter:
         if tool.kind is ToolKind.APPROVAL_WRITE:
             return self.waits.approval(state, index, call, tool)
         key, stable = self.key_for(state, index, call)
-        self.s.tracing.call_key(key)
+        self.d.tracing.call_key(key)
         if tool.kind is ToolKind.READ:
             self.lease.check()
             state.count("reads")
@@ -395,7 +395,7 @@ class CallRouter:
             if mark.settlement == Settle.NOT_FOUND:
                 return dict(NOT_FOUND)
             return dict(UNKNOWN)
-        outcome: Outcome = self.s.sealer.open(
+        outcome: Outcome = self.d.sealer.open(
             self.run.id, f"outcome:{mark.call_index}", state.step, mark.outcome
         )
         return outcome
@@ -407,7 +407,7 @@ class CallRouter:
         size = len(json.dumps(outcome, sort_keys=True, default=str).encode())
         if size <= self._left:
             return outcome
-        limit = self.s.settings.step_max_bytes
+        limit = self.d.settings.step_max_bytes
         log.warning("call.result_too_large", call_id=call.id, tool=call.name, bytes=size)
         return {
             "refused": (
@@ -437,7 +437,7 @@ class CallRouter:
         """Finish a mark in doubt, with what the model was told sealed (fenced)."""
         sealed = None
         if outcome is not None:
-            sealed = self.s.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
+            sealed = self.d.sealer.seal(self.run.id, f"outcome:{index}", state.step, outcome)
         # After a long call: still ours? Else the call stays in doubt.
         with self.fence.write() as conn:
             finish_mark(

@@ -19,6 +19,7 @@ from runtime.base.changes import RunChanges
 from runtime.base.refused import BadRequest as BadRequest
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
+from runtime.core.deps import DoorDeps
 from runtime.core.entry import entry_point_of
 from runtime.durable.definition import RunDefinition
 from runtime.durable.state import RunState
@@ -27,7 +28,7 @@ from runtime.models import specs
 from runtime.models.base import ModelError
 from runtime.models.output import OUTPUT_TOOL, checked_schema
 from runtime.models.profiles import ModelProfile
-from runtime.services import Publisher, Services
+from runtime.services import Publisher
 from runtime.toolbox.tools import AgentDef, ToolRegistry
 from store.db import to_json
 from store.entries import EntryKind
@@ -144,7 +145,7 @@ class RunRequest(pydantic.BaseModel):
         return NewRun(**self.model_dump(), checked_model=self._spec)
 
 
-def _validate(s: Services, new: NewRun) -> list[str]:
+def _validate(s: DoorDeps, new: NewRun) -> list[str]:
     """Check the request before anything is stored (BadRequest otherwise); returns the tools
     the run may use, exactly."""
     if not new.agent.strip():
@@ -228,7 +229,7 @@ def checked_tools(loaded: ToolRegistry, tools: Any, what: str = "tools") -> list
     return list(dict.fromkeys(tools))
 
 
-def check_definition(s: Services, definition: AgentDef) -> None:
+def check_definition(s: DoorDeps, definition: AgentDef) -> None:
     """An agent definition (the catalog's or one declared in Python) a run can be started
     from: its model spec and its tools checked as `enqueue` checks them."""
     check_model(definition.model, s.model_profiles())
@@ -258,7 +259,7 @@ def request_digest(new: NewRun) -> str:
     return hashlib.sha256(to_json(identity).encode("utf-8")).hexdigest()
 
 
-def enqueue(s: Services, new: NewRun) -> tuple[RunId, bool]:
+def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
     """Create the run (or find the one its request key already made for the same principal)
     and publish it. The same key with another request is refused (RequestConflict) and stores
     nothing."""
@@ -348,7 +349,7 @@ def _kind(new: NewRun) -> RunKind:
     return RunKind.WORKFLOW if new.workflow is not None else RunKind.AGENT
 
 
-def _resumable(s: Services, new: NewRun, may_wait: bool) -> bool:
+def _resumable(s: DoorDeps, new: NewRun, may_wait: bool) -> bool:
     """Runs that may wait are always written ahead; the runs of an entry kind whose policy says
     so only when TICKETIQ_CRASH_RESUME_ENTRIES is true; a job by its kind."""
     if new.resumable is not None:

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, NewType, Protocol
 
+import sqlalchemy as sa
+
+from runtime.base.settings import Settings
 from store.entries import EntryKind
 from store.errors import LiyagentError
 from store.rows import RunRow
@@ -35,6 +38,20 @@ from runtime.services import Services
 # An entry kind: one of the core's own (`EntryKind`) or the name a registered entry point
 # serves (`runs.entry_kind`, unchanged); a kind no package registers is the client API's.
 EntryKindName = NewType("EntryKindName", str)
+
+
+@dataclass(frozen=True)
+class HandOnDeps:
+    """What handing an answer on uses: the store (the entry's own row: where to post) and the
+    settings (its timings: how long a post may take), not the whole `Services`."""
+
+    engine: sa.Engine
+    settings: Settings
+
+    @classmethod
+    def of(cls, s: Services) -> HandOnDeps:
+        """The fields of a process's assembly that a hand-on uses."""
+        return cls(engine=s.engine, settings=s.settings)
 
 
 class HandOnRefused(LiyagentError):
@@ -80,7 +97,7 @@ class EntryPoint(Protocol):
     settings_type: type[EntrySettings] | None
 
     def hand_on(
-        self, s: Services, run: RunRow, definition: RunDefinition, text: str
+        self, s: HandOnDeps, run: RunRow, definition: RunDefinition, text: str
     ) -> dict[str, Any] | None:
         """Hand the stored answer on outside Postgres, once, for an attempt that holds the run,
         to where its sealed definition says (`definition.entry`: never a row a database writer
@@ -103,7 +120,7 @@ class InPostgres:
         self.policy = policy or Policy()
 
     def hand_on(
-        self, s: Services, run: RunRow, definition: RunDefinition, text: str
+        self, s: HandOnDeps, run: RunRow, definition: RunDefinition, text: str
     ) -> dict[str, Any] | None:
         return None
 

@@ -19,6 +19,7 @@ from runtime.base.redact import error_facts, frames
 from runtime.base.sealing import SealError
 from runtime.base.tracing import AttemptFacts
 from runtime.core.agent import AgentRun
+from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import publish_quietly
 from runtime.core.jobs import JobRun
 from runtime.core.outcome import Outcome
@@ -28,7 +29,6 @@ from runtime.fleet.heartbeat import LeaseLost, RunLease
 from runtime.fleet.leases import FENCE_HOLDER, NO_STEP, Leases, Token, monotonic_ms
 from runtime.recovery import outage
 from runtime.sending.http import SendRefused
-from runtime.services import Services
 from store import db
 from store.losses import loss_seen
 from store.records import insert_owned_audit, select_audit
@@ -55,21 +55,21 @@ class DatabaseUnreachable(NotHandled):
         self.cause = cause
 
 
-def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> Outcome:
+def deliver(d: AttemptDeps, run_id: str, attempt: int, reserved_by: str | None = None) -> Outcome:
     """Handle one delivery (`run_message`), waiting out a database outage with the message
     held: never acked or dropped (I1), tried again after a growing pause, the outage said once
     per interval for the whole worker. A warm shutdown during the wait raises NotHandled, so
     the message goes back to its queue."""
-    worker = reserved_by or s.holder
+    worker = reserved_by or d.holder
     while True:
         try:
-            return run_message(s, run_id, attempt, reserved_by)
+            return run_message(d, run_id, attempt, reserved_by)
         except DatabaseUnreachable as exc:
             pause = outage.failed(
-                outage.Notice.of(s), worker, exc.cause, "run messages are held, none is lost"
+                d.notice, worker, exc.cause, "run messages are held, none is lost"
             )
             if reserved_by is not None:
-                _reserve_quietly(s.leases, reserved_by, run_id, attempt)
+                _reserve_quietly(d.leases, reserved_by, run_id, attempt)
             if drain.wait(pause):
                 raise NotHandled(
                     f"run {run_id}: the worker stops while Postgres cannot be used; the message "
@@ -77,7 +77,9 @@ def deliver(s: Services, run_id: str, attempt: int, reserved_by: str | None = No
                 ) from None
 
 
-def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None = None) -> Outcome:
+def run_message(
+    d: AttemptDeps, run_id: str, attempt: int, reserved_by: str | None = None
+) -> Outcome:
     """Handle one delivery of the message for (run, attempt); returns how it ended.
 
     The lease first (one Redis round trip: a run alive elsewhere is left alone without touching
@@ -85,14 +87,14 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
     becomes the lease), then the claim, which counts the delivery in the same statement (I4)."""
     # Every log line of this delivery carries the run, the attempt and (once known) the step.
     with structlog.contextvars.bound_contextvars(run_id=run_id, attempt=attempt, step=None):
-        token = Token(run_id, attempt, s.holder)
-        s.presence.start()  # leases are trusted only once this process is seen to be alive
+        token = Token(run_id, attempt, d.holder)
+        d.presence.start()  # leases are trusted only once this process is seen to be alive
         faults.point("before_lease")
         started = monotonic_ms()
         try:
-            acquired = s.leases.acquire(token, reserved_by)
+            acquired = d.leases.acquire(token, reserved_by)
             if acquired is None:
-                if _held_by_older_attempt(s.leases, token):
+                if _held_by_older_attempt(d.leases, token):
                     # A stale delivery of an earlier attempt holds the lease for the few
                     # milliseconds its fence takes (it is never claimed by a running attempt:
                     # a claim needs the old lease gone), or a claimer's fence does while its
@@ -108,23 +110,23 @@ def run_message(s: Services, run_id: str, attempt: int, reserved_by: str | None 
             raise NotHandled(f"run {run_id}: {type(exc).__name__}: {exc}") from exc
         faults.point("after_lease")
         try:
-            with s.engine.connect() as conn:
-                claimed = claim_delivery(conn, run_id, attempt, s.holder)
+            with d.engine.connect() as conn:
+                claimed = claim_delivery(conn, run_id, attempt, d.holder)
         except sa.exc.SQLAlchemyError as exc:
-            _release_quietly(s.leases, token)
+            _release_quietly(d.leases, token)
             if db.unreachable(exc):
                 raise DatabaseUnreachable(run_id, exc) from exc
             raise NotHandled(f"run {run_id}: {type(exc).__name__}") from exc
-        outage.answered(outage.Notice.of(s), reserved_by or s.holder)
+        outage.answered(d.notice, reserved_by or d.holder)
         if claimed is None:
             log.info("message.stale")
-            _release_quietly(s.leases, token)
+            _release_quietly(d.leases, token)
             return Outcome.STALE
-        s.changes.announce(run_id)
-        if claimed.run.deliveries > s.settings.timings.delivery_limit:
-            return _poison(s, claimed.run, token)
-        lease = s.heartbeat.hold(token, started, acquired.witnessed_step)
-        return _execute(s, claimed, lease, reserved_by or s.holder)
+        d.changes.announce(run_id)
+        if claimed.run.deliveries > d.settings.timings.delivery_limit:
+            return _poison(d, claimed.run, token)
+        lease = d.heartbeat.hold(token, started, acquired.witnessed_step)
+        return _execute(d, claimed, lease, reserved_by or d.holder)
 
 
 def _held_by_older_attempt(leases: Leases, token: Token) -> bool:
@@ -142,30 +144,30 @@ def _held_by_older_attempt(leases: Leases, token: Token) -> bool:
     return holding.attempt < token.attempt or holding.holder == FENCE_HOLDER
 
 
-def _poison(s: Services, row: RunRow, token: Token) -> Outcome:
+def _poison(d: AttemptDeps, row: RunRow, token: Token) -> Outcome:
     failed = _fail_and_tell(
-        s,
+        d,
         row,
         f"its message was delivered {row.deliveries} times and its worker died before "
         "starting it each time; check the workers' logs",
         {"code": "poison"},
     )
-    _release_quietly(s.leases, token, ended=failed)
+    _release_quietly(d.leases, token, ended=failed)
     return Outcome.POISON
 
 
-def _fail_and_tell(s: Services, row: RunRow, reason: str, detail: dict[str, Any]) -> bool:
+def _fail_and_tell(d: AttemptDeps, row: RunRow, reason: str, detail: dict[str, Any]) -> bool:
     """Fail the run for this attempt, told to its entry points and audited in one fenced
     statement (I3); its waiting parent is woken and published, its followers nudged. False
     when the attempt no longer owns the run (nothing was written)."""
-    with s.engine.connect() as conn:
+    with d.engine.connect() as conn:
         failed = fail_run(
             conn, row.id, row.attempt, reason=reason, audit_kind="agent.run.failed", detail=detail
         )
         woke = wake_parent(conn, row.id) if failed and row.parent_run_id else None
-    s.changes.announce(row.id)
+    d.changes.announce(row.id)
     if woke is not None:
-        publish_quietly(s.changes, s.publisher, *woke)
+        publish_quietly(d.changes, d.publisher, *woke)
     return failed
 
 
@@ -173,27 +175,27 @@ def _fail_and_tell(s: Services, row: RunRow, reason: str, detail: dict[str, Any]
 RUN_ENDED = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.ANSWER_HANDED_ON})
 
 
-def _execute(s: Services, claimed: Claimed, lease: RunLease, worker: str) -> Outcome:
+def _execute(d: AttemptDeps, claimed: Claimed, lease: RunLease, worker: str) -> Outcome:
     """The attempt, on the run's definition as sealed (one that does not verify fails the run,
     I6), inside its span when traces are on (runtime/base/tracing.py); a tracing failure is
     logged and never touches the run."""
     try:
-        definition = RunDefinition.open(s.sealer, claimed.run)
+        definition = RunDefinition.open(d.sealer, claimed.run)
     except SealError as exc:
-        s.heartbeat.drop(lease)
-        return _refuse_unsealed(s, claimed.run, lease.token, exc)
+        d.heartbeat.drop(lease)
+        return _refuse_unsealed(d, claimed.run, lease.token, exc)
     except BaseException:
-        s.heartbeat.drop(lease)  # not the run's fault (no key here at all): the lease lapses
+        d.heartbeat.drop(lease)  # not the run's fault (no key here at all): the lease lapses
         raise
     span = None
-    if s.tracing.on:
+    if d.tracing.on:
         try:
-            span = s.tracing.attempt(_facts(s.engine, claimed.run, definition))
+            span = d.tracing.attempt(_facts(d.engine, claimed.run, definition))
         except Exception as exc:
             log.warning("traces.attempt_failed", error=type(exc).__name__)
     outcome = Outcome.ERROR
     try:
-        outcome = _attempt(s, claimed, definition, lease, worker)
+        outcome = _attempt(d, claimed, definition, lease, worker)
         return outcome
     finally:
         if span is not None:
@@ -203,13 +205,13 @@ def _execute(s: Services, claimed: Claimed, lease: RunLease, worker: str) -> Out
                 log.warning("traces.attempt_failed", error=type(exc).__name__)
 
 
-def _refuse_unsealed(s: Services, row: RunRow, token: Token, exc: SealError) -> Outcome:
+def _refuse_unsealed(d: AttemptDeps, row: RunRow, token: Token, exc: SealError) -> Outcome:
     """A run whose definition does not verify is failed before anything of it is used, audited
     as a seal failure and told to its entry points (I6); its parent, if any, is woken."""
-    detail = {"code": "seal_failed", "step": row.step, "worker": s.holder}
-    failed = _fail_and_tell(s, row, str(exc), detail)
+    detail = {"code": "seal_failed", "step": row.step, "worker": d.holder}
+    failed = _fail_and_tell(d, row, str(exc), detail)
     log.error("run.definition_refused", run_id=row.id, reason=str(exc))
-    _release_quietly(s.leases, token, ended=failed)
+    _release_quietly(d.leases, token, ended=failed)
     return Outcome.FAILED if failed else Outcome.FENCED
 
 
@@ -238,7 +240,7 @@ def _facts(engine: sa.Engine, row: RunRow, definition: RunDefinition) -> Attempt
 
 
 def _attempt(
-    s: Services, claimed: Claimed, definition: RunDefinition, lease: RunLease, worker: str
+    d: AttemptDeps, claimed: Claimed, definition: RunDefinition, lease: RunLease, worker: str
 ) -> Outcome:
     row = claimed.run
     release = True
@@ -246,7 +248,7 @@ def _attempt(
     try:
         faults.point("after_claim")
         attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
-        outcome = attempt_class(s, row, definition, lease, gates=claimed.gates).execute()
+        outcome = attempt_class(d, row, definition, lease, gates=claimed.gates).execute()
         return outcome
     except (FencedOut, LeaseLost, SendRefused) as exc:
         # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
@@ -254,32 +256,32 @@ def _attempt(
         # sweeper finds it by its deadline and claims the run the usual way.
         release = isinstance(exc, FencedOut)
         log.warning("run.fenced_out", why=str(exc))
-        _count_quietly(s.redis, s.settings.namespace, "fenced_total")
+        _count_quietly(d.redis, d.settings.namespace, "fenced_total")
         return Outcome.FENCED
     except Exception as exc:
         if outage.store_fault(exc):
             # Postgres went away under the attempt: this process lives and holds the lease,
             # so the run is not lost; it gives the run back once Postgres answers (I1).
             release = False
-            return _give_back_after_store_fault(s, row, lease, worker, exc)
+            return _give_back_after_store_fault(d, row, lease, worker, exc)
         # Unexpected (a bug): behave as a crash. Keep the lease so it
         # lapses and the sweeper resumes the run from its checkpoint elsewhere.
         # Its message never reaches the log or the audit: it may carry user text (item 16).
         release = False
         facts = error_facts(exc)
         log.error("run.error", **facts, frames=frames(exc))
-        _audit_quietly(s.engine, s.changes, row, "agent.run.error", {**facts, "worker": s.holder})
-        if _claim_would_fail(row, s.settings.timings.loss_limit):
+        _audit_quietly(d.engine, d.changes, row, "agent.run.error", {**facts, "worker": d.holder})
+        if _claim_would_fail(row, d.settings.timings.loss_limit):
             # The loss the sweeper would claim would fail the run as if its worker had died:
             # fail it here instead, with the error as the reason.
-            release = _fail_after_error(s, row, facts)
+            release = _fail_after_error(d, row, facts)
             outcome = Outcome.FAILED if release else Outcome.ERROR
             return outcome
         return Outcome.ERROR
     finally:
-        s.heartbeat.drop(lease)
+        d.heartbeat.drop(lease)
         if release:
-            _release_quietly(s.leases, lease.token, lease.written_step, ended=outcome in RUN_ENDED)
+            _release_quietly(d.leases, lease.token, lease.written_step, ended=outcome in RUN_ENDED)
 
 
 def _claim_would_fail(row: RunRow, loss_limit: int) -> bool:
@@ -292,18 +294,18 @@ def _claim_would_fail(row: RunRow, loss_limit: int) -> bool:
     return row.lost_count + 1 > loss_limit or not row.resumable
 
 
-def _fail_after_error(s: Services, row: RunRow, facts: dict[str, Any]) -> bool:
+def _fail_after_error(d: AttemptDeps, row: RunRow, facts: dict[str, Any]) -> bool:
     """Fail the run for an error that ended its attempt, with a reason that says so (its type,
     where, how often it ended an attempt, what to do), audited `error_repeated` (a run that
     cannot resume: `interrupted_by_error`), fenced: only while this attempt owns the run (I3).
     False when it could not: the lease then lapses and the sweeper claims the run as usual."""
     try:
-        with s.engine.connect() as conn:
+        with d.engine.connect() as conn:
             errors = len(select_audit(conn, row.id, "agent.run.error"))
-        reason = _error_reason(row, facts, max(errors, 1), s.settings.timings.loss_limit)
+        reason = _error_reason(row, facts, max(errors, 1), d.settings.timings.loss_limit)
         code = "error_repeated" if row.resumable else "interrupted_by_error"
-        detail = {"code": code, **facts, "errors": errors, "worker": s.holder}
-        done = _fail_and_tell(s, row, reason, detail)
+        detail = {"code": code, **facts, "errors": errors, "worker": d.holder}
+        done = _fail_and_tell(d, row, reason, detail)
     except Exception as exc:
         log.warning("run.error_unfailed", **error_facts(exc))
         return False
@@ -340,7 +342,7 @@ def _error_reason(row: RunRow, facts: dict[str, Any], errors: int, limit: int) -
 
 
 def _give_back_after_store_fault(
-    s: Services, row: RunRow, lease: RunLease, worker: str, fault: BaseException
+    d: AttemptDeps, row: RunRow, lease: RunLease, worker: str, fault: BaseException
 ) -> Outcome:
     """A store fault is not a process loss: hold the lease (the heartbeat renews it) until
     Postgres answers, then give the run back as a new attempt in one fenced statement, with
@@ -352,29 +354,29 @@ def _give_back_after_store_fault(
     log.warning("run.store_fault", **error_facts(fault), next="held until Postgres answers")
     try:
         outage.wait_for_database(
-            outage.Notice.of(s),
-            s.engine,
+            d.notice,
+            d.engine,
             worker,
             fault,
             "runs in flight keep their leases and wait for it",
             lease.check,
         )
-        with s.engine.connect() as conn:
+        with d.engine.connect() as conn:
             new_attempt = hand_back_store_fault(
-                conn, row.id, row.attempt, s.holder, type(fault).__name__
+                conn, row.id, row.attempt, d.holder, type(fault).__name__
             )
     except LeaseLost as exc:
         log.warning("run.fenced_out", why=str(exc))
         return Outcome.FENCED
     except FencedOut as exc:  # another attempt owns the run: nothing more is written (I3)
         log.warning("run.fenced_out", why=str(exc))
-        _release_quietly(s.leases, lease.token)
+        _release_quietly(d.leases, lease.token)
         return Outcome.FENCED
     except sa.exc.SQLAlchemyError as exc:  # gone again: the lease lapses, the sweeper claims
         log.warning("run.store_fault_unsettled", **error_facts(exc))
         return Outcome.ERROR
-    _release_quietly(s.leases, lease.token)
-    publish_quietly(s.changes, s.publisher, row.id, new_attempt)
+    _release_quietly(d.leases, lease.token)
+    publish_quietly(d.changes, d.publisher, row.id, new_attempt)
     log.info("run.given_back", reason="store_fault", new_attempt=new_attempt)
     return Outcome.STORE_FAULT
 

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from runtime.base import faults
 from runtime.core.attempt import RunAttempt
+from runtime.core.deps import AttemptDeps
 from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.core.workflow import workflow_key
@@ -31,20 +32,20 @@ class JobRun(RunAttempt):
 
     def __init__(
         self,
-        services: Services,
+        deps: AttemptDeps,
         run: RunRow,
         definition: RunDefinition,
         lease: RunLease,
         gates: GateRow | None = None,
     ) -> None:
-        super().__init__(services, run, definition, lease, key_for=workflow_key(run), gates=gates)
+        super().__init__(deps, run, definition, lease, key_for=workflow_key(run), gates=gates)
         # Outcomes of the call the checkpoint left, taken up on resume: the job reuses them.
         self._taken_up: dict[str, dict[str, Any]] = {}
         self._state: RunState | None = None
 
     def _loop(self, state: RunState) -> Outcome:
         job = self.definition.job or {}
-        known = self.s.tools.jobs
+        known = self.d.tools.jobs
         kind = known.get(str(job.get("kind")))
         if kind is None:
             self._fail(
@@ -59,7 +60,7 @@ class JobRun(RunAttempt):
                 self._taken_up[call.id] = json.loads(message["content"])
             state.count("executed")
         try:
-            summary = kind.run(self, kind.check(dict(job.get("params") or {}), self.s.settings))
+            summary = kind.run(self, kind.check(dict(job.get("params") or {}), self.d.settings))
         except JobError as exc:
             self._fail(str(exc), "job_error")
         self._finish(summary if isinstance(summary, str) else json.dumps(summary, sort_keys=True))
@@ -83,7 +84,9 @@ class JobRun(RunAttempt):
 
     @property
     def services(self) -> Services:
-        return self.s
+        """The process's whole assembly: public job API (`JobContext.services`), which a team's
+        job kind may read anything of; the engine's own code takes `AttemptDeps`."""
+        return self.d.services
 
     @property
     def cursor(self) -> dict[str, Any]:

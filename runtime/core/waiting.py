@@ -12,12 +12,12 @@ import uuid
 from typing import Any, Protocol
 
 from runtime.base import faults
+from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import BadRequest, NewRun, enqueue, publish_quietly
 from runtime.core.pending import PendingCall
 from runtime.durable.definition import RunDefinition
 from runtime.durable.keys import approval_step_key, delegation_key
 from runtime.durable.state import RunState, ToolCall
-from runtime.services import Services
 from runtime.toolbox.tools import Tool
 from store.entries import EntryKind
 from store.losses import claim_lost
@@ -45,9 +45,9 @@ class Suspend(Exception):
 
 class WaitRouter:
     def __init__(
-        self, services: Services, run: RunRow, definition: RunDefinition, write: SendWrite
+        self, deps: AttemptDeps, run: RunRow, definition: RunDefinition, write: SendWrite
     ) -> None:
-        self.s = services
+        self.d = deps
         self.run = run
         self.definition = definition
         self.write = write
@@ -61,7 +61,7 @@ class WaitRouter:
         step_key = approval_step_key(
             self.run.correlation_id, state.loop, state.step, index, call.id
         )
-        with self.s.engine.connect() as conn:
+        with self.d.engine.connect() as conn:
             request = ensure_approval(
                 conn,
                 run_id=self.run.id,
@@ -97,33 +97,33 @@ class WaitRouter:
         key = state.delegation_keys.setdefault(
             call.id, delegation_key(self.run.correlation_id, state.loop, state.step, index, call.id)
         )
-        with self.s.engine.connect() as conn:
+        with self.d.engine.connect() as conn:
             child = get_run_by_request_key(conn, key, self.run.principal)
         if child is None:
             try:
-                child_id, _ = enqueue(self.s, self._child(call, key))
+                child_id, _ = enqueue(self.d.door, self._child(call, key))
             except BadRequest as exc:
                 return {"error": f"the sub-agent could not be started: {exc}"}
             faults.point("after_request")
             raise Suspend(f"child:{child_id}")
         if child.status == RunStatus.SUCCEEDED and child.answer is not None:
-            answer = self.s.sealer.open(child.id, "answer", 0, child.answer)
+            answer = self.d.sealer.open(child.id, "answer", 0, child.answer)
             return {"child_run": child.id, "answer": answer["text"]}
         if child.status == RunStatus.FAILED:
             return {"child_run": child.id, "error": child.failure_reason}
-        if child.status in OWNED and self.s.leases.holder(child.id) is None:
+        if child.status in OWNED and self.d.leases.holder(child.id) is None:
             # The same claim as the sweeper's, so of the two one wins (I4); its audit names this
             # path, so an operator (and a test) can tell who took the child over.
-            with self.s.engine.connect() as conn:
+            with self.d.engine.connect() as conn:
                 claim = claim_lost(
                     conn,
                     child.id,
                     child.attempt,
-                    self.s.settings.timings.loss_limit,
+                    self.d.settings.timings.loss_limit,
                     seen=Seen.PARENT_ASKED_AGAIN,
                 )
             if claim is not None and claim.status != RunStatus.FAILED:
-                publish_quietly(self.s.changes, self.s.publisher, claim.run_id, claim.attempt)
+                publish_quietly(self.d.changes, self.d.publisher, claim.run_id, claim.attempt)
         raise Suspend(f"child:{child.id}")
 
     def _child_tools(self, asked: Any) -> list[str]:

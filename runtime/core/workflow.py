@@ -12,13 +12,13 @@ import json
 from runtime.base import faults
 from runtime.core.attempt import RunAttempt
 from runtime.core.calls import KeyFn
+from runtime.core.deps import AttemptDeps
 from runtime.core.outcome import Outcome
 from runtime.durable.definition import RunDefinition
 from runtime.durable.keys import workflow_step_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.durable.workflow_spec import WorkflowError, WorkflowStep, validate_workflow
 from runtime.fleet.heartbeat import RunLease
-from runtime.services import Services
 from store.rows import GateRow, RunRow
 
 MAX_EXECUTED = 1000
@@ -34,13 +34,13 @@ def workflow_key(run: RunRow) -> KeyFn:
 class WorkflowRun(RunAttempt):
     def __init__(
         self,
-        services: Services,
+        deps: AttemptDeps,
         run: RunRow,
         definition: RunDefinition,
         lease: RunLease,
         gates: GateRow | None = None,
     ) -> None:
-        super().__init__(services, run, definition, lease, key_for=workflow_key(run), gates=gates)
+        super().__init__(deps, run, definition, lease, key_for=workflow_key(run), gates=gates)
 
     def _loop(self, state: RunState) -> Outcome:
         try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.core.catalog import CatalogError
+from runtime.core.deps import DoorDeps
 from runtime.core.enqueue import (
     AGENT_NAME,
     BadRequest,
@@ -104,6 +105,8 @@ def parse_after(raw: object) -> int:
 class Client:
     def __init__(self, services: Services) -> None:
         self.s = services
+        # What starting a run uses (the enqueue door's dependencies), taken once.
+        self.door = DoorDeps.of(services)
 
     def start_run(self, request: RunRequest | None = None, /, **fields: Any) -> RunId:
         """Insert the run with its first checkpoint, then publish its message; a request key
@@ -122,7 +125,7 @@ class Client:
                 f"start_run takes a RunRequest or its fields, not both (got {sorted(fields)}); "
                 "nothing was stored"
             )
-        return enqueue(self.s, request.new_run())[0]
+        return enqueue(self.door, request.new_run())[0]
 
     def start_agent(
         self, name: str, user_input: str, *, request_key: str | None = None, owner: str = "app"
@@ -174,7 +177,7 @@ class Client:
             request_key=request_key,
             owner=owner,
         )
-        return enqueue(self.s, new)[0]
+        return enqueue(self.door, new)[0]
 
     def start_job(
         self,
@@ -201,7 +204,7 @@ class Client:
         except JobError as exc:
             raise BadRequest(f"job {kind}: {exc}; nothing was stored") from None
         return enqueue(
-            self.s,
+            self.door,
             NewRun(
                 agent=f"job:{kind}",
                 user_input=f"{kind} {json.dumps(params, sort_keys=True)}"[:2000],

@@ -8,6 +8,7 @@ from typing import Any
 
 from runtime.base.settings import Settings
 from runtime.core import catalog
+from runtime.core.deps import DoorDeps
 from runtime.core.enqueue import BadRequest, NewRun, enqueue
 from runtime.core.entry import Policy
 from runtime.services import Services
@@ -62,7 +63,7 @@ def start_entry(
     except catalog.CatalogError as exc:
         raise BadRequest(str(exc)) from None
     return enqueue(
-        s,
+        DoorDeps.of(s),
         NewRun(
             agent=agent,
             user_input=user_input,

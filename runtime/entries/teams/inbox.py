@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from runtime.core.catalog import CatalogError
+from runtime.core.deps import DoorDeps
 from runtime.core.enqueue import BadRequest, check_definition
 from runtime.entries.start import catalog_agent, start_entry
 from runtime.services import Services
@@ -78,7 +79,8 @@ def receive_teams(s: Services, turn: TeamsTurn, agent: str) -> tuple[int, bool]:
         definition = catalog_agent(s.settings, s.tools, agent)
     except CatalogError as exc:
         raise BadRequest(str(exc)) from None
-    check_definition(s, definition)  # refused now, not when the inbox row becomes a run
+    # Refused now, not when the inbox row becomes a run.
+    check_definition(DoorDeps.of(s), definition)
     with s.engine.connect() as conn:
         return insert_teams_message(
             conn,

@@ -22,14 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from runtime.core.entry import HandOnRefused
+from runtime.core.entry import HandOnDeps, HandOnRefused
 from runtime.durable.definition import RunDefinition
 from runtime.entries.start import ENTRY_POINT_RUN
 from runtime.entries.teams.connector import BotConnector
 from runtime.entries.teams.graph import ADAPTIVE_CARD, locate, read_back
 from runtime.entries.teams.settings import TeamsSettings, teams_settings
 from runtime.sending.call_http import CallHTTP
-from runtime.services import Services
 from runtime.toolbox.tools import ToolError, vendor_json
 from store.rows import RunRow
 from store.teams import KIND, TeamsMessage, get_teams_message_of_run
@@ -46,7 +45,7 @@ class TeamsEntry:
     settings_type = TeamsSettings
 
     def hand_on(
-        self, s: Services, run: RunRow, definition: RunDefinition, text: str
+        self, s: HandOnDeps, run: RunRow, definition: RunDefinition, text: str
     ) -> dict[str, Any] | None:
         """Post the reply once (`post_teams_reply`), to the Bot Connector its sealed definition
         names; a definite refusal fails the run."""
@@ -112,7 +111,7 @@ def reply_activity(message: TeamsMessage, text: str, key: str) -> dict[str, Any]
 
 
 def post_teams_reply(
-    s: Services, run: RunRow, text: str, sealed: Mapping[str, Any] | None = None
+    s: HandOnDeps, run: RunRow, text: str, sealed: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Post the turn's reply with its card once, to the activity's Bot Connector (reply to
     activity: POST {serviceUrl}/v3/conversations/{id}/activities/{activityId}), as the bot:

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from runtime import services as runtime_services
+from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import BadRequest
 from runtime.core.executor import run_message
 from runtime.durable import chain
@@ -60,7 +61,7 @@ def test_bytes_per_step_stay_flat_and_the_chain_rebuilds(stack, publish_figures)
         user_input="read",
         tools=["bulk.read"],
     )
-    assert run_message(services, run_id, 1) == "succeeded"
+    assert run_message(AttemptDeps.of(services), run_id, 1) == "succeeded"
 
     sizes = {
         r.step: r.n
@@ -114,7 +115,7 @@ def test_a_tool_result_over_the_limit_is_refused_to_the_model(stack) -> None:
     run_id = Client(services).start_run(
         agent="bulk-reader", model=model, user_input="read", tools=["bulk.read"]
     )
-    assert run_message(services, run_id, 1) == "succeeded"
+    assert run_message(AttemptDeps.of(services), run_id, 1) == "succeeded"
     (largest,) = stack.rows(
         "SELECT max(octet_length(sealed)) AS n FROM run_steps WHERE run_id = :r", r=run_id
     )
@@ -141,7 +142,7 @@ def test_an_answer_over_the_limit_fails_the_run_unwritten(stack) -> None:
     run_id = Client(services).start_run(
         agent="bulk-reader", model=model, user_input="read", tools=["bulk.read"]
     )
-    assert run_message(services, run_id, 1) == "failed"
+    assert run_message(AttemptDeps.of(services), run_id, 1) == "failed"
     view = Client(services).get(run_id)
     assert "LIYAGENT_STEP_MAX_BYTES=8192" in view.failure_reason
     assert stack.rows("SELECT step FROM run_steps WHERE run_id = :r", r=run_id) == []

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from liyagent.local.botframework import BotChannel, TeamsUser
+from runtime.core.deps import DoorDeps
 from runtime.core.enqueue import BadRequest, NewRun, enqueue
 from runtime.entries.cron import fire_cron
 from runtime.entries.start import start_entry
@@ -76,7 +77,7 @@ def test_managed_a2a_run_resumes_and_its_answer_lands_on_the_task(entries) -> No
 
     def start() -> str:
         return enqueue(
-            entries.services,
+            DoorDeps.of(entries.services),
             NewRun(
                 agent="helper",
                 user_input="look at T-3",
@@ -233,7 +234,7 @@ def test_flag_false_still_resumes_runs_that_may_wait(entries) -> None:
 
     def start() -> str:
         return enqueue(
-            entries.services,
+            DoorDeps.of(entries.services),
             NewRun(
                 agent="helper",
                 user_input="go",
@@ -328,7 +329,7 @@ def _lose_three_times(entries, start) -> str:
 def test_a_run_lost_past_the_limit_tells_its_a2a_task(entries) -> None:
     def start() -> str:
         return enqueue(
-            entries.services,
+            DoorDeps.of(entries.services),
             NewRun(
                 agent="helper",
                 user_input="look at T-3",
