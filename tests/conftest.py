@@ -193,6 +193,13 @@ def publish_figures(request: pytest.FixtureRequest) -> Iterator[list[str]]:
 _FIGURES = pytest.StashKey[list[str]]()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The trials first: they are the suite's longest files, and `--dist loadfile` hands files
+    out in collection order, so collected last (tests/trials/ sorts after integration/) they
+    ran one after another at the end, minutes after the other workers were done."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/trials/"))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """In an xdist worker: hand the figures to the controller."""
     workeroutput = getattr(session.config, "workeroutput", None)
