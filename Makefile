@@ -38,15 +38,28 @@ test: lint typecheck docs
 demo: install
 	$(PY) -m liyagent demo
 
-# The kill trials, 200 by default, under LIYAGENT_TRIALS_POOL (prefork, or threads), then every
+# The kill trials, 200 by default, under LIYAGENT_TRIALS_POOL (prefork, or threads), the backlog
+# trial at the issue's 36 runs (resumed runs first; reports/resumed-first.json), the tenant
+# trials at the issue's 100x flood (reports/tenants.json), then every
 # store-fault trial, the partitions `make test` leaves out included (a worker cut from Redis
 # only, from Postgres only; as root: network namespaces), their figures and commit written to
-# reports/store-faults.json (published as docs/evidence/store-faults.json).
+# reports/store-faults.json (published as docs/evidence/store-faults.json); then the token-limit
+# trials (offered load at twice an endpoint's tokens a minute for 120 s; workers SIGKILLed while
+# it is held at its limit), their figures in reports/token-limit.json; then the ledger kill
+# trials (every written step's usage against the model server's bills, every lost billed request
+# covered by unconfirmed usage; LIYAGENT_LEDGER_TRIALS, 60); then the budget trial (50 runs
+# against small budgets with victims SIGKILLed; reports/budgets.json).
+TOKEN_LIMIT_TRIALS := tests/trials/test_token_limit.py tests/trials/test_token_limit_kills.py
 STORE_FAULT_TRIALS := tests/trials/test_fault_trials.py tests/trials/test_redis_failover.py \
 	tests/trials/test_postgres_failover.py tests/trials/test_partitions.py
 trials: install
 	LIYAGENT_KILL_TRIALS=$${LIYAGENT_KILL_TRIALS:-200} LIYAGENT_TRIALS_POOL=$${LIYAGENT_TRIALS_POOL:-prefork} $(PY) -m pytest tests/trials/test_kill_trials.py -q
+	LIYAGENT_BACKLOG_RUNS=$${LIYAGENT_BACKLOG_RUNS:-36} LIYAGENT_FIGURES_REPORT=reports/resumed-first.json $(PY) -m pytest tests/trials/test_resumed_first.py -q
+	LIYAGENT_TENANT_FLOOD=$${LIYAGENT_TENANT_FLOOD:-100} LIYAGENT_FIGURES_REPORT=reports/tenants.json $(PY) -m pytest tests/trials/test_tenants.py -q
 	LIYAGENT_PARTITION_TRIALS=1 LIYAGENT_FIGURES_REPORT=reports/store-faults.json $(PY) -m pytest $(STORE_FAULT_TRIALS) -q
+	LIYAGENT_TPM_TRIAL_S=$${LIYAGENT_TPM_TRIAL_S:-120} LIYAGENT_TPM_KILL_TRIALS=$${LIYAGENT_TPM_KILL_TRIALS:-30} LIYAGENT_FIGURES_REPORT=reports/token-limit.json $(PY) -m pytest $(TOKEN_LIMIT_TRIALS) -q
+	LIYAGENT_LEDGER_TRIALS=$${LIYAGENT_LEDGER_TRIALS:-60} LIYAGENT_FIGURES_REPORT=reports/ledger.json $(PY) -m pytest tests/trials/test_ledger_trials.py -q
+	LIYAGENT_BUDGET_TRIALS=$${LIYAGENT_BUDGET_TRIALS:-50} LIYAGENT_FIGURES_REPORT=reports/budgets.json $(PY) -m pytest tests/trials/test_budget_trials.py -q
 
 # Every figure of issue 12 side by side in one run, against the targets: throughput and added
 # latency vs plain Celery, server-counted Postgres/Redis work per step, scaling, sweeps at 100k

@@ -9,6 +9,8 @@ start (the message says what to install), 130 on Ctrl-C.
   python -m bench                      # everything, about 10 minutes on 2 cores
   python -m bench --quick              # a few runs per figure (smoke test, figures are rough)
   python -m bench --only counts --only sweeps
+  python -m bench --only flowctl       # limits per model endpoint, on vs off (about 3 minutes)
+  python -m bench --only ledger        # the usage ledger's cost per step, on vs off
 """
 
 from __future__ import annotations
@@ -26,11 +28,16 @@ from typing import Any
 from bench import (
     counts,
     density,
+    flow_control,
     framework_step,
     kill_trials,
+    ledger,
+    resumed_first,
     storage,
     streams,
     sweep_scale,
+    takeover,
+    tenants,
     throughput,
 )
 from bench.lab import Lab, LabError, open_lab, pg_settings, redis_client
@@ -57,6 +64,11 @@ SECTIONS = (
     "density",
     "streams",
     "frameworks",
+    "takeover",
+    "flow",
+    "tenants",
+    "flowctl",
+    "ledger",
 )
 INTERRUPTED = 130
 CANNOT_START = 3
@@ -194,6 +206,23 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
         "frameworks": lambda lab: framework_step.measure_frameworks(
             lab, 50 if opts.quick else framework_step.STEPS
         ),
+        "takeover": lambda lab: takeover.measure_takeover(
+            lab, 1 if opts.quick else takeover.SAMPLES
+        ),
+        "flow": lambda lab: resumed_first.measure_flow(
+            lab, 12 if opts.quick else resumed_first.RUNS
+        ),
+        "tenants": lambda lab: tenants.measure_tenants(lab, 10 if opts.quick else tenants.FLOOD),
+        "flowctl": lambda lab: flow_control.measure_flow_control(
+            lab, 10.0 if opts.quick else flow_control.OFFER_S
+        ),
+        "ledger": lambda lab: ledger.measure_ledger(
+            lab,
+            opts.count_runs,
+            opts.count_steps,
+            opts.timeout_s,
+            1.5 if opts.quick else counts.IDLE_FLUSH_S,
+        ),
     }
 
 
@@ -276,6 +305,11 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
             "storage": storage.__doc__,
             "density": density.__doc__,
             "streams": streams.__doc__,
+            "takeover": takeover.__doc__,
+            "flow": resumed_first.__doc__,
+            "tenants": tenants.__doc__,
+            "flowctl": flow_control.__doc__,
+            "ledger": ledger.__doc__,
         },
         "sections": {k: s.to_json() for k, s in sections.items()},
         "chart": str(chart),

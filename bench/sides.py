@@ -77,7 +77,9 @@ class LiyagentSide:
         self.app = Celery("liyagent-bench", set_as_current=False)
         self.app.conf.update(celeryconfig.config_for(settings))
         self.services = runtime_services.build(
-            settings, CeleryPublisher(self.app, settings.queue), sealer=parse_keys(seal_keys)
+            settings,
+            CeleryPublisher(self.app, settings.queue, settings.resumed_first),
+            sealer=parse_keys(seal_keys),
         )
         self.client = Client(self.services)
         self.models = _Models(settings.vendor_url)

@@ -113,7 +113,7 @@ def _services(lab: Lab, prefix: str, **changes: Any) -> Services:
 class _Unpublished:
     """The bench delivers each run's message itself, in-process (nothing is published)."""
 
-    def publish(self, run_id: str, attempt: int) -> None:
+    def publish(self, run_id: str, attempt: int, priority: int = 2) -> None:
         return None
 
 

@@ -27,6 +27,7 @@ import gc
 import importlib
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ from runtime.fleet.presence import connection_name
 from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper, SweepReport
 from runtime.services import Services
+from store.rows import QueuedAttempt
 from tasks.deliveries import unacked_runs
 
 SWEEP_P99 = Target("<=", 100.0, "issue 12 (DESIGN.md's index path)")
@@ -61,11 +63,11 @@ class RecordingPublisher:
     def __init__(self) -> None:
         self.sent: list[tuple[str, int]] = []
 
-    def publish(self, run_id: str, attempt: int) -> None:
+    def publish(self, run_id: str, attempt: int, priority: int = 2) -> None:
         self.sent.append((run_id, attempt))
 
-    def publish_many(self, runs: list[tuple[str, int]]) -> None:
-        self.sent += runs
+    def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
+        self.sent += [(run_id, attempt) for run_id, attempt, _ in runs]
 
 
 def pipelined(

@@ -122,7 +122,12 @@ def create_app(services: Services, parts: Sequence[FrontPart] | None = None) -> 
     routes = [*ROUTES, *(route for part in mounted for route in part.routes)]
     app = Front(routes=routes, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
     app.state.services = services
-    app.state.metrics = registry_for(services.engine, services.redis, services.settings.namespace)
+    app.state.metrics = registry_for(
+        services.engine,
+        services.redis,
+        services.settings.namespace,
+        named_tenants=services.settings.tenants.named,
+    )
     for part in mounted:
         if part.setup is not None:
             part.setup(app, services)

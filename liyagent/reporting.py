@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,16 +23,20 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from liyagent.ledger_view import render_entries, render_totals
 from liyagent.transcript import CallEntry, tool_calls
 from runtime.base.sealing import Sealer, SealError
 from runtime.durable import chain
+from runtime.flow.waiting import said_of, view_of
 from runtime.ops.run_view import RunView
 from store.checkpoints import StepRecord, select_marks, select_step_records
+from store.ledger import LedgerEntry, run_ledger
 from store.records import select_audit, select_transcript
 from store.rows import ApprovalRow, AuditRow, MarkRow, RunRow, StopRow, TranscriptRow
-from store.runs import get_run
+from store.runs import get_run_used
 from store.states import ApprovalStatus
 from store.timeline import select_timeline
+from store.usage import UsageTotals
 from store.views import RunSummary
 
 
@@ -63,6 +67,9 @@ class RunReport:
     transcript: list[TranscriptRow]
     # Every tool call the run's steps asked for, with its settlement and result (redacted).
     calls: list[CallEntry]
+    # Its usage (exact, unconfirmed, with its children's) and its usage rows (store/ledger.py).
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    ledger: list[LedgerEntry] = field(default_factory=list)
 
 
 def open_checkpoints(
@@ -109,7 +116,8 @@ def _answer(sealer: Sealer, run: RunRow) -> tuple[str | None, str | None]:
 def inspect_run(engine: sa.Engine, sealer: Sealer, run_id: str) -> RunReport:
     """Read one run's attempts, checkpoints, marks, audit and transcript."""
     with engine.connect() as conn:
-        run = get_run(conn, run_id)
+        run, used = get_run_used(conn, run_id)
+        ledger = run_ledger(conn, run_id)
         marks = select_marks(conn, run_id)
         records = select_step_records(conn, run_id)
         audit = select_audit(conn, run_id)
@@ -117,7 +125,9 @@ def inspect_run(engine: sa.Engine, sealer: Sealer, run_id: str) -> RunReport:
     answer, answer_error = _answer(sealer, run)
     checkpoints = open_checkpoints(sealer, run, records)
     calls = tool_calls(sealer, run, marks, audit, records)
-    return RunReport(run, answer, answer_error, checkpoints, marks, audit, transcript, calls)
+    return RunReport(
+        run, answer, answer_error, checkpoints, marks, audit, transcript, calls, used, ledger
+    )
 
 
 def write_timeline(engine: sa.Engine, run_id: str, html: Path | None, png: Path | None) -> None:
@@ -149,6 +159,11 @@ def run_json(run: RunRow) -> dict[str, Any]:
         "kind": run.kind,
         "status": run.status,
         "waiting_on": run.waiting_on,
+        # A wait for capacity, decoded: a model endpoint's (endpoint, reason, limit, until) or
+        # its tenant's turn (reason tenant, the tenant).
+        "waiting_for": view_of(run.waiting_on, run.tenant),
+        "tenant": run.tenant,
+        "priority": run.priority,
         "attempt": run.attempt,
         "attempts": run.attempt,
         "lost_count": run.lost_count,
@@ -169,6 +184,8 @@ def report_json(r: RunReport) -> dict[str, Any]:
         "run": run_json(r.run),
         "answer": r.answer,
         "answer_error": r.answer_error,
+        "usage": r.usage.to_json(),
+        "ledger": [e.to_json() for e in r.ledger],
         "checkpoints": [{**asdict(c), "created_at": _iso(c.created_at)} for c in r.checkpoints],
         "marks": [
             {
@@ -257,6 +274,15 @@ def render_view(out: Console, view: RunView) -> None:
         out.print(Text(f"Failed: {view.failure_reason}"))
     if view.waiting_on:
         out.print(Text(f"Waiting on: {view.waiting_on}"))
+    _render_waiting_for(out, view.waiting_on, view.tenant)
+
+
+def _render_waiting_for(out: Console, waiting_on: str | None, tenant: str | None) -> None:
+    """A wait for capacity, in words: a model endpoint's (reason, until when) or its tenant's
+    turn."""
+    said = said_of(waiting_on, tenant)
+    if said is not None:
+        out.print(Text(f"Waiting for: {said}"))
 
 
 def render_recent(out: Console, runs: list[RunSummary]) -> None:
@@ -337,12 +363,17 @@ def render_report(out: Console, r: RunReport) -> None:
         out.print(
             Text(f"Attempt {run.attempt} claimed by {run.claimed_by} at {_when(run.claimed_at)}")
         )
+    if run.waiting_on:
+        out.print(Text(f"Waiting on: {run.waiting_on}"))
+    _render_waiting_for(out, run.waiting_on, run.tenant)
     if r.answer is not None:
         out.print(Text(f"Answer: {r.answer}"))
     if run.failure_reason:
         out.print(Text(f"Failed: {run.failure_reason}"))
     if r.answer_error:
         out.print(Text(f"Its stored answer does not verify: {r.answer_error}", "red"))
+    render_totals(out, r.usage)
+    render_entries(out, r.ledger)
     _render_checkpoints(out, r)
     _render_marks(out, r)
     _render_audit(out, r)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,11 +21,14 @@ from runtime.base.extras import need
 from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.base.sealing import Sealer, load_sealer, say_dev_key_once
 from runtime.base.settings import Settings
+from runtime.base.tenancy import NORMAL
 from runtime.base.tracing import OFF, Tracing, from_env
 from runtime.fleet.heartbeat import Heartbeat, Owners
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence, close_sockets_here, connection_name
 from runtime.fleet.reach import PostgresReach
+from runtime.flow.closes import listener_name
+from runtime.flow.gate import EndpointGates
 from runtime.models import profiles, specs
 from runtime.models.base import ModelError, ModelProvider
 from runtime.models.profiles import ModelProfile
@@ -33,17 +36,20 @@ from runtime.models.scripted import ScriptedProvider
 from runtime.toolbox.tool_sources import load_registry
 from runtime.toolbox.tools import ToolRegistry
 from store import db
+from store.rows import QueuedAttempt
 from store.runs import attempt_statuses
 
 
 class Publisher(Protocol):
-    """Puts a run's message for one attempt on the queue (a hint; Postgres decides)."""
+    """Puts a run's message for one attempt on the queue (a hint; Postgres decides); a first
+    attempt at its run's `priority` (1 low, 2 normal, 3 high: runtime/flow/order.py)."""
 
-    def publish(self, run_id: str, attempt: int) -> None: ...
+    def publish(self, run_id: str, attempt: int, priority: int = NORMAL) -> None: ...
 
-    def publish_many(self, runs: list[tuple[str, int]]) -> None:
+    def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
         """Publish several attempts' messages at once (one round trip where the broker
-        batches): a process recovering hundreds of runs must not pay one each."""
+        batches), each at its run's priority: a process recovering hundreds of runs must not
+        pay one each."""
         ...
 
 
@@ -61,11 +67,22 @@ class Services:
     holder: str
     # This process's named, always-open Redis connection: how its death is seen at once.
     presence: Presence
+    # The fleet's model endpoint gates (runtime/flow/): closes set over this process's Redis,
+    # heard by one subscriber of its own.
+    flow: EndpointGates
     # "Run X changed" nudges: announced after the engine's writes, watched by followers of a
     # run's events (runtime/base/changes.py). The default publishes and hears nothing.
     changes: RunChanges = field(default_factory=lambda: RunChanges(None, ""))
     # Its traces (OpenTelemetry), off unless an OTLP endpoint is configured.
     tracing: Tracing = OFF
+
+    def endpoint_of(self, model: dict[str, Any]) -> str | None:
+        """The name of the model profile a run's spec resolves to (what its flow control is
+        kept per), or None for a spec that names no endpoint (scripted, a framework's own)."""
+        spec = specs.check(model, self.model_profiles())
+        if isinstance(spec, specs.EndpointSpec):
+            return spec.endpoint_name(self.model_profiles())
+        return None
 
     def provider_for(self, model: dict[str, Any], run_id: str) -> ModelProvider:
         """The provider a model spec names, for the run `run_id` (a job asking an agent's
@@ -139,6 +156,23 @@ def redis_client(
     )
 
 
+def flow_listener(target: RedisTarget, holder: str) -> redis.Redis[bytes]:
+    """The client of this process's endpoint-close subscriber (runtime/flow/closes.py): its
+    subscription and its reads of the closes in force, named apart from the holder's
+    connections (the death watch never counts it as life), outside the engine's pool, no
+    retries of its own (a broken subscription is opened again, and the closes read again, by
+    the subscriber itself)."""
+    return client_for(
+        target,
+        max_connections=2,
+        socket_timeout=5,
+        socket_connect_timeout=2,
+        health_check_interval=10,
+        retry=Retry(NoBackoff(), 0),
+        client_name=listener_name(holder),
+    )
+
+
 def build(
     settings: Settings,
     publisher: Publisher,
@@ -189,6 +223,7 @@ def build(
         publisher=publisher,
         holder=holder,
         presence=presence,
+        flow=EndpointGates(client, settings.namespace, listener=flow_listener(target, holder)),
         changes=RunChanges(client, settings.namespace),
         tracing=from_env(holder),
     )

@@ -7,7 +7,11 @@ n is one more than the assistant turns in the conversation, after the step's lat
 `"arguments"`, when given, is sent as that raw text instead of its `args` (a model that writes
 broken JSON). Every request is recorded (with the run, attempt and step its headers name), so
 what a model was asked is judged from the model server's own records, never from the engine's
-(I5).
+(I5). Like a provider, it reports each answer's `usage` (its tokens, counted by
+`simulators/token_limit.py`, in OpenAI's fields; of its prompt tokens, `prompt_tokens_details.
+cached_tokens` a prompt-cache hit: what the step's `"cached_tokens"` says, at most the prompt,
+0 unsaid) and can be rate limited (`simulators/rate_limit.py`: a 429 with
+`Retry-After` past a number of requests or tokens a window).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from simulators import store
+from simulators import rate_limit, store, token_limit
 from simulators.wire import Call, HttpError, Response, _json_object
 
 MAX_LATENCY_MS = 60_000
@@ -52,6 +56,9 @@ def check_script(script: Any) -> list[dict[str, Any]]:
                 raise HttpError(400, f'step {i}: "args" of {call["id"]} must be an object')
             if not isinstance(call.get("arguments", ""), str):
                 raise HttpError(400, f'step {i}: "arguments" of {call["id"]} must be text')
+        cached = step.get("cached_tokens", 0)
+        if not isinstance(cached, int) or isinstance(cached, bool) or cached < 0:
+            raise HttpError(400, f'step {i}: "cached_tokens" must be a whole number >= 0')
     return steps
 
 
@@ -74,6 +81,9 @@ def chat_completions(call: Call) -> Response:
     """Answer one step of a registered script in the chat-completions shape."""
     if not call.request.bearer:
         raise _model_error(401, "missing bearer token", "invalid_api_key")
+    limited = rate_limit.refused(call.conn)
+    if limited is not None:
+        return limited
     body = _json_object(call.request)
     model, messages = body.get("model"), body.get("messages")
     if not isinstance(model, str) or not isinstance(messages, list):
@@ -84,7 +94,28 @@ def chat_completions(call: Call) -> Response:
     steps = check_script(script)
     n = 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
     entry = steps[n - 1] if n <= len(steps) else {"final": FINISHED}
-    return Response(200, _completion(model, n, entry), delay_ms=int(entry.get("latency_ms", 0)))
+    answer = _completion(model, n, entry)
+    message = answer["choices"][0]["message"]
+    prompt, completion = token_limit.prompt_tokens(messages), token_limit.completion_tokens(message)
+    answer["usage"] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {
+            "cached_tokens": min(int(entry.get("cached_tokens", 0)), prompt),
+            "audio_tokens": 0,
+        },
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+    limited = token_limit.refused(call.conn, rate_limit.LIMIT_ID, model, answer["usage"])
+    if limited is not None:
+        return limited
+    return Response(200, answer, delay_ms=int(entry.get("latency_ms", 0)))
 
 
 def _completion(model: str, step: int, entry: dict[str, Any]) -> dict[str, Any]:

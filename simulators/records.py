@@ -26,14 +26,21 @@ class RequestRecord:
     status: int
     deduped: bool
     call: str | None = None
+    # A model's answer: the usage it reported (prompt and completion tokens).
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    # Of its prompt tokens, those it reported read from its prompt cache.
+    cached_tokens: int | None = None
 
 
 def record_request(conn: Connection, record: RequestRecord) -> int:
     """Write the record of one received request; returns its id."""
     sql = """INSERT INTO sim.requests
-             (vendor, method, path, idem_key, run_id, attempt, body, status, deduped, call)
+             (vendor, method, path, idem_key, run_id, attempt, body, status, deduped, call,
+              prompt_tokens, completion_tokens, cached_tokens)
              VALUES (:vendor, :method, :path, :idem_key, :run_id, :attempt,
-                     CAST(:body AS jsonb), :status, :deduped, :call) RETURNING id"""
+                     CAST(:body AS jsonb), :status, :deduped, :call,
+                     :prompt_tokens, :completion_tokens, :cached_tokens) RETURNING id"""
     params = {**asdict(record), "body": json_param(record.body)}
     return int(conn.execute(text(sql), params).scalar_one())
 

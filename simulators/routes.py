@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 from sqlalchemy import Connection
 
-from simulators import a2a_agent, connector, graph, model, store
+from simulators import a2a_agent, connector, graph, model, rate_limit, store
 from simulators.wire import (
     _MAX_BIGINT,
     DEFAULT_FINE_TUNE_DURATION_S,
@@ -331,5 +331,7 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = tuple(
         ("POST", "/v1/scripts", model.save_script),
         ("POST", "/sim/faults", add_fault),
         ("POST", "/v1/chat/completions", model.chat_completions),
+        ("POST", "/sim/model/limit", rate_limit.set_limit),
+        ("DELETE", "/sim/model/limit", rate_limit.lift_limit),
     )
 )

@@ -46,6 +46,24 @@ DDL: tuple[str, ...] = (
         model text PRIMARY KEY, script jsonb NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now())""",
     "CREATE INDEX IF NOT EXISTS requests_idem_key_idx ON sim.requests (idem_key)",
+    # The model's rate limit (simulators/rate_limit.py).
+    """CREATE TABLE IF NOT EXISTS sim.model_limits (
+        id text PRIMARY KEY, requests int NOT NULL, window_ms int NOT NULL, retry_after_s int,
+        window_start timestamptz, used int NOT NULL DEFAULT 0)""",
+    # Its limit on tokens (simulators/token_limit.py): per window, and what is left of each
+    # bucket as of `tokens_at` (NULL: full); a limit on tokens alone limits no requests.
+    "ALTER TABLE sim.model_limits ALTER COLUMN requests DROP NOT NULL",
+    """ALTER TABLE sim.model_limits ADD COLUMN IF NOT EXISTS tokens int,
+        ADD COLUMN IF NOT EXISTS input_tokens int, ADD COLUMN IF NOT EXISTS output_tokens int,
+        ADD COLUMN IF NOT EXISTS tokens_left double precision,
+        ADD COLUMN IF NOT EXISTS input_tokens_left double precision,
+        ADD COLUMN IF NOT EXISTS output_tokens_left double precision,
+        ADD COLUMN IF NOT EXISTS tokens_at timestamptz""",
+    # The usage a model's answer reported (what throughput is judged by).
+    """ALTER TABLE sim.requests ADD COLUMN IF NOT EXISTS prompt_tokens int,
+        ADD COLUMN IF NOT EXISTS completion_tokens int""",
+    # Of them, the prompt tokens it reported cached (what a ledger is judged by).
+    "ALTER TABLE sim.requests ADD COLUMN IF NOT EXISTS cached_tokens int",
     "CREATE INDEX IF NOT EXISTS requests_run_id_idx ON sim.requests (run_id)",
     """CREATE TABLE IF NOT EXISTS sim.incidents (
         id bigserial PRIMARY KEY, idem_key text, title text NOT NULL, severity text NOT NULL,
@@ -147,10 +165,12 @@ def make_engine(database_url: str) -> Engine:
         pool_pre_ping=True,
         # Recorded request bodies carry users' text: never in exception messages.
         hide_parameters=True,
-        # Connections are kept once opened (a vendor does not fork a database backend per
-        # request): closing overflow ones after each burst costs the shared machine's CPU.
-        pool_size=50,
-        max_overflow=0,
+        # A few connections are kept (a vendor does not fork a database backend per request);
+        # a burst opens more, closed when it ends: kept, a burst's 50 stayed open for the whole
+        # session, and three test sessions' simulators held most of a server's 100 connections
+        # (the engine's workers then met "too many clients").
+        pool_size=8,
+        max_overflow=42,
         connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
     )
 

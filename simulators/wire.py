@@ -218,8 +218,13 @@ def parse_request(
 
 
 def record_of(request: Request, response: Response) -> records.RequestRecord:
-    """The request record for one answered request."""
+    """The request record for one answered request (a model's answer: with its usage)."""
+    usage = response.payload.get("usage") if isinstance(response.payload, dict) else None
+    tokens = usage if isinstance(usage, dict) and response.status == 200 else {}
     return records.RequestRecord(
+        prompt_tokens=tokens.get("prompt_tokens"),
+        completion_tokens=tokens.get("completion_tokens"),
+        cached_tokens=(tokens.get("prompt_tokens_details") or {}).get("cached_tokens"),
         vendor=request.vendor,
         method=request.method,
         path=request.target,

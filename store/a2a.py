@@ -46,6 +46,7 @@ TASK_STATE_SQL = """CASE
     WHEN r.status = 'failed' THEN 'failed'
     WHEN r.status = 'waiting' AND r.waiting_on LIKE 'approval:%' THEN 'auth-required'
     WHEN r.status = 'queued' AND r.started_at IS NULL THEN 'submitted'
+    WHEN r.status = 'waiting' AND r.waiting_on = 'tenant' THEN 'submitted'
     ELSE 'working' END"""
 
 _TASK_SELECT = f"""

@@ -12,6 +12,7 @@ from store.gates import gate_row, gates_of
 from store.rows import FencedOut, GateRow, MarkRow
 from store.runs import OWNER_CTE
 from store.states import MarkStatus, Settle
+from store.usage import StepUsage, usage_params
 
 _MARK_COLUMNS = (
     "run_id, step, call_index, call_id, tool, kind, idem_key, stable_key, status, outcome, "
@@ -28,13 +29,19 @@ class StepRecord:
 
 
 def write_checkpoint(
-    conn: sa.Connection, run_id: str, attempt: int, step: int, sealed: bytes
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    step: int,
+    sealed: bytes,
+    usage: StepUsage | None = None,
 ) -> GateRow:
-    """Write step `step`'s sealed record (what the step added) and advance the run's step
-    counter, in one statement that matches only while this attempt owns the run (I3) and only
-    for the step after the one written last: a step is written once (I5). The record is
-    inserted only if the run's row matched. The same statement reads the run's gates as they
-    stand now, for the step's calls (I7)."""
+    """Write step `step`'s sealed record (what the step added, with the `usage` its model's
+    response reported) and advance the run's step counter, in one statement that matches only
+    while this attempt owns the run (I3) and only for the step after the one written last: a
+    step is written once (I5), so its usage is counted once, and only a written step's. The
+    record is inserted only if the run's row matched. The same statement reads the run's gates
+    as they stand now, for the step's calls (I7)."""
     row = conn.execute(
         sql(
             f"""
@@ -44,14 +51,22 @@ def write_checkpoint(
                        updated_at = now()
                 WHERE id = :run_id AND attempt = :attempt AND status = 'running'
                   AND step = :step - 1
-                RETURNING id, agent, owner, run_as, channel, attempt, status),
+                RETURNING id, agent, owner, run_as, channel, attempt, status, yield_for),
             rec AS (
-                INSERT INTO run_steps (run_id, step, attempt, sealed)
-                SELECT id, :step, :attempt, :sealed FROM w)
+                INSERT INTO run_steps (run_id, step, attempt, sealed, input_tokens,
+                                       output_tokens, cached_tokens, model, cost_usd)
+                SELECT id, :step, :attempt, :sealed, :input_tokens,
+                       :output_tokens, :cached_tokens, :model, :cost_usd FROM w)
             {gates_of("w")}
             """
         ),
-        {"run_id": run_id, "attempt": attempt, "step": step, "sealed": sealed},
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "step": step,
+            "sealed": sealed,
+            **usage_params(usage),
+        },
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, f"write the checkpoint of step {step}")

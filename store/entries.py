@@ -21,6 +21,7 @@ from store.db import sql
 from store.entry_links import EntryEnd
 from store.rows import FencedOut
 from store.teams import teams_end
+from store.usage import StepUsage, usage_params
 
 
 class EntryKind(StrEnum):
@@ -59,6 +60,7 @@ def deliver(
     retention_s: int,
     sealed_answer: bytes | None = None,
     reply: dict[str, Any] | None = None,
+    usage: StepUsage | None = None,
 ) -> None:
     """Hand the answer on, once, for the owning attempt only (I3): the run is succeeded, the
     answer is on its transcript and its entry points (A2A task, cron record, Teams inbox row
@@ -66,7 +68,8 @@ def deliver(
 
     With `sealed_answer`, a running run's answer is stored in this same statement (an answer
     that lives only in Postgres: no moment between storing and handing on to crash in);
-    without, the answer an earlier statement stored (`answered`, handed on outside first)."""
+    without, the answer an earlier statement stored (`answered`, handed on outside first).
+    The `usage` of the step that gave a stored answer is written with it (store/usage.py)."""
     row = conn.execute(
         sql(
             f"""
@@ -76,7 +79,17 @@ def deliver(
                        answered_at = CASE WHEN CAST(:answer AS bytea) IS NULL THEN answered_at
                                           ELSE now() END,
                        finished_at = now(), updated_at = now(),
-                       answer_expires_at = now() + make_interval(secs => :retention)
+                       answer_expires_at = now() + make_interval(secs => :retention),
+                       answer_input_tokens = CASE WHEN CAST(:answer AS bytea) IS NULL
+                           THEN answer_input_tokens ELSE CAST(:input_tokens AS integer) END,
+                       answer_output_tokens = CASE WHEN CAST(:answer AS bytea) IS NULL
+                           THEN answer_output_tokens ELSE CAST(:output_tokens AS integer) END,
+                       answer_cached_tokens = CASE WHEN CAST(:answer AS bytea) IS NULL
+                           THEN answer_cached_tokens ELSE CAST(:cached_tokens AS integer) END,
+                       answer_model = CASE WHEN CAST(:answer AS bytea) IS NULL
+                           THEN answer_model ELSE CAST(:model AS text) END,
+                       answer_cost_usd = CASE WHEN CAST(:answer AS bytea) IS NULL
+                           THEN answer_cost_usd ELSE CAST(:cost_usd AS numeric) END
                 WHERE id = :run_id AND attempt = :attempt
                   AND status = CASE WHEN CAST(:answer AS bytea) IS NULL THEN 'answered'
                                     ELSE 'running' END
@@ -95,6 +108,7 @@ def deliver(
             "answer": sealed_answer,
             "retention": retention_s,
             "reply": json.dumps(reply) if reply is not None else None,
+            **usage_params(usage),
         },
     ).first()
     if row is None:

@@ -10,7 +10,7 @@ records of its attempt), so every fact must come from the same moment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,9 @@ LIFECYCLE_AUDIT = (
     "agent.run.crash_resumed",
     "agent.run.resumed",
     "agent.run.error",
+    # A step's wait in place on its model endpoint, and a 429 it met (runtime/core/model_gate.py).
+    "agent.run.endpoint_wait",
+    "agent.run.rate_limited",
 )
 
 
@@ -48,6 +51,8 @@ class RunFact:
     failure_reason: str | None
     # The database clock when this was read.
     read_at: datetime
+    # The final answer's usage as written with it (store/usage.py), {} when none was reported.
+    answer_usage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class StepFact:
     step: int
     attempt: int
     at: datetime
+    # Its usage as written with it (store/usage.py), {} when none was reported.
+    usage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,12 +113,18 @@ class RunFacts:
     approvals: tuple[ApprovalFact, ...]
 
 
+# A row's usage columns (`prefix`: `answer_` on the run's row) as one JSON object, without
+# those that are NULL (a cost as text: exact to the billionth).
+_USAGE_JSON = """jsonb_strip_nulls(jsonb_build_object(
+    'input_tokens', {p}input_tokens, 'output_tokens', {p}output_tokens,
+    'cached_tokens', {p}cached_tokens, 'model', {p}model,
+    'cost_usd', CAST({p}cost_usd AS text)))"""
 # One statement: a row per fact, tagged by its source, in one shape (unused columns NULL).
-_FACTS_SQL = """
+_FACTS_SQL = f"""
     SELECT 'run' AS src, status AS kind, attempt, NULL::int AS step, NULL::int AS idx,
            created_at AS t1, claimed_at AS t2, answered_at AS t3, finished_at AS t4,
            claimed_by AS who, NULL::text AS what, failure_reason AS why, NULL::text AS how,
-           NULL::int AS n, NULL::jsonb AS detail, 0::bigint AS id,
+           NULL::int AS n, {_USAGE_JSON.format(p="answer_")} AS detail, 0::bigint AS id,
            clock_timestamp() AS read_at
     FROM runs WHERE id = CAST(:id AS uuid)
     UNION ALL
@@ -120,7 +133,7 @@ _FACTS_SQL = """
     FROM audit_events WHERE run_id = CAST(:id AS uuid) AND kind = ANY(:kinds)
     UNION ALL
     SELECT 'step', NULL, attempt, step, NULL, created_at, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, 0, NULL
+           NULL, NULL, {_USAGE_JSON.format(p="")}, 0, NULL
     FROM run_steps WHERE run_id = CAST(:id AS uuid)
     UNION ALL
     SELECT 'mark', status, attempt, step, call_index, coalesce(first_marked_at, marked_at),
@@ -144,11 +157,13 @@ def select_run_facts(conn: sa.Connection, run_id: str) -> RunFacts:
     approvals: list[ApprovalFact] = []
     for r in rows:
         if r.src == "run":
-            run = RunFact(r.kind, r.attempt, r.t1, r.who, r.t2, r.t3, r.t4, r.why, r.read_at)
+            run = RunFact(
+                r.kind, r.attempt, r.t1, r.who, r.t2, r.t3, r.t4, r.why, r.read_at, dict(r.detail)
+            )
         elif r.src == "audit":
             audit.append(AuditFact(r.id, r.kind, r.attempt, r.step, dict(r.detail or {}), r.t1))
         elif r.src == "step":
-            steps.append(StepFact(r.step, r.attempt, r.t1))
+            steps.append(StepFact(r.step, r.attempt, r.t1, dict(r.detail)))
         elif r.src == "mark":
             marks.append(
                 MarkFact(

@@ -14,13 +14,24 @@ from store.states import RunStatus
 
 # The gates of each run row `r` of a statement's source, and that row's attempt and status
 # (the fence): a statement that claims or checkpoints a run reads them in its own round trip.
+# With them, for a first attempt a loss's claim asked to yield (resumed runs first), the lost
+# run to yield to: the one it was asked for while still queued, else any lost run still queued
+# (the broker serves lost runs in the order they were published, not the order of the asks, so
+# a slot freed by another yield may have taken this one's). None when no lost run waits any
+# more: nobody yields for nothing. Read only for an asked run: a normal step pays nothing.
+# `r` has `yield_for`.
 _GATE_COLUMNS = """
     s.reason AS stop_reason, s.created_by AS stop_by,
     coalesce(o.may_run, true) AS owner_may_run, o.reason AS owner_reason,
     coalesce(a.may_act, true) AS run_as_may_act, a.reason AS run_as_reason,
     coalesce(c.enabled, true) AS channel_enabled, c.reason AS channel_reason,
     (SELECT array_agg(t.tool) FROM agent_tools t WHERE t.agent = r.agent) AS agent_tools,
-    r.attempt AS run_attempt, r.status AS run_status"""
+    r.attempt AS run_attempt, r.status AS run_status,
+    CASE WHEN r.yield_for IS NOT NULL AND r.attempt = 1 THEN coalesce(
+        (SELECT CAST(y.id AS text) FROM runs y WHERE y.id = r.yield_for AND y.status = 'queued'),
+        (SELECT CAST(y.id AS text) FROM runs y
+         WHERE y.status = 'queued' AND y.resume_reason = 'lost' LIMIT 1))
+    END AS yield_to"""
 _GATE_JOINS = """
     LEFT JOIN principals o ON o.name = r.owner
     LEFT JOIN principals a ON a.name = coalesce(r.run_as, r.owner)

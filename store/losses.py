@@ -6,12 +6,14 @@ its entry points. And how a loss was seen, for the traces."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from store.db import sql
 from store.entries import ends_cte
+from store.ledger import Note, note_params, unconfirmed_cte
 from store.rows import Attempt, ClaimResult, RunId
 from store.states import RunStatus, Seen
 
@@ -38,11 +40,64 @@ def _claim_results(rows: Any) -> list[ClaimResult]:
     ]
 
 
+# Resumed runs first (runtime/flow/order.py): each lost run queued again by a claim asks one
+# running first attempt (never resumed, so never asked before: no ping-pong), the youngest, to
+# yield its slot to it at its next step boundary, in the claim's own statement. An ask that
+# fell on a run lost since (a dead process's pool children are claimed one holder at a time,
+# and its runs are the youngest) is passed on by the claim that takes that run. Runs another
+# claimer or a checkpoint holds locked are skipped, never waited for; a run already asked for
+# a run still queued is not asked again. Agents and workflows only (they reach boundaries),
+# written ahead only (a yielded run resumes from its checkpoint).
+_ASK_YIELDS = """,
+            lost AS (
+                SELECT id, row_number() OVER (ORDER BY id) AS n FROM (
+                    SELECT id FROM c WHERE status = 'queued'
+                    UNION
+                    SELECT q.id FROM picked p JOIN runs q ON q.id = p.asked_for
+                    WHERE q.status = 'queued') l),
+            yielders AS (
+                SELECT id, row_number() OVER (ORDER BY claimed_at DESC, id) AS n FROM (
+                    SELECT id, claimed_at FROM runs
+                    WHERE status = 'running' AND attempt = 1 AND resumable
+                      AND kind IN ('agent', 'workflow')
+                      AND id <> ALL(ARRAY(SELECT id FROM picked))
+                      AND (yield_for IS NULL OR NOT EXISTS (
+                          SELECT 1 FROM runs q WHERE q.id = runs.yield_for
+                            AND q.status = 'queued'))
+                    ORDER BY claimed_at DESC
+                    LIMIT :asks
+                    FOR UPDATE SKIP LOCKED) v),
+            asked AS (
+                UPDATE runs SET yield_for = lost.id
+                FROM lost JOIN yielders USING (n)
+                WHERE runs.id = yielders.id
+                RETURNING runs.id AS yielder, lost.id AS lost_id)"""
+
+# A mass loss needs no more yields than a handful of slots can give at once: one claim statement
+# locks at most this many running runs to ask (each lost run queued beyond them simply waits, at
+# the head of the queue, for the next slot that frees). Unbounded, a sweep claiming 1,000 runs
+# found, locked and marked up to 2,000 others, and took seconds instead of milliseconds.
+ASKS_PER_CLAIM = 16
+
+# No asks: the audit's join finds none.
+_NO_ASKS = """,
+            asked AS (SELECT NULL::uuid AS yielder, NULL::uuid AS lost_id WHERE false)"""
+
+
 def claim_lost(
-    conn: sa.Connection, run_id: str, attempt: int, loss_limit: int, seen: Seen = Seen.LEASE_LAPSED
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    loss_limit: int,
+    seen: Seen = Seen.LEASE_LAPSED,
+    *,
+    ask_yields: bool = False,
+    notes: Sequence[Note] = (),
 ) -> ClaimResult | None:
     """Claim one run whose lease lapsed (see `claim_lost_many`); None if another claim won."""
-    claims = claim_lost_many(conn, [(run_id, attempt)], loss_limit, seen)
+    claims = claim_lost_many(
+        conn, [(run_id, attempt)], loss_limit, seen, ask_yields=ask_yields, notes=notes
+    )
     return claims[0] if claims else None
 
 
@@ -51,6 +106,9 @@ def claim_lost_many(
     lapsed: list[tuple[str, int]],
     loss_limit: int,
     seen: Seen = Seen.LEASE_LAPSED,
+    *,
+    ask_yields: bool = False,
+    notes: Sequence[Note] = (),
 ) -> list[ClaimResult]:
     """Claim runs whose leases lapsed, each exactly once per loss (I4), in one statement: each
     row matches only at the lapsed attempt while running or answered, so of two sweeps one wins
@@ -60,7 +118,11 @@ def claim_lost_many(
     loss, and a failure's notice on the transcript
     and entry points, are written by the same statement; the loss's audit says how the death
     was seen (`seen`: lease_lapsed, lease_missing, connection_closed, pool_child_died, or
-    parent_asked_again: a resumed parent asking its child again by key found its lease gone)."""
+    parent_asked_again: a resumed parent asking its child again by key found its lease gone).
+    `ask_yields` (resumed runs first): each run queued again asks one running first attempt to
+    yield its slot to it (`_ASK_YIELDS`), named in its loss's audit (`asked_to_yield`).
+    `notes`: what the lost attempts reserved for the steps they asked, recorded as unconfirmed
+    usage by this statement for steps they never wrote (store/ledger.py)."""
     if not lapsed:
         return []
     # Rows are locked one by one, by primary key, in one order for every claimer (a sweep and
@@ -73,10 +135,11 @@ def claim_lost_many(
         sql(
             f"""
             WITH picked AS MATERIALIZED (
-                SELECT r.id FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]))
+                SELECT r.id, r.yield_for AS asked_for
+                FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[]))
                     AS l(lapsed_id, lapsed_attempt)
                 CROSS JOIN LATERAL (
-                    SELECT id FROM runs
+                    SELECT id, yield_for FROM runs
                     WHERE id = l.lapsed_id AND attempt = l.lapsed_attempt
                       AND status IN ('running', 'answered')
                     FOR UPDATE) AS r),
@@ -86,6 +149,7 @@ def claim_lost_many(
                     lost_count = lost_count + 1,
                     deliveries = 0,
                     resume_reason = 'lost',
+                    yield_for = NULL,
                     queued_at = now(),
                     updated_at = now(),
                     status = CASE
@@ -114,13 +178,15 @@ def claim_lost_many(
                 WHERE runs.id = ANY(ARRAY(SELECT id FROM picked))
                   AND status IN ('running', 'answered')
                 RETURNING runs.id, runs.attempt, status, lost_count, step, failure_reason,
-                          resumable, claimed_by, claimed_at, answer IS NOT NULL AS answered),
+                          resumable, claimed_by, claimed_at, answer IS NOT NULL AS answered)
+            {_ASK_YIELDS if ask_yields else _NO_ASKS},
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
-                SELECT id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
+                SELECT c.id, CASE WHEN status = 'failed' THEN 'agent.run.failed'
                                 ELSE 'agent.run.lost' END,
                        attempt, step,
                        jsonb_build_object('lost_count', lost_count, 'lost_attempt', attempt - 1,
+                                          'asked_to_yield', asked.yielder,
                                           'reason', failure_reason, 'resumable', resumable,
                                           'lost_holder', claimed_by, 'seen', CAST(:seen AS text),
                                           'lost_claimed_at', claimed_at,
@@ -129,7 +195,7 @@ def claim_lost_many(
                                                        WHEN answered THEN 'hand_on_lost'
                                                        WHEN NOT resumable THEN 'interrupted'
                                                        ELSE 'loss_limit' END)
-                FROM c),
+                FROM c LEFT JOIN asked ON asked.lost_id = c.id),{unconfirmed_cte("c")}
             {_CLAIMED_TAIL}
             """
         ),
@@ -138,13 +204,18 @@ def claim_lost_many(
             "attempts": [a for _, a in lapsed],
             "limit": loss_limit,
             "seen": seen,
+            "asks": min(2 * len(lapsed), ASKS_PER_CLAIM),
+            **note_params(notes),
         },
     ).all()
     return _claim_results(rows)
 
 
 def claim_store_faulted_many(
-    conn: sa.Connection, faulted: list[tuple[str, int]], present: list[str]
+    conn: sa.Connection,
+    faulted: list[tuple[str, int]],
+    present: list[str],
+    notes: Sequence[Note] = (),
 ) -> list[ClaimResult]:
     """Claim runs that lost their lease to a store fault (Redis lost it) while their holder's
     process lives (its holder is in `present`, connected to Redis now): each exactly once (I4),
@@ -153,7 +224,8 @@ def claim_store_faulted_many(
     one stays answered to hand its answer on), with no loss charged: `lost_count` is left as
     it is, so a store blip never counts toward the loss limit; the resume is audited as
     `agent.run.store_fault` (detail reason `store_fault`). A run not written ahead cannot
-    resume and is failed with the reason. Runs whose holder is gone are `claim_lost_many`'s."""
+    resume and is failed with the reason. Runs whose holder is gone are `claim_lost_many`'s.
+    `notes`: as `claim_lost_many`'s (the faulted attempt's step asked is unconfirmed too)."""
     if not faulted or not present:
         return []
     faulted = sorted(faulted)  # one lock order for every claimer (see claim_lost_many)
@@ -205,7 +277,7 @@ def claim_store_faulted_many(
                                           'failure', failure_reason,
                                           'code', CASE WHEN status = 'failed'
                                                        THEN 'interrupted' END)
-                FROM c),
+                FROM c),{unconfirmed_cte("c")}
             {_CLAIMED_TAIL}
             """
         ),
@@ -213,6 +285,7 @@ def claim_store_faulted_many(
             "ids": [r for r, _ in faulted],
             "attempts": [a for _, a in faulted],
             "present": present,
+            **note_params(notes),
         },
     ).all()
     return _claim_results(rows)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NewType
+from decimal import Decimal
+from typing import Any, NamedTuple, NewType
 
 from store.errors import LiyagentError
 from store.states import ApprovalStatus, MarkStatus, RunKind, RunStatus, Settle
@@ -55,6 +56,15 @@ class RunNotFound(StoreError):
         self.run_id = run_id
 
 
+class QueuedAttempt(NamedTuple):
+    """One attempt of a run to publish (its message): a first attempt is served by its run's
+    priority (1 low, 2 normal, 3 high); a resumed one first, whatever its run's priority."""
+
+    run_id: str
+    attempt: int
+    priority: int = 2
+
+
 @dataclass(frozen=True)
 class RunRow:
     id: RunId
@@ -98,6 +108,21 @@ class RunRow:
     started_at: datetime | None
     answered_at: datetime | None
     finished_at: datetime | None
+    # The lost run this attempt was asked to yield its slot to (store/losses.py), if any.
+    yield_for: str | None = None
+    # Whose share of the fleet it takes, and its priority (1 low, 2 normal, 3 high).
+    tenant: str | None = None
+    priority: int = 2
+    # The usage of the model step that gave its final answer (store/usage.py), if reported.
+    answer_input_tokens: int | None = None
+    answer_output_tokens: int | None = None
+    answer_cached_tokens: int | None = None
+    answer_model: str | None = None
+    # What it cost at the prices in force when written (None: unpriced, or none reported).
+    answer_cost_usd: Decimal | None = None
+    # What it may spend (store/budgets.py): tokens, US dollars; None: no bound.
+    budget_tokens: int | None = None
+    budget_usd: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +207,9 @@ class GateRow:
     # The run's attempt and status now: the fence, read with the gates in one round trip.
     run_attempt: int = 0
     run_status: RunStatus | None = None
+    # The run a loss's claim asked this attempt to yield its slot to, while that run is still
+    # queued (a free slot that took it first leaves nobody to yield): None otherwise.
+    yield_to: str | None = None
 
 
 @dataclass(frozen=True)

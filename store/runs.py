@@ -7,7 +7,7 @@ raised as `FencedOut`, never ignored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -20,13 +20,16 @@ from store.rows import (
     Attempt,
     Claimed,
     FencedOut,
+    QueuedAttempt,
     RequestKeyConflict,
     RunId,
     RunNotFound,
     RunRow,
 )
 from store.schema import runs
-from store.states import RunKind, RunStatus
+from store.states import ResumeReason, RunKind, RunStatus
+from store.tenants import HELD_ON, IN_FLIGHT_SQL
+from store.usage import TOTALS_COLUMNS, TOTALS_SQL, StepUsage, UsageTotals, totals_of, usage_params
 
 _RUN_COLUMN_NAMES = tuple(c.name for c in runs.columns)
 _RUN_COLUMNS = ", ".join(_RUN_COLUMN_NAMES)
@@ -38,6 +41,15 @@ def _run(row: sa.Row[Any]) -> RunRow:
     return RunRow(
         **{**fields, "status": RunStatus(fields["status"]), "kind": RunKind(fields["kind"])}
     )
+
+
+class Inserted(NamedTuple):
+    """What `insert_run` did: the run, whether it is new, and whether it was stored held
+    (its tenant at its bound: not to be published until admitted)."""
+
+    run_id: RunId
+    created: bool
+    held: bool
 
 
 def insert_run(
@@ -60,13 +72,20 @@ def insert_run(
     link: EntryLink | None = None,
     request_digest: str | None = None,
     principal: str | None = None,
-) -> tuple[RunId, bool]:
+    tenant: str | None = None,
+    priority: int = 2,
+    tenant_limit: int | None = None,
+    budget: dict[str, Any] | None = None,
+) -> Inserted:
     """Insert a queued run with its sealed definition, its input and its sealed step-0
     checkpoint, and its entry link, in one statement; with a request key this principal already
-    used, return that run instead (False: not new), or raise RequestKeyConflict when that run
+    used, return that run instead (not new), or raise RequestKeyConflict when that run
     was started with another request (its digest differs; a run stored before digests existed
     matches any). Keys are scoped by `principal` (the front's; None inside the deployment):
-    another principal's run is never found, so never handed out."""
+    another principal's run is never found, so never handed out. With `tenant_limit` (the
+    caller holds the tenant's lock, store/tenants.py) a run whose tenant has that many runs in
+    flight, or runs held already, is stored held (waiting on `tenant`), not queued: a new run
+    never passes held ones; the caller then admits the tenant's held runs into its room."""
     link_sql, link_params = "", dict[str, Any]()
     if link is not None:
         cte, link_params = link.cte()
@@ -78,13 +97,30 @@ def insert_run(
                 INSERT INTO runs (id, correlation_id, request_key, request_digest, agent, owner,
                                   principal, entry_kind, definition, kind, channel, run_as,
                                   parent_run_id, resumable, input, checkpoint,
-                                  checkpoint_attempt, checkpointed_at)
-                VALUES (:id, :correlation_id, :request_key, :request_digest, :agent, :owner,
-                        :principal, :entry_kind, :definition, :kind, :channel,
-                        :run_as, :parent_run_id, :resumable, :user_input, :sealed, 1, now())
+                                  checkpoint_attempt, checkpointed_at, tenant, priority,
+                                  budget_tokens, budget_usd, status, waiting_on)
+                SELECT :id, :correlation_id, :request_key, :request_digest, :agent, :owner,
+                       :principal, :entry_kind, :definition, :kind, :channel,
+                       :run_as, :parent_run_id, :resumable, :user_input, :sealed, 1, now(),
+                       :tenant, :priority, :budget_tokens, :budget_usd,
+                       CASE WHEN held THEN 'waiting' ELSE 'queued' END,
+                       CASE WHEN held THEN '{HELD_ON}' END
+                FROM (SELECT CAST(:limit AS int) IS NOT NULL AND ((
+                        SELECT count(*) FROM runs
+                        WHERE tenant = :tenant AND {IN_FLIGHT_SQL}) >= CAST(:limit AS int)
+                        OR EXISTS (SELECT 1 FROM runs WHERE tenant = :tenant
+                                   AND status = 'waiting' AND waiting_on = '{HELD_ON}'))
+                      AS held) h
                 ON CONFLICT (request_key, principal) WHERE request_key IS NOT NULL DO NOTHING
-                RETURNING id, principal){link_sql}
-            SELECT id FROM r
+                RETURNING id, principal, status),
+            held AS (
+                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
+                SELECT id, 'agent.run.waiting', 1, 0,
+                       jsonb_build_object('waiting_on', '{HELD_ON}',
+                                          'tenant', CAST(:tenant AS text),
+                                          'limit', CAST(:limit AS int))
+                FROM r WHERE status = 'waiting'){link_sql}
+            SELECT id, status FROM r
             """
         ),
         {
@@ -105,10 +141,14 @@ def insert_run(
             "run_as": run_as,
             "parent_run_id": parent_run_id,
             "resumable": resumable,
+            "tenant": tenant,
+            "priority": priority,
+            "limit": tenant_limit,
+            **(budget or {"budget_tokens": None, "budget_usd": None}),  # store/budgets.py
         },
     ).first()
     if row is not None:
-        return RunId(row.id), True
+        return Inserted(RunId(row.id), True, row.status == RunStatus.WAITING)
     existing = conn.execute(
         sql(
             "SELECT id, request_digest FROM runs WHERE request_key = :k "
@@ -122,7 +162,7 @@ def insert_run(
     if stored is not None and request_digest is not None and stored != request_digest:
         assert request_key is not None
         raise RequestKeyConflict(request_key, existing.id, erased=stored == ERASED_DIGEST)
-    return RunId(existing.id), False
+    return Inserted(RunId(existing.id), False, False)
 
 
 def get_run(conn: sa.Connection, run_id: str) -> RunRow:
@@ -132,6 +172,19 @@ def get_run(conn: sa.Connection, run_id: str) -> RunRow:
     if row is None:
         raise RunNotFound(run_id)
     return _run(row)
+
+
+def get_run_used(conn: sa.Connection, run_id: str) -> tuple[RunRow, UsageTotals]:
+    """The run and its usage summed over its written steps, in one query."""
+    row = conn.execute(
+        sql(
+            f"SELECT r.*, {TOTALS_COLUMNS} FROM runs r {TOTALS_SQL} WHERE r.id = CAST(:id AS uuid)"
+        ),
+        {"id": run_id},
+    ).first()
+    if row is None:
+        raise RunNotFound(run_id)
+    return _run(row), totals_of(row)
 
 
 def get_run_by_request_key(
@@ -190,18 +243,28 @@ RESUMING_OWNER_CTE = """owner AS (
     FOR SHARE)"""
 
 
-def store_answer(conn: sa.Connection, run_id: str, attempt: int, sealed_answer: bytes) -> None:
-    """Seal the final answer onto the run (status answered), only for the owning attempt (I3)."""
+def store_answer(
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    sealed_answer: bytes,
+    usage: StepUsage | None = None,
+) -> None:
+    """Seal the final answer onto the run (status answered), with the `usage` of the step that
+    gave it (store/usage.py), only for the owning attempt (I3)."""
     row = conn.execute(
         sql(
             """
             UPDATE runs SET status = 'answered', answer = :answer, answered_at = now(),
-                   updated_at = now()
+                   updated_at = now(),
+                   answer_input_tokens = :input_tokens, answer_output_tokens = :output_tokens,
+                   answer_cached_tokens = :cached_tokens, answer_model = :model,
+                   answer_cost_usd = :cost_usd
             WHERE id = :run_id AND attempt = :attempt AND status = 'running'
             RETURNING id
             """
         ),
-        {"run_id": run_id, "attempt": attempt, "answer": sealed_answer},
+        {"run_id": run_id, "attempt": attempt, "answer": sealed_answer, **usage_params(usage)},
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, "store the answer")
@@ -254,14 +317,26 @@ def fail_run(
     return row is not None
 
 
-def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> Attempt:
-    """Give a running run back to the queue as a new attempt (warm shutdown), audited."""
+def hand_back(
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    worker: str,
+    reason: ResumeReason = ResumeReason.HANDED_BACK,
+    yielded_to: str | None = None,
+) -> Attempt:
+    """Give a running run back to the queue as a new attempt, audited as
+    `agent.run.handed_back` with the reason: a warm shutdown (`handed_back`), or a yield of its
+    slot to a lost run (`yielded`, `yielded_to` that run). One statement matching only this
+    attempt while running (I3); any ask to yield is cleared with it, and the new attempt
+    (resumed) is never asked again: no run yields twice."""
     row = conn.execute(
         sql(
             """
             WITH h AS (
                 UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
-                       resume_reason = 'handed_back', queued_at = now(), updated_at = now()
+                       resume_reason = :reason, queued_at = now(), updated_at = now(),
+                       yield_for = NULL
                 WHERE id = :run_id AND attempt = :attempt AND status = 'running'
                 RETURNING id, attempt, step, claimed_at),
             a AS (
@@ -272,59 +347,25 @@ def hand_back(conn: sa.Connection, run_id: str, attempt: int, worker: str) -> At
             SELECT attempt FROM h
             """
         ),
-        {"run_id": run_id, "attempt": attempt, "detail": to_json({"worker": worker})},
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "reason": reason.value,
+            "detail": to_json(
+                {
+                    "worker": worker,
+                    "reason": reason.value,
+                    **({"yielded_to": yielded_to} if yielded_to is not None else {}),
+                }
+            ),
+        },
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, "hand the run back")
     return Attempt(row.attempt)
 
 
-def hand_back_store_fault(
-    conn: sa.Connection, run_id: str, attempt: int, worker: str, what: str
-) -> Attempt:
-    """Give back a run whose attempt was stopped by Postgres going away (`what` it was doing),
-    once Postgres answers again, as a new attempt, from the process that still holds its
-    lease: one statement matching only this attempt while running or answered (I3, I4). No
-    loss is charged (`lost_count` is left as it is: the process lived), the resume reason is
-    `store_fault` and it is audited as `agent.run.store_fault`; an answered run stays answered
-    so its answer is handed on, never produced again. The resume reads Postgres to settle
-    whatever the lost commit left (its checkpoint chain, its marks in doubt)."""
-    row = conn.execute(
-        sql(
-            """
-            WITH h AS (
-                UPDATE runs SET attempt = attempt + 1, deliveries = 0,
-                       status = CASE WHEN status = 'answered' THEN 'answered' ELSE 'queued' END,
-                       resume_reason = 'store_fault', queued_at = now(), updated_at = now()
-                WHERE id = :run_id AND attempt = :attempt AND status IN ('running', 'answered')
-                RETURNING id, attempt, step, lost_count, claimed_at,
-                          answer IS NOT NULL AS answered),
-            a AS (
-                INSERT INTO audit_events (run_id, kind, attempt, step, detail)
-                SELECT id, 'agent.run.store_fault', attempt, step,
-                       jsonb_build_object('reason', 'store_fault', 'lost_count', lost_count,
-                                          'faulted_attempt', attempt - 1,
-                                          'faulted_claimed_at', claimed_at,
-                                          'answered', answered,
-                                          'holder', CAST(:worker AS text),
-                                          'seen', 'postgres_unreachable',
-                                          'error', CAST(:what AS text))
-                FROM h)
-            SELECT attempt FROM h
-            """
-        ),
-        {"run_id": run_id, "attempt": attempt, "worker": worker, "what": what},
-    ).first()
-    if row is None:
-        raise FencedOut(run_id, attempt, "give the run back after a store fault")
-    return Attempt(row.attempt)
-
-
-# What every claim statement ends with, after its update `c`: a failed run's notice on its
-# transcript and its end on its entry points, in the same statement, then the claims.
-def touch_queued_before(
-    conn: sa.Connection, before: Any, limit: int = 500
-) -> list[tuple[RunId, Attempt]]:
+def touch_queued_before(conn: sa.Connection, before: Any, limit: int = 500) -> list[QueuedAttempt]:
     """Runs queued since before `before` (a Postgres timestamp), stamped now so that only one
     caller publishes each again: after Redis came back empty, every queued run's message may
     be gone with it. Stamped rows are not matched again, so a caller loops until none are
@@ -339,12 +380,12 @@ def touch_queued_before(
                 ORDER BY queued_at
                 LIMIT :limit
                 FOR UPDATE SKIP LOCKED)
-            RETURNING id, attempt
+            RETURNING id, attempt, priority
             """
         ),
         {"before": before, "limit": limit},
     ).all()
-    return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
+    return [QueuedAttempt(str(r.id), r.attempt, r.priority) for r in rows]
 
 
 def db_now(conn: sa.Connection) -> Any:
@@ -372,9 +413,30 @@ def attempt_statuses(
     return {r.id: (Attempt(r.attempt), RunStatus(r.status)) for r in rows}
 
 
+def still_queued(conn: sa.Connection, messages: list[tuple[str, int]]) -> list[QueuedAttempt]:
+    """Of these messages (run id, attempt), those whose run is still queued at that attempt
+    (one read), with its priority: what may be published again (a duplicate of a message that
+    does arrive is dropped by the lease and the claim, I4)."""
+    if not messages:
+        return []
+    rows = conn.execute(
+        sql(
+            "SELECT id, attempt, priority FROM runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+            "AND status = 'queued'"
+        ),
+        {"ids": [run_id for run_id, _ in messages]},
+    ).all()
+    now = {str(r.id): (r.attempt, r.priority) for r in rows}
+    return [
+        QueuedAttempt(r, a, now[r][1])
+        for r, a in dict.fromkeys(messages)
+        if r in now and now[r][0] == a
+    ]
+
+
 def touch_stale_queued(
     conn: sa.Connection, older_than_ms: int, limit: int = 500
-) -> list[tuple[RunId, Attempt]]:
+) -> list[QueuedAttempt]:
     """Runs queued longer than the bound, stamped so that only one sweep republishes them."""
     rows = conn.execute(
         sql(
@@ -387,9 +449,9 @@ def touch_stale_queued(
                 ORDER BY queued_at
                 LIMIT :limit
                 FOR UPDATE SKIP LOCKED)
-            RETURNING id, attempt
+            RETURNING id, attempt, priority
             """
         ),
         {"secs": older_than_ms / 1000.0, "limit": limit},
     ).all()
-    return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
+    return [QueuedAttempt(str(r.id), r.attempt, r.priority) for r in rows]

@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 from store.states import MarkStatus, RunStatus
+from store.usage import usage_columns
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -51,7 +52,8 @@ runs = sa.Table(
     sa.Column("run_as", sa.Text, nullable=True),
     # A sub-agent run points at the parent call that delegated to it.
     sa.Column("parent_run_id", UUID(as_uuid=False), nullable=True),
-    # What a waiting run waits for: approval:<id>, child:<run id> or timer:<epoch seconds>.
+    # What a waiting run waits for: approval:<id>, child:<run id>, timer:<epoch seconds>,
+    # model:<profile>:<opens at> or tenant (its tenant's runs in flight at their bound).
     sa.Column("waiting_on", sa.Text, nullable=True),
     # Written ahead (checkpointed) so a loss resumes it; a lost run that is not is failed
     # `interrupted` (TICKETIQ_CRASH_RESUME_ENTRIES=false entry runs, some jobs).
@@ -83,14 +85,29 @@ runs = sa.Table(
     # The attempt that wrote it and when (inspect, the stale-write judge).
     sa.Column("checkpoint_attempt", sa.Integer, nullable=True),
     sa.Column("checkpointed_at", sa.DateTime(timezone=True), nullable=True),
-    # Why the current attempt exists: NULL (first), 'lost' or 'handed_back'.
+    # Why the current attempt exists: NULL (first), or a `ResumeReason` (store/states.py).
     sa.Column("resume_reason", sa.Text, nullable=True),
+    # A lost run this running first attempt is asked to yield its slot to (resumed runs first,
+    # runtime/flow/order.py): set by the loss's claim, read with the gates at the next step
+    # boundary, which hands the run back while that run is still queued; NULL when not asked.
+    sa.Column("yield_for", UUID(as_uuid=False), nullable=True),
+    # Whose share of the fleet the run takes (runtime/flow/tenants.py): its owner unless its
+    # caller named a tenant; NULL for a run stored before tenants existed (no tenant's).
+    sa.Column("tenant", sa.Text, nullable=True),
+    # 1 low, 2 normal, 3 high: the order its first message is served in, and a held run's turn.
+    sa.Column("priority", sa.SmallInteger, nullable=False, server_default="2"),
     # Which worker process took the current attempt, and when (inspect, the trials' judge).
     sa.Column("claimed_by", sa.Text, nullable=True),
     sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("failure_reason", sa.Text, nullable=True),
     # The final answer, sealed with the run id bound in.
     sa.Column("answer", sa.LargeBinary, nullable=True),
+    # The usage of the model step that gave the final answer (store/usage.py), written in the
+    # statement that stores the answer; NULL when its provider said none (or no model answered).
+    *usage_columns("answer_"),
+    # What it may spend (tokens, US dollars; NULL: no bound), store/budgets.py.
+    sa.Column("budget_tokens", sa.BigInteger, nullable=True),
+    sa.Column("budget_usd", sa.Numeric(18, 9), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.Column("queued_at", sa.DateTime(timezone=True), nullable=True, server_default=_now()),
@@ -102,6 +119,7 @@ runs = sa.Table(
     ),
     sa.CheckConstraint("attempt >= 1", name="attempt_positive"),
     sa.CheckConstraint("kind IN ('agent','workflow','job')", name="kind"),
+    sa.CheckConstraint("priority BETWEEN 1 AND 3", name="priority"),
     # A request key names one run per principal: another caller's key is another run, never
     # theirs (runs started inside the deployment, principal NULL, share one scope).
     sa.Index(
@@ -137,6 +155,34 @@ runs = sa.Table(
         "id",
         postgresql_where=sa.text("status IN ('running','answered')"),
     ),
+    # The running first attempts a loss's claim may ask to yield, youngest first.
+    sa.Index(
+        "ix_runs_first_running",
+        "claimed_at",
+        postgresql_where=sa.text("status = 'running' AND attempt = 1"),
+    ),
+    # Lost runs waiting for a slot: what an asked run's gates look for (store/gates.py).
+    sa.Index(
+        "ix_runs_queued_lost",
+        "id",
+        postgresql_where=sa.text("status = 'queued' AND resume_reason = 'lost'"),
+    ),
+    # A tenant's runs in flight (counted when it is bounded) and its held runs, in their turn.
+    sa.Index(
+        "ix_runs_tenant_live",
+        "tenant",
+        postgresql_where=sa.text(
+            "status IN ('queued','running','answered') "
+            "OR (status = 'waiting' AND waiting_on LIKE 'model:%')"
+        ),
+    ),
+    sa.Index(
+        "ix_runs_tenant_held",
+        "tenant",
+        sa.text("priority DESC"),
+        "queued_at",
+        postgresql_where=sa.text("status = 'waiting' AND waiting_on = 'tenant'"),
+    ),
     # Retention takes finished runs oldest first, a bounded batch at a time.
     sa.Index(
         "ix_runs_finished_at",
@@ -158,6 +204,10 @@ run_steps = sa.Table(
     sa.Column("step", sa.Integer, nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("sealed", sa.LargeBinary, nullable=False),
+    # The usage its model's response reported (store/usage.py), written in the same statement
+    # as the record: only a written step's usage is here, once (I5); NULL when the provider
+    # said none, or for a step no model answered (a workflow's, a job's).
+    *usage_columns(),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.PrimaryKeyConstraint("run_id", "step"),
     sa.CheckConstraint("step >= 1", name="step_positive"),
@@ -408,4 +458,42 @@ documents = sa.Table(
     sa.Column("synced_by", UUID(as_uuid=False), nullable=True),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
     sa.PrimaryKeyConstraint("source", "doc_id"),
+)
+
+usage_unconfirmed = sa.Table(
+    "usage_unconfirmed",
+    metadata,
+    # What a lost attempt was reserved for a step it never wrote (store/ledger.py): its input
+    # bound, its max_tokens and model, noted in Redis before the request, recorded by the claim
+    # of its loss in the claim's own statement; apart from the exact usage of written steps.
+    sa.Column("run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE")),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("input_tokens", sa.Integer, nullable=False),
+    sa.Column("output_tokens", sa.Integer, nullable=False),
+    sa.Column("model", sa.Text, nullable=True),
+    sa.Column("cost_usd", sa.Numeric(18, 9), nullable=True),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.PrimaryKeyConstraint("run_id", "attempt", "step"),
+    sa.Index("ix_usage_unconfirmed_recorded_at", "recorded_at"),
+)
+
+# What an agent's or a tenant's runs may spend a period (day, month, UTC), and the period's spend
+# so far (reserved before each request, settled to its usage): store/budgets.py.
+budgets = sa.Table(
+    "budgets",
+    metadata,
+    sa.Column("scope", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("period", sa.Text, nullable=False),
+    sa.Column("tokens", sa.BigInteger, nullable=True),
+    sa.Column("usd", sa.Numeric(18, 9), nullable=True),
+    sa.Column("period_start", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("spent_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("spent_usd", sa.Numeric(18, 9), nullable=False, server_default="0"),
+    # When its limits were last set: a run that waits on it since before is woken (wake_ready).
+    sa.Column("set_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.PrimaryKeyConstraint("scope", "name", "period"),
+    sa.CheckConstraint("scope IN ('agent','tenant')", name="scope"),
+    sa.CheckConstraint("period IN ('day','month')", name="period"),
 )

@@ -28,6 +28,19 @@ FINISHED = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
 OWNED = frozenset({RunStatus.RUNNING, RunStatus.ANSWERED})
 
 
+class ResumeReason(StrEnum):
+    """Why a run's current attempt exists (`runs.resume_reason`; NULL for a first attempt).
+    Every one of them bumps the attempt: attempt > 1 means resumed (runtime/flow/order.py)."""
+
+    LOST = "lost"  # its attempt was lost (a death or a lapsed lease) and claimed
+    HANDED_BACK = "handed_back"  # its worker handed it back at a warm shutdown
+    YIELDED = "yielded"  # it yielded its slot at a step boundary to a lost run (flow order)
+    STORE_FAULT = "store_fault"  # given back after a store fault (no loss charged)
+    APPROVAL = "approval"  # woken: the approval it waited on was decided
+    CHILD_DONE = "child_done"  # woken: the child run it waited on ended
+    WAIT_OVER = "wait_over"  # woken: its timer ran out
+
+
 class RunKind(StrEnum):
     """What a run executes (`runs.kind`): an agent's model loop, a workflow, or a declared job."""
 

@@ -251,6 +251,38 @@ def waiting_counts(conn: sa.Connection) -> dict[str, int]:
     return {r.on_what: r.n for r in rows}
 
 
+# Who a run waiting for a model endpoint is counted for (liyagent_model_waiting_runs{tenant}):
+# its tenant (runtime/flow/tenants.py), or its owner for a run stored before tenants existed
+# (its tenant NULL), as a tenant defaults to the owner. One expression, used wherever a
+# tenant is read for the metrics.
+TENANT_SQL = "coalesce(tenant, owner)"
+
+
+@dataclass(frozen=True)
+class ModelWaiting:
+    """Runs waiting now for one model endpoint's capacity, of one tenant."""
+
+    endpoint: str
+    tenant: str
+    n: int
+
+
+def model_waiting_counts(conn: sa.Connection) -> list[ModelWaiting]:
+    """Runs suspended on a model endpoint (`model:<profile>:<until>[:<reason>]`, the profile
+    the second part, as the sweeper's wake reads the third), by endpoint and tenant."""
+    rows = conn.execute(
+        sql(
+            f"""
+            SELECT split_part(waiting_on, ':', 2) AS endpoint, {TENANT_SQL} AS tenant,
+                   count(*) AS n
+            FROM runs WHERE status = 'waiting' AND waiting_on LIKE 'model:%'
+            GROUP BY 1, 2 ORDER BY 1, 2
+            """
+        )
+    ).all()
+    return [ModelWaiting(r.endpoint, r.tenant, r.n) for r in rows]
+
+
 def oldest_queued_age_s(conn: sa.Connection) -> float:
     """Seconds the longest-queued run has been queued (0 when none is): since it entered the
     status (`updated_at`), as `queued_at` is restamped each time a sweep republishes it."""

@@ -13,7 +13,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from store.db import sql
+from store.budgets import WAKE_SQL as BUDGET_WAKE_SQL
+from store.db import sql, to_json
 from store.rows import ApprovalRow, Attempt, FencedOut, RunId
 from store.runs import OWNER_CTE
 from store.states import ApprovalStatus
@@ -133,8 +134,16 @@ def decide_approval(
     return _approval(fields), (None if row.woke is None else Attempt(row.woke))
 
 
-def suspend(conn: sa.Connection, run_id: str, attempt: int, waiting_on: str, step: int) -> None:
-    """The running attempt ends its task and waits (no worker, no lease), audited."""
+def suspend(
+    conn: sa.Connection,
+    run_id: str,
+    attempt: int,
+    waiting_on: str,
+    step: int,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """The running attempt ends its task and waits (no worker, no lease), audited (`detail`
+    added to the audit: what a model wait waits for, in its own words)."""
     row = conn.execute(
         sql(
             """
@@ -145,12 +154,19 @@ def suspend(conn: sa.Connection, run_id: str, attempt: int, waiting_on: str, ste
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT id, 'agent.run.waiting', attempt, :step,
-                       jsonb_build_object('waiting_on', :on, 'worker', claimed_by,
-                                          'claimed_at', claimed_at) FROM s)
+                       CAST(:detail AS jsonb) || jsonb_build_object(
+                           'waiting_on', :on, 'worker', claimed_by, 'claimed_at', claimed_at)
+                FROM s)
             SELECT id FROM s
             """
         ),
-        {"run_id": run_id, "attempt": attempt, "on": waiting_on, "step": step},
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "on": waiting_on,
+            "step": step,
+            "detail": to_json(detail or {}),
+        },
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, f"wait on {waiting_on}")
@@ -174,11 +190,12 @@ def wake_parent(conn: sa.Connection, child_id: str) -> tuple[RunId, Attempt] | N
 
 
 def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
-    """Wake every waiting run whose approval was decided, whose child ended or whose timer is
-    due (the sweeper's backstop for a wake that was missed, and the clock of timers)."""
+    """Wake every waiting run whose approval was decided, whose child ended, whose timer is
+    due, whose model endpoint has opened or whose budget was raised or its period turned
+    (the sweeper's backstop for a wake that was missed, and the clock of timers and closes)."""
     rows = conn.execute(
         sql(
-            """
+            f"""
             UPDATE runs r SET status = 'queued', attempt = attempt + 1, deliveries = 0,
                    resume_reason = 'wait_over', waiting_on = NULL, queued_at = now(),
                    updated_at = now()
@@ -188,7 +205,12 @@ def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
                 OR EXISTS (SELECT 1 FROM runs c WHERE r.waiting_on = 'child:' || c.id
                            AND c.status IN ('succeeded', 'failed'))
                 OR (r.waiting_on LIKE 'timer:%'
-                    AND to_timestamp(CAST(split_part(r.waiting_on, ':', 2) AS float8)) <= now()))
+                    AND to_timestamp(CAST(split_part(r.waiting_on, ':', 2) AS float8)) <= now())
+                -- A model endpoint closed by a 429 (model:<profile>:<opens at>): runtime/flow/.
+                OR (r.waiting_on LIKE 'model:%'
+                    AND to_timestamp(CAST(split_part(r.waiting_on, ':', 3) AS float8)) <= now())
+                -- A budget raised, or whose period has turned (store/budgets.py).
+                OR ({BUDGET_WAKE_SQL}))
             RETURNING r.id, r.attempt
             """
         )

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from celery import Celery
 
 from runtime import services as runtime_services
 from runtime.base import faults, process
 from runtime.base.settings import get_settings
+from runtime.base.tenancy import NORMAL
 from runtime.core.deps import AttemptDeps
 from runtime.entries.client import Client
+from runtime.flow import order
 from runtime.services import Services
+from store.rows import QueuedAttempt
 from tasks.app import app
 
 # The run task's name: its message carries (run id, attempt).
@@ -19,17 +24,20 @@ PUBLISH_BATCH = 500
 
 
 class CeleryPublisher:
-    """Publishes the message of one attempt of a run (a hint; Postgres decides)."""
+    """Publishes the message of one attempt of a run (a hint; Postgres decides), at its
+    attempt's priority: resumed runs before new ones (`runtime/flow/order.py`)."""
 
-    def __init__(self, app: Celery, queue: str) -> None:
+    def __init__(self, app: Celery, queue: str, resumed_first: bool = True) -> None:
         self.app = app
         self.queue = queue
+        self.resumed_first = resumed_first
 
-    def publish(self, run_id: str, attempt: int) -> None:
+    def publish(self, run_id: str, attempt: int, priority: int = NORMAL) -> None:
+        pri = order.priority(attempt, self.resumed_first, priority)
         for _ in range(faults.publish_times()):
-            self.app.send_task(RUN_TASK, args=[run_id, attempt], queue=self.queue)
+            self.app.send_task(RUN_TASK, args=[run_id, attempt], queue=self.queue, priority=pri)
 
-    def publish_many(self, runs: list[tuple[str, int]]) -> None:
+    def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
         """Every message in one pipeline (kombu's `Producer.batch`): a publish loop pays a
         round trip per message, and in a thread-pool worker whose threads are busy each round
         trip also waits for the interpreter lock, so 300 of them took seconds. A failed batch
@@ -38,10 +46,15 @@ class CeleryPublisher:
             return
         times = faults.publish_times()
         with self.app.producer_or_acquire() as producer, producer.batch(max_size=PUBLISH_BATCH):
-            for run_id, attempt in runs:
+            for run_id, attempt, run_priority in runs:
+                pri = order.priority(attempt, self.resumed_first, run_priority)
                 for _ in range(times):
                     self.app.send_task(
-                        RUN_TASK, args=[run_id, attempt], queue=self.queue, producer=producer
+                        RUN_TASK,
+                        args=[run_id, attempt],
+                        queue=self.queue,
+                        producer=producer,
+                        priority=pri,
                     )
 
 
@@ -50,7 +63,8 @@ def services() -> Services:
 
     def make() -> Services:
         settings = get_settings()
-        return runtime_services.build(settings, CeleryPublisher(app, settings.queue))
+        publisher = CeleryPublisher(app, settings.queue, settings.resumed_first)
+        return runtime_services.build(settings, publisher)
 
     return runtime_services.for_process(make)
 

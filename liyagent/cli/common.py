@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
     from runtime.entries.client import Client
+    from store.rows import QueuedAttempt
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 
@@ -122,10 +125,10 @@ def who(raw: str, flag: str = "--by") -> str:
 class _NoPublisher:
     """Read commands publish nothing; a publish from one is a bug, said loudly."""
 
-    def publish(self, run_id: str, attempt: int) -> None:
+    def publish(self, run_id: str, attempt: int, priority: int = 2) -> None:
         raise RuntimeError(f"a read-only command tried to publish run {run_id}")
 
-    def publish_many(self, runs: list[tuple[str, int]]) -> None:
+    def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
         raise RuntimeError(f"a read-only command tried to publish {len(runs)} runs")
 
 

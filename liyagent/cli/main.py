@@ -64,8 +64,10 @@ COMMANDS = (
         "liyagent.cli.ops",
         "erase a run's content (or an owner's runs), keep a tombstone",
     ),
+    Command("budget", "liyagent.cli.budget", "raise a run's budget; set an agent's or tenant's"),
     Command("call", "liyagent.cli.ops", "call a tool now, outside any run, with a fresh key"),
     Command("retention", "liyagent.cli.retention", "delete finished runs past their keep"),
+    Command("usage", "liyagent.cli.usage", "tokens and cost by agent, tenant or day"),
     Command("serve", "liyagent.cli.serve", "serve the HTTP app front (webhooks, runs, approvals)"),
     Command(
         "metrics",

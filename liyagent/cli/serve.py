@@ -38,11 +38,12 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     port = _port(args.port)
     s = services()
     sources = (s.engine, s.redis, s.settings.namespace)
+    named = s.settings.tenants.named
     if args.once:
-        sys.stdout.write(exposition(*sources))
+        sys.stdout.write(exposition(*sources, named))
         sys.stdout.flush()
         return OK
-    return _serve_metrics(registry_for(*sources), args.host, port)
+    return _serve_metrics(registry_for(*sources, named_tenants=named), args.host, port)
 
 
 def _serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:

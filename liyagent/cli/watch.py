@@ -16,7 +16,22 @@ from rich.table import Table
 from liyagent.cli.common import FAILED, OK, add_json
 from runtime.ops.events import RunEvent
 
-_SHOWN = ("worker", "tool", "settlement", "seen", "reason", "waiting_on", "code", "status")
+_SHOWN = (
+    "worker",
+    "tool",
+    "settlement",
+    "seen",
+    # A wait for a model endpoint, a 429 met (runtime/flow/waiting.py's words).
+    "endpoint",
+    "reason",
+    "limit",
+    "wait_ms",
+    "until",
+    "retry_after_s",
+    "waiting_on",
+    "code",
+    "status",
+)
 
 
 def _details(e: RunEvent) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,10 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
         "LIYAGENT_FRONT_TOKEN": settings.front_token,
         "LIYAGENT_ANSWER_RETENTION_S": str(settings.answer_retention_s),
         "TICKETIQ_CRASH_RESUME_ENTRIES": "true" if settings.crash_resume_entries else "false",
+        "LIYAGENT_RESUMED_FIRST": "true" if settings.resumed_first else "false",
+        "LIYAGENT_MODEL_PRICES": settings.model_prices,
+        "LIYAGENT_USAGE_LEDGER": "true" if settings.usage_ledger else "false",
+        **settings.tenants.env(),
     }
 
 
@@ -174,7 +179,12 @@ class Cluster:
         return self._start("beat", argv, env, r"beat: Starting")[0]
 
     def stop(self) -> None:
-        """Stop every process cleanly (SIGTERM to its group), killing what does not stop."""
-        for name, proc in reversed(list(self.procs.items())):
-            proc.stop(grace_s=STOP_GRACE_S)
+        """Stop every process cleanly (SIGTERM to every group at once, so their shutdowns
+        overlap instead of queueing), killing what has not stopped within the grace."""
+        procs = list(reversed(list(self.procs.items())))
+        for _, proc in procs:
+            proc.ask_to_stop()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for name, proc in procs:
+            proc.stopped_by(deadline)
             log.info("cluster.stopped", name=name, exit=proc.popen.returncode)

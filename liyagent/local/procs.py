@@ -68,11 +68,20 @@ class Proc:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the whole group so it shuts down cleanly; SIGKILL it if it outlives grace_s."""
+        self.ask_to_stop()
+        self.stopped_by(time.monotonic() + grace_s)
+
+    def ask_to_stop(self) -> None:
+        """SIGTERM the whole group (a clean shutdown), without waiting for it."""
         if self.popen.poll() is None:
             self.signal_group(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=grace_s)
-        self.kill()  # also takes any child the leader left behind
+
+    def stopped_by(self, deadline: float) -> None:
+        """Wait for a group asked to stop until `deadline` (monotonic), then SIGKILL what is
+        left of it (also any child the leader left behind)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        self.kill()
 
     def alive(self) -> bool:
         return self.popen.poll() is None

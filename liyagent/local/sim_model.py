@@ -4,6 +4,8 @@ kill trials and the tests: what the model was asked is then judged from its own 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -27,10 +29,17 @@ def register(sim_url: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     return {"profile": PROFILE, "model": response.json()["model"]}
 
 
-def profiles(sim_url: str) -> str:
+def profiles(sim_url: str, limits: dict[str, int] | None = None) -> str:
     """`LIYAGENT_MODEL_PROFILES` declaring the simulators' model (OpenAI-compatible) at
-    `sim_url`: what every process of a local deployment and of the tests is given."""
-    endpoint = {"provider": "openai", "base_url": f"{sim_url}/v1", "api_key_env": KEY_ENV}
+    `sim_url` (with `limits`, the fleet's limits on it): what every process of a local
+    deployment and of the tests is given."""
+    endpoint: dict[str, Any] = {
+        "provider": "openai",
+        "base_url": f"{sim_url}/v1",
+        "api_key_env": KEY_ENV,
+    }
+    if limits:
+        endpoint["limits"] = limits
     return as_setting({PROFILE: endpoint})
 
 
@@ -42,3 +51,24 @@ def served(sim_url: str, catalog: dict[str, Any]) -> dict[str, Any]:
         if model.get("provider", "scripted") == "scripted":
             agent["model"] = register(sim_url, model["script"]["steps"])
     return out
+
+
+def limit_model(sim_url: str, limit: dict[str, Any]) -> None:
+    """Limit the simulators' model as a provider does (`POST /sim/model/limit`: requests or
+    tokens a window, a 429 with Retry-After past them)."""
+    httpx.post(f"{sim_url}/sim/model/limit", json=limit, timeout=10).raise_for_status()
+
+
+def lift_model_limit(sim_url: str) -> None:
+    """Lift the simulators' model limit (`DELETE /sim/model/limit`)."""
+    httpx.delete(f"{sim_url}/sim/model/limit", timeout=10).raise_for_status()
+
+
+@contextmanager
+def model_limited(sim_url: str, limit: dict[str, Any]) -> Iterator[None]:
+    """The simulators' model limited while the block runs, lifted after (whatever happens)."""
+    limit_model(sim_url, limit)
+    try:
+        yield
+    finally:
+        lift_model_limit(sim_url)

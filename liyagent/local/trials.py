@@ -53,6 +53,15 @@ TEAMS = "trial-teams"
 CRON_BASE = datetime(2001, 1, 1, tzinfo=UTC)
 
 
+# What a drain that timed out prints: the runs not ended (at most 40, oldest change first),
+# and the last lines of each process's log.
+STUCK_SQL = """
+    SELECT CAST(id AS text) AS id, kind, status, attempt, lost_count, waiting_on, claimed_by,
+           step, CAST(updated_at AS text) AS updated_at
+    FROM runs WHERE status NOT IN ('succeeded', 'failed') ORDER BY updated_at LIMIT 40"""
+STUCK_LOG_LINES = 25
+
+
 @dataclass(frozen=True)
 class TrialOptions:
     trials: int = 90
@@ -65,6 +74,10 @@ class TrialOptions:
     # Celery's pool for the victims and the survivor (cluster.POOLS): under threads a kill
     # loses every run the victim's one process held at once.
     pool: str = "prefork"
+    # The model endpoint's limits (its profile's `limits`) and the simulators' own (`POST
+    # /sim/model/limit`): the trials under an endpoint held at its limit.
+    limits: dict[str, int] | None = None
+    sim_limit: dict[str, Any] | None = None
 
 
 def _step(call_id: str, tool: str, latency: int, **args: Any) -> dict[str, Any]:
@@ -141,8 +154,10 @@ class TrialDeployment:
             self.settings,
             vendor_url=vendor_url,
             agents_file=str(catalog),
-            model_profiles=sim_model.profiles(vendor_url),
+            model_profiles=sim_model.profiles(vendor_url, options.limits),
         )
+        if options.sim_limit is not None:
+            sim_model.limit_model(vendor_url, options.sim_limit)
         # Teams turns come as Bot Framework activities, signed by a channel of our own whose
         # keys the front checks; replies go to the connector simulator (the serviceUrl), with
         # the bot's token from the simulators' token endpoint.
@@ -162,7 +177,9 @@ class TrialDeployment:
         app = Celery("liyagent-trials", set_as_current=False)
         app.conf.update(celeryconfig.config_for(victims))
         self.services = runtime_services.build(
-            victims, CeleryPublisher(app, self.victim_queue), sealer=self.sealer
+            victims,
+            CeleryPublisher(app, self.victim_queue, victims.resumed_first),
+            sealer=self.sealer,
         )
         self.http = httpx.Client(
             base_url=self.front_url, timeout=10, headers={"Authorization": f"Bearer {token}"}
@@ -286,6 +303,26 @@ class TrialSession:
                     return
             time.sleep(0.5)
         log.warning("trials.drain_timeout", timeout_s=self.options.drain_timeout_s)
+        self.say_stuck()
+
+    def say_stuck(self) -> None:
+        """After a drain that timed out, what was left (printed, for the failure's reader): the
+        trials not ended and where their runs stand, every run of the deployment that has not
+        ended by status and wait, and the last lines of each process's log."""
+        from liyagent.local.verdict import trial_end
+
+        engine = self.deployment.services.engine
+        with engine.connect() as conn:
+            for trial in self.trials:
+                end = trial_end(conn, trial)
+                if not end.ended:
+                    log.warning("trials.not_ended", kind=trial.kind, ref=trial.ref, run=end.run_id)
+            rows = conn.execute(sa.text(STUCK_SQL)).all()
+        for row in rows:
+            log.warning("trials.run_not_ended", **row._asdict())
+        for path in sorted(self.deployment.log_dir.glob("*.log")):
+            lines = path.read_text(errors="replace").splitlines()[-STUCK_LOG_LINES:]
+            log.warning("trials.log_tail", log=path.name, lines="\n".join(lines))
 
 
 def run_trials(

@@ -49,7 +49,9 @@ class Deployment:
         self.app = Celery("liyagent-demo", set_as_current=False)
         self.app.conf.update(celeryconfig.config_for(settings))
         self.services = runtime_services.build(
-            settings, CeleryPublisher(self.app, settings.queue), sealer=sealer
+            settings,
+            CeleryPublisher(self.app, settings.queue, settings.resumed_first),
+            sealer=sealer,
         )
         self.client = Client(self.services)
         self.engine: sa.Engine = self.services.engine

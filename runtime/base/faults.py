@@ -29,6 +29,8 @@ POINTS = frozenset(
         "after_answer",  # the final answer is stored, before it is handed on
         "after_reply",  # the Teams reply is posted, before the run is recorded delivered
         "after_request",  # an approval or a child run is filed, before the run waits for it
+        # A model step met a 429 or starts to wait for its endpoint, before its run event.
+        "before_endpoint_event",
         "after_page",  # a source sync upserted a page, before its cursor is checkpointed
         "in_job_batch",  # a job that is not written ahead is between two batches of its work
     }

@@ -48,3 +48,23 @@ def configure(level: str | None = None) -> None:
     quiet = logging.DEBUG if level_name == "DEBUG" else logging.WARNING
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(quiet)
+
+
+class SaidOnce:
+    """A store out of reach, said once per outage: a warning when the first call fails, a line
+    when one answers again, and nothing in between (a failing call per request must not flood
+    the logs)."""
+
+    def __init__(self, log: structlog.typing.FilteringBoundLogger, lost: str, back: str) -> None:
+        self.log, self.lost_event, self.back_event = log, lost, back
+        self.failing = False
+
+    def lost(self, **facts: object) -> None:
+        if not self.failing:
+            self.failing = True
+            self.log.warning(self.lost_event, **facts)
+
+    def reached(self) -> None:
+        if self.failing:
+            self.failing = False
+            self.log.info(self.back_event)

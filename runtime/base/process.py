@@ -142,6 +142,12 @@ STATE: tuple[State, ...] = (
         "parsed model profiles: values read from the environment",
     ),
     State(
+        "runtime.models.prices",
+        ("parse",),
+        AtFork.KEEP,
+        "the parsed price table: values read from the environment",
+    ),
+    State(
         "runtime.toolbox.coroutines",
         ("_here",),
         AtFork.FORGET,
@@ -154,6 +160,22 @@ STATE: tuple[State, ...] = (
         "each instance's values are SDK clients bound to a parent's thread, loop and sockets",
     ),
     State("runtime.fleet.scripts", ("source",), AtFork.KEEP, "the Lua scripts' text"),
+    State("runtime.flow.gate", ("source",), AtFork.KEEP, "the flow control's Lua scripts' text"),
+    State(
+        "runtime.flow.closes",
+        ("Closes",),
+        AtFork.CLOSE,
+        "each instance's subscriber thread is gone in a child and its socket is the parent's "
+        "(closed here, the map dropped): the child's first model call starts its own, which "
+        "reads the closes in force anew",
+    ),
+    State(
+        "runtime.flow.limits",
+        ("Limiter",),
+        AtFork.FORGET,
+        "each instance's pending settlements are its parent's requests (the parent settles "
+        "them) and its flush timer thread is gone in a child: the child starts with none",
+    ),
     State(
         "runtime.services",
         ("_registry_lock", "_registries"),
@@ -174,6 +196,12 @@ STATE: tuple[State, ...] = (
         "a catalog file's contents, by path and modification time",
     ),
     State("runtime.core.entry", ("_lock", "_points"), AtFork.KEEP, "the entry points installed"),
+    State(
+        "runtime.core.budget_gate",
+        ("_known",),
+        AtFork.KEEP,
+        "whether the deployment has agent or tenant budgets, as last read (a fact, re-read)",
+    ),
     State(
         "runtime.entries.teams.connector",
         ("_tokens",),

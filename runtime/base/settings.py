@@ -16,6 +16,7 @@ from runtime.base.store_urls import database_url as database_url
 from runtime.base.store_urls import redis_master as redis_master
 from runtime.base.store_urls import redis_url as redis_url
 from runtime.base.store_urls import sentinel_url as sentinel_url
+from runtime.base.tenancy import TenantLimits
 from store.db import DEFAULT_DATABASE_URL
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -274,6 +275,13 @@ class Settings:
     # fleet sweeps once per interval whichever workers do). Off only for a worker that must
     # leave recovery to its death watch (the trials that prove the watch alone).
     worker_sweeps: bool = True
+    # Resumed runs first (LIYAGENT_RESUMED_FIRST, on by default; runtime/flow/order.py): a
+    # resumed run's message is served before new runs', and a lost run's claim asks one
+    # running first attempt to yield its slot at its next step boundary. Off: one FIFO queue.
+    resumed_first: bool = True
+    # Runs in flight per tenant and their weights (LIYAGENT_TENANT_IN_FLIGHT,
+    # LIYAGENT_TENANT_WEIGHTS; runtime/flow/tenants.py): unset, tenants are not bounded.
+    tenants: TenantLimits = field(default_factory=TenantLimits)
     # Modules whose tools and agents every process loads (LIYAGENT_TOOLS, comma-separated),
     # the way Celery's `include` names task modules.
     tool_modules: tuple[str, ...] = ()
@@ -290,6 +298,13 @@ class Settings:
     # The model endpoints runs may use and where each one's key is (LIYAGENT_MODEL_PROFILES:
     # JSON, or @path of a JSON file; runtime/models/profiles.py). Empty: the built-in ones.
     model_profiles: str = ""
+    # What each model's tokens cost (LIYAGENT_MODEL_PRICES: JSON, or @path of a JSON file;
+    # runtime/models/prices.py). Empty: the built-in prices.
+    model_prices: str = ""
+    # The usage ledger's own writes (LIYAGENT_USAGE_LEDGER, runtime/core/ledger.py): a step's
+    # cost, and the Redis note a lost request's unconfirmed usage is recorded from. Off: tokens
+    # are still written with their step (no statement of their own), nothing else.
+    usage_ledger: bool = True
     # How long a delivered answer is kept, sealed, before the purge job clears it.
     answer_retention_s: int = 86400
     # Agent definitions and cron triggers (JSON); see agents/agents.json.
@@ -340,6 +355,8 @@ class Settings:
             source_roots=_env_source_roots(),
             crash_resume_entries=env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             worker_sweeps=env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
+            resumed_first=env_bool("LIYAGENT_RESUMED_FIRST", cls.resumed_first),
+            tenants=TenantLimits.from_env(),
             tool_modules=_env_list("LIYAGENT_TOOLS"),
             job_modules=_env_list("LIYAGENT_JOB_MODULES")
             if "LIYAGENT_JOB_MODULES" in os.environ
@@ -347,6 +364,8 @@ class Settings:
             tool_kinds=_env_pairs("LIYAGENT_TOOL_KINDS"),
             mcp_servers=os.environ.get("LIYAGENT_MCP_SERVERS", "").strip(),
             model_profiles=os.environ.get("LIYAGENT_MODEL_PROFILES", "").strip(),
+            model_prices=os.environ.get("LIYAGENT_MODEL_PRICES", "").strip(),
+            usage_ledger=env_bool("LIYAGENT_USAGE_LEDGER", cls.usage_ledger),
             answer_retention_s=_env_int("LIYAGENT_ANSWER_RETENTION_S", 86400),
             agents_file=os.environ.get("LIYAGENT_AGENTS_FILE") or "agents/agents.json",
             front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),

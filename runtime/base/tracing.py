@@ -180,6 +180,24 @@ class Tracing:
         if self._tracer is not None:
             _current().set_attribute("liyagent.call.key", key)
 
+    def model_usage(self, input_tokens: int, output_tokens: int, model: str | None) -> None:
+        """The usage the model request in flight was answered with, on its span, as the
+        OpenTelemetry GenAI conventions name it (gen_ai.usage.*, gen_ai.response.model)."""
+        if self._tracer is not None:
+            span = _current()
+            span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+            if model:
+                span.set_attribute("gen_ai.response.model", model)
+
+    def event(self, name: str, details: Mapping[str, Any]) -> None:
+        """An event on the span in flight (a step's model request waiting for its endpoint,
+        a 429 met): its details as `liyagent.<name>` attributes, None values left out. Only
+        the flow's own words go here (an endpoint's profile, a reason, ms), never a secret."""
+        if self._tracer is not None:
+            attrs = {f"liyagent.{k}": v for k, v in details.items() if v is not None}
+            _current().add_event(name, attrs)
+
     def settled(self, span: Any, kind: str, settlement: str) -> None:
         if span is not None:
             span.set_attribute("liyagent.call.kind", kind)

@@ -15,6 +15,7 @@ from runtime.core.calls import CallRouter, KeyFn, Settled
 from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import publish_quietly
 from runtime.core.entry import HandOnRefused, entry_point
+from runtime.core.ledger import stored
 from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.durable import chain
@@ -23,22 +24,25 @@ from runtime.durable.gates import run_refusal
 from runtime.durable.state import RunState
 from runtime.fleet.heartbeat import RunLease
 from runtime.fleet.leases import monotonic_ms
-from runtime.models.base import Typed
+from runtime.models.base import Typed, Usage
 from runtime.sending import http
 from store.checkpoints import StepRecord, select_step_records, write_checkpoint
 from store.entries import deliver
 from store.gates import select_gates
+from store.ledger import Note
 from store.records import insert_owned_audit
 from store.rows import FencedOut, GateRow, RunRow
 from store.runs import fail_run, hand_back, store_answer
-from store.states import RunStatus
+from store.states import ResumeReason, RunStatus
+from store.usage import StepUsage
 from store.waits import suspend, wake_parent
 
 log = structlog.get_logger(__name__)
 
 
 class HandedBack(Exception):
-    """The worker is shutting down: the run went back to the queue as a new attempt."""
+    """The run went back to the queue as a new attempt: its worker is shutting down, or it
+    yielded its slot to a lost run."""
 
 
 class RunFailed(Exception):
@@ -83,6 +87,12 @@ class RunAttempt:
         self._claimed = gates
         # The gates last read, whichever statement read them (`_take`).
         self._read: GatesRead | None = None
+        # The last step this attempt found or wrote in Postgres (a final answer is its next).
+        self._written = run.step
+        # The usage of the model response this attempt holds while it writes the step it gave
+        # (None once written): a store fault's give-back records it as unconfirmed usage if
+        # the write never landed (runtime/core/executor.py), since no claim of a loss does.
+        self.unwritten: Note | None = None
 
     def execute(self) -> Outcome:
         """Run to an answer, a failure, a wait or a hand-back; returns how the attempt ended.
@@ -103,7 +113,14 @@ class RunAttempt:
             return Outcome.HANDED_BACK
         except Suspend as wait:
             with self.d.engine.connect() as conn:
-                suspend(conn, self.run.id, self.run.attempt, wait.waiting_on, self.run.step)
+                suspend(
+                    conn,
+                    self.run.id,
+                    self.run.attempt,
+                    wait.waiting_on,
+                    self.run.step,
+                    detail=wait.detail,
+                )
             self.d.changes.announce(self.run.id)
             self.d.leases.release(self.lease.token, self.lease.written_step)
             self.log.info("run.waiting", waiting_on=wait.waiting_on)
@@ -194,12 +211,13 @@ class RunAttempt:
                 step=self.run.step,
             )
 
-    def _checkpoint(self, state: RunState) -> GateRow:
+    def _checkpoint(self, state: RunState, usage: Usage | None = None) -> GateRow:
         """Write the step's sealed record (what it added, chained to the last one) before any of
         its calls is made (fenced), reading the gates the calls go through in the same
         statement; returns them. A run not written ahead (TICKETIQ_CRASH_RESUME_ENTRIES=false)
         writes none (lost, it fails): its calls go through the gates as `_gates` has them. A
-        step that asks more than LIYAGENT_STEP_MAX_BYTES is refused whole: the run fails."""
+        step that asks more than LIYAGENT_STEP_MAX_BYTES is refused whole: the run fails. The
+        `usage` its model's response reported is written with the record (store/usage.py)."""
         # Nothing of the step, its failure or (not written ahead) its calls, goes on from an
         # attempt that may have lost its lease; the checkpoint's write checks it again.
         self.lease.check()
@@ -216,14 +234,27 @@ class RunAttempt:
         if not self.run.resumable:
             return self._gates()
         sealed = chain.seal_step(self.d.sealer, self.run.id, state)
+        used = self._holding(state.step, usage)
         with self.fence.write() as conn:
-            gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed)
+            gates = write_checkpoint(conn, self.run.id, self.run.attempt, state.step, sealed, used)
+        self.unwritten, self._written = None, state.step
         state.mark_written(digest(sealed))
         self.lease.wrote(state.step)
         # Debug only: a line per step costs a thread-pool worker a JSON encode and the log
         # handler's lock per model step; the step, its calls and bytes are in Postgres.
         self.log.debug("run.checkpoint", step=state.step, calls=len(state.calls), bytes=len(sealed))
         return self._take(gates, lasting=True)
+
+    def _holding(self, step: int, usage: Usage | None) -> StepUsage | None:
+        """The `usage` of the response that gave `step`, as the store writes it with the step;
+        held as `unwritten` until the write lands (the ledger on: what it records)."""
+        used = stored(usage, self.d.settings)
+        if used is not None and self.d.settings.usage_ledger:
+            self.unwritten = Note(
+                self.run.id, self.run.attempt, step, used.input_tokens, used.output_tokens,
+                used.model, used.cost_usd,
+            )  # fmt: skip
+        return used
 
     def _open_answer(self) -> str:
         """The stored answer, opened against its seal (a failure fails the run, I6)."""
@@ -238,31 +269,53 @@ class RunAttempt:
         self.d.tracing.flush()
         self.lease.renew()
         if drain.requested():
-            with self.d.engine.connect() as conn:
-                new_attempt = hand_back(conn, self.run.id, self.run.attempt, self.d.holder)
-            self.d.leases.release(self.lease.token, self.lease.written_step)
-            publish_quietly(self.d.changes, self.d.publisher, self.run.id, new_attempt)
-            self.log.info("run.handed_back", step=state.step, new_attempt=new_attempt)
-            raise HandedBack
+            self._hand_back(state.step, ResumeReason.HANDED_BACK)
         # Gates the claim, the last checkpoint or the last calls read within `gates_fresh_ms`
         # serve this boundary; otherwise (a slow step, or no statement since the last
         # boundary) they are read again. Either way the next boundary needs newer ones.
         read = self._read
         if read is not None and read.lasting and read.young(self.d.settings.timings.gates_fresh_ms):
             self._read = replace(read, lasting=False)
+            gates = read.row
         else:
-            self._read_gates(lasting=False)
+            gates = self._read_gates(lasting=False)
+        if gates.yield_to is not None:
+            # A loss's claim asked this first attempt to yield its slot, and a lost run is still
+            # queued (resumed runs first, runtime/flow/order.py): handed back like a warm
+            # shutdown, it is published behind that run and resumes from this boundary.
+            self._hand_back(state.step, ResumeReason.YIELDED, yielded_to=gates.yield_to)
 
-    def _finish(self, text: str, output: Typed | None = None) -> None:
+    def _hand_back(
+        self, step: int, reason: ResumeReason, yielded_to: str | None = None
+    ) -> NoReturn:
+        """Give the run back to the queue as a new attempt at this boundary (fenced, I3),
+        release its lease and publish it, so it continues elsewhere at once."""
+        with self.d.engine.connect() as conn:
+            new_attempt = hand_back(
+                conn, self.run.id, self.run.attempt, self.d.holder, reason, yielded_to
+            )
+        self.d.leases.release(self.lease.token, self.lease.written_step)
+        publish_quietly(self.d.changes, self.d.publisher, self.run.id, new_attempt)
+        self.log.info(
+            "run.handed_back",
+            step=step,
+            new_attempt=new_attempt,
+            reason=reason,
+            yielded_to=yielded_to,
+        )
+        raise HandedBack
+
+    def _finish(self, text: str, output: Typed | None = None, usage: Usage | None = None) -> None:
         """Seal the final answer (with its typed value, when its agent declares an output
         type). An entry point in Postgres has it stored and delivered in one statement; one
         outside (a post to a service) has it stored first, and a resume hands that answer on,
-        never running the turn again."""
+        never running the turn again. The `usage` of the step that gave it is stored with it."""
         answer: dict[str, Any] = {"text": text}
         if output is not None:
             answer["output"] = output.value
         self._check_answer_size(answer)
         sealed = self.d.sealer.seal(self.run.id, "answer", 0, answer)
+        used = self._holding(self._written + 1, usage)
         if not entry_point(self.run).outside:
             with self.fence.write() as conn:
                 deliver(
@@ -272,13 +325,16 @@ class RunAttempt:
                     text,
                     sealed_answer=sealed,
                     retention_s=self.d.settings.answer_retention_s,
+                    usage=used,
                 )
+            self.unwritten = None
             faults.point("after_answer")
             self.log.info("run.succeeded")
             self._wake_parent()
             return
         with self.fence.write() as conn:
-            store_answer(conn, self.run.id, self.run.attempt, sealed)
+            store_answer(conn, self.run.id, self.run.attempt, sealed, used)
+        self.unwritten = None
         faults.point("after_answer")
         self._hand_on(text)
 
@@ -341,6 +397,18 @@ class RunAttempt:
             "resumed_from": "stored_answer" if from_answer else "checkpoint",
             "calls": [s.to_json() for s in settled],
         }
+        self._audit_owned(kind, step, detail)
+        self.log.info(
+            "run.resumed",
+            step=step,
+            lost_count=self.run.lost_count,
+            resumed_from=detail["resumed_from"],
+            calls=[s.settled for s in settled],
+        )
+
+    def _audit_owned(self, kind: str, step: int, detail: dict[str, Any]) -> None:
+        """A run event this attempt writes (its resume, a wait on its model endpoint, a 429
+        met), fenced: a taken-over attempt writes nothing and stops (I3)."""
         with self.d.engine.connect() as conn:
             if not insert_owned_audit(
                 conn,
@@ -350,15 +418,8 @@ class RunAttempt:
                 step=step,
                 detail=detail,
             ):
-                raise FencedOut(self.run.id, self.run.attempt, "audit the resume")
+                raise FencedOut(self.run.id, self.run.attempt, f"audit {kind}")
         self.d.changes.announce(self.run.id)
-        self.log.info(
-            "run.resumed",
-            step=step,
-            lost_count=self.run.lost_count,
-            resumed_from=detail["resumed_from"],
-            calls=[s.settled for s in settled],
-        )
 
     def _fail(self, reason: str, code: str, step: int | None = None) -> NoReturn:
         """Fail the run for this attempt with the reason, told and audited; never returns."""

@@ -19,6 +19,7 @@ from runtime.core.entry import HandOnDeps
 from runtime.fleet.heartbeat import Heartbeat
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence
+from runtime.flow.gate import EndpointGates
 from runtime.models import profiles
 from runtime.models.base import ModelProvider
 from runtime.models.profiles import ModelProfile
@@ -74,6 +75,10 @@ class AttemptDeps:
     changes: RunChanges
     tracing: Tracing
     provider_for: ProviderFor
+    # The model profile a run's spec resolves to (None: no endpoint), and the fleet's gates
+    # of those endpoints (runtime/flow/).
+    endpoint_of: Callable[[dict[str, Any]], str | None]
+    flow: EndpointGates
     # The limits, timings and retention an attempt applies, and what a job kind's parameters
     # are checked against (its validators' context: the whole settings, as before).
     settings: Settings
@@ -92,6 +97,10 @@ class AttemptDeps:
     # nothing of the engine reads it.
     services: Services
 
+    def model_profiles(self) -> dict[str, ModelProfile]:
+        """The model endpoints this deployment declares (their limits: runtime/flow/)."""
+        return profiles.parse(self.settings.model_profiles)
+
     @classmethod
     def of(cls, s: Services) -> AttemptDeps:
         """The fields of a process's assembly that an attempt and its delivery use."""
@@ -105,6 +114,8 @@ class AttemptDeps:
             changes=s.changes,
             tracing=s.tracing,
             provider_for=s.provider_for,
+            endpoint_of=s.endpoint_of,
+            flow=s.flow,
             settings=s.settings,
             holder=s.holder,
             presence=s.presence,

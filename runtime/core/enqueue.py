@@ -17,6 +17,7 @@ import structlog
 
 from runtime.base.changes import RunChanges
 from runtime.base.refused import BadRequest as BadRequest
+from runtime.base.tenancy import NORMAL, PRIORITIES, TENANT_MAX_CHARS
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
 from runtime.core.deps import DoorDeps
@@ -24,12 +25,14 @@ from runtime.core.entry import entry_point_of
 from runtime.durable.definition import RunDefinition
 from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
+from runtime.flow import budgets, tenants
 from runtime.models import specs
 from runtime.models.base import ModelError
 from runtime.models.output import OUTPUT_TOOL, checked_schema
 from runtime.models.profiles import ModelProfile
 from runtime.services import Publisher
 from runtime.toolbox.tools import AgentDef, ToolRegistry
+from store.budgets import run_budget_params
 from store.db import to_json
 from store.entries import EntryKind
 from store.entry_links import EntryLink
@@ -97,6 +100,12 @@ class NewRun:
     output: dict[str, Any] | None = None
     # The model spec as a `RunRequest` checked it at the door: not checked again.
     checked_model: specs.ProviderSpec | None = None
+    # Whose share of the fleet it takes (None: its owner's; runtime/flow/tenants.py) and its
+    # priority (1 low, 2 normal, 3 high).
+    tenant: str | None = None
+    priority: int = NORMAL
+    # What it may spend (`{"tokens": N, "usd": X}`, either or both; runtime/flow/budgets.py).
+    budget: dict[str, Any] | None = None
 
 
 class RunRequest(pydantic.BaseModel):
@@ -122,6 +131,11 @@ class RunRequest(pydantic.BaseModel):
     # The JSON schema of the type its final answer must be: the model is offered the output
     # tool, and the answer is checked before the run ends (a declared agent's, `start_agent`).
     output: dict[str, Any] | None = None
+    # Whose share of the fleet it takes (its owner's unless named) and its priority.
+    tenant: pydantic.StrictStr | None = None
+    priority: pydantic.StrictInt = NORMAL
+    # What it may spend: {"tokens": N, "usd": X}, either or both (runtime/flow/budgets.py).
+    budget: dict[str, Any] | None = None
     _spec: specs.ProviderSpec | None = pydantic.PrivateAttr(default=None)
 
     @classmethod
@@ -137,6 +151,7 @@ class RunRequest(pydantic.BaseModel):
                 "nothing was stored"
             ) from None
         parse_agent(request.agent)
+        budgets.parse(request.budget)
         request._spec = check_model(request.model, declared)
         return request
 
@@ -152,6 +167,7 @@ def _validate(s: DoorDeps, new: NewRun) -> list[str]:
         raise BadRequest("agent must be a non-empty name")
     if not new.user_input.strip():
         raise BadRequest("user_input must be non-empty")
+    _check_share(new)
     if new.job is not None:
         return checked_tools(s.tools, new.tools, f"job {new.job.get('kind')}")
     if new.workflow is not None:
@@ -169,6 +185,19 @@ def _validate(s: DoorDeps, new: NewRun) -> list[str]:
     if new.output is not None:
         checked_output(spec, new.output, tools)
     return tools
+
+
+def _check_share(new: NewRun) -> None:
+    """A priority of the three, and a tenant key that names someone (BadRequest otherwise)."""
+    if new.priority not in PRIORITIES:
+        raise BadRequest(
+            f"priority {new.priority!r} must be 1 (low), 2 (normal) or 3 (high); nothing was stored"
+        )
+    if new.tenant is not None and not 0 < len(new.tenant.strip()) <= TENANT_MAX_CHARS:
+        raise BadRequest(
+            f"tenant must be 1-{TENANT_MAX_CHARS} characters (leave it out: the run's owner); "
+            "nothing was stored"
+        )
 
 
 def checked_output(spec: specs.ProviderSpec, schema: Any, tools: list[str]) -> None:
@@ -256,6 +285,15 @@ def request_digest(new: NewRun) -> str:
         identity.update(model=new.model, tools=new.tools, system=new.system)
         if new.output is not None:  # absent otherwise: the digests of earlier runs hold
             identity["output"] = new.output
+    # Named only when it is not the default (the owner): the digests of runs stored before
+    # tenants existed hold, a sub-agent's (its parent's tenant) included.
+    if new.tenant is not None and new.tenant != new.owner:
+        identity["tenant"] = new.tenant
+    if new.priority != NORMAL:
+        identity["priority"] = new.priority
+    budget = budgets.parse(new.budget)
+    if budget is not None:  # absent otherwise: the digests of earlier runs hold
+        identity["budget"] = budget.to_json()
     return hashlib.sha256(to_json(identity).encode("utf-8")).hexdigest()
 
 
@@ -264,6 +302,7 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
     and publish it. The same key with another request is refused (RequestConflict) and stores
     nothing."""
     tools = _validate(s, new)
+    budget = budgets.parse(new.budget) or budgets.Budget()
     run_id = str(uuid.uuid4())
     state = RunState.initial(new.agent, new.system, new.user_input)
     payload = state.to_payload()
@@ -298,9 +337,12 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
         trace=new_run_trace(run_id),
         output=new.output,
     )
+    tenant = new.tenant if new.tenant is not None else new.owner
+    # A sub-agent's run is never held: its parent was admitted and waits for it.
+    limit = None if new.parent_run_id is not None else s.settings.tenants.limit_of(tenant)
     try:
-        with s.engine.connect() as conn, _fenced(conn, new):
-            rid, created = insert_run(
+        with s.engine.connect() as conn, _fenced(conn, new), tenants.door(conn, tenant, limit):
+            rid, created, held = insert_run(
                 conn,
                 run_id=run_id,
                 correlation_id=definition.correlation_id,
@@ -319,11 +361,23 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
                 link=new.link,
                 request_digest=request_digest(new),
                 principal=definition.principal,
+                tenant=tenant,
+                priority=new.priority,
+                tenant_limit=limit,
+                budget=run_budget_params(budget.tokens, budget.usd),
             )
+            # Held behind others, or at the bound: the tenant's room (if any) goes to its held
+            # runs in their turn, this one among them.
+            admitted = tenants.admit_within(conn, tenant, limit) if held else []
     except RequestKeyConflict as exc:
         raise RequestConflict(exc) from None
-    if created:
-        publish_quietly(s.changes, s.publisher, rid, 1)
+    if created and not held:
+        publish_quietly(s.changes, s.publisher, rid, 1, new.priority)
+    for run in admitted:
+        publish_quietly(s.changes, s.publisher, run.run_id, run.attempt, run.priority)
+    if held and rid not in {run.run_id for run in admitted}:
+        log.debug("run.held", run_id=rid, tenant=tenant, limit=limit)
+        s.changes.announce(rid)
     return rid, created
 
 
@@ -359,13 +413,15 @@ def _resumable(s: DoorDeps, new: NewRun, may_wait: bool) -> bool:
     return True
 
 
-def publish_quietly(changes: RunChanges, publisher: Publisher, run_id: str, attempt: int) -> None:
-    """Publish a run's message; a failure is logged, and Postgres (the outbox) keeps the run.
-    The run's followers are nudged first: whatever made this attempt (a start, a hand-back, a
-    wake, a claim) is committed."""
+def publish_quietly(
+    changes: RunChanges, publisher: Publisher, run_id: str, attempt: int, priority: int = NORMAL
+) -> None:
+    """Publish a run's message (a first attempt at its run's `priority`); a failure is logged,
+    and Postgres (the outbox) keeps the run. The run's followers are nudged first: whatever
+    made this attempt (a start, a hand-back, a wake, a claim, an admission) is committed."""
     changes.announce(run_id)
     try:
-        publisher.publish(run_id, attempt)
+        publisher.publish(run_id, attempt, priority)
     except Exception as exc:
         log.warning(
             "run.publish_failed",

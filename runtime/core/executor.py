@@ -19,22 +19,27 @@ from runtime.base.redact import error_facts, frames
 from runtime.base.sealing import SealError
 from runtime.base.tracing import AttemptFacts
 from runtime.core.agent import AgentRun
+from runtime.core.attempt import RunAttempt
 from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import publish_quietly
 from runtime.core.jobs import JobRun
 from runtime.core.outcome import Outcome
 from runtime.core.workflow import WorkflowRun
 from runtime.durable.definition import RunDefinition
+from runtime.fleet import usage_notes
 from runtime.fleet.heartbeat import LeaseLost, RunLease
 from runtime.fleet.leases import FENCE_HOLDER, NO_STEP, Leases, Token, monotonic_ms
+from runtime.flow import tenants
 from runtime.recovery import outage
 from runtime.sending.http import SendRefused
 from store import db
+from store.ledger import Note
 from store.losses import loss_seen
 from store.records import insert_owned_audit, select_audit
 from store.rows import Claimed, FencedOut, RunRow
-from store.runs import claim_delivery, fail_run, hand_back_store_fault
+from store.runs import claim_delivery, fail_run
 from store.states import RunKind, RunStatus, Seen
+from store.store_faults import hand_back_store_fault
 from store.waits import wake_parent
 
 log = structlog.get_logger(__name__)
@@ -126,7 +131,10 @@ def run_message(
         if claimed.run.deliveries > d.settings.timings.delivery_limit:
             return _poison(d, claimed.run, token)
         lease = d.heartbeat.hold(token, started, acquired.witnessed_step)
-        return _execute(d, claimed, lease, reserved_by or d.holder)
+        outcome = _execute(d, claimed, lease, reserved_by or d.holder)
+        if outcome in FREES_ROOM:
+            _admit_quietly(d, claimed.run.tenant)
+        return outcome
 
 
 def _held_by_older_attempt(leases: Leases, token: Token) -> bool:
@@ -173,6 +181,25 @@ def _fail_and_tell(d: AttemptDeps, row: RunRow, reason: str, detail: dict[str, A
 
 # How an attempt ends when its run has ended too (the run span is written then).
 RUN_ENDED = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.ANSWER_HANDED_ON})
+# Ends that free room in the run's tenant's bound on runs in flight (runtime/flow/tenants.py).
+FREES_ROOM = RUN_ENDED | {Outcome.WAITING}
+
+
+def _admit_quietly(d: AttemptDeps, tenant: str | None) -> None:
+    """Admit the tenant's held runs into the room this run freed, and publish them; a failure
+    is logged (the next sweep admits them)."""
+    try:
+        admitted = tenants.admit(d.engine, d.settings.tenants, tenant)
+    except sa.exc.SQLAlchemyError as exc:
+        log.warning(
+            "tenant.admit_failed",
+            tenant=tenant,
+            error=type(exc).__name__,
+            next="the next sweep admits its held runs",
+        )
+        return
+    for run in admitted:
+        publish_quietly(d.changes, d.publisher, run.run_id, run.attempt, run.priority)
 
 
 def _execute(d: AttemptDeps, claimed: Claimed, lease: RunLease, worker: str) -> Outcome:
@@ -245,10 +272,12 @@ def _attempt(
     row = claimed.run
     release = True
     outcome = Outcome.ERROR
+    run: RunAttempt | None = None
     try:
         faults.point("after_claim")
         attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
-        outcome = attempt_class(d, row, definition, lease, gates=claimed.gates).execute()
+        run = attempt_class(d, row, definition, lease, gates=claimed.gates)
+        outcome = run.execute()
         return outcome
     except (FencedOut, LeaseLost, SendRefused) as exc:
         # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
@@ -263,7 +292,8 @@ def _attempt(
             # Postgres went away under the attempt: this process lives and holds the lease,
             # so the run is not lost; it gives the run back once Postgres answers (I1).
             release = False
-            return _give_back_after_store_fault(d, row, lease, worker, exc)
+            held = None if run is None else run.unwritten
+            return _give_back_after_store_fault(d, row, lease, worker, exc, held)
         # Unexpected (a bug): behave as a crash. Keep the lease so it
         # lapses and the sweeper resumes the run from its checkpoint elsewhere.
         # Its message never reaches the log or the audit: it may carry user text (item 16).
@@ -342,7 +372,12 @@ def _error_reason(row: RunRow, facts: dict[str, Any], errors: int, limit: int) -
 
 
 def _give_back_after_store_fault(
-    d: AttemptDeps, row: RunRow, lease: RunLease, worker: str, fault: BaseException
+    d: AttemptDeps,
+    row: RunRow,
+    lease: RunLease,
+    worker: str,
+    fault: BaseException,
+    held: Note | None = None,
 ) -> Outcome:
     """A store fault is not a process loss: hold the lease (the heartbeat renews it) until
     Postgres answers, then give the run back as a new attempt in one fenced statement, with
@@ -350,7 +385,11 @@ def _give_back_after_store_fault(
     once instead of after its lease. Whether the statement the fault cut short was committed
     is settled by the resume, which reads Postgres again (the step written, the answer stored,
     each mark in doubt settled per the table, I2, I5). A lease lost meanwhile (Redis gone
-    too, past its deadline) leaves the run to the sweeper, which claims it the usual way."""
+    too, past its deadline) leaves the run to the sweeper, which claims it the usual way.
+
+    No claim of a loss follows, so the give-back itself records what the attempt may have
+    been billed for a step it never wrote (`_unconfirmed`: `held`, the usage of the answer it
+    holds, else its note's bound); the resume asks that step again."""
     log.warning("run.store_fault", **error_facts(fault), next="held until Postgres answers")
     try:
         outage.wait_for_database(
@@ -361,9 +400,10 @@ def _give_back_after_store_fault(
             "runs in flight keep their leases and wait for it",
             lease.check,
         )
+        spent = _unconfirmed(d, row, held)
         with d.engine.connect() as conn:
             new_attempt = hand_back_store_fault(
-                conn, row.id, row.attempt, d.holder, type(fault).__name__
+                conn, row.id, row.attempt, d.holder, type(fault).__name__, spent
             )
     except LeaseLost as exc:
         log.warning("run.fenced_out", why=str(exc))
@@ -379,6 +419,19 @@ def _give_back_after_store_fault(
     publish_quietly(d.changes, d.publisher, row.id, new_attempt)
     log.info("run.given_back", reason="store_fault", new_attempt=new_attempt)
     return Outcome.STORE_FAULT
+
+
+def _unconfirmed(d: AttemptDeps, row: RunRow, held: Note | None) -> list[Note]:
+    """What the attempt may have been billed for the steps it asked (the ledger on): the exact
+    usage of the answer it holds unwritten (`held`), and its note in Redis for any other step
+    (one round trip: its note names the step it asked last; the answer may not have come, or not
+    reached the write). The give-back records those its run has not written."""
+    if not d.settings.usage_ledger:
+        return []
+    noted = usage_notes.read(d.redis, d.settings.namespace, [(row.id, row.attempt)])
+    if held is None:
+        return noted
+    return [held, *(n for n in noted if n.step != held.step)]
 
 
 def _reserve_quietly(leases: Leases, holder: str, run_id: str, attempt: int) -> None:

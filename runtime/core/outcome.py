@@ -11,7 +11,7 @@ class Outcome(StrEnum):
     SUCCEEDED = "succeeded"  # the run ended with its answer handed on
     FAILED = "failed"  # the run failed with a reason (told and audited)
     WAITING = "waiting"  # the run suspended on an approval or a child run
-    HANDED_BACK = "handed_back"  # a warm shutdown gave the run back as a new attempt
+    HANDED_BACK = "handed_back"  # given back as a new attempt: a warm shutdown, or a yield
     ANSWER_HANDED_ON = "answer_handed_on"  # a resume handed an answer stored before on
     STORE_FAULT = "store_fault"  # Postgres went away; the run was given back once it answered
     FENCED = "fenced"  # another attempt owns the run: this one wrote nothing more (I3)

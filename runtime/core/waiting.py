@@ -18,6 +18,7 @@ from runtime.core.pending import PendingCall
 from runtime.durable.definition import RunDefinition
 from runtime.durable.keys import approval_step_key, delegation_key
 from runtime.durable.state import RunState, ToolCall
+from runtime.fleet import usage_notes
 from runtime.toolbox.tools import Tool
 from store.entries import EntryKind
 from store.losses import claim_lost
@@ -36,11 +37,13 @@ class SendWrite(Protocol):
 
 
 class Suspend(Exception):
-    """The run waits for `waiting_on` (approval:<id> or child:<run id>)."""
+    """The run waits for `waiting_on` (approval:<id>, child:<run id>, timer:<at> or
+    model:<profile>:<until>:<reason>); `detail` is added to its `agent.run.waiting` event."""
 
-    def __init__(self, waiting_on: str) -> None:
+    def __init__(self, waiting_on: str, detail: dict[str, Any] | None = None) -> None:
         super().__init__(waiting_on)
         self.waiting_on = waiting_on
+        self.detail = detail or {}
 
 
 class WaitRouter:
@@ -114,6 +117,8 @@ class WaitRouter:
         if child.status in OWNED and self.d.leases.holder(child.id) is None:
             # The same claim as the sweeper's, so of the two one wins (I4); its audit names this
             # path, so an operator (and a test) can tell who took the child over.
+            lost = [(child.id, child.attempt)]
+            notes = usage_notes.read(self.d.redis, self.d.settings.namespace, lost)
             with self.d.engine.connect() as conn:
                 claim = claim_lost(
                     conn,
@@ -121,6 +126,8 @@ class WaitRouter:
                     child.attempt,
                     self.d.settings.timings.loss_limit,
                     seen=Seen.PARENT_ASKED_AGAIN,
+                    ask_yields=self.d.settings.resumed_first,
+                    notes=notes,
                 )
             if claim is not None and claim.status != RunStatus.FAILED:
                 publish_quietly(self.d.changes, self.d.publisher, claim.run_id, claim.attempt)
@@ -166,4 +173,7 @@ class WaitRouter:
             parent_run_id=self.run.id,
             parent_attempt=self.run.attempt,
             may_wait=True,
+            # Its parent's share of the fleet and turn (counted in flight, never held).
+            tenant=self.run.tenant,
+            priority=self.run.priority,
         )

@@ -69,6 +69,8 @@ class AsyncClient:
     lift_stop = _twin(Client.lift_stop)
     approvals = _twin(Client.approvals)
     decide = _twin(Client.decide)
+    raise_budget = _twin(Client.raise_budget)
+    set_budget = _twin(Client.set_budget)
 
     async def wait(
         self,

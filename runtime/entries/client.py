@@ -13,8 +13,10 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
+from runtime.base.tenancy import NORMAL
 from runtime.core.catalog import CatalogError
 from runtime.core.deps import DoorDeps
 from runtime.core.enqueue import (
@@ -29,6 +31,7 @@ from runtime.core.enqueue import (
 )
 from runtime.core.entry import InPostgres, Policy
 from runtime.entries.start import UnknownAgent, catalog_agent
+from runtime.ops.budgets import raise_run_budget, set_budget
 from runtime.ops.erasure import Erased, erase
 from runtime.ops.events import RECHECK_S, EventPage, RunEvent, follow, read_events
 from runtime.ops.run_view import (
@@ -46,6 +49,7 @@ from store.gates import agent_has_runs, insert_stop, lift_stops
 from store.records import select_transcript
 from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
 from store.runs import get_run
+from store.scope import Scope
 from store.states import FINISHED
 from store.views import running_runs
 from store.waits import decide_approval, get_approval, list_approvals
@@ -114,7 +118,10 @@ class Client:
         publishes nothing; with another request it raises RequestConflict). Takes a
         `RunRequest`, or its fields as keywords (`agent=`, `model=`, `user_input=`, ...),
         validated into one; `output=` a JSON Schema its final answer must fit (the model is
-        offered the `final_result` tool; `start_agent` gives a declared agent's own). The
+        offered the `final_result` tool; `start_agent` gives a declared agent's own);
+        `tenant=` whose share of the fleet it takes (its owner's unless named),
+        `priority=` 1 (low), 2 (normal) or 3 (high) (runtime/flow/tenants.py) and `budget=`
+        `{"tokens": N, "usd": X}` what it may spend (runtime/flow/budgets.py). The
         run may use exactly `tools=[...]` (none without it); a field
         of the wrong type or unknown, an unknown tool or a bad or secret-bearing model spec is
         a BadRequest naming the field, and nothing is stored."""
@@ -128,13 +135,23 @@ class Client:
         return enqueue(self.door, request.new_run())[0]
 
     def start_agent(
-        self, name: str, user_input: str, *, request_key: str | None = None, owner: str = "app"
+        self,
+        name: str,
+        user_input: str,
+        *,
+        request_key: str | None = None,
+        owner: str = "app",
+        tenant: str | None = None,
+        priority: int = NORMAL,
+        budget: dict[str, Any] | None = None,
     ) -> RunId:
         """Start a run of a declared agent (the catalog file's, or one a tool module declares:
         `agent(...)`, or a framework's agent registered with `durable(...)`) with its own
         model, tools, system prompt and output type (its answer then read back as that type,
-        `RunView.output`); the same request key returns the same run. An unknown
-        name is an `UnknownAgent` (a BadRequest listing the known agents); nothing is stored."""
+        `RunView.output`); the same request key returns the same run; `tenant` (its owner's
+        unless named), `priority` (1 low, 2 normal, 3 high) and `budget` as for `start_run`. An
+        unknown name is an `UnknownAgent` (a BadRequest listing the known agents); nothing is
+        stored."""
         definition = self.declared_agent(name)
         return self.start_run(
             agent=name,
@@ -145,6 +162,9 @@ class Client:
             request_key=request_key,
             owner=owner,
             output=definition.output_schema(),
+            tenant=tenant,
+            priority=priority,
+            budget=budget,
         )
 
     def declared_agent(self, name: str) -> AgentDef:
@@ -167,15 +187,19 @@ class Client:
         user_input: str = "start",
         request_key: str | None = None,
         owner: str = "app",
+        tenant: str | None = None,
+        priority: int = NORMAL,
     ) -> RunId:
         """Start a workflow run (a deterministic step graph) on the same durable machinery; a
-        request key makes it idempotent as for `start_run`."""
+        request key makes it idempotent, and `tenant` and `priority` apply, as for `start_run`."""
         new = NewRun(
             agent=parse_agent(name, "workflow name"),
             workflow=workflow,
             user_input=user_input,
             request_key=request_key,
             owner=owner,
+            tenant=tenant,
+            priority=priority,
         )
         return enqueue(self.door, new)[0]
 
@@ -374,6 +398,54 @@ class Client:
         if woke is not None:
             publish_quietly(self.s.changes, self.s.publisher, request.run_id, woke)
         return request
+
+    def raise_budget(
+        self,
+        run_id: str,
+        *,
+        tokens: int | None = None,
+        usd: float | str | Decimal | None = None,
+        scope: Scope | None = None,
+    ) -> bool:
+        """Set a run's budget to `tokens` and/or `usd` (what it may spend in all, what it spent
+        so far included; the other is kept) and, when it waits on its budget, wake it at once
+        (True). A bad amount is a BadRequest naming it (nothing stored); `scope` (a front
+        principal's) finds only its runs (RunNotFound otherwise)."""
+        return raise_run_budget(
+            self.s.engine,
+            self.s.changes,
+            self.s.publisher,
+            parse_id(run_id),
+            tokens=tokens,
+            usd=usd,
+            scope=scope,
+        )
+
+    def set_budget(
+        self,
+        *,
+        agent: str | None = None,
+        tenant: str | None = None,
+        period: str,
+        tokens: int | None = None,
+        usd: float | str | Decimal | None = None,
+    ) -> list[str]:
+        """Set what one agent's (or one tenant's) runs may spend a `period` (`day`, `month`,
+        UTC) and wake its runs waiting on it; returns them. The deployment's, not a caller's."""
+        if (agent is None) == (tenant is None):
+            raise BadRequest("a budget is one agent's (agent=) or one tenant's (tenant=)")
+        scope, name = ("agent", agent) if agent is not None else ("tenant", tenant)
+        assert name is not None
+        return set_budget(
+            self.s.engine,
+            self.s.changes,
+            self.s.publisher,
+            scope,
+            name,
+            period,
+            tokens=tokens,
+            usd=usd,
+        )
 
 
 __all__ = [

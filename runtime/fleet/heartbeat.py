@@ -130,7 +130,9 @@ class RunLease:
         the lease: until a renewal sent after the reconnect is confirmed, the lease counts
         only to the loss plus the grace."""
         p = self.presence
-        return p is not None and (not p.up or p.up_since_ms > self.confirmed_ms)
+        return p is not None and (
+            p.absent_since_ms() is not None or p.up_since_ms > self.confirmed_ms
+        )
 
     def send_time_left_s(self) -> float:
         """Seconds this attempt may still write or send, by the local clock (no network)."""
@@ -138,9 +140,10 @@ class RunLease:
             return 0.0
         until = self.valid_until_ms
         if self.presence is not None and self.blipped():
-            # Down now, or back but not yet confirmed: a death watch that saw this process
-            # absent claims after the grace from the loss, so sends stop before it (I3).
-            until = min(until, self.presence.lost_at_ms + self.presence.grace_ms)
+            # Absent now (down, or not refreshed lately), or back but not yet confirmed: a
+            # death watch that saw this process absent claims after the grace from then, so
+            # sends stop before it (I3).
+            until = min(until, self._absent_since_ms(self.presence) + self.presence.grace_ms)
         return (until - SAFETY_MARGIN_MS - monotonic_ms()) / 1000
 
     def _await_confirmation(self) -> bool:
@@ -152,11 +155,17 @@ class RunLease:
             return False
         with self._cond:
             while self.lost_why is None and self.blipped():
-                left_ms = p.lost_at_ms + self.blip_wait_ms - monotonic_ms()
+                left_ms = self._absent_since_ms(p) + self.blip_wait_ms - monotonic_ms()
                 if left_ms <= 0:
                     break
                 self._cond.wait(min(left_ms, 500) / 1000)
         return self.lost_why is None and self.send_time_left_s() > 0
+
+    @staticmethod
+    def _absent_since_ms(p: Presence) -> int:
+        """Since when the presence counts as absent, or the last loss once it is back."""
+        since = p.absent_since_ms()
+        return p.lost_at_ms if since is None else since
 
     def regained(self) -> bool:
         """After the local deadline passed: whether it passed only because Redis blinked (this

@@ -45,9 +45,16 @@ class HolderWork(LeaseKeys):
             if (name := str(client.get("name") or "")).startswith(CONNECTION_PREFIX)
         }
 
-    def presence_epoch(self, holder: str) -> str:
-        raw = self.client.get(f"{self.namespace}presence:epoch:{holder}")
-        return "" if raw is None else text_of(raw)
+    def presence_epoch(self, holder: str) -> tuple[str, int]:
+        """A holder's presence epoch ("" when none) and its key's PTTL (-2 when none), read
+        together (MULTI: one round trip): which presence it is and when it was last refreshed
+        (`presence.absent_for_ms`)."""
+        key = f"{self.namespace}presence:epoch:{holder}"
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(key)
+        pipe.pttl(key)
+        raw, pttl = pipe.execute()
+        return ("" if raw is None else text_of(raw)), int(pttl)
 
     def take_dead(
         self, holder: str, epoch: str

@@ -29,6 +29,8 @@ FIXED: dict[str, str] = {
     "metrics:retention_runs_total": "counter",
     "metrics:retention_audit_total": "counter",
     "metrics:retention_batches_total": "counter",
+    "flow:stats": "hash of the model endpoints' counters (runtime/flow/): a field per counter "
+    "(admitted, waits_in_place, waits_suspended, rate_limited) and declared profile",
 }
 
 # Keys named after a run or a process, each with its bound (`<...>` a run id, a holder).
@@ -37,7 +39,7 @@ NAMED: dict[str, str] = {
     "steps:<run id>": "the run's step witness: 30 days past its last renewal; deleted when the "
     "run ends",
     "presence:epoch:<holder>": "a process's presence epoch: 15 s past its last refresh (every "
-    "5 s while the process lives)",
+    "second while the process lives)",
     "holder:<holder>:leases": "a holder's leases (a set, gone when empty); emptied as it "
     "releases them, deleted by the death watch when the holder is judged dead",
     "holder:<holder>:reserved": "a worker's reserved messages; as above",
@@ -47,7 +49,18 @@ NAMED: dict[str, str] = {
     "sweeper:pace": "the fleet's sweep turn: two thirds of the sweep interval",
     "sweeper:lock": "the sweep lock: the lease TTL",
     "deaths:leader": "the death watch's leader: 2 s, renewed while it leads",
+    "flow:closed": "the model endpoints' closes (runtime/flow/), a hash, field per model "
+    "profile -> until: until the latest close ends plus the longest backoff (a minute)",
+    "flow:backoffs": "the endpoints' backoff counts, a hash, field per model profile: as "
+    "flow:closed",
+    "flow:limits:<profile>": "a model endpoint's token buckets under its profile's limits "
+    "(runtime/flow/limits.py), one per profile that declares limits: two minutes past its last "
+    "request",
+    "flow:in_flight:<profile>": "that endpoint's requests in flight, a sorted set whose entries "
+    "expire after the model timeout: as flow:limits:<profile>",
     "seal:dev-key-said:<fingerprint>": "the development seal key was announced: 15 minutes",
+    "usage:note:<run id>:<attempt>": "what an attempt reserved for the model step it asked "
+    "(runtime/fleet/usage_notes.py), read by the claim of its loss: an hour",
 }
 
 # Celery's own keys (kombu's Redis transport), under the same namespace: the run and ops queues

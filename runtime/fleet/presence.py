@@ -18,6 +18,16 @@ that is gone, however it went, leaves nothing behind in Redis (issue 31). Its va
 rather than a counter so a key that lapsed and was made again never repeats a value the death
 watch saw.
 
+The refresh is also Redis's own record of when its holder was last present: the key's TTL says
+when it was last refreshed, by Redis's clock (`absent_for_ms`), and a present holder refreshes
+it at least every `STALE_MS`, a bound its epoch names (`new_epoch`). A death watch that starts
+(or takes the lead) after a holder died therefore knows how long it has been absent without
+having watched it (`deaths.py`); a process of an older release names no bound and is given the
+whole grace from the look, as before. The holder keeps that record honest from its side: a
+presence not refreshed for `STALE_MS` counts as lost from then (`absent_since_ms`), so its sends
+stop within the grace of it, as they do after a loss it saw (a starved or stopped process
+included).
+
 On every (re)connect it also reads the store epoch (`leases.read_store_epoch`): a Redis that
 lost its data (restarted empty, an empty replica promoted) shows a new epoch id, and only then
 may the heartbeat take back, with SET NX of their own tokens, the leases Redis forgot
@@ -43,12 +53,17 @@ log = structlog.get_logger(__name__)
 # How long a holder with no connection is given before its runs are claimed: a blip (a
 # restarted proxy, a failover) reconnects well within it; a dead process never does.
 GRACE_MS = 1000
-# The presence connection blocks this long per wait, and reconnects this often when down.
-BLOCK_S = 5
+# The presence connection blocks this long per wait (its epoch is refreshed once per wait), and
+# reconnects this often when down.
+BLOCK_S = 1
 RECONNECT_S = 0.1
-# The presence epoch lives this long past its holder's last refresh (every BLOCK_S while it is
-# present): three refreshes may be missed (a process starved of CPU) before it lapses.
-EPOCH_TTL_S = 3 * BLOCK_S
+# A present holder refreshes its epoch at least this often: a wait, and room for the round trip
+# and a busy interpreter. Past it with no refresh, the holder counts as absent (both sides).
+STALE_MS = BLOCK_S * 1000 + 1000
+# The presence epoch lives this long past its holder's last refresh: many refreshes may be
+# missed (a process starved of CPU) before it lapses.
+EPOCH_TTL_S = 15
+EPOCH_TTL_MS = EPOCH_TTL_S * 1000
 
 
 class EpochLapsed(redis.RedisError):
@@ -70,6 +85,27 @@ def _ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def new_epoch() -> str:
+    """A fresh presence epoch: random, carrying the refresh bound its holder keeps
+    (`s<STALE_MS>:<hex>`), so a watcher judges each holder by the bound it really keeps (a
+    process of an older release, refreshing less often, names none and is given the grace)."""
+    return f"s{STALE_MS}:{uuid.uuid4().hex}"
+
+
+def absent_for_ms(epoch: str, epoch_pttl_ms: int) -> int:
+    """How long, at least, a holder with no connection has been absent by Redis's own record,
+    from its epoch (the refresh bound it names) and the key's PTTL (each refresh sets it to
+    EPOCH_TTL_MS). A key that is gone (-2) lapsed EPOCH_TTL_MS after its last refresh, one
+    without a TTL (-1) or an epoch naming no bound says nothing (0). The holder counts itself
+    absent from the same moment (`Presence.absent_since_ms`)."""
+    if epoch_pttl_ms == -2:
+        return EPOCH_TTL_MS - STALE_MS
+    head, sep, _ = epoch.partition(":")
+    if epoch_pttl_ms < 0 or not sep or not head[1:].isdigit() or not head.startswith("s"):
+        return 0
+    return max(EPOCH_TTL_MS - epoch_pttl_ms - int(head[1:]), 0)
+
+
 class Presence:
     """This process's one blocked, named connection, and what its state means for sends."""
 
@@ -88,6 +124,8 @@ class Presence:
         # when it is up again (monotonic ms).
         self.lost_at_ms = _ms()
         self.up_since_ms = 0
+        # When the last refresh Redis answered was sent (monotonic ms): see `absent_since_ms`.
+        self.refreshed_ms = 0
         # The store epoch id Redis showed at the last (re)connect ("" before the first): a
         # change means Redis lost its data meanwhile (see leases._EPOCH).
         self.store_epoch = ""
@@ -123,13 +161,22 @@ class Presence:
         if self._client is not None:
             close_sockets_here(self._client)
 
+    def absent_since_ms(self) -> int | None:
+        """Since when (monotonic ms) this process counts as absent: its loss while down; while
+        up, `STALE_MS` after its last refresh if none followed (a starved or stopped presence
+        thread: a death watch reading the epoch's age may judge it absent from then); None
+        while present."""
+        if not self.up:
+            return self.lost_at_ms
+        stale_at = self.refreshed_ms + STALE_MS
+        return stale_at if _ms() >= stale_at else None
+
     def cap_ms(self) -> int | None:
         """The latest monotonic moment this process may still write or send, by its presence:
-        None while it is up; while it is down, its grace from the loss, less the margin the
-        lease check keeps (applied by the caller)."""
-        if self.up:
-            return None
-        return self.lost_at_ms + self.grace_ms
+        None while present; while absent, its grace from then, less the margin the lease check
+        keeps (applied by the caller)."""
+        since = self.absent_since_ms()
+        return None if since is None else since + self.grace_ms
 
     def trusts(self, renewal_started_ms: int) -> bool:
         """Whether a lease renewal sent at this moment may extend a lease: only while present,
@@ -150,10 +197,12 @@ class Presence:
                 )
                 # The epoch first: a renewal is trusted only if sent after this.
                 epoch = epoch_key(self.namespace, self.holder)
-                client.set(epoch, uuid.uuid4().hex, ex=EPOCH_TTL_S)
+                sent_ms = _ms()
+                client.set(epoch, new_epoch(), px=EPOCH_TTL_MS)
                 self.store_epoch = read_store_epoch(client, self.namespace).id
                 self.connection_id = int(client.client_id())
-                self.up_since_ms = _ms()
+                self.refreshed_ms = sent_ms
+                self.up_since_ms = _ms()  # renewals sent from now on follow the new epoch
                 self.up = True
                 self._started.set()
                 log.info("presence.up", holder=self.holder, store_epoch=self.store_epoch)
@@ -161,13 +210,16 @@ class Presence:
                     woken()
                 wake = f"{self.namespace}presence:wake:{self.holder}"
                 while not self._stop.is_set():
-                    if not client.expire(epoch, EPOCH_TTL_S):
+                    sent_ms = _ms()
+                    if not client.pexpire(epoch, EPOCH_TTL_MS):
                         raise EpochLapsed(f"presence epoch of {self.holder} lapsed")
+                    self.refreshed_ms = sent_ms
                     client.blpop([wake], timeout=BLOCK_S)
             except redis.RedisError as exc:
                 self.connection_id = None
                 if self.up:
-                    self.lost_at_ms = _ms()
+                    # No later than it counted as absent already (a stale presence thread).
+                    self.lost_at_ms = min(_ms(), self.refreshed_ms + STALE_MS)
                     self.up = False
                     log.warning("presence.lost", holder=self.holder, error=str(exc))
                 self._started.set()  # a process that cannot reach Redis does not wait for it

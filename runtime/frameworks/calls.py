@@ -190,7 +190,10 @@ def model_error(run_id: str, exc: BaseException) -> ModelError:
                 retryable=False,
             )
     return ModelError(
-        f"run {run_id}: {error}", retryable=error.retryable, retry_after_s=error.retry_after_s
+        f"run {run_id}: {error}",
+        retryable=error.retryable,
+        retry_after_s=error.retry_after_s,
+        rate_limited=error.rate_limited,
     )
 
 

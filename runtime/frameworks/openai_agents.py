@@ -51,7 +51,7 @@ from runtime.base.validation import described
 from runtime.durable.state import ToolCall
 from runtime.frameworks import calls as shared
 from runtime.frameworks.calls import CallTransport, current_call
-from runtime.frameworks.openai_agents_messages import to_input_items
+from runtime.frameworks.openai_agents_messages import to_input_items, usage_of
 from runtime.models.base import ModelProvider, StepAnswer, StepRequest, Typed
 from runtime.models.openai import read_arguments
 from runtime.models.output import OutputType, OutputTypeError
@@ -346,6 +346,12 @@ class OpenAIAgentsProvider:
         self.tools: list[Any] = list(guest.defs.values())
         # The SDK's own retry policy is the Runner's; the engine decides here.
         self.settings = dataclasses.replace(guest.agent.model_settings, retry=None)
+        # What each request sends beyond the step's messages, and the model it asks, for the
+        # reservation noted before it (runtime/core/ledger.py).
+        output = None if guest.output is None else guest.output.json_schema()
+        self.prompt_fixed: list[Any] = [guest.instructions, self.tools, output]
+        named = getattr(model, "model", None)
+        self.model_name = named if isinstance(named, str) else None
 
     def next_step(self, request: StepRequest) -> StepAnswer:
         settings = dataclasses.replace(
@@ -376,7 +382,10 @@ class OpenAIAgentsProvider:
             # No response (timeout, lost connection: asked again) or an answer the SDK could
             # not use (ModelBehaviorError, a body it could not validate: not asked again).
             raise shared.model_error(request.run_id, exc) from exc
-        return self.answer(response)
+        # Its usage reaches the step's write with the answer (store/usage.py).
+        asked = getattr(self.model, "model", None)
+        used = usage_of(response, asked if isinstance(asked, str) else None)
+        return dataclasses.replace(self.answer(response), usage=used)
 
     def answer(self, response: ModelResponse) -> StepAnswer:
         """The step's answer from the model's output items: calls, a final text, a typed final

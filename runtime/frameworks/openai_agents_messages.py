@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents.items import TResponseInputItem
+from agents.items import ModelResponse, TResponseInputItem
 
 from runtime.durable.state import Message
+from runtime.models.base import Usage
 
 
 def to_input_items(conversation: list[Message], prefix: str) -> list[TResponseInputItem]:
@@ -57,3 +58,21 @@ def to_input_items(conversation: list[Message], prefix: str) -> list[TResponseIn
         else:  # the run's input, or a final answer refused for its type, told as the user's
             out.append({"role": "user", "content": content})
     return out
+
+
+def usage_of(response: ModelResponse, asked: str | None) -> Usage | None:
+    """The response's usage as the step ledger records it (store/usage.py): input (the cached
+    part in `input_tokens_details`) and output tokens. The SDK's response does not carry the
+    model the provider names, so the model is the one the agent asked for (`asked`). None when
+    it measured nothing (a provider that sent no usage)."""
+    usage = response.usage
+    if usage.input_tokens <= 0 and usage.output_tokens <= 0:
+        return None
+    details = usage.input_tokens_details
+    cached = getattr(details, "cached_tokens", 0) if details is not None else 0
+    return Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        cached_tokens=cached if isinstance(cached, int) and cached > 0 else 0,
+        model=asked,
+    )

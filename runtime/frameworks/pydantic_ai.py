@@ -37,7 +37,7 @@ from runtime.durable.state import ToolCall
 from runtime.frameworks import calls as shared
 from runtime.frameworks import pydantic_ai_mcp as mcp
 from runtime.frameworks.calls import CallTransport, current_call, decoded
-from runtime.frameworks.pydantic_ai_messages import to_model_messages
+from runtime.frameworks.pydantic_ai_messages import to_model_messages, usage_of
 from runtime.models.base import ModelProvider, StepAnswer, StepRequest
 from runtime.models.openai import read_arguments
 from runtime.models.output import (
@@ -396,6 +396,10 @@ class PydanticAIProvider:
             output_tools=[self._output_def()] if guest.output is not None else [],
             allow_text_output=guest.output is None,
         )
+        # What each request sends beyond the step's messages, and the model it asks, for the
+        # reservation noted before it (runtime/core/ledger.py).
+        self.prompt_fixed: list[Any] = [guest.system(), guest.instructions, self.params]
+        self.model_name = model.model_name
 
     def _output_def(self) -> ToolDefinition:
         assert self.guest.output is not None
@@ -432,7 +436,8 @@ class PydanticAIProvider:
             # No response (timeout, lost connection: asked again) or an answer Pydantic AI
             # could not use (not asked again): see shared.model_error.
             raise shared.model_error(request.run_id, exc) from exc
-        return self.answer(response)
+        # Its usage reaches the step's write with the answer (store/usage.py).
+        return replace(self.answer(response), usage=usage_of(response))
 
     def answer(self, response: messages.ModelResponse) -> StepAnswer:
         """The step's answer from the model's response: calls, a final text, a typed final

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic_ai import messages
 
 from runtime.durable.state import Message
+from runtime.models.base import Usage
 
 
 def to_model_messages(
@@ -92,4 +93,20 @@ def _tool_part(message: Message, name: Callable[[str], str]) -> Any:
         )
     return messages.ToolReturnPart(
         tool_name=tool, content=value, tool_call_id=str(message["tool_call_id"])
+    )
+
+
+def usage_of(response: messages.ModelResponse) -> Usage | None:
+    """The response's usage as the step ledger records it (store/usage.py): Pydantic AI counts
+    the input with the cache's reads and writes in it, the reads as `cache_read_tokens`, as
+    liyagent does; the model its response names. None when it measured nothing (no input, no
+    output: a provider that sent no usage)."""
+    usage = response.usage
+    if usage.input_tokens <= 0 and usage.output_tokens <= 0:
+        return None
+    return Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        cached_tokens=max(usage.cache_read_tokens, 0),
+        model=response.model_name or None,
     )

@@ -22,9 +22,9 @@ import anthropic
 import httpx2
 
 from runtime.durable.state import Message, ToolCall
-from runtime.models.base import ModelError, StepAnswer, StepRequest
+from runtime.models.base import ModelError, StepAnswer, StepRequest, Usage
 from runtime.models.errors import classify, too_large
-from runtime.models.openai import checked_wire_name, tool_name
+from runtime.models.openai import checked_wire_name, model_of, tokens, tool_name
 from runtime.models.profiles import ModelProfile
 from runtime.models.specs import AnthropicSpec
 from runtime.sending import bounded, http, sdk_http
@@ -213,7 +213,23 @@ def parse_answer(run_id: str, payload: dict[str, Any]) -> StepAnswer:
             f"run {run_id}: the model stopped for tool_use without a tool_use block",
             retryable=False,
         )
-    return StepAnswer(text=text or None, calls=calls)
+    return StepAnswer(text=text or None, calls=calls, usage=usage_of(payload))
+
+
+def usage_of(payload: dict[str, Any]) -> Usage | None:
+    """The response's `usage` with the `model` it names, or None when it has none. Anthropic
+    counts the input apart from the prompt cache's reads and writes (`input_tokens`,
+    `cache_read_input_tokens`, `cache_creation_input_tokens`): all three are input billed, the
+    reads the cached part, as OpenAI counts them."""
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    sent, made = tokens(usage.get("input_tokens")), tokens(usage.get("output_tokens"))
+    if sent is None or made is None:
+        return None
+    read = tokens(usage.get("cache_read_input_tokens")) or 0
+    written = tokens(usage.get("cache_creation_input_tokens")) or 0
+    return Usage(sent + read + written, made, cached_tokens=read, model=model_of(payload))
 
 
 def _tool_call(run_id: str, block: dict[str, Any]) -> ToolCall:

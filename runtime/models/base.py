@@ -47,6 +47,18 @@ class Typed:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """A model request's tokens, as its response's usage counts them: every input token it
+    was billed for (`cached_tokens` of them read from the provider's prompt cache), the
+    tokens it generated, and the model the response says answered (None: it does not say)."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    model: str | None = None
+
+
+@dataclass(frozen=True)
 class StepAnswer:
     """Either tool calls to make, or a final text (with its typed value when the agent declares
     an output type), or a final answer refused because it does not fit that type."""
@@ -59,6 +71,10 @@ class StepAnswer:
     # asked, within the step limit. `calls` are then the calls the answer itself was made of
     # (an output tool's), told the refusal, never made.
     refused: str | None = None
+    # The tokens the provider says the request used (its response's usage), when it says:
+    # what settles the endpoint's token limits (runtime/flow/limits.py), and what is written
+    # with the step (store/usage.py).
+    usage: Usage | None = None
 
     @property
     def final(self) -> bool:
@@ -66,14 +82,21 @@ class StepAnswer:
 
 
 class ModelError(LiyagentError):
-    """A provider failed; `retryable` says whether asking again may help."""
+    """A provider failed; `retryable` says whether asking again may help, `rate_limited`
+    that the endpoint answered 429 (it closes the endpoint for the fleet: runtime/flow/)."""
 
     def __init__(
-        self, message: str, *, retryable: bool, retry_after_s: float | None = None
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after_s: float | None = None,
+        rate_limited: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+        self.rate_limited = rate_limited
 
 
 class ModelProvider(Protocol):

@@ -70,7 +70,10 @@ def classify(
         )
     if status in RETRYABLE_STATUSES or (status >= 500 and status not in PERMANENT_5XX):
         return ModelError(
-            f"{said}; asking again may help", retryable=True, retry_after_s=retry_after(lowered)
+            f"{said}; asking again may help",
+            retryable=True,
+            retry_after_s=retry_after(lowered),
+            rate_limited=status == 429,
         )
     if status == 401:
         return ModelError(

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from runtime.durable.state import Message, ToolCall
-from runtime.models.base import ModelError, StepAnswer, StepRequest
+from runtime.models.base import ModelError, StepAnswer, StepRequest, Usage
 from runtime.models.errors import classify, too_large
 from runtime.models.profiles import ModelProfile
 from runtime.models.specs import OpenAISpec
@@ -127,8 +127,11 @@ class OpenAIProvider:
             body["tools"] = to_chat_tools(request.tools)
         if self.config.temperature is not None:
             body["temperature"] = self.config.temperature
-        if self.config.max_tokens is not None:
-            body["max_tokens"] = self.config.max_tokens
+        # The run's max_tokens, else its profile's: what the ledger and budgets reserve as
+        # the most a request generates is what the provider is told (runtime/core/ledger.py).
+        most = self.config.max_tokens or self.endpoint.max_tokens
+        if most is not None:
+            body["max_tokens"] = most
         return body
 
     def _post(self, key: str, body: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
@@ -191,7 +194,34 @@ def parse_answer(run_id: str, payload: dict[str, Any]) -> StepAnswer:
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise ModelError(f"run {run_id}: the model's tool_calls is not a list", retryable=False)
-    return StepAnswer(text=text, calls=[_tool_call(run_id, c) for c in raw_calls])
+    calls = [_tool_call(run_id, c) for c in raw_calls]
+    return StepAnswer(text=text, calls=calls, usage=usage_of(payload))
+
+
+def usage_of(payload: dict[str, Any]) -> Usage | None:
+    """The response's `usage` (`prompt_tokens`, which include the cached
+    `prompt_tokens_details.cached_tokens`, and `completion_tokens`) with the `model` it names,
+    or None when it has none."""
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    sent, made = tokens(usage.get("prompt_tokens")), tokens(usage.get("completion_tokens"))
+    if sent is None or made is None:
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = tokens(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return Usage(sent, made, cached_tokens=cached or 0, model=model_of(payload))
+
+
+def tokens(n: Any) -> int | None:
+    """`n` as a token count (a whole number, not negative, not a bool), else None."""
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
+def model_of(payload: dict[str, Any]) -> str | None:
+    """The model the response says answered, when it says (text, bounded as a name)."""
+    model = payload.get("model")
+    return model[:200] if isinstance(model, str) and model else None
 
 
 def _content_text(message: dict[str, Any]) -> str | None:

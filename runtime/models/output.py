@@ -187,6 +187,8 @@ class TypedAnswers:
         self.inner = inner
         self.name = inner.name
         self.tool = output_tool(schema)
+        # What each request sends beyond its messages and tools (runtime/core/ledger.py).
+        self.prompt_fixed: list[Any] = [self.tool, *getattr(inner, "prompt_fixed", ())]
         # The type itself when the worker's declaration is the one the run started with.
         self.fit: Callable[[Any], Any] = schema_fit(schema)
         if declared is not None and declared.schema == schema:
@@ -194,7 +196,7 @@ class TypedAnswers:
 
     def next_step(self, request: StepRequest) -> StepAnswer:
         answer = self.inner.next_step(replace(request, tools=[*request.tools, self.tool]))
-        return checked_final(answer.text, answer.calls, self.fit)
+        return replace(checked_final(answer.text, answer.calls, self.fit), usage=answer.usage)
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, Self
 
 import pydantic
 
-from runtime.base.config import ConfigError
+from runtime.base.config import ConfigError, json_setting
 from runtime.base.validation import described
 from runtime.models.base import ModelError
 
@@ -62,6 +62,22 @@ def normal_url(url: str) -> str:
     return url.strip().rstrip("/")
 
 
+class EndpointLimits(pydantic.BaseModel):
+    """The limits the whole fleet keeps to on one endpoint (runtime/flow/limits.py): requests
+    and tokens per minute, requests in flight; each optional, each at least 1."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    requests_per_minute: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
+    input_tokens_per_minute: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
+    output_tokens_per_minute: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
+    in_flight: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
+
+    def declared(self) -> bool:
+        """Whether any limit is set (none: the endpoint costs no Redis call per request)."""
+        return any(v is not None for v in self.model_dump().values())
+
+
 class ModelProfile(pydantic.BaseModel):
     """One model endpoint of the deployment: its provider, base URL and key source, and what a
     run may ask of it."""
@@ -78,6 +94,8 @@ class ModelProfile(pydantic.BaseModel):
     # The most a run may ask for in one step (its spec's max_tokens above it is refused).
     max_tokens: pydantic.StrictInt | None = pydantic.Field(default=None, ge=1)
     timeout_s: pydantic.StrictFloat | None = pydantic.Field(default=None, gt=0)
+    # The fleet's limits on this endpoint (none: no limiter, no Redis call per request).
+    limits: EndpointLimits | None = None
 
     @pydantic.field_validator("base_url")
     @classmethod
@@ -154,22 +172,11 @@ BUILT_IN: dict[str, ModelProfile] = {
 _Declared = pydantic.TypeAdapter(dict[ProfileName, ModelProfile])
 
 
-def _text_of(raw: str) -> str:
-    """The setting's JSON: the value itself, or the file an `@path` value names."""
-    raw = raw.strip()
-    if not raw.startswith("@"):
-        return raw
-    try:
-        return Path(raw[1:]).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{SETTING}: cannot read {raw[1:]} ({exc.strerror})") from None
-
-
 @lru_cache(maxsize=16)
 def parse(raw: str) -> dict[str, ModelProfile]:
     """The built-in profiles with those `LIYAGENT_MODEL_PROFILES` declares; ConfigError naming
     the profile and field otherwise (never a value: a pasted key may be there)."""
-    text = _text_of(raw)
+    text = json_setting(SETTING, raw)
     if not text:
         return dict(BUILT_IN)
     try:
@@ -178,7 +185,9 @@ def parse(raw: str) -> dict[str, ModelProfile]:
         raise ConfigError(
             f"{SETTING}: {described(exc, '(profiles)')}; each profile is "
             '{"provider": "openai"|"anthropic", "base_url": "https://...", "api_key_env": '
-            '"VAR" or "api_key_file": "/path", optional "model", "max_tokens", "timeout_s"}'
+            '"VAR" or "api_key_file": "/path", optional "model", "max_tokens", "timeout_s", '
+            '"limits": {"requests_per_minute", "input_tokens_per_minute", '
+            '"output_tokens_per_minute", "in_flight"} (each a whole number, at least 1)}'
         ) from None
     return {**BUILT_IN, **declared}
 

@@ -148,6 +148,14 @@ class EndpointSpec(ProviderSpec):
             )
         return profile
 
+    def endpoint_name(self, found: dict[str, ModelProfile]) -> str:
+        """The name of the deployment's profile this spec names (what the fleet's flow
+        control is kept per: runtime/flow/); ModelSpecError as `endpoint` otherwise."""
+        profile = self.endpoint(found)
+        if self.profile is not None:
+            return self.profile
+        return next(name for name, p in found.items() if p is profile)
+
     def model_name(self, profile: ModelProfile) -> str:
         """The model asked for: the spec's, else its profile's default."""
         name = self.model or profile.model

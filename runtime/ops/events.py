@@ -4,12 +4,13 @@ holds (store/events.py reads them in one statement), each with a per-run sequenc
 **What is derived.** `queued` (the run's row), `claimed` (the run's claim, or the records of an
 attempt that ran), `resumed` (a resume's audit), `step_written` (a step record), `call_marked`,
 `call_made` and `call_settled` (a call's mark), `waiting` (a suspend's audit),
-`approval_decided` (the approval a run waited on, once it woke), `handed_back`, `lost`
-(the claims' audit), `error`, `answered` and `delivered` (the run's row), `failed` (its
-audit). Only what Postgres holds is an event: a model step being asked writes nothing (the step
-budget), so it is seen when its answer is written (`step_written`); a read call is never
-marked, so it shows only in a resume's `calls`. Records retention or erasure deletes take their
-events with them.
+`approval_decided` (the approval a run waited on, once it woke), `rate_limited` and
+`endpoint_wait` (a 429 its model step met, a wait in place on its endpoint: their audit),
+`handed_back`, `lost` (the claims' audit), `error`, `answered` and `delivered` (the run's
+row), `failed` (its audit). Only what Postgres holds is an event: a model step being asked
+writes nothing (the step budget), so it is seen when its answer is written (`step_written`);
+a read call is never marked, so it shows only in a resume's `calls`. Records retention or
+erasure deletes take their events with them.
 
 **How the sequence is kept.** Events are ordered by a key built from counters and fields the
 engine writes once: the *epoch* (the run's `attempt`, bumped by every claim of a lost run,
@@ -47,6 +48,8 @@ import sqlalchemy as sa
 
 from runtime.base.changes import RunChanges, Watch
 from runtime.core.enqueue import BadRequest
+from runtime.core.model_gate import RATE_LIMITED_EVENT, WAIT_EVENT
+from runtime.flow.waiting import WORDS, words
 from store.events import AuditFact, RunFacts, select_run_facts
 from store.states import FINISHED
 
@@ -64,7 +67,9 @@ class EventKind(StrEnum):
     CALL_MARKED = "call_marked"  # a call that changes something was marked just before it left
     CALL_MADE = "call_made"  # its outcome was recorded
     CALL_SETTLED = "call_settled"  # it was settled without its outcome (details: settlement)
-    WAITING = "waiting"  # the run waits (an approval, a child run, a timer); no worker holds it
+    RATE_LIMITED = "rate_limited"  # its model endpoint answered 429 (details: Retry-After)
+    ENDPOINT_WAIT = "endpoint_wait"  # its step waits in place for its endpoint (closed, limited)
+    WAITING = "waiting"  # the run waits (an approval, a child, a timer, an endpoint); no worker
     APPROVAL_DECIDED = "approval_decided"  # the approval it waited on was decided; it woke
     HANDED_BACK = "handed_back"  # its worker gave it back (warm shutdown, or a store fault)
     LOST = "lost"  # its worker died or stalled; the run was claimed back
@@ -184,7 +189,14 @@ def _from_audit(audit: tuple[AuditFact, ...]) -> list[_Draft]:
             kind = EventKind.HANDED_BACK
             out.append(_Draft(epoch, OPENING, a.at, kind, faulted, a.step, details, tie))
         elif a.kind == "agent.run.handed_back":
-            details = {"reason": "shutdown", "worker": d.get("worker"), "new_attempt": epoch}
+            # A warm shutdown's hand-back, or a yield to a lost run (resumed runs first).
+            yielded = d.get("reason") == "yielded"
+            details = {
+                "reason": "yielded" if yielded else "shutdown",
+                "worker": d.get("worker"),
+                "new_attempt": epoch,
+                **({"yielded_to": d.get("yielded_to")} if yielded else {}),
+            }
             kind = EventKind.HANDED_BACK
             out.append(_Draft(epoch, OPENING, a.at, kind, epoch - 1, a.step, details, tie))
         if a.kind == "agent.run.failed":
@@ -201,8 +213,17 @@ def _from_audit(audit: tuple[AuditFact, ...]) -> list[_Draft]:
             kind = EventKind.RESUMED
             out.append(_Draft(epoch, OWNER, a.at, kind, epoch, a.step, details, tie))
         elif a.kind == "agent.run.waiting":
-            details = {"waiting_on": d.get("waiting_on")}
+            # A model wait says what for, in the words of a wait in place (flow/waiting.py).
+            details = {"waiting_on": d.get("waiting_on"), **words(d.get("waiting_on"), d)}
             kind = EventKind.WAITING
+            out.append(_Draft(epoch, OWNER, a.at, kind, epoch, a.step, details, tie))
+        elif a.kind == WAIT_EVENT:
+            details = {k: d.get(k) for k in WORDS}
+            kind = EventKind.ENDPOINT_WAIT
+            out.append(_Draft(epoch, OWNER, a.at, kind, epoch, a.step, details, tie))
+        elif a.kind == RATE_LIMITED_EVENT:
+            details = {k: d.get(k) for k in ("endpoint", "retry_after_s", "closed_ms")}
+            kind = EventKind.RATE_LIMITED
             out.append(_Draft(epoch, OWNER, a.at, kind, epoch, a.step, details, tie))
         elif a.kind == "agent.run.error":
             details = {"error": d.get("error") or d.get("type"), "worker": d.get("worker")}
@@ -210,9 +231,15 @@ def _from_audit(audit: tuple[AuditFact, ...]) -> list[_Draft]:
     return out
 
 
+def _used(usage: dict[str, Any]) -> dict[str, Any]:
+    """A step's or answer's details: its usage as written with it (tokens, model, cost), none
+    when its provider reported none."""
+    return {"usage": usage} if usage else {}
+
+
 def _from_steps(facts: RunFacts) -> list[_Draft]:
     return [
-        _Draft(s.attempt, OWNER, s.at, EventKind.STEP_WRITTEN, s.attempt, s.step, {})
+        _Draft(s.attempt, OWNER, s.at, EventKind.STEP_WRITTEN, s.attempt, s.step, _used(s.usage))
         for s in facts.steps
     ]
 
@@ -281,7 +308,8 @@ def _answer(facts: RunFacts) -> list[_Draft]:
             if flag is True or (flag is None and a.at > run.answered_at):
                 epoch = ended
                 break
-        out.append(_Draft(epoch, OWNER, run.answered_at, EventKind.ANSWERED, epoch, None, {}))
+        used = _used(run.answer_usage)
+        out.append(_Draft(epoch, OWNER, run.answered_at, EventKind.ANSWERED, epoch, None, used))
     if run.status == "succeeded" and run.finished_at is not None:
         kind = EventKind.DELIVERED
         out.append(_Draft(run.attempt, END, run.finished_at, kind, run.attempt, None, {}))

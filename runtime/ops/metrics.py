@@ -9,7 +9,12 @@ Families: liyagent_runs{status}, liyagent_runs_by_kind{kind,status}, liyagent_wa
 liyagent_losses_total, liyagent_runs_failed_total{code}, liyagent_settlements_total
 {settlement}, liyagent_recovery_seconds (histogram), liyagent_fencing_rejections_total,
 liyagent_sweep_duration_seconds (summary), liyagent_retention_deleted_total{what},
-liyagent_retention_batches_total and liyagent_source_up{source}.
+liyagent_retention_batches_total and liyagent_source_up{source}; the model endpoints' flow
+(runtime/ops/flow_metrics.py): liyagent_model_requests_admitted_total{endpoint},
+liyagent_model_waits_total{endpoint,how}, liyagent_model_rate_limited_total{endpoint} and
+liyagent_model_waiting_runs{endpoint,tenant}; the ledger (runtime/ops/usage_metrics.py):
+liyagent_model_tokens_total{kind,confirmed,tenant} and
+liyagent_model_cost_usd_total{confirmed,tenant}.
 """
 
 from __future__ import annotations
@@ -30,14 +35,19 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from runtime.flow.limits import stats_key
+from runtime.ops.flow_metrics import counter_families, waiting_family
 from runtime.ops.retention import BATCHES, COUNTERS
+from runtime.ops.usage_metrics import usage_families
 from store import views
+from store.ledger import usage_by_tenant
 from store.schema import RUN_STATUSES
 
 log = structlog.get_logger(__name__)
 
 RUN_KINDS = ("agent", "workflow", "job")
-WAITING_ON = ("approval", "child", "timer")
+# What a waiting run waits on (the prefix of its waiting_on; model: an endpoint closed by a 429).
+WAITING_ON = ("approval", "child", "timer", "model")
 RECOVERY_BUCKETS_S = (1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 55.0)
 SWEEP_QUANTILES = (0.5, 0.9, 0.99)
 
@@ -53,11 +63,14 @@ class LiyagentCollector:
         namespace: str,
         *,
         strict: bool = False,
+        named_tenants: frozenset[str] = frozenset(),
     ) -> None:
         self.engine = engine
         self.redis = client
         self.namespace = namespace
         self.strict = strict
+        # The tenants shown by name (the rest as `other`: flow_metrics.py).
+        self.named_tenants = named_tenants
 
     def collect(self) -> Iterator[Metric]:
         """All families: Postgres's, then Redis's, then whether each source answered."""
@@ -89,7 +102,7 @@ class LiyagentCollector:
         with self.engine.connect() as conn:
             conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
             with conn.begin():
-                return postgres_families(conn)
+                return postgres_families(conn, self.named_tenants)
 
     def _redis(self) -> list[Metric]:
         ns = self.namespace
@@ -102,7 +115,8 @@ class LiyagentCollector:
             "Attempts stopped because another attempt owns their run (counted in Redis)",
         )
         counter.add_metric([], float(fenced or 0))
-        return [counter, sweep_summary(sweeps, count, total_s), *self._retention()]
+        flow = counter_families(self.redis.hgetall(stats_key(ns)))
+        return [counter, sweep_summary(sweeps, count, total_s), *self._retention(), *flow]
 
     def _retention(self) -> list[Metric]:
         """What retention deleted (runtime/ops/retention.py counts each batch in Redis)."""
@@ -121,8 +135,10 @@ class LiyagentCollector:
         return [deleted, batches]
 
 
-def postgres_families(conn: sa.Connection) -> list[Metric]:
-    """Every family read from Postgres."""
+def postgres_families(
+    conn: sa.Connection, named_tenants: frozenset[str] = frozenset()
+) -> list[Metric]:
+    """Every family read from Postgres (`named_tenants`: shown by name, the rest as other)."""
     return [
         *run_families(views.run_counts(conn)),
         *waiting_families(views.waiting_counts(conn), views.oldest_queued_age_s(conn)),
@@ -135,6 +151,8 @@ def postgres_families(conn: sa.Connection) -> list[Metric]:
             views.settlement_counts(conn),
         ),
         recovery_histogram(views.recovery_histogram(conn, list(RECOVERY_BUCKETS_S))),
+        waiting_family(views.model_waiting_counts(conn), named_tenants),
+        *usage_families(usage_by_tenant(conn), named_tenants),
     ]
 
 
@@ -251,16 +269,29 @@ def _label(bound: float) -> str:
 
 
 def registry_for(
-    engine: sa.Engine, client: redis.Redis[bytes], namespace: str, *, strict: bool = False
+    engine: sa.Engine,
+    client: redis.Redis[bytes],
+    namespace: str,
+    *,
+    strict: bool = False,
+    named_tenants: frozenset[str] = frozenset(),
 ) -> CollectorRegistry:
     """A fresh registry holding only the liyagent collector over this Postgres and this Redis
     namespace (no process metrics: they would describe one scraping process, not the
     deployment; see LiyagentCollector for `strict`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LiyagentCollector(engine, client, namespace, strict=strict))
+    registry.register(
+        LiyagentCollector(engine, client, namespace, strict=strict, named_tenants=named_tenants)
+    )
     return registry
 
 
-def exposition(engine: sa.Engine, client: redis.Redis[bytes], namespace: str) -> str:
+def exposition(
+    engine: sa.Engine,
+    client: redis.Redis[bytes],
+    namespace: str,
+    named_tenants: frozenset[str] = frozenset(),
+) -> str:
     """The text exposition once, strictly: a source that cannot be read raises."""
-    return generate_latest(registry_for(engine, client, namespace, strict=True)).decode("utf-8")
+    registry = registry_for(engine, client, namespace, strict=True, named_tenants=named_tenants)
+    return generate_latest(registry).decode("utf-8")

@@ -11,18 +11,20 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
 from runtime.base.refused import BadRequest
 from runtime.base.sealing import NoSealKeys, Sealer, SealError
+from runtime.flow.waiting import view_of
 from store.errors import LiyagentError
 from store.records import insert_audit_once
 from store.rows import RunNotFound
-from store.runs import get_run
+from store.runs import get_run_used
 from store.states import FINISHED
+from store.usage import UsageTotals
 from store.views import runs_by_id_prefix
 
 if TYPE_CHECKING:
@@ -64,6 +66,19 @@ class RunView:
     # Why `output` is only its JSON though this process declares the agent's type: the stored
     # value does not fit that type (the declaration changed since the run started).
     output_error: str | None = None
+    # What a run waiting for capacity waits for, decoded from `waiting_on` (runtime/flow/
+    # waiting.py): a model endpoint's (endpoint, reason closed or limited, limit, until), or
+    # its tenant's turn (reason tenant, the tenant).
+    waiting_for: dict[str, Any] | None = None
+    # Whose share of the fleet it takes, and its priority (1 low, 2 normal, 3 high).
+    tenant: str | None = None
+    priority: int = 2
+    # The tokens its written steps' responses reported, summed (store/usage.py): a step asked
+    # again after a crash counts once, the one written; a step its provider reported no
+    # usage for adds nothing. With their cost, what its lost attempts reserved for steps they
+    # never wrote (`unconfirmed_*`, apart), and `with_children`: the same over the run and
+    # every run it delegated to.
+    usage: UsageTotals = field(default_factory=UsageTotals)
 
     @property
     def done(self) -> bool:
@@ -97,6 +112,7 @@ class RunView:
         the answer's value as it was sealed, whatever type this process reads it as."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _AS_READ}
         out["output"] = self.output_json
+        out["usage"] = self.usage.to_json()
         return out
 
 
@@ -176,7 +192,7 @@ def read_view(
     `agent.answer.unverified` (I6); without the seal keys, the view says so instead. With the
     process's `tools`, a typed output is read as the type they declare for its agent."""
     with engine.connect() as conn:
-        row = get_run(conn, parse_id(run_id))
+        row, used = get_run_used(conn, parse_id(run_id))
     answer, answer_error, output = None, None, None
     if row.answer is not None:
         try:
@@ -212,4 +228,8 @@ def read_view(
         typed,
         output,
         output_error,
+        view_of(row.waiting_on, row.tenant),
+        row.tenant,
+        row.priority,
+        used,
     )

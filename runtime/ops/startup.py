@@ -16,7 +16,7 @@ from runtime.base.settings import ConfigError, Settings, get_settings
 from runtime.base.tracing import TracesUnavailable, check_installed
 from runtime.core import catalog
 from runtime.core.entry import entry_settings
-from runtime.models import profiles, specs
+from runtime.models import prices, profiles, specs
 from runtime.models.base import ModelError
 from runtime.recovery.outage import database_problem, schema_problem
 from runtime.services import registry_for
@@ -50,6 +50,7 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
         settings = settings or get_settings()
         load_sealer(settings.production)
         profiles.parse(settings.model_profiles)  # the model endpoints runs may use
+        prices.parse(settings.model_prices)  # what their tokens cost
         registry_for(settings)
         entry_settings()  # each entry kind's own settings (Teams': LIYAGENT_TEAMS_*)
         check_reachable(settings)  # Sentinels that answer and know the master

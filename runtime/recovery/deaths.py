@@ -20,6 +20,12 @@ connections, and every death would be claimed and republished by every watcher. 
 all looking would cost Redis N times that per look (N squared as a fleet grows) and Postgres N
 claim statements per lost run; a follower costs two constant round trips per look, and Postgres
 nothing.
+A holder is not watched for the whole grace by a watcher that did not see it go: one that
+starts after the only other worker died, or takes the lead from a leader that died with it,
+counts each absence from when Redis last saw the holder present (its presence epoch's age, by
+the refresh bound the epoch names: `presence.absent_for_ms`), so it takes at its first look
+(made at once when the worker is ready) the work of holders gone longer than the grace.
+
 A pool child that dies while its main process lives is seen sooner still, by that parent
 (`claim_dead_child`). The lease remains the only judge of a process that is alive but stalled:
 its connections stay open, so the watch leaves it alone.
@@ -43,12 +49,14 @@ from dataclasses import dataclass, field
 import redis
 import structlog
 
+from runtime.fleet import usage_notes
 from runtime.fleet.leases import Token
-from runtime.fleet.presence import Presence, connection_name
+from runtime.fleet.presence import Presence, absent_for_ms, connection_name
 from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import requeue_lost_messages
 from store.losses import claim_lost_many
-from store.runs import attempt_statuses
+from store.rows import QueuedAttempt
+from store.runs import still_queued
 from store.states import RunStatus, Seen
 
 log = structlog.get_logger(__name__)
@@ -179,12 +187,15 @@ class DeathWatch:
         return not any(c.get("name") == connection_name(holder) for c in clients)
 
     def _due(self, holder: str, now: int) -> bool:
-        """Absent since at least the grace, with no reconnect in between (epoch unchanged)."""
-        epoch = self.s.leases.presence_epoch(holder)
+        """Absent since at least the grace, with no reconnect in between (epoch unchanged).
+        A holder first seen absent counts from when Redis's own record says it was last
+        present (its epoch's age, `presence.absent_for_ms`), not from this look: a watcher
+        that starts, or takes the lead, after a holder died takes its work at once once that
+        is past the grace, and a holder that only blipped was refreshing until its blip."""
+        epoch, pttl = self.s.leases.presence_epoch(holder)
         seen = self._absent.get(holder)
         if seen is None or seen.epoch != epoch:
-            self._absent[holder] = _Absent(now, epoch)
-            return False
+            seen = self._absent[holder] = _Absent(now - absent_for_ms(epoch, pttl), epoch)
         return now - seen.since_ms >= self.grace_ms
 
     def _take(self, holder: str, store_epoch: str, report: DeathReport) -> None:
@@ -255,10 +266,13 @@ def claim_and_publish(
     limit = s.timings.loss_limit
     for start in range(0, len(tokens), CLAIM_BATCH):
         chunk = tokens[start : start + CLAIM_BATCH]
+        pairs = [(t.run_id, t.attempt) for t in chunk]
+        # What the lost attempts reserved for steps they may not have written (one MGET).
+        notes = usage_notes.read(s.redis, s.namespace, pairs)
         try:
             with s.engine.connect() as conn:
                 claims = claim_lost_many(
-                    conn, [(t.run_id, t.attempt) for t in chunk], limit, seen=seen
+                    conn, pairs, limit, seen=seen, ask_yields=s.resumed_first, notes=notes
                 )
         finally:
             if fenced:  # committed, or failed (the sweeper claims them later)
@@ -267,7 +281,7 @@ def claim_and_publish(
             s.changes.announce(claim.run_id)
         s.leases.forget_steps([c.run_id for c in claims if c.status == RunStatus.FAILED])
         s.publisher.publish_many(
-            [(c.run_id, c.attempt) for c in claims if c.status != RunStatus.FAILED]
+            [QueuedAttempt(c.run_id, c.attempt) for c in claims if c.status != RunStatus.FAILED]
         )
         for claim in claims:
             log.debug(  # `deaths.taken` and `deaths.pool_child` sum the claims up
@@ -289,10 +303,9 @@ def republish_reserved(s: RecoveryDeps, reserved: list[tuple[str, int]]) -> list
     if not reserved:
         return []
     with s.engine.connect() as conn:
-        now = attempt_statuses(conn, [run_id for run_id, _ in reserved])
-    again = [(r, a) for r, a in reserved if now.get(r) == (a, RunStatus.QUEUED)]
+        again = still_queued(conn, reserved)
     s.publisher.publish_many(again)
-    return [r for r, _ in again]
+    return [q.run_id for q in again]
 
 
 def claim_dead_child(s: RecoveryDeps, token: Token) -> list[str]:
@@ -320,7 +333,9 @@ class DeathWatchThread:
         self._stop.set()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.poll_ms / 1000):
+        # The first look at once: a worker that starts after another died takes its work now,
+        # not a poll later.
+        while True:
             try:
                 self.watch.poll()
             except (redis.RedisError, OSError) as exc:
@@ -328,6 +343,8 @@ class DeathWatchThread:
                 log.warning("deaths.poll_failed", error=str(exc))
             except Exception:  # the watch must outlive any one bad poll
                 log.exception("deaths.poll_error")
+            if self._stop.wait(self.poll_ms / 1000):
+                return
 
 
 __all__ = [

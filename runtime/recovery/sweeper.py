@@ -28,15 +28,18 @@ from datetime import timedelta
 import redis
 import structlog
 
+from runtime.base.logs import SaidOnce
+from runtime.fleet import usage_notes
 from runtime.fleet.leases import StoreEpoch, Token, monotonic_ms
 from runtime.fleet.reach import PostgresReach
+from runtime.flow import tenants
 from runtime.recovery.deps import RecoveryDeps
 from store.losses import claim_lost_many, claim_store_faulted_many
-from store.rows import Attempt, RunId
+from store.rows import QueuedAttempt
 from store.runs import (
-    attempt_statuses,
     db_now,
     select_live,
+    still_queued,
     touch_queued_before,
     touch_stale_queued,
 )
@@ -188,23 +191,33 @@ class Sweeper:
         with self.s.engine.connect() as conn:
             woken = wake_ready(conn)
             stale = touch_stale_queued(conn, self.s.timings.requeue_after_ms)
-        again: list[tuple[str, int]] = [*woken, *stale]
-        again += self._orphaned({run_id for run_id, _ in stale})
+        again = [*(QueuedAttempt(r, a) for r, a in woken), *stale]
+        again += self._orphaned({q.run_id for q in stale})
         for woke, _ in woken:
             self.s.changes.announce(woke)
-        for run, attempt_no in again:
-            self._publish_again(run, attempt_no, report)
+        for queued in again:
+            self._publish_again(queued, report)
+        for held in tenants.admit_every(self.s.engine, self.s.tenants):
+            self.s.changes.announce(held.run_id)
+            self._sent.add((held.run_id, held.attempt))
+            try:
+                self.s.publisher.publish(held.run_id, held.attempt, held.priority)
+            except Exception as exc:  # Postgres has it queued: the outbox publishes it later
+                log.warning("tenant.publish_failed", run_id=held.run_id, error=type(exc).__name__)
+                continue
+            report.republished.append(held.run_id)
         return report
 
-    def _publish_again(self, run_id: str, attempt: int, report: SweepReport) -> None:
-        """Publish a queued run's message again, unless this sweep did already."""
-        if (run_id, attempt) in self._sent:
+    def _publish_again(self, queued: QueuedAttempt, report: SweepReport) -> None:
+        """Publish a queued run's message again (at its run's priority), unless this sweep
+        did already."""
+        if (queued.run_id, queued.attempt) in self._sent:
             return
-        self._sent.add((run_id, attempt))
-        self.s.publisher.publish(run_id, attempt)
-        report.republished.append(run_id)
+        self._sent.add((queued.run_id, queued.attempt))
+        self.s.publisher.publish(*queued)
+        report.republished.append(queued.run_id)
 
-    def _orphaned(self, stale: set[str]) -> list[tuple[str, int]]:
+    def _orphaned(self, stale: set[str]) -> list[QueuedAttempt]:
         """Runs whose message a worker took off the queue more than the death grace ago and
         then died with before reserving it (its main process is killed in that moment): no
         lease, no reservation, still queued at that attempt. Older deliveries are the outbox's
@@ -226,8 +239,7 @@ class Sweeper:
         if not left:
             return []
         with self.s.engine.connect() as conn:
-            now = attempt_statuses(conn, [run_id for run_id, _ in left])
-        return [(r, a) for r, a in left if now.get(r) == (a, RunStatus.QUEUED)]
+            return still_queued(conn, left)
 
     def _claim_given_up(self, report: SweepReport) -> None:
         """Claim the runs whose holders gave their leases up because they could not reach
@@ -240,18 +252,25 @@ class Sweeper:
         present = sorted(self.s.leases.connected_holders())
         pairs = [(t.run_id, t.attempt) for t in tokens]
         limit = self.s.timings.loss_limit
+        # What the lost attempts reserved for steps they may not have written (one MGET).
+        notes = usage_notes.read(self.s.redis, self.s.namespace, pairs)
         with self.s.engine.connect() as conn:
-            faulted = claim_store_faulted_many(conn, pairs, present)
+            faulted = claim_store_faulted_many(conn, pairs, present, notes)
             won = {c.run_id for c in faulted}
             lost = claim_lost_many(
-                conn, [p for p in pairs if p[0] not in won], limit, seen=Seen.LEASE_GIVEN_UP
+                conn,
+                [p for p in pairs if p[0] not in won],
+                limit,
+                seen=Seen.LEASE_GIVEN_UP,
+                ask_yields=self.s.resumed_first,
+                notes=notes,
             )
         self.s.leases.unfence(tokens)
         self.s.leases.claimed_given_up(tokens)  # claimed now, or moved on before
         for claim in [*faulted, *lost]:
             self.s.changes.announce(claim.run_id)
         self.s.leases.forget_steps([c.run_id for c in [*faulted, *lost] if c.status == "failed"])
-        resumed: list[tuple[str, int]] = []
+        resumed: list[QueuedAttempt] = []
         for claim in [*faulted, *lost]:
             if claim.status == "failed":
                 report.failed.append(claim.run_id)
@@ -259,7 +278,7 @@ class Sweeper:
                 continue
             (report.store_faulted if claim.run_id in won else report.claimed).append(claim.run_id)
             log.info("sweep.given_up_claimed", run_id=claim.run_id, attempt=claim.attempt)
-            resumed.append((claim.run_id, claim.attempt))
+            resumed.append(QueuedAttempt(claim.run_id, claim.attempt))
         self.s.publisher.publish_many(resumed)
 
     def _take(self, tokens: list[Token], report: SweepReport) -> None:
@@ -282,22 +301,28 @@ class Sweeper:
         present = sorted(self.s.leases.connected_holders()) if fenced else []
         limit = self.s.timings.loss_limit
         missing = [(t.run_id, t.attempt) for t in fenced]
+        lapsed = [(t.run_id, t.attempt) for t in gone]
+        # What the lost attempts reserved for steps they may not have written (one MGET).
+        notes = usage_notes.read(self.s.redis, self.s.namespace, [*lapsed, *missing])
         try:
             with self.s.engine.connect() as conn:
-                faulted = claim_store_faulted_many(conn, missing, present)
+                faulted = claim_store_faulted_many(conn, missing, present, notes)
                 won = {c.run_id for c in faulted}
+                asks = self.s.resumed_first
                 claims = [
-                    *claim_lost_many(conn, [(t.run_id, t.attempt) for t in gone], limit),
+                    *claim_lost_many(conn, lapsed, limit, ask_yields=asks, notes=notes),
                     *claim_lost_many(
                         conn,
                         [p for p in missing if p[0] not in won],
                         limit,
                         seen=Seen.LEASE_MISSING,
+                        ask_yields=asks,
+                        notes=notes,
                     ),
                 ]
                 won |= {c.run_id for c in claims}
                 left = [t for t in [*gone, *fenced] if t.run_id not in won]
-                now = attempt_statuses(conn, [t.run_id for t in left]) if left else {}
+                again = still_queued(conn, [(t.run_id, t.attempt) for t in left])
         finally:
             self.s.leases.unfence(gone + fenced)  # the claims are committed: next attempts lease
         self.s.leases.forget_many(gone + newer)
@@ -306,11 +331,10 @@ class Sweeper:
         self.s.leases.forget_steps(
             [c.run_id for c in [*faulted, *claims] if c.status == RunStatus.FAILED]
         )
-        for token in left:
+        for queued in again:
             # Died between taking the lease and claiming the queued run: publish it again.
-            if now.get(token.run_id) == (token.attempt, RunStatus.QUEUED):
-                self._publish_again(token.run_id, token.attempt, report)
-        resumed: list[tuple[str, int]] = []  # published together, in one round trip
+            self._publish_again(queued, report)
+        resumed: list[QueuedAttempt] = []  # published together, in one round trip
         for claim in faulted:
             if claim.status == RunStatus.FAILED:
                 report.failed.append(claim.run_id)
@@ -318,7 +342,7 @@ class Sweeper:
                 continue
             report.store_faulted.append(claim.run_id)
             log.info("sweep.store_faulted", run_id=claim.run_id, attempt=claim.attempt)
-            resumed.append((claim.run_id, claim.attempt))
+            resumed.append(QueuedAttempt(claim.run_id, claim.attempt))
         for claim in claims:
             if claim.status == RunStatus.FAILED:
                 report.failed.append(claim.run_id)
@@ -332,7 +356,7 @@ class Sweeper:
                 lost_count=claim.lost_count,
                 step=claim.step,
             )
-            resumed.append((claim.run_id, claim.attempt))
+            resumed.append(QueuedAttempt(claim.run_id, claim.attempt))
         self.s.publisher.publish_many(resumed)
 
 
@@ -357,7 +381,7 @@ class SweepThread:
         self.hold_ms = max(interval_ms - self.look_ms, 1)
         self.guard = guard or (lambda work: work())
         self._stop = threading.Event()
-        self._failing = False
+        self._outage = SaidOnce(log, "sweep.failed", "sweep.resumed")
         self._thread = threading.Thread(target=self._loop, name="liyagent-sweeps", daemon=True)
 
     def start(self) -> None:
@@ -381,19 +405,22 @@ class SweepThread:
         return self.guard(self.sweeper.sweep)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.look_ms / 1000):
-            try:
-                self.look()
-            except (redis.RedisError, OSError) as exc:
-                if not self._failing:  # once per outage: the next look tries again
-                    log.warning("sweep.failed", error=str(exc))
-                self._failing = True
-                continue
-            except Exception:  # the sweeps must outlive any one bad sweep
-                log.exception("sweep.error")
-            if self._failing:
-                log.info("sweep.resumed")
-            self._failing = False
+        # The first look at once: a worker that starts after another died claims the leases
+        # that lapsed meanwhile now, not a look later (the pace key still keeps the fleet's).
+        while True:
+            self._look_once()
+            if self._stop.wait(self.look_ms / 1000):
+                return
+
+    def _look_once(self) -> None:
+        try:
+            self.look()
+        except (redis.RedisError, OSError) as exc:
+            self._outage.lost(error=str(exc))  # the next look tries again
+            return
+        except Exception:  # the sweeps must outlive any one bad sweep
+            log.exception("sweep.error")
+        self._outage.reached()
 
 
 def requeue_lost_messages(s: RecoveryDeps, epoch: StoreEpoch) -> list[tuple[str, int]]:
@@ -406,7 +433,7 @@ def requeue_lost_messages(s: RecoveryDeps, epoch: StoreEpoch) -> list[tuple[str,
     publishes it (a message that arrives anyway is dropped by the lease and the claim, I4)."""
     if epoch.requeued:
         return []
-    again: list[tuple[RunId, Attempt]] = []
+    again: list[QueuedAttempt] = []
     with s.engine.connect() as conn:
         now = db_now(conn)
         epoch = s.leases.store_epoch()  # after Postgres's clock: the age is no shorter
@@ -417,10 +444,10 @@ def requeue_lost_messages(s: RecoveryDeps, epoch: StoreEpoch) -> list[tuple[str,
         cutoff = min(now, now - timedelta(milliseconds=epoch.now_ms - epoch.born_ms))
         while batch := touch_queued_before(conn, cutoff):
             again += batch
-    s.publisher.publish_many([(str(r), int(a)) for r, a in again])
+    s.publisher.publish_many(again)
     # Marked after publishing: a caller that fails first leaves the runs it did not stamp to
     # the next one (those it stamped are the outbox's).
     s.leases.mark_epoch(epoch, "requeued")
     if again:
         log.info("sweep.requeued_lost_messages", runs=len(again), store_epoch=epoch.id)
-    return [(str(run_id), int(attempt)) for run_id, attempt in again]
+    return [(q.run_id, q.attempt) for q in again]

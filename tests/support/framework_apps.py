@@ -21,6 +21,7 @@ import pytest
 
 from liyagent import BadRequest
 from liyagent.local.procs import ROOT
+from tests.support.ledger import uncovered
 from tests.support.order_desk import (
     ORDER_DESK,
     Desk,
@@ -204,6 +205,20 @@ def runs_through(app: FrameworkApp, stack: Stack, desk: Desk) -> str:
     assert stack.asked(run_id) == {1: 1, 2: 1, 3: 1, 4: 1, 5: 1}
     [refund] = desk.rows("SELECT idem_key, run_id FROM requests WHERE path = '/refunds'")
     assert refund["idem_key"] and refund["run_id"] == run_id
+    # The framework's usage reached each step's write: the run's usage is what the model
+    # server billed, step by step (each asked once).
+    billed = stack.vendor(
+        "SELECT prompt_tokens, completion_tokens FROM sim.requests WHERE vendor = 'model' "
+        "AND run_id = :r AND status = 200",
+        r=run_id,
+    )
+    assert len(billed) == 5
+    assert (view.usage.input_tokens, view.usage.output_tokens) == (
+        sum(u.prompt_tokens for u in billed),
+        sum(u.completion_tokens for u in billed),
+    )
+    models = stack.rows("SELECT model FROM run_steps WHERE run_id = :r", r=run_id)
+    assert models and all(m.model and m.model.startswith("script-") for m in models)
     return run_id
 
 
@@ -228,6 +243,20 @@ def resumes_a_write_in_flight(
         assert len({r["idem_key"] for r in sent}) == 1
 
 
+def covers_a_lost_step(app: FrameworkApp, stack: Stack, desk: Desk) -> None:
+    """A worker SIGKILLed once its framework's model answered step 1, before the step was
+    written: that billed request is covered by the unconfirmed usage the claim of the loss
+    recorded (the reservation noted before the framework's request), apart from the exact
+    usage of the step the survivor wrote."""
+    env = app.user_env(stack, desk)
+    run_id = stack.kill_then_resume("after_model_step:kill", lambda: app.start(env), env=env)
+    view = stack.wait(run_id)
+    assert view.status == "succeeded", view
+    assert stack.asked(run_id)[1] == 2
+    assert uncovered(stack, run_id) == []
+    assert view.usage.unconfirmed_input_tokens > 0
+
+
 def resumes_a_kill_at_a_random_moment(app: FrameworkApp, stack: Stack, desk: Desk) -> None:
     """A worker SIGKILLed at a random moment after the first write (LIYAGENT_KILL_SEED picks
     it again); a survivor ends the run without a duplicate or a written step asked again."""
@@ -250,6 +279,8 @@ def resumes_a_kill_at_a_random_moment(app: FrameworkApp, stack: Stack, desk: Des
     written = resumed[0].step if resumed else max(asked)
     assert all(n == 1 for k, n in asked.items() if k <= written), f"seed {seed}: {asked}"
     assert all(n <= 2 for n in asked.values()), f"seed {seed}: {asked}"
+    # What the lost attempt was billed for the step in flight is covered by unconfirmed usage.
+    assert uncovered(stack, run_id) == [], f"seed {seed}"
 
 
 def refuses_to_start_on_wrong_kinds(

@@ -4,8 +4,11 @@ the rest of the system still reaches it."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import random
 import socket
 import threading
+import time
 
 
 class CuttableProxy:
@@ -15,7 +18,7 @@ class CuttableProxy:
         """`port`: listen there (a cut proxy's, to bring the path back), else on a free one;
         `host`: the address to listen on (a network namespace's link to the host)."""
         self.target = (target_host, target_port)
-        self.listener = socket.create_server((host, port))
+        self.listener = _listen(host, port)
         self.port = int(self.listener.getsockname()[1])
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -68,3 +71,35 @@ class CuttableProxy:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()  # even when the peer is already gone
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to outgoing connections (their local ports)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listener on `port`, else on a free port below the ephemeral range: a cut proxy listens
+    again on its port after the outage, and a port the kernel may give any outgoing connection
+    meanwhile (a worker's Redis socket) could be taken by then (EADDRINUSE, seen on CI)."""
+    if port:
+        deadline = time.monotonic() + 10  # a closing connection's port comes back in moments
+        while True:
+            try:
+                return socket.create_server((host, port))
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    low = _ephemeral_low()
+    for _ in range(200):
+        try:
+            return socket.create_server((host, random.randrange(max(1024, low - 12000), low)))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+    return socket.create_server((host, 0))

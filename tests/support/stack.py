@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +26,7 @@ from runtime.base.settings import Settings, Timings
 from runtime.durable.definition import RunDefinition
 from runtime.entries.client import Client, RunView
 from runtime.services import Services
+from store.rows import QueuedAttempt
 from store.runs import get_run
 from tasks.services import CeleryPublisher
 
@@ -90,7 +91,9 @@ class Stack:
         self.app = Celery("liyagent-test", set_as_current=False)
         self.app.conf.update(celeryconfig.config_for(self.settings))
         self.services: Services = runtime_services.build(
-            self.settings, CeleryPublisher(self.app, self.settings.queue), sealer=self.sealer
+            self.settings,
+            CeleryPublisher(self.app, self.settings.queue, self.settings.resumed_first),
+            sealer=self.sealer,
         )
         self.client = Client(self.services)
         self.engine = self.services.engine
@@ -118,6 +121,7 @@ class Stack:
             "LIYAGENT_SOURCE_ROOTS": ",".join(s.source_roots),
             "TICKETIQ_CRASH_RESUME_ENTRIES": "true" if s.crash_resume_entries else "false",
             **timings_env(s.timings),
+            **s.tenants.env(),
             **self.extra_env,
         }
         return {k: v for k, v in env.items() if k not in self.unset_env}
@@ -339,16 +343,18 @@ class RecordingPublisher:
         self.fail = fail
         self.sent: list[tuple[str, int]] = []
         self.batches: list[list[tuple[str, int]]] = []  # each publish_many call's messages
+        self.priorities: dict[tuple[str, int], int] = {}  # the run priority each was sent at
 
-    def publish(self, run_id: str, attempt: int) -> None:
+    def publish(self, run_id: str, attempt: int, priority: int = 2) -> None:
         if self.fail:
             raise ConnectionError("broker unreachable")
         self.sent.append((run_id, attempt))
+        self.priorities[(run_id, attempt)] = priority
 
-    def publish_many(self, runs: list[tuple[str, int]]) -> None:
-        self.batches.append(list(runs))
-        for run_id, attempt in runs:
-            self.publish(run_id, attempt)
+    def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
+        self.batches.append([(run_id, attempt) for run_id, attempt, _ in runs])
+        for run_id, attempt, priority in runs:
+            self.publish(run_id, attempt, priority)
 
 
 def services_with(stack: Stack, publisher: Any, timings: Timings | None = None) -> Services:

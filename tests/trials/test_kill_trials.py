@@ -29,7 +29,7 @@ from runtime.base.sealing import parse_keys
 from runtime.base.settings import Settings, Timings
 from store.admin import create_database, database_url, drop_database
 
-TRIALS = int(os.environ.get("LIYAGENT_KILL_TRIALS") or 90)
+TRIALS = int(os.environ.get("LIYAGENT_KILL_TRIALS") or 40)
 SEED = os.environ.get("LIYAGENT_KILL_SEED")
 REPORT = os.environ.get("LIYAGENT_KILL_REPORT")
 POOL = os.environ.get("LIYAGENT_TRIALS_POOL") or None

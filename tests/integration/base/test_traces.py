@@ -99,7 +99,17 @@ def test_a_sigkilled_attempt_and_its_resume_share_one_trace(stack: Stack, otlp: 
     assert _calls(spans, steps[3]) == {"chat.reply": ("write", "made", keys[(3, "chat.reply")])}
     assert _children(spans, steps[4], "liyagent.call") == []
     for n in (3, 4):
-        assert len(_children(spans, steps[n], "liyagent.model_request")) == 1
+        [request] = _children(spans, steps[n], "liyagent.model_request")
+        # The OpenTelemetry GenAI usage attributes: what the model server billed for it.
+        [billed] = stack.vendor(
+            "SELECT prompt_tokens, completion_tokens FROM sim.requests WHERE vendor = 'model' "
+            "AND run_id = :r AND call = :n AND status = 200",
+            r=run_id,
+            n=str(n),
+        )
+        assert request.attributes["gen_ai.usage.input_tokens"] == billed.prompt_tokens
+        assert request.attributes["gen_ai.usage.output_tokens"] == billed.completion_tokens
+        assert str(request.attributes["gen_ai.response.model"]).startswith("script-")
 
 
 def _keys(stack: Stack, run_id: str) -> dict[tuple[int, str], str]:

@@ -2,9 +2,11 @@
 number for every figure (the values are not judged: a shared machine is noisy, and the targets
 are the bench's to report, never a test's to assert).
 
-The harness runs as two `python -m bench --quick` processes side by side, the kill trials and
-the density section in one and the other sections in the other, so the test stays near a
-minute or two; each starts and removes its own private Postgres and Redis.
+The harness runs as four `python -m bench --quick` processes side by side, the kill trials, the
+density and takeover sections in one, the flow order's backlog and the tenants in another, the
+limits per model endpoint and the usage ledger (each on vs off) in a third and the other sections
+in the fourth, so the
+test stays near a minute or two; each starts and removes its own private Postgres and Redis.
 """
 
 from __future__ import annotations
@@ -32,10 +34,18 @@ SECTIONS = {
     "density",
     "streams",
     "frameworks",
+    "takeover",
+    "flow",
+    "tenants",
+    "flowctl",
+    "ledger",
 }
 GROUPS = (
     ["throughput", "counts", "scaling", "sweeps", "storage", "frameworks"],
-    ["recovery", "density", "streams"],
+    ["recovery", "density", "streams", "takeover"],
+    # Mostly waiting on the model's latency (or its limit): their own processes.
+    ["flow", "tenants"],
+    ["flowctl", "ledger"],
 )
 # A seed whose kill comes 1.2 s after the victim is up, while its runs are in flight.
 SEED = "13"

@@ -66,6 +66,25 @@ def test_parent_waits_without_a_worker_and_gets_the_childs_answer(stack) -> None
     assert kinds == ["agent.run.waiting", "agent.run.resumed"]
 
 
+def test_a_child_takes_its_parents_tenant_and_priority(stack) -> None:
+    """A sub-agent's run counts in flight for the tenant its parent was started for, at its
+    parent's priority (never its owner's default)."""
+    stack.worker("w1", concurrency=1)
+    steps = _parent()
+    parent = stack.client.start_run(
+        agent="support-bot",
+        model=stack.model(steps),
+        user_input="help",
+        tools=PARENT_TOOLS,
+        tenant="acme",
+        priority=3,
+    )
+    assert stack.wait(parent).status == "succeeded"
+    [child] = _children(stack, parent)
+    row = stack.rows("SELECT tenant, priority, owner FROM runs WHERE id = :c", c=child.id)[0]
+    assert (row.tenant, row.priority, row.owner) == ("acme", 3, "app")
+
+
 def test_parent_lost_after_creating_the_child_asks_again_by_key(stack) -> None:
     stack.worker("victim", fault="after_request:kill")
     parent = stack.start(_parent(), tools=PARENT_TOOLS)

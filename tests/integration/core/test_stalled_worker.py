@@ -110,9 +110,13 @@ def test_a_stalled_workers_run_is_swept_while_every_survivor_slot_is_busy(stack)
     victim = stack.worker("victim", fault="after_mark:stop", concurrency=1, ops=False)
     stalled = stack.start(mixed("stalled"))
     stack.fault_hit("victim")
-    victim.signal_group(signal.SIGSTOP)  # its main process too: it neither sweeps nor watches
     stack.worker("survivor", concurrency=1, ops=False)
     busy = stack.start(mixed("busy", latency_ms=3000))
+    # The survivor's slot is busy before the victim stalls: a worker that becomes ready looks at
+    # once for absent peers, so stalling the victim first would let that look claim the run
+    # before the busy one was taken.
+    _wait_running(stack, busy)
+    victim.signal_group(signal.SIGSTOP)  # its main process too: it neither sweeps nor watches
     try:
         deadline = time.monotonic() + 60
         while stack.client.get(stalled).attempt < 2:
@@ -132,3 +136,10 @@ def test_a_stalled_workers_run_is_swept_while_every_survivor_slot_is_busy(stack)
         victim.signal_group(signal.SIGCONT)
     for run_id in (stalled, busy):
         assert stack.wait(run_id, timeout=90).status == "succeeded"
+
+
+def _wait_running(stack, run_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while stack.client.get(run_id).status != "running":
+        assert time.monotonic() < deadline, f"run {run_id} never started"
+        time.sleep(0.05)

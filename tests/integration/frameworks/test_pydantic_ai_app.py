@@ -40,6 +40,11 @@ def test_a_worker_killed_with_a_write_in_flight_resumes_without_a_duplicate(
 
 
 @pytest.mark.kill
+def test_a_lost_attempts_billed_step_is_covered_by_unconfirmed_usage(stack, desk) -> None:
+    apps.covers_a_lost_step(APP, stack, desk)
+
+
+@pytest.mark.kill
 def test_a_worker_killed_at_a_random_moment_after_the_first_write(stack, desk) -> None:
     apps.resumes_a_kill_at_a_random_moment(APP, stack, desk)
 

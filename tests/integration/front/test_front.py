@@ -105,6 +105,19 @@ def test_auth_refuses_missing_and_wrong_tokens_and_an_unset_one(stack, agents_fi
     unset.redis.close()
 
 
+# A run that has used nothing yet, as the front answers it (store/usage.py `to_json`).
+NONE_USED = {
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "cached_tokens": 0,
+    "unconfirmed_input_tokens": 0,
+    "unconfirmed_output_tokens": 0,
+    "cost_usd": "0",
+    "unconfirmed_cost_usd": "0",
+    "unpriced": 0,
+}
+
+
 def test_webhook_is_one_run_per_event_and_reads_back(stack, front) -> None:
     first = _webhook(front, "evt-1")
     again = _webhook(front, "evt-1")
@@ -132,6 +145,10 @@ def test_webhook_is_one_run_per_event_and_reads_back(stack, front) -> None:
         "waiting_on": None,
         "answer_error": None,
         "output": None,
+        "waiting_for": None,
+        "tenant": "webhook",
+        "priority": 2,
+        "usage": {**NONE_USED, "with_children": NONE_USED},
     }
     unknown = _webhook(front, "evt-2", agent="ghost")
     assert unknown.status_code == 404 and "no agent named 'ghost'" in unknown.json()["error"]

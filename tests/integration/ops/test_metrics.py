@@ -142,7 +142,7 @@ def test_gauges_and_failure_codes_match_the_database(stack) -> None:
         "queued": 1, "running": 0, "waiting": 1, "answered": 0, "succeeded": 0, "failed": 1,
     }  # fmt: skip
     assert labelled(scraped, "liyagent_waiting_runs", "waiting_on") == {
-        "approval": 1, "child": 0, "timer": 0,
+        "approval": 1, "child": 0, "timer": 0, "model": 0,
     }  # fmt: skip
     assert labelled(scraped, "liyagent_runs_failed_total", "code") == {"step_limit": 1}
     age = stack.rows(

@@ -58,6 +58,18 @@ def test_events_of_a_run_with_a_write_call_in_order(stack) -> None:
     assert marked.details["tool"] == made.details["tool"] == "incident.create"
     assert made.details["settlement"] == "made" and marked.step == made.step == 1
     assert page.events[1].details["worker"]  # the worker process that claimed it
+    # A written step and the answer say what they used, as written with them (the ledger).
+    (row,) = stack.rows(
+        "SELECT s.input_tokens, s.output_tokens, s.model, r.answer_input_tokens, "
+        "r.answer_output_tokens FROM run_steps s JOIN runs r ON r.id = s.run_id "
+        "WHERE s.run_id = :r AND s.step = 1",
+        r=run_id,
+    )
+    used, answered = page.events[2].details["usage"], page.events[5].details["usage"]
+    assert (used["input_tokens"], used["output_tokens"]) == (row.input_tokens, row.output_tokens)
+    assert used["input_tokens"] > 0 and used["model"] == row.model
+    assert answered["input_tokens"] == row.answer_input_tokens > 0
+    assert answered["output_tokens"] == row.answer_output_tokens
     assert all(e.attempt == 1 for e in page.events)
     assert all(a.at <= b.at for a, b in zip(page.events, page.events[1:], strict=False))
     # A page after a seq holds only what follows it; after the last, nothing.

@@ -58,8 +58,11 @@ def _killed_and_resumed(stack) -> tuple[str, str, list[int], KillNote]:
         at = database_now(conn)
     stack.worker("survivor")
     stack.beat()
-    calm = stack.start(mixed("c"))
     assert stack.wait(killed).status == "succeeded"
+    # Started once the killed run has ended: a first attempt running while a lost run waits
+    # in the queue is asked to yield its slot to it (resumed runs first), and this one must
+    # never be handed back.
+    calm = stack.start(mixed("c"))
     assert stack.wait(calm).status == "succeeded"
     return killed, calm, pool, KillNote(worker="victim", at=at, in_flight=[killed])
 

@@ -14,6 +14,7 @@ import redis
 import sqlalchemy as sa
 
 from liyagent.local.servers import free_port
+from runtime.flow.order import bucket_keys
 from tasks.deliveries import _run_of
 from tests.support.judge import judge_runs
 from tests.support.proxy import CuttableProxy
@@ -34,7 +35,7 @@ def _held(stack) -> list[str]:
     """Run ids whose message Redis holds: waiting in the queue, or taken and not acked."""
     client = redis.Redis.from_url(stack.settings.redis_url)
     ns, queue = stack.settings.namespace, stack.settings.queue
-    waiting = client.lrange(f"{ns}{queue}", 0, -1)
+    waiting = [m for key in bucket_keys(f"{ns}{queue}") for m in client.lrange(key, 0, -1)]
     taken = client.hvals(f"{ns}unacked")
     client.close()
     found = [_run_of(b"[" + raw + b"]") for raw in waiting] + [_run_of(raw) for raw in taken]
@@ -85,7 +86,8 @@ def test_a_worker_stopped_during_an_outage_hands_its_messages_back_to_the_queue(
     worker.popen.send_signal(signal.SIGTERM)  # warm shutdown: the held message goes back
     worker.popen.wait(timeout=30)
     client = redis.Redis.from_url(stack.settings.redis_url)
-    assert client.llen(f"{stack.settings.namespace}{stack.settings.queue}") == 1
+    queue_key = f"{stack.settings.namespace}{stack.settings.queue}"
+    assert sum(client.llen(key) for key in bucket_keys(queue_key)) == 1
     client.close()
     assert _held(stack) == [run_id]
     assert stack.client.get(run_id).status == "queued"
@@ -164,3 +166,47 @@ def test_a_run_whose_postgres_goes_away_mid_step_is_given_back_without_a_loss(st
         r=run_id,
     )
     assert created[0].n == 1
+
+
+def test_a_billed_answer_whose_step_postgres_never_took_is_recorded_by_the_give_back(
+    stack,
+) -> None:
+    """The model answered step 1 (the server billed it) and Postgres went away before the step
+    was written: the worker waits, gives the run back as a store fault (no loss, so no claim
+    records anything) and the resume asks step 1 again. The give-back itself records what the
+    first answer was billed, exactly (the worker held its usage), as unconfirmed usage of the
+    attempt that never wrote it, once; the run's spend counts it (the ledger judged from the
+    model server's bills)."""
+    import os
+
+    from tests.support.ledger import uncovered
+
+    proxy, worker_url = _through_proxy(stack)
+    stack.worker("victim", fault="after_model_step:stop", env={"LIYAGENT_DATABASE_URL": worker_url})
+    stack.beat()
+    run_id = stack.start(mixed("b"))
+    stopped = int(stack.fault_hit("victim").split()[1])  # step 1 answered and billed
+    proxy.cut()  # its checkpoint's write finds Postgres gone
+    os.kill(stopped, signal.SIGCONT)
+    time.sleep(3)  # the outage: the run waits, its lease kept
+    CuttableProxy(proxy.target[0], proxy.target[1], port=proxy.port)  # Postgres is back
+    assert stack.wait(run_id, timeout=60).status == "succeeded"
+
+    run = stack.client.get(run_id)
+    assert run.lost_count == 0 and run.attempt == 2  # a store fault, never a loss claim
+    assert stack.asked(run_id)[1] == 2  # step 1's first answer was never written
+    assert uncovered(stack, run_id) == []
+    first = stack.vendor(
+        "SELECT prompt_tokens AS i, completion_tokens AS o FROM sim.requests "
+        "WHERE vendor = 'model' AND run_id = :r AND status = 200 AND call = '1' ORDER BY id",
+        r=run_id,
+    )[0]
+    recorded = stack.rows(
+        "SELECT attempt, step, input_tokens AS i, output_tokens AS o, model "
+        "FROM usage_unconfirmed WHERE run_id = :r",
+        r=run_id,
+    )
+    # The exact usage the worker held, not its note's bound.
+    assert [(u.attempt, u.step, u.i, u.o) for u in recorded] == [(1, 1, first.i, first.o)]
+    assert recorded[0].model is not None and recorded[0].model.startswith("script-")
+    assert run.usage.unconfirmed_input_tokens == first.i

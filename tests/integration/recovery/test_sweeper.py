@@ -11,6 +11,7 @@ import redis
 
 from bench.bulk import insert_running_runs
 from runtime.base.settings import Timings
+from runtime.base.tenancy import HIGH, LOW
 from runtime.entries.client import Client
 from runtime.fleet.leases import Leases, Token
 from runtime.recovery.deps import RecoveryDeps
@@ -140,7 +141,7 @@ def test_unpublished_run_is_republished_from_postgres(stack) -> None:
     dead_broker = RecordingPublisher(fail=True)
     services = services_with(stack, dead_broker)
     run_id = Client(services).start_run(
-        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x", priority=HIGH
     )
     assert stack.client.get(run_id).status == "queued"
     publisher = RecordingPublisher()
@@ -149,6 +150,7 @@ def test_unpublished_run_is_republished_from_postgres(stack) -> None:
     )
     Sweeper(RecoveryDeps.of(sweeping)).sweep()
     assert publisher.sent == [(run_id, 1)]
+    assert publisher.priorities[(run_id, 1)] == HIGH, "the outbox kept the run's priority"
     # Stamped: the next sweep does not publish it again straight away.
     sweeping2 = services_with(
         stack, publisher, Timings(lease_ttl_ms=3000, heartbeat_ms=900, requeue_after_ms=60_000)
@@ -161,7 +163,7 @@ def test_worker_dead_between_lease_and_claim_is_republished(stack) -> None:
     publisher = RecordingPublisher()
     services = services_with(stack, publisher)
     run_id = Client(services).start_run(
-        agent="bot", model={"script": {"steps": [final()]}}, user_input="x"
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="x", priority=LOW
     )
     short = Leases(services.redis, services.settings.namespace, ttl_ms=100)
     assert short.acquire(Token(run_id, 1, "dead-worker"))
@@ -172,6 +174,7 @@ def test_worker_dead_between_lease_and_claim_is_republished(stack) -> None:
     publisher.sent.clear()
     Sweeper(RecoveryDeps.of(services)).sweep()
     assert publisher.sent == [(run_id, 1)]
+    assert publisher.priorities[(run_id, 1)] == LOW, "published again at its run's priority"
     assert stack.client.get(run_id).attempt == 1  # not a loss: it never ran
 
 
@@ -317,3 +320,24 @@ def test_a_lease_running_out_during_a_full_scan_is_a_loss_even_with_its_holder_c
     assert publisher.sent == [(run_id, 2)]
     run = stack.client.get(run_id)
     assert (run.attempt, run.lost_count) == (2, 1)
+
+
+def test_queued_runs_redis_lost_the_messages_of_are_published_again_at_their_priority(
+    stack,
+) -> None:
+    publisher = RecordingPublisher()
+    services = services_with(stack, publisher)
+    sweeper = Sweeper(RecoveryDeps.of(services))
+    sweeper.sweep()  # sets the epoch marker
+    client = Client(services)
+    high = client.start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="h", priority=HIGH
+    )
+    low = client.start_run(
+        agent="bot", model={"script": {"steps": [final()]}}, user_input="l", priority=LOW
+    )
+    publisher.sent.clear()
+    _forget_everything(services)
+    sweeper.sweep()
+    assert sorted(publisher.sent) == sorted([(high, 1), (low, 1)])
+    assert publisher.priorities[(high, 1)] == HIGH and publisher.priorities[(low, 1)] == LOW

@@ -137,6 +137,8 @@ def test_an_http_error_is_classified_by_the_engines_rule(
     error = _failure(step, f"{server}/{case}/v1")
     assert error.retryable is retryable, str(error)
     assert error.retry_after_s == after
+    # A 429 (not out of quota) closes the endpoint for the fleet and is never a failure.
+    assert error.rate_limited is case.startswith("slow-down")
     assert said in str(error)
     assert ANSWERS[case][2]["error"]["message"] not in str(error)  # the provider's text: withheld
 

@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 
 from front.app import ROUTES, create_app
 from front.parts import GROUP, installed
+from runtime.base.tenancy import TenantLimits
 from runtime.services import Services
 
 # Every route the front served before its kinds became parts: (path, methods).
@@ -66,7 +67,7 @@ PART = None
 def _services() -> Services:
     """Services the core's routes are never asked of here (building the app hands the metrics
     registry its engine, Redis and namespace, and connects to neither)."""
-    settings = SimpleNamespace(namespace="liyagent-test-parts")
+    settings = SimpleNamespace(namespace="liyagent-test-parts", tenants=TenantLimits())
     return cast(Services, SimpleNamespace(engine=None, redis=None, settings=settings))
 
 

@@ -122,7 +122,20 @@ def test_credentials_in_a_url_are_refused_and_never_repeated(url: str, hidden: s
         ({}, "name exactly one of api_key_env and api_key_file"),
         ({"api_key_env": "K", "api_key_file": "/k"}, "name exactly one of"),
         ({"api_key_file": "relative/key"}, "must be an absolute path"),
-        ({"api_key_env": "K", "limits": 1}, "Extra inputs are not permitted"),
+        ({"api_key_env": "K", "limit": 1}, "Extra inputs are not permitted"),
+        ({"api_key_env": "K", "limits": {"rpm": 1}}, "p.limits.rpm: Extra inputs"),
+        (
+            {"api_key_env": "K", "limits": {"requests_per_minute": 0}},
+            "p.limits.requests_per_minute",
+        ),
+        (
+            {"api_key_env": "K", "limits": {"input_tokens_per_minute": -5}},
+            "input_tokens_per_minute",
+        ),
+        ({"api_key_env": "K", "limits": {"output_tokens_per_minute": 0}}, "output_tokens_per_min"),
+        ({"api_key_env": "K", "limits": {"in_flight": 0}}, "p.limits.in_flight"),
+        ({"api_key_env": "K", "limits": {"in_flight": 2.5}}, "p.limits.in_flight"),
+        ({"api_key_env": "K", "limits": {"in_flight": "3"}}, "p.limits.in_flight"),
     ],
 )
 def test_a_bad_profile_refuses_the_setting(profile: dict[str, Any], says: str) -> None:

@@ -92,6 +92,14 @@ def test_429_rate_limit_honours_retry_after() -> None:
     assert "HTTP 429 (rate_limit_exceeded)" in str(err)
 
 
+def test_only_a_429_rate_limit_closes_the_endpoint_for_the_fleet() -> None:
+    # rate_limited: the step waits for the endpoint to open (runtime/flow/), never a failure.
+    assert classify(429, {}, None, body=fixture("error_429")).rate_limited
+    assert not classify(429, {}, None, body=fixture("error_429_quota")).rate_limited
+    assert not classify(503, {"retry-after": "3"}, None, body="").rate_limited
+    assert not classify(None, None, httpx.ReadTimeout("slow")).rate_limited
+
+
 def test_httpx_headers_are_read_case_insensitively() -> None:
     headers = httpx.Headers({"Retry-After-Ms": "250"})
     assert classify(503, headers, None).retry_after_s == 0.25

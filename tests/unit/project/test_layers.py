@@ -63,6 +63,8 @@ RUNTIME_PARTS: list[tuple[str, ...]] = [
     # Framework adapters (Pydantic AI, OpenAI Agents SDK): guests on the toolbox's seam.
     ("frameworks",),
     ("fleet",),
+    # Flow control: the order runs are served in (resumed runs first), a model endpoint's gate.
+    ("flow",),
     ("services",),
     ("recovery",),
     ("core",),
