@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -17,8 +18,38 @@ from pathlib import Path
 PORT_TRIES = 5
 
 
+# How many ports below the kernel's ephemeral range a port is drawn from.
+PRIVATE_SPAN = 12000
+
+
+def ephemeral_low() -> int:
+    """The first port the kernel gives outgoing connections as their local ports."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def candidate_ports() -> list[int]:
+    """Ports below the ephemeral range, in random order: a server is started on its port a
+    moment after the port is chosen (or listens on it again after an outage), and a port of the
+    ephemeral range may be taken meanwhile by any outgoing connection (EADDRINUSE, seen on CI)."""
+    low = ephemeral_low()
+    ports = list(range(max(1024, low - PRIVATE_SPAN), low))
+    random.shuffle(ports)
+    return ports
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port nothing holds now, drawn below the ephemeral range."""
+    for port in candidate_ports()[:500]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every one tried is held: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import random
 import socket
 import threading
 import time
+
+from liyagent.local.servers import candidate_ports
 
 
 class CuttableProxy:
@@ -73,19 +74,9 @@ class CuttableProxy:
                 sock.close()  # even when the peer is already gone
 
 
-def _ephemeral_low() -> int:
-    """The first port the kernel hands out to outgoing connections (their local ports)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def _listen(host: str, port: int) -> socket.socket:
     """A listener on `port`, else on a free port below the ephemeral range: a cut proxy listens
-    again on its port after the outage, and a port the kernel may give any outgoing connection
-    meanwhile (a worker's Redis socket) could be taken by then (EADDRINUSE, seen on CI)."""
+    again on its port after the outage (liyagent/local/servers.py `candidate_ports`)."""
     if port:
         deadline = time.monotonic() + 10  # a closing connection's port comes back in moments
         while True:
@@ -95,10 +86,9 @@ def _listen(host: str, port: int) -> socket.socket:
                 if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-    low = _ephemeral_low()
-    for _ in range(200):
+    for candidate in candidate_ports()[:500]:
         try:
-            return socket.create_server((host, random.randrange(max(1024, low - 12000), low)))
+            return socket.create_server((host, candidate))
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
                 raise
