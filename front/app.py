@@ -116,9 +116,10 @@ class Front(Starlette):
 
 def create_app(services: Services, parts: Sequence[FrontPart] | None = None) -> Starlette:
     """The front over `services` (which say where runs are stored and how they are published):
-    the core routes and each of `parts` (by default every installed one, `front/parts.py`)."""
+    the core routes and each of `parts` (by default every installed one, or the ones the
+    deployment demands: `front/parts.py`)."""
     withhold_library_values()
-    mounted = installed() if parts is None else parts
+    mounted = installed(demanded=services.settings.front_parts) if parts is None else parts
     routes = [*ROUTES, *(route for part in mounted for route in part.routes)]
     app = Front(routes=routes, exception_handlers=HANDLERS, middleware=[Middleware(AccessLog)])
     app.state.services = services

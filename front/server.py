@@ -17,6 +17,8 @@ import uvicorn
 from front.auth import load_tokens
 from front.connections import ConnectionGuard, UvicornNoise, protocol_for
 from front.limits import FrontLimits, raise_fd_limit
+from front.parts import installed
+from runtime.base.extras import MissingExtra
 from runtime.base.logs import configure
 from runtime.base.settings import ConfigError
 from runtime.ops import startup
@@ -59,10 +61,12 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     returns 2 at once when the settings are invalid, 1 if the server never started."""
     configure()
     try:
-        tokens = load_tokens(startup.check())  # seal keys, tools and MCP servers load first
+        settings = startup.check()  # seal keys, tools and MCP servers load first
+        tokens = load_tokens(settings)
         fd_limit = raise_fd_limit()
         limits = FrontLimits.from_env().fitted(fd_limit)
-    except (ConfigError, startup.StartupRefused) as exc:
+        installed(demanded=settings.front_parts)  # a demanded part that cannot be served
+    except (ConfigError, MissingExtra, startup.StartupRefused) as exc:
         log.error("front.bad_settings", error=str(exc), next="fix that and start again")
         return 2
     if not tokens.entries:

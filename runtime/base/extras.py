@@ -21,6 +21,10 @@ EXTRAS = {
     "reports": "the timeline pictures and charts (inspect --png, trials, bench): matplotlib",
 }
 
+# liyagent's own top-level packages (pyproject.toml [tool.setuptools] packages): a module of
+# these that cannot be found is a bug or a broken install, never a missing extra.
+OWN_PACKAGES = frozenset({"front", "liyagent", "runtime", "simulators", "store", "tasks"})
+
 
 class MissingExtra(LiyagentError, ImportError):
     """An optional part was asked for whose extra is not installed."""
@@ -35,10 +39,10 @@ class MissingExtra(LiyagentError, ImportError):
 
 def need(extra: str, module: str) -> ModuleType:
     """`module`, which needs `extra`; MissingExtra naming the extra when its packages are not
-    installed (an ImportError of our own module is not hidden)."""
+    installed (an ImportError of one of our own modules is not hidden)."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and (exc.name == module or module.startswith(f"{exc.name}.")):
-            raise
-        raise MissingExtra(extra, exc.name or module) from None
+        if exc.name is None or exc.name.partition(".")[0] in OWN_PACKAGES:
+            raise  # our own module is missing (a typo, a broken install), not an extra
+        raise MissingExtra(extra, exc.name) from None

@@ -315,6 +315,10 @@ class Settings:
     front_token: str = ""
     front_tokens_file: str = ""
     front_tokens: str = ""
+    # The front's parts a deployment demands (comma-separated names, front/parts.py): only
+    # those are mounted and the front refuses to start without one's extra. Empty: every part
+    # whose extra is installed, each other one skipped with a log line.
+    front_parts: tuple[str, ...] = ()
     # The front's public base URL as A2A clients reach it (the agent card names its endpoint
     # there); empty: the URL each request for the card came in on.
     public_url: str = ""
@@ -371,6 +375,7 @@ class Settings:
             front_token=os.environ.get("LIYAGENT_FRONT_TOKEN", ""),
             front_tokens_file=os.environ.get("LIYAGENT_FRONT_TOKENS_FILE", ""),
             front_tokens=os.environ.get("LIYAGENT_FRONT_TOKENS", ""),
+            front_parts=_env_list("LIYAGENT_FRONT_PARTS"),
             public_url=os.environ.get("LIYAGENT_PUBLIC_URL", "").rstrip("/"),
             a2a_wait_s=float(_env_int("LIYAGENT_A2A_WAIT_S", int(cls.a2a_wait_s))),
             sse_ping_s=float(_env_int("LIYAGENT_SSE_PING_S", int(cls.sse_ping_s))),

@@ -16,6 +16,8 @@ from structlog.testing import capture_logs
 
 from front.app import ROUTES, create_app
 from front.parts import GROUP, installed
+from runtime.base.config import ConfigError
+from runtime.base.extras import MissingExtra
 from runtime.base.tenancy import TenantLimits
 from runtime.services import Services
 
@@ -67,7 +69,9 @@ PART = None
 def _services() -> Services:
     """Services the core's routes are never asked of here (building the app hands the metrics
     registry its engine, Redis and namespace, and connects to neither)."""
-    settings = SimpleNamespace(namespace="liyagent-test-parts", tenants=TenantLimits())
+    settings = SimpleNamespace(
+        namespace="liyagent-test-parts", tenants=TenantLimits(), front_parts=()
+    )
     return cast(Services, SimpleNamespace(engine=None, redis=None, settings=settings))
 
 
@@ -132,3 +136,42 @@ def test_the_core_alone_mounts_only_the_core() -> None:
     app = create_app(_services(), [])
     assert _routes(app) == {(r.path, frozenset(r.methods or ())) for r in ROUTES}
     assert not hasattr(app.state, "a2a") and not hasattr(app.state, "teams_keys")
+
+
+@pytest.mark.usefixtures("fake_parts")
+def test_a_deployment_that_names_its_parts_gets_those_alone() -> None:
+    declared = _declared(("sdk", "fake_front_sdk:PART [a2a]"), ("ok", "fake_front_ok:PART"))
+    assert [p.name for p in installed(declared, demanded=("ok",))] == ["ok"]
+    settings = SimpleNamespace(
+        namespace="liyagent-test-parts", tenants=TenantLimits(), front_parts=("teams",)
+    )
+    app = create_app(cast(Services, SimpleNamespace(engine=None, redis=None, settings=settings)))
+    assert ("/api/messages", frozenset({"POST"})) in _routes(app)
+    assert ("/a2a", frozenset({"POST"})) not in _routes(app)
+
+
+@pytest.mark.usefixtures("fake_parts")
+def test_a_demanded_part_that_cannot_be_served_is_refused_not_skipped() -> None:
+    declared = _declared(("sdk", "fake_front_sdk:PART [a2a]"), ("ok", "fake_front_ok:PART"))
+    with pytest.raises(MissingExtra, match=r"pip install 'liyagent\[a2a\]'"):
+        installed(declared, demanded=("sdk", "ok"))
+    with pytest.raises(ConfigError, match=r"FRONT_PARTS names tems, .*the parts are: ok, sdk"):
+        installed(declared, demanded=("tems",))
+
+
+def test_the_front_refuses_to_start_without_a_demanded_part(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from front import server
+    from runtime.base.settings import get_settings
+
+    monkeypatch.setenv("LIYAGENT_FRONT_PARTS", "teams,tems")
+    get_settings.cache_clear()
+    try:
+        assert server.serve("127.0.0.1", 0) == 2
+    finally:
+        get_settings.cache_clear()
+    said = capfd.readouterr().err.splitlines()
+    refused = [line for line in said if "front.bad_settings" in line]
+    assert len(refused) == 1 and "LIYAGENT_FRONT_PARTS names tems" in refused[0], said
+    assert "Traceback" not in "\n".join(said)
