@@ -1,30 +1,13 @@
-"""The one SQLAlchemy `MetaData`: every table, constraint and index, each named."""
+"""The core's tables: runs, their steps, call marks and audit, approvals, stops, principals
+and the documents source syncs write."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-from store.states import MarkStatus, RunStatus
+from store.schema.base import CALL_STATUSES, metadata, now
 from store.usage import usage_columns
-
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-metadata = sa.MetaData(naming_convention=NAMING)
-
-RUN_STATUSES = tuple(s.value for s in RunStatus)
-CALL_STATUSES = tuple(s.value for s in MarkStatus)
-
-
-def _now() -> sa.TextClause:
-    return sa.text("now()")
-
 
 runs = sa.Table(
     "runs",
@@ -108,9 +91,9 @@ runs = sa.Table(
     # What it may spend (tokens, US dollars; NULL: no bound), store/budgets.py.
     sa.Column("budget_tokens", sa.BigInteger, nullable=True),
     sa.Column("budget_usd", sa.Numeric(18, 9), nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Column("queued_at", sa.DateTime(timezone=True), nullable=True, server_default=_now()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
+    sa.Column("queued_at", sa.DateTime(timezone=True), nullable=True, server_default=now()),
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("answered_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
@@ -208,7 +191,7 @@ run_steps = sa.Table(
     # as the record: only a written step's usage is here, once (I5); NULL when the provider
     # said none, or for a step no model answered (a workflow's, a job's).
     *usage_columns(),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.PrimaryKeyConstraint("run_id", "step"),
     sa.CheckConstraint("step >= 1", name="step_positive"),
 )
@@ -233,7 +216,7 @@ call_marks = sa.Table(
     sa.Column("settlement", sa.Text, nullable=True),
     # The attempt that last wrote the mark (marked it, or recorded or settled its outcome).
     sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Column("settled_at", sa.DateTime(timezone=True), nullable=True),
     # The attempt that first marked it, and when: never moved by a resume marking it again (a
     # keyed write sent again moves `attempt` and `marked_at`), so its run event keeps its
@@ -255,7 +238,7 @@ audit_events = sa.Table(
     sa.Column("attempt", sa.Integer, nullable=True),
     sa.Column("step", sa.Integer, nullable=True),
     sa.Column("detail", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Index("ix_audit_events_run_id", "run_id"),
     sa.Index("ix_audit_events_kind", "kind"),
     # Retention takes audit rows oldest first, once their run is gone.
@@ -272,7 +255,7 @@ transcript_messages = sa.Table(
     # user, assistant (the answer) or notice (what the platform tells the reader).
     sa.Column("role", sa.Text, nullable=False),
     sa.Column("content", sa.Text, nullable=False),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Index("ix_transcript_messages_run_id", "run_id"),
 )
 
@@ -296,7 +279,7 @@ stops = sa.Table(
     sa.Column("agent", sa.Text, nullable=True),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("created_by", sa.Text, nullable=False),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Column("lifted_at", sa.DateTime(timezone=True), nullable=True),
     # Who lifted it (the principal of the front's token, or the CLI's --by).
     sa.Column("lifted_by", sa.Text, nullable=True),
@@ -314,7 +297,7 @@ channels = sa.Table(
     sa.Column("name", sa.Text, primary_key=True),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("reason", sa.Text, nullable=True),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
 )
 
 principals = sa.Table(
@@ -325,7 +308,7 @@ principals = sa.Table(
     sa.Column("may_run", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("may_act", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("reason", sa.Text, nullable=True),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
 )
 
 approvals = sa.Table(
@@ -345,104 +328,13 @@ approvals = sa.Table(
     sa.Column("status", sa.Text, nullable=False, server_default="pending"),
     sa.Column("decided_by", sa.Text, nullable=True),
     sa.Column("reason", sa.Text, nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
     sa.CheckConstraint("status IN ('pending','approved','denied')", name="status"),
     sa.Index("uq_approvals_step_key", "step_key", unique=True),
     sa.Index("ix_approvals_run_id", "run_id"),
 )
 
-# Entry points: where a run came from and where its answer is handed on.
-
-a2a_tasks = sa.Table(
-    "a2a_tasks",
-    metadata,
-    # An A2A task another agent created here; its run's answer lands on it. A new task is named
-    # after the message that created it (its messageId), so a repeated message is the same task;
-    # ids are unique per principal (the run's), so another caller's message id is another task.
-    sa.Column("id", sa.Text, nullable=False),
-    sa.Column(
-        "run_id",
-        UUID(as_uuid=False),
-        sa.ForeignKey("runs.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
-    sa.Column("principal", sa.Text, nullable=True),
-    # submitted, completed or failed, as the run's end left it; GetTask reads the live state
-    # from the run (working, input-required, auth-required) and from canceled_at.
-    sa.Column("status", sa.Text, nullable=False, server_default="submitted"),
-    sa.Column("answer", sa.Text, nullable=True),
-    # The A2A contextId (the client's, or one made here) and the message as received.
-    sa.Column("context_id", sa.Text, nullable=True),
-    sa.Column("message", JSONB, nullable=True),
-    # Set by CancelTask (an operator Stop of the run): a run that then fails was canceled.
-    sa.Column("canceled_at", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Index(
-        "uq_a2a_tasks_id_principal",
-        "id",
-        "principal",
-        unique=True,
-        postgresql_nulls_not_distinct=True,
-    ),
-    sa.Index("ix_a2a_tasks_context_id", "context_id"),
-    sa.Index("ix_a2a_tasks_created_at", "created_at", "id"),
-    # A principal's ListTasks, newest first.
-    sa.Index("ix_a2a_tasks_principal_created_at", "principal", "created_at", "id"),
-)
-
-cron_runs = sa.Table(
-    "cron_runs",
-    metadata,
-    # One run per trigger and scheduled time, however many beats fire it.
-    sa.Column("trigger", sa.Text, nullable=False),
-    sa.Column("scheduled_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column(
-        "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
-    ),
-    # succeeded or failed, with the outcome, recorded once when the run ends.
-    sa.Column("status", sa.Text, nullable=False, server_default="running"),
-    sa.Column("outcome", sa.Text, nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=True),
-    sa.PrimaryKeyConstraint("trigger", "scheduled_at"),
-    sa.Index("uq_cron_runs_run_id", "run_id", unique=True),
-)
-
-teams_inbox = sa.Table(
-    "teams_inbox",
-    metadata,
-    # The durable inbox of Teams turns (Bot Framework activities); each becomes one turn (one
-    # run), replied to once.
-    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
-    # The activity's id, unique within its conversation (a repeated delivery is one row).
-    sa.Column("message_id", sa.Text, nullable=False),
-    # The conversation's id, where the reply goes.
-    sa.Column("conversation", sa.Text, nullable=False),
-    # Who sent it: their Microsoft Entra object id (the activity's from.aadObjectId, lower
-    # case), the owner of its run; never a display name, which is content kept only in the
-    # activity. NULL only on a turn stored before 0014 whose activity named none.
-    sa.Column("sender_id", sa.Text, nullable=True),
-    sa.Column("agent", sa.Text, nullable=False),
-    sa.Column("text", sa.Text, nullable=False),
-    # The activity's serviceUrl (the Bot Connector the reply is posted to) and the activity
-    # itself, as received.
-    sa.Column("service_url", sa.Text, nullable=True),
-    sa.Column("activity", JSONB, nullable=True),
-    # new (waiting for intake), running (its turn is a run), replied or failed.
-    sa.Column("status", sa.Text, nullable=False, server_default="new"),
-    sa.Column("run_id", UUID(as_uuid=False), nullable=True),
-    sa.Column("reply", JSONB, nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.Column("replied_at", sa.DateTime(timezone=True), nullable=True),
-    sa.CheckConstraint("status IN ('new','running','replied','failed')", name="status"),
-    # A turn waiting for intake has an owner to start its run as.
-    sa.CheckConstraint("status <> 'new' OR sender_id IS NOT NULL", name="sender"),
-    sa.Index("uq_teams_inbox_activity", "conversation", "message_id", unique=True),
-    sa.Index("ix_teams_inbox_new", "id", postgresql_where=sa.text("status = 'new'")),
-    sa.Index("ix_teams_inbox_run_id", "run_id"),
-)
 
 documents = sa.Table(
     "documents",
@@ -456,44 +348,6 @@ documents = sa.Table(
     # Bumped only when the content changes.
     sa.Column("version", sa.Integer, nullable=False, server_default="1"),
     sa.Column("synced_by", UUID(as_uuid=False), nullable=True),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.PrimaryKeyConstraint("source", "doc_id"),
-)
-
-usage_unconfirmed = sa.Table(
-    "usage_unconfirmed",
-    metadata,
-    # What a lost attempt was reserved for a step it never wrote (store/ledger.py): its input
-    # bound, its max_tokens and model, noted in Redis before the request, recorded by the claim
-    # of its loss in the claim's own statement; apart from the exact usage of written steps.
-    sa.Column("run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE")),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("step", sa.Integer, nullable=False),
-    sa.Column("input_tokens", sa.Integer, nullable=False),
-    sa.Column("output_tokens", sa.Integer, nullable=False),
-    sa.Column("model", sa.Text, nullable=True),
-    sa.Column("cost_usd", sa.Numeric(18, 9), nullable=True),
-    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.PrimaryKeyConstraint("run_id", "attempt", "step"),
-    sa.Index("ix_usage_unconfirmed_recorded_at", "recorded_at"),
-)
-
-# What an agent's or a tenant's runs may spend a period (day, month, UTC), and the period's spend
-# so far (reserved before each request, settled to its usage): store/budgets.py.
-budgets = sa.Table(
-    "budgets",
-    metadata,
-    sa.Column("scope", sa.Text, nullable=False),
-    sa.Column("name", sa.Text, nullable=False),
-    sa.Column("period", sa.Text, nullable=False),
-    sa.Column("tokens", sa.BigInteger, nullable=True),
-    sa.Column("usd", sa.Numeric(18, 9), nullable=True),
-    sa.Column("period_start", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("spent_tokens", sa.BigInteger, nullable=False, server_default="0"),
-    sa.Column("spent_usd", sa.Numeric(18, 9), nullable=False, server_default="0"),
-    # When its limits were last set: a run that waits on it since before is woken (wake_ready).
-    sa.Column("set_at", sa.DateTime(timezone=True), nullable=False, server_default=_now()),
-    sa.PrimaryKeyConstraint("scope", "name", "period"),
-    sa.CheckConstraint("scope IN ('agent','tenant')", name="scope"),
-    sa.CheckConstraint("period IN ('day','month')", name="period"),
 )
