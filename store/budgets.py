@@ -312,10 +312,12 @@ def set_budget(
     period: str,
     tokens: int | None,
     usd: Decimal | None,
+    keep: frozenset[str] = frozenset(),
 ) -> list[tuple[RunId, Attempt]]:
     """Set an agent's or a tenant's budget for a period (a new one starts with nothing spent;
-    an existing one keeps its period's spend) and wake the runs waiting on it, in one statement
-    (each wakes, re-reserves, and waits again if the budget is still short)."""
+    an existing one keeps its period's spend, and the amounts in `keep`, "tokens" or "usd")
+    and wake the runs waiting on it, in one statement (each wakes, re-reserves, and waits again
+    if the budget is still short)."""
     rows = conn.execute(
         sql(
             """
@@ -323,7 +325,10 @@ def set_budget(
                 INSERT INTO budgets (scope, name, period, tokens, usd)
                 VALUES (:scope, :name, :period, :tokens, :usd)
                 ON CONFLICT (scope, name, period)
-                DO UPDATE SET tokens = excluded.tokens, usd = excluded.usd, set_at = now()
+                DO UPDATE SET
+                    tokens = CASE WHEN :keep_tokens THEN budgets.tokens ELSE excluded.tokens END,
+                    usd = CASE WHEN :keep_usd THEN budgets.usd ELSE excluded.usd END,
+                    set_at = now()
                 RETURNING scope, name, period)
             UPDATE runs r SET status = 'queued', attempt = attempt + 1, deliveries = 0,
                    resume_reason = 'wait_over', waiting_on = NULL, queued_at = now(),
@@ -336,7 +341,15 @@ def set_budget(
             RETURNING r.id, r.attempt
             """
         ),
-        {"scope": scope, "name": name, "period": period, "tokens": tokens, "usd": usd},
+        {
+            "scope": scope,
+            "name": name,
+            "period": period,
+            "tokens": tokens,
+            "usd": usd,
+            "keep_tokens": "tokens" in keep,
+            "keep_usd": "usd" in keep,
+        },
     ).all()
     return [(RunId(r.id), Attempt(r.attempt)) for r in rows]
 

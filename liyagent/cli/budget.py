@@ -42,7 +42,12 @@ def cmd_budget_raise(args: argparse.Namespace) -> int:
 def cmd_budget_set(args: argparse.Namespace) -> int:
     """Set an agent's or a tenant's budget a period; its runs waiting on it continue at once."""
     woken = _client().set_budget(
-        agent=args.agent, tenant=args.tenant, period=args.period, tokens=args.tokens, usd=args.usd
+        agent=args.agent,
+        tenant=args.tenant,
+        period=args.period,
+        tokens=args.tokens,
+        usd=args.usd,
+        lift=args.lift or (),
     )
     who = f"agent {args.agent}" if args.agent is not None else f"tenant {args.tenant}"
     if args.json:
@@ -115,14 +120,21 @@ def _budget(budget: argparse.ArgumentParser) -> None:
         help="set an agent's or a tenant's budget per day or month",
         description=(
             "Set what one agent's (or one tenant's) runs may spend a period (day or month, "
-            "UTC), shared by all of them; the period's spend so far is kept. Runs waiting on "
-            "it are woken and reserve again; the sweeper wakes them when the period turns."
+            "UTC), shared by all of them; the period's spend so far is kept, and so is the "
+            "amount not given (--lift removes it). Runs waiting on it are woken and reserve "
+            "again; the sweeper wakes them when the period turns."
         ),
     )
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--agent", help="the agent's name")
     who.add_argument("--tenant", help="the tenant's name (a run's tenant, else its owner)")
     p.add_argument("--period", required=True, choices=("day", "month"))
+    p.add_argument(
+        "--lift",
+        action="append",
+        choices=("tokens", "usd"),
+        help="remove that limit (repeatable); an amount neither given nor lifted is kept",
+    )
     _amounts(p)
     p.set_defaults(handler=cmd_budget_set)
     p = actions.add_parser("list", help="every agent's and tenant's budget and its spend")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -429,9 +429,11 @@ class Client:
         period: str,
         tokens: int | None = None,
         usd: float | str | Decimal | None = None,
+        lift: Sequence[str] = (),
     ) -> list[str]:
         """Set what one agent's (or one tenant's) runs may spend a `period` (`day`, `month`,
-        UTC) and wake its runs waiting on it; returns them. The deployment's, not a caller's."""
+        UTC) and wake its runs waiting on it; returns them. An amount not given is kept; one
+        named in `lift` ("tokens", "usd") is removed. The deployment's, not a caller's."""
         if (agent is None) == (tenant is None):
             raise BadRequest("a budget is one agent's (agent=) or one tenant's (tenant=)")
         scope, name = ("agent", agent) if agent is not None else ("tenant", tenant)
@@ -445,6 +447,7 @@ class Client:
             period,
             tokens=tokens,
             usd=usd,
+            lift=lift,
         )
 
 

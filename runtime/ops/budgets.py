@@ -5,6 +5,7 @@ run waiting on one is shown in: runtime/flow/budgets.py; the SQL: store/budgets.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -65,21 +66,40 @@ def set_budget(
     *,
     tokens: Any = None,
     usd: Any = None,
+    lift: Sequence[str] = (),
 ) -> list[str]:
     """Set what agent or tenant `name`'s runs may spend a `period` (day, month; UTC), leaving
-    the period's spend as it is, and wake its runs waiting on it; the runs woken."""
+    the period's spend as it is, and wake its runs waiting on it; the runs woken. An amount
+    not given is kept as it was; one named in `lift` ("tokens", "usd") is removed."""
     if scope not in budgets.SCOPES:
         raise BadRequest(f"scope {scope!r} must be agent or tenant; nothing was stored")
     if period not in budgets.PERIODS:
         raise BadRequest(f"period {period!r} must be day or month; nothing was stored")
     if not name.strip() or len(name) > 200:
         raise BadRequest(f"the {scope}'s name must be 1-200 characters; nothing was stored")
-    amounts = _amounts(tokens, usd, "a budget")
+    keep = _kept(tokens, usd, lift)
+    amounts = (None, None) if tokens is None and usd is None else _amounts(tokens, usd, "a budget")
     with engine.begin() as conn:
-        woken = store.set_budget(conn, scope, name, period, *amounts)
+        woken = store.set_budget(conn, scope, name, period, *amounts, keep=keep)
     for run_id, attempt in woken:
         publish_quietly(changes, publisher, run_id, attempt)
     return [run_id for run_id, _ in woken]
+
+
+def _kept(tokens: Any, usd: Any, lift: Sequence[str]) -> frozenset[str]:
+    """The amounts a budget's change leaves as they are: those neither given nor lifted."""
+    lifted = set(lift)
+    if not lifted <= {"tokens", "usd"}:
+        raise BadRequest(f"lift {sorted(lifted)!r}: name tokens and/or usd; nothing was stored")
+    given = {name for name, value in (("tokens", tokens), ("usd", usd)) if value is not None}
+    if given & lifted:
+        raise BadRequest(
+            f"{', '.join(sorted(given & lifted))} both set and lifted; choose one (nothing was "
+            "stored)"
+        )
+    if not given | lifted:
+        raise BadRequest("a budget names neither tokens nor usd; nothing was stored")
+    return frozenset({"tokens", "usd"} - given - lifted)
 
 
 def list_budgets(engine: sa.Engine) -> list[store.BudgetRow]:

@@ -56,3 +56,25 @@ def test_an_agents_budget_is_set_and_listed(stack) -> None:
     bad = cli("budget", "set", "--tenant", "t", "--period", "day", "--usd", "lots", env=stack.env)
     assert bad.returncode == 2 and "usd" in bad.stderr, bad
     assert stack.rows("SELECT count(*) AS n FROM budgets")[0].n == 1
+
+
+def test_setting_one_amount_keeps_the_other_and_lift_removes_it(stack) -> None:
+    def budget(*args: str) -> dict[str, object]:
+        done = cli(
+            "budget", "set", "--agent", "a", "--period", "month", *args, "--json", env=stack.env
+        )
+        assert done.returncode == 0, done.stderr
+        (row,) = json.loads(cli("budget", "list", "--json", env=stack.env).stdout)
+        return {"tokens": row["tokens"], "usd": row["usd"]}
+
+    assert budget("--tokens", "500", "--usd", "2") == {"tokens": 500, "usd": "2.000000000"}
+    assert budget("--tokens", "900") == {"tokens": 900, "usd": "2.000000000"}
+    assert budget("--usd", "3") == {"tokens": 900, "usd": "3.000000000"}
+    assert budget("--lift", "usd") == {"tokens": 900, "usd": None}
+    both = cli(
+        "budget", "set", "--agent", "a", "--period", "month", "--tokens", "1", "--lift",
+        "tokens", env=stack.env,
+    )  # fmt: skip
+    assert both.returncode == 2 and "both set and lifted" in both.stderr, both
+    none = cli("budget", "set", "--agent", "a", "--period", "month", env=stack.env)
+    assert none.returncode == 2 and "neither tokens nor usd" in none.stderr, none
