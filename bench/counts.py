@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,17 +234,32 @@ def _setup(lab: Lab, k: int) -> list[Group]:
         "writes": agents.writes(k),
         "five": agents.five_step(0),
     }
+    return groups_of(lab, "count", {kind: (steps, lambda s: s) for kind, steps in kinds.items()})
+
+
+# What a group's worker runs on, made of the lab's settings (bench/ledger.py: the ledger on or off).
+Adjust = Callable[[Settings], Settings]
+
+
+def groups_of(
+    lab: Lab, prefix: str, kinds: dict[str, tuple[agents.Steps | None, Adjust]]
+) -> list[Group]:
+    """A group per kind: its own engine database and Redis behind counting proxies, and a
+    liyagent worker on settings the kind's function makes of the lab's (the ledger on or off)."""
     groups = []
-    for kind, steps in kinds.items():
-        db, rd = lab.database(f"bench_count_{kind}"), lab.new_redis()
+    for kind, (steps, adjust) in kinds.items():
+        tag = kind.replace("/", "_")
+        db, rd = lab.database(f"bench_{prefix}_{tag}"), lab.new_redis()
         pg_url, redis_url = sa.make_url(db), sa.make_url(rd.replace("redis://", "postgresql://"))
         pg_proxy = CountingProxy(pg_url.host or "127.0.0.1", pg_url.port or 5432, postgres=True)
         redis_proxy = CountingProxy(redis_url.host or "127.0.0.1", redis_url.port or 6379)
         proxied_db = pg_url.set(port=pg_proxy.port).render_as_string(hide_password=False)
         proxied_redis = f"redis://127.0.0.1:{redis_proxy.port}/0"
-        settings = lab.settings(proxied_db, proxied_redis)
+        settings = adjust(lab.settings(proxied_db, proxied_redis))
         groups.append(Group(kind, steps, db, rd, pg_proxy, redis_proxy, settings))
-    procs = lab.launch(*[lab.liyagent(f"count-{g.kind}", g.settings) for g in groups])
+    procs = lab.launch(
+        *[lab.liyagent(f"{prefix}-{g.kind.replace('/', '-')}", g.settings) for g in groups]
+    )
     for g, proc in zip(groups, procs, strict=True):
         g.worker = proc
         g.side = LiyagentSide(g.settings, lab.seal_keys)
@@ -338,22 +354,17 @@ def _per_run(total: dict[str, Any], idle: dict[str, Any], runs: int) -> dict[str
     return {m: (total[m] - idle[m]) / runs for m in METRICS}
 
 
-def _scaled(
-    rows: dict[str, float], other: dict[str, float] | None, divide: int
-) -> dict[str, float]:
+def scaled(rows: dict[str, float], other: dict[str, float] | None, divide: int) -> dict[str, float]:
     return {m: (rows[m] - (other[m] if other else 0.0)) / divide for m in METRICS}
 
 
-def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float, settle_s: float) -> Section:
-    """Section 2 (see the module docstring)."""
-    section = Section(
-        "counts",
-        f"2. Server-counted work per model step (private Postgres and Redis; "
-        f"{runs} runs per agent, k = {k})",
-    )
-    groups = _setup(lab, k)
+def measure(
+    lab: Lab, groups: list[Group], runs: int, timeout_s: float, settle_s: float, notes: list[str]
+) -> tuple[float, dict[str, dict[str, Any]], dict[str, dict[str, float]]]:
+    """The measured window over `groups` (every one but `idle` starts `runs` runs): warmed,
+    settled, counters reset and read before, runs answered, workers stopped, counters read
+    after; the window's length, each group's totals and each group's per run over idle."""
     dbs = [g.database for g in groups]
-    notes: list[str] = []
     try:
         _warm(groups, timeout_s)
         if settle_s < IDLE_FLUSH_S:
@@ -393,11 +404,24 @@ def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float, settle_s: floa
     per_run = {
         kind: _per_run(t, totals["idle"], runs) for kind, t in totals.items() if kind != "idle"
     }
+    return window, totals, per_run
+
+
+def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float, settle_s: float) -> Section:
+    """Section 2 (see the module docstring)."""
+    section = Section(
+        "counts",
+        f"2. Server-counted work per model step (private Postgres and Redis; "
+        f"{runs} runs per agent, k = {k})",
+    )
+    notes: list[str] = []
+    groups = _setup(lab, k)
+    window, totals, per_run = measure(lab, groups, runs, timeout_s, settle_s, notes)
     rows = {
-        "read_step": _scaled(per_run["reads"], per_run["final"], k),
-        "write_step": _scaled(per_run["writes"], per_run["final"], k),
+        "read_step": scaled(per_run["reads"], per_run["final"], k),
+        "write_step": scaled(per_run["writes"], per_run["final"], k),
         "run": per_run["five"],
-        "run_step": _scaled(per_run["five"], None, agents.MODEL_STEPS),
+        "run_step": scaled(per_run["five"], None, agents.MODEL_STEPS),
         "fixed": per_run["final"],
     }
     names = {

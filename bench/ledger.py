@@ -19,17 +19,14 @@ the statement that writes the step, an unconfirmed reservation the claim of a lo
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import replace
-
-import sqlalchemy as sa
 
 from bench import agents, counts
 from bench.counts import METRICS, SHORT, Group
 from bench.lab import Lab
 from bench.report import Figure, Section, Target
-from bench.sides import LiyagentSide
-from bench.wire import CountingProxy
+from runtime.base.settings import Settings
 from runtime.models import prices
 
 # The simulators' models are `script-<digest>`: priced as `script`.
@@ -38,34 +35,20 @@ READ_STEP = {"write_statements": Target("<=", 1), "pg_round_trips": Target("<=",
 
 
 def _setup(lab: Lab, k: int) -> list[Group]:
-    kinds: dict[str, tuple[agents.Steps | None, bool]] = {
-        "idle": (None, True),
-        "final/on": (agents.only_final(), True),
-        "reads/on": (agents.reads(k), True),
-        "final/off": (agents.only_final(), False),
-        "reads/off": (agents.reads(k), False),
-    }
-    groups = []
-    for kind, (steps, on) in kinds.items():
-        tag = kind.replace("/", "_")
-        db, rd = lab.database(f"bench_ledger_{tag}"), lab.new_redis()
-        pg_url, redis_url = sa.make_url(db), sa.make_url(rd.replace("redis://", "postgresql://"))
-        pg_proxy = CountingProxy(pg_url.host or "127.0.0.1", pg_url.port or 5432, postgres=True)
-        redis_proxy = CountingProxy(redis_url.host or "127.0.0.1", redis_url.port or 6379)
-        proxied_db = pg_url.set(port=pg_proxy.port).render_as_string(hide_password=False)
-        settings = replace(
-            lab.settings(proxied_db, f"redis://127.0.0.1:{redis_proxy.port}/0"),
-            model_prices=PRICES,
-            usage_ledger=on,
-        )
-        groups.append(Group(kind, steps, db, rd, pg_proxy, redis_proxy, settings))
-    procs = lab.launch(
-        *[lab.liyagent(f"ledger-{g.kind.replace('/', '-')}", g.settings) for g in groups]
+    def ledger(on: bool) -> Callable[[Settings], Settings]:
+        return lambda s: replace(s, model_prices=PRICES, usage_ledger=on)
+
+    return counts.groups_of(
+        lab,
+        "ledger",
+        {
+            "idle": (None, ledger(True)),
+            "final/on": (agents.only_final(), ledger(True)),
+            "reads/on": (agents.reads(k), ledger(True)),
+            "final/off": (agents.only_final(), ledger(False)),
+            "reads/off": (agents.reads(k), ledger(False)),
+        },
     )
-    for g, proc in zip(groups, procs, strict=True):
-        g.worker = proc
-        g.side = LiyagentSide(g.settings, lab.seal_keys)
-    return groups
 
 
 def measure_ledger(lab: Lab, runs: int, k: int, timeout_s: float, settle_s: float) -> Section:
@@ -75,47 +58,10 @@ def measure_ledger(lab: Lab, runs: int, k: int, timeout_s: float, settle_s: floa
         f"Usage ledger on vs off: server-counted work per model step ({runs} runs per agent, "
         f"k = {k})",
     )
-    groups = _setup(lab, k)
-    dbs = [g.database for g in groups]
     notes: list[str] = []
-    try:
-        counts._warm(groups, timeout_s)
-        if not counts._settled(lab, dbs, settle_s):
-            notes.append("a backend stayed busy: Postgres's counters may lag")
-        with lab.admin() as conn:
-            conn.execute(sa.text("SELECT pg_stat_statements_reset()"))
-        tuples_before = {g.database: counts._tuples(g.database_url) for g in groups}
-        counts._flushed_or_note(lab, dbs, notes, settle_s)
-        before = counts._server_counters(lab, groups)
-        before.tuples = tuples_before
-        window = time.monotonic()
-        for _ in range(runs):
-            for g in groups:
-                if g.steps is not None and g.side is not None:
-                    g.ids.append(g.side.start(g.steps))
-        counts._wait_answered(lab, groups, timeout_s)
-    finally:
-        for g in groups:
-            if g.side is not None:
-                g.side.close()
-        lab.stop(*[g.worker for g in groups if g.worker is not None])
-        for g in groups:
-            g.pg_proxy.close()
-            g.redis_proxy.close()
-    window = time.monotonic() - window
-    if not counts._gone(lab, dbs):
-        notes.append("a backend stayed connected after the workers stopped")
-    after = counts._server_counters(lab, groups)
-    after.tuples = {g.database: counts._tuples(g.database_url) for g in groups}
-    counts._check_succeeded(groups)
-    totals = {g.kind: counts._delta(before, after, g) for g in groups}
-    per_run = {
-        kind: counts._per_run(t, totals["idle"], runs)
-        for kind, t in totals.items()
-        if kind != "idle"
-    }
+    window, totals, per_run = counts.measure(lab, _setup(lab, k), runs, timeout_s, settle_s, notes)
     rows = {
-        side: counts._scaled(per_run[f"reads/{side}"], per_run[f"final/{side}"], k)
+        side: counts.scaled(per_run[f"reads/{side}"], per_run[f"final/{side}"], k)
         for side in ("on", "off")
     }
     section.matrix = (

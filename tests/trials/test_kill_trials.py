@@ -16,18 +16,15 @@ command's output.
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from liyagent.local.cluster import POOLS
-from liyagent.local.trials import TrialDeployment, TrialOptions, run_trials
+from liyagent.local.trials import TrialOptions, run_trials
 from liyagent.local.verdict import report_extra, summary_line, write_report
-from runtime.base.sealing import parse_keys
-from runtime.base.settings import Settings, Timings
-from store.admin import create_database, database_url, drop_database
+from tests.support.trial_setup import trial_deployment
 
 TRIALS = int(os.environ.get("LIYAGENT_KILL_TRIALS") or 40)
 SEED = os.environ.get("LIYAGENT_KILL_SEED")
@@ -60,32 +57,15 @@ def test_kill_trials(
     pool: str,
     trials: int,
 ) -> None:
-    admin_url, redis_url = servers
-    vendor_db = f"lyt_trials_sim_{uuid.uuid4().hex[:10]}"
-    create_database(admin_url, vendor_db)
-    settings = Settings(
-        database_url=db_url,
-        redis_url=redis_url,
-        namespace=namespace,
-        timings=Timings(),  # the product's own timings, nothing tuned for the trials
-    )
-    deployment = TrialDeployment(
-        settings=settings,
-        seal_keys=seal_keys,
-        sealer=parse_keys(seal_keys),
-        vendor_db_url=database_url(admin_url, vendor_db),
-        log_dir=tmp_path,
-    )
     seed = None if SEED is None else int(SEED)
     options = TrialOptions(trials=trials, seed=seed, pool=pool)
     if pool == "threads" and not POOL:
         options = replace(options, step_latency_ms=THREADS_STEP_LATENCY_MS)
-    try:
+    # The product's own timings, nothing tuned for the trials (tests/support/trial_setup.py).
+    with trial_deployment(servers, db_url, namespace, seal_keys, tmp_path, "trials") as deployment:
         deployment.start(options)
         verdict = run_trials(deployment, options)
-    finally:
-        deployment.stop()
-        drop_database(admin_url, vendor_db)
+    settings = deployment.settings
     lines = [f"kill trials: {summary_line(verdict)}"]
     if REPORT:
         # Both pools in one session: each its own report, the pool in its name.

@@ -23,7 +23,6 @@ Plus the kill trials' own verdict, unweakened. A short set runs in `make test`;
 from __future__ import annotations
 
 import os
-import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,8 @@ import sqlalchemy as sa
 
 from liyagent.local.trials import TrialDeployment, TrialOptions, run_trials
 from liyagent.local.verdict import summary_line
-from runtime.base.sealing import parse_keys
-from runtime.base.settings import Settings, Timings
 from runtime.ops.run_view import read_view
-from store.admin import create_database, database_url, drop_database
+from tests.support.trial_setup import trial_deployment
 
 TRIALS = int(os.environ.get("LIYAGENT_LEDGER_TRIALS") or 12)
 
@@ -172,32 +169,18 @@ def _views_agree(deployment: TrialDeployment, run_ids: list[str]) -> list[str]:
 def test_ledger_kill_trials(
     servers, db_url, namespace, seal_keys, tmp_path: Path, publish_figures: list[str]
 ) -> None:
-    admin_url, redis_url = servers
-    vendor_db = f"lyt_ledger_sim_{uuid.uuid4().hex[:10]}"
-    create_database(admin_url, vendor_db)
-    settings = Settings(
-        database_url=db_url, redis_url=redis_url, namespace=namespace, timings=Timings()
-    )
-    deployment = TrialDeployment(
-        settings=settings,
-        seal_keys=seal_keys,
-        sealer=parse_keys(seal_keys),
-        vendor_db_url=database_url(admin_url, vendor_db),
-        log_dir=tmp_path,
-    )
     options = TrialOptions(trials=TRIALS, pool="prefork")
-    vendor = sa.create_engine(deployment.vendor_db_url, hide_parameters=True)
-    try:
-        deployment.start(options)
-        verdict = run_trials(deployment, options)
-        found = judge_ledger(deployment.services.engine, vendor)
-        with deployment.services.engine.connect() as conn:
-            run_ids = [str(r.id) for r in conn.execute(sa.text("SELECT id FROM runs")).all()]
-        disagree = _views_agree(deployment, run_ids)
-    finally:
-        vendor.dispose()
-        deployment.stop()
-        drop_database(admin_url, vendor_db)
+    with trial_deployment(servers, db_url, namespace, seal_keys, tmp_path, "ledger") as deployment:
+        vendor = sa.create_engine(deployment.vendor_db_url, hide_parameters=True)
+        try:
+            deployment.start(options)
+            verdict = run_trials(deployment, options)
+            found = judge_ledger(deployment.services.engine, vendor)
+            with deployment.services.engine.connect() as conn:
+                run_ids = [str(r.id) for r in conn.execute(sa.text("SELECT id FROM runs")).all()]
+            disagree = _views_agree(deployment, run_ids)
+        finally:
+            vendor.dispose()
     publish_figures.append(
         f"ledger trials: {summary_line(verdict)}; {found['runs']} runs, {found['written_steps']} "
         f"written steps exact, {found['covered']}/{found['lost_requests']} lost billed requests "

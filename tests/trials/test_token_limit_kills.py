@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,11 +37,9 @@ from liyagent.local.token_load import SCRIPT, Load
 from liyagent.local.trials import TrialDeployment, TrialOptions, run_trials
 from liyagent.local.verdict import RECOVERY_BOUND_S, summary_line
 from runtime import services as runtime_services
-from runtime.base.sealing import parse_keys
-from runtime.base.settings import Settings, Timings
 from runtime.entries.client import Client
-from store.admin import create_database, database_url, drop_database
 from tasks.services import CeleryPublisher
+from tests.support.trial_setup import trial_deployment
 
 TRIALS = int(os.environ.get("LIYAGENT_TPM_KILL_TRIALS") or 9)
 # `make trials` (the variable set): each pool; `make test`: prefork.
@@ -92,19 +89,6 @@ def test_kill_trials_while_the_endpoint_is_held_at_its_limit(
     publish_figures: list[str],
     pool: str,
 ) -> None:
-    admin_url, redis_url = servers
-    vendor_db = f"lyt_tpm_sim_{uuid.uuid4().hex[:10]}"
-    create_database(admin_url, vendor_db)
-    settings = Settings(
-        database_url=db_url, redis_url=redis_url, namespace=namespace, timings=Timings()
-    )
-    deployment = TrialDeployment(
-        settings=settings,
-        seal_keys=seal_keys,
-        sealer=parse_keys(seal_keys),
-        vendor_db_url=database_url(admin_url, vendor_db),
-        log_dir=tmp_path,
-    )
     options = TrialOptions(
         trials=TRIALS,
         pool=pool,
@@ -112,30 +96,31 @@ def test_kill_trials_while_the_endpoint_is_held_at_its_limit(
         sim_limit={"input_tokens": LIMIT, "window_s": 60},
         drain_timeout_s=240.0,
     )
-    vendor = sa.create_engine(deployment.vendor_db_url, hide_parameters=True)
-    try:
-        deployment.start(options)
-        load = _loader(deployment, options.pool)
-        offering = load.offer()
-        with vendor.connect() as vconn:
-            _bucket_spent(vconn)
-        rounds: list[datetime] = [datetime.now(tz=UTC)]
+    with trial_deployment(servers, db_url, namespace, seal_keys, tmp_path, "tpm") as deployment:
+        vendor = sa.create_engine(deployment.vendor_db_url, hide_parameters=True)
         try:
-            # The rounds' span: from the first victim's start to the last kill.
-            verdict = run_trials(
-                deployment, options, on_round=lambda *_: rounds.append(datetime.now(tz=UTC))
-            )
+            deployment.start(options)
+            load = _loader(deployment, options.pool)
+            offering = load.offer()
+            with vendor.connect() as vconn:
+                _bucket_spent(vconn)
+            rounds: list[datetime] = [datetime.now(tz=UTC)]
+            try:
+                # The rounds' span: from the first victim's start to the last kill.
+                verdict = run_trials(
+                    deployment, options, on_round=lambda *_: rounds.append(datetime.now(tz=UTC))
+                )
+            finally:
+                load.stop.set()
+                offering.join()
+            with deployment.services.engine.connect() as conn:
+                ended = _load_ended(conn, load.runs, timeout_s=LOAD_DRAIN_S)
+            with vendor.connect() as vconn:
+                held, asked_twice, refused, sent = _endpoint(
+                    vconn, load.runs, rounds[0], rounds[-1]
+                )
         finally:
-            load.stop.set()
-            offering.join()
-        with deployment.services.engine.connect() as conn:
-            ended = _load_ended(conn, load.runs, timeout_s=LOAD_DRAIN_S)
-        with vendor.connect() as vconn:
-            held, asked_twice, refused, sent = _endpoint(vconn, load.runs, rounds[0], rounds[-1])
-    finally:
-        vendor.dispose()
-        deployment.stop()
-        drop_database(admin_url, vendor_db)
+            vendor.dispose()
     publish_figures.append(
         f"kill trials at the token limit ({LIMIT} input tokens a minute, load {len(load.runs)} "
         f"runs at 2x): {summary_line(verdict)}; tokens answered while the rounds ran "
