@@ -3,6 +3,8 @@ extra is missing is skipped with one log line naming the extra, and nothing of i
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -159,19 +161,16 @@ def test_a_demanded_part_that_cannot_be_served_is_refused_not_skipped() -> None:
         installed(declared, demanded=("tems",))
 
 
-def test_the_front_refuses_to_start_without_a_demanded_part(
-    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
-    from front import server
-    from runtime.base.settings import get_settings
-
-    monkeypatch.setenv("LIYAGENT_FRONT_PARTS", "teams,tems")
-    get_settings.cache_clear()
-    try:
-        assert server.serve("127.0.0.1", 0) == 2
-    finally:
-        get_settings.cache_clear()
-    said = capfd.readouterr().err.splitlines()
-    refused = [line for line in said if "front.bad_settings" in line]
-    assert len(refused) == 1 and "LIYAGENT_FRONT_PARTS names tems" in refused[0], said
-    assert "Traceback" not in "\n".join(said)
+def test_the_front_refuses_to_start_without_a_demanded_part() -> None:
+    env = {**os.environ, "LIYAGENT_FRONT_PARTS": "teams,tems", "LIYAGENT_LOG_FORMAT": "json"}
+    done = subprocess.run(
+        [sys.executable, "-m", "liyagent", "serve", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    refused = [line for line in done.stderr.splitlines() if "front.bad_settings" in line]
+    assert len(refused) == 1 and "LIYAGENT_FRONT_PARTS names tems" in refused[0], done.stderr
+    assert "Traceback" not in done.stderr
