@@ -33,6 +33,7 @@ from bench import (
     kill_trials,
     ledger,
     resumed_first,
+    settle,
     storage,
     streams,
     sweep_scale,
@@ -191,7 +192,7 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
             opts.count_runs,
             opts.count_steps,
             opts.timeout_s,
-            1.5 if opts.quick else counts.IDLE_FLUSH_S,
+            1.5 if opts.quick else settle.IDLE_FLUSH_S,
         ),
         "scaling": lambda lab: throughput.measure_scaling(lab, tput),
         "sweeps": lambda lab: sweep_scale.measure_sweeps(lab, opts.sweep_sizes, opts.sweep_samples),
@@ -221,7 +222,7 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
             opts.count_runs,
             opts.count_steps,
             opts.timeout_s,
-            1.5 if opts.quick else counts.IDLE_FLUSH_S,
+            1.5 if opts.quick else settle.IDLE_FLUSH_S,
         ),
     }
 

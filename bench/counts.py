@@ -45,7 +45,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from bench import agents
+from bench import agents, settle
 from bench.lab import Lab, redis_client
 from bench.report import Figure, Section, Target
 from bench.sides import BenchError, LiyagentSide, wait_ended
@@ -54,8 +54,6 @@ from liyagent.local.procs import Proc
 from runtime.base.settings import Settings
 
 # Postgres flushes an idle backend's pending statistics after 10 s (PGSTAT_IDLE_INTERVAL).
-IDLE_FLUSH_S = 10.5
-SETTLE_LIMIT_S = 40.0
 WARMUP_RUNS = 2
 METRICS = (
     "transactions",
@@ -189,43 +187,6 @@ def _tuples(database_url: str) -> dict[str, int]:
     return {r.relname: int(r.n) for r in rows}
 
 
-def _backends(lab: Lab, dbs: list[str]) -> list[Any]:
-    with lab.admin() as conn:
-        return list(
-            conn.execute(
-                sa.text(
-                    "SELECT datname, state, EXTRACT(EPOCH FROM now() - state_change) AS idle_s "
-                    "FROM pg_stat_activity "
-                    "WHERE datname = ANY(:dbs) AND backend_type = 'client backend'"
-                ),
-                {"dbs": dbs},
-            ).all()
-        )
-
-
-def _settled(lab: Lab, dbs: list[str], idle_s: float) -> bool:
-    """Wait (bounded) until every backend on `dbs` has been idle for `idle_s`."""
-    deadline = time.monotonic() + SETTLE_LIMIT_S
-    while time.monotonic() < deadline:
-        rows = _backends(lab, dbs)
-        if all(
-            r.state == "idle" and r.idle_s is not None and float(r.idle_s) >= idle_s for r in rows
-        ):
-            return True
-        time.sleep(0.25)
-    return False
-
-
-def _gone(lab: Lab, dbs: list[str]) -> bool:
-    """Wait (bounded) until no backend is connected to `dbs` (each flushed its statistics)."""
-    deadline = time.monotonic() + SETTLE_LIMIT_S
-    while time.monotonic() < deadline:
-        if not _backends(lab, dbs):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _setup(lab: Lab, k: int) -> list[Group]:
     kinds: dict[str, agents.Steps | None] = {
         "idle": None,
@@ -306,7 +267,7 @@ def _wait_answered(lab: Lab, groups: list[Group], timeout_s: float) -> None:
                 time.sleep(0.1)
     finally:
         engine.dispose()
-    _settled(lab, [g.database for g in groups], 1.0)
+    settle.settled(lab, [g.database for g in groups], 1.0)
 
 
 def _delta(before: Snapshot, after: Snapshot, g: Group) -> dict[str, Any]:
@@ -367,17 +328,17 @@ def measure(
     dbs = [g.database for g in groups]
     try:
         _warm(groups, timeout_s)
-        if settle_s < IDLE_FLUSH_S:
+        if settle_s < settle.IDLE_FLUSH_S:
             notes.append(
-                f"quick: waited {settle_s:g} s, not {IDLE_FLUSH_S:g} s, before the window: the "
-                "Postgres counters may include the warm-up's unflushed statistics"
+                f"quick: waited {settle_s:g} s, not {settle.IDLE_FLUSH_S:g} s, before the window: "
+                "the Postgres counters may include the warm-up's unflushed statistics"
             )
-        if not _settled(lab, dbs, settle_s):
+        if not settle.settled(lab, dbs, settle_s, settle.window_limit(settle_s)):
             notes.append("a backend stayed busy: Postgres's counters may lag (see settle)")
         with lab.admin() as conn:
             conn.execute(sa.text("SELECT pg_stat_statements_reset()"))
         tuples_before = {g.database: _tuples(g.database_url) for g in groups}
-        _flushed_or_note(lab, dbs, notes, settle_s)
+        settle.flushed_or_note(lab, dbs, notes, settle_s)
         before = _server_counters(lab, groups)
         before.tuples = tuples_before
         window = time.monotonic()
@@ -395,7 +356,7 @@ def measure(
             g.pg_proxy.close()
             g.redis_proxy.close()
     window = time.monotonic() - window
-    if not _gone(lab, dbs):
+    if not settle.gone(lab, dbs):
         notes.append("a backend stayed connected after the workers stopped")
     after = _server_counters(lab, groups)
     after.tuples = {g.database: _tuples(g.database_url) for g in groups}
@@ -460,20 +421,6 @@ def measure_counts(lab: Lab, runs: int, k: int, timeout_s: float, settle_s: floa
         "scripts": {g.kind: g.steps for g in groups},
     }
     return section
-
-
-def _flushed_or_note(lab: Lab, dbs: list[str], notes: list[str], settle_s: float) -> None:
-    """Wait until the bench's own short connections (which read the table counters) are gone:
-    their statistics are flushed when they exit, before the window opens."""
-    deadline = time.monotonic() + SETTLE_LIMIT_S
-    while time.monotonic() < deadline:
-        rows = _backends(lab, dbs)
-        # The workers' own idle connections stay; the bench's closed ones disappear. A backend
-        # idle for less than the flush interval is one that has just run a statement.
-        if all(r.state == "idle" and float(r.idle_s or 0) >= settle_s for r in rows):
-            return
-        time.sleep(0.1)
-    notes.append("the bench's own counter reads were still connected when the window opened")
 
 
 def _check_succeeded(groups: list[Group]) -> None:

@@ -65,7 +65,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         tokens = load_tokens(settings)
         fd_limit = raise_fd_limit()
         limits = FrontLimits.from_env().fitted(fd_limit)
-        installed(demanded=settings.front_parts)  # a demanded part that cannot be served
+        if settings.front_parts:  # a demanded part that cannot be served refuses the start
+            installed(demanded=settings.front_parts)
     except (ConfigError, MissingExtra, startup.StartupRefused) as exc:
         log.error("front.bad_settings", error=str(exc), next="fix that and start again")
         return 2

@@ -66,6 +66,11 @@ class CuttableProxy:
         """Drop every connection and refuse new ones: Redis is unreachable through here."""
         self._cut.set()
         with contextlib.suppress(OSError):
+            # Wakes the accept blocked in its thread: a closed socket that a thread still
+            # accepts on keeps listening (its port not free to listen on again, a connection
+            # accepted and dropped rather than refused) until a client comes.
+            self.listener.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
             self.listener.close()
         with self._lock:
             for sock in self._open:

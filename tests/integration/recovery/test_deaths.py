@@ -161,7 +161,9 @@ def test_a_blip_shorter_than_the_grace_claims_nothing(stack) -> None:
 
 def test_twenty_runs_on_workers_that_all_die_at_once(stack) -> None:
     victims = [stack.worker(f"victim{i}", concurrency=5, sweeps=False) for i in range(4)]
-    runs = [stack.start(mixed(f"m{i}", latency_ms=1500)) for i in range(20)]
+    # Each run long enough (4 steps of 3 s) that all twenty are in flight together even when
+    # the last one's worker takes its message several seconds after the first (a loaded host).
+    runs = [stack.start(mixed(f"m{i}", latency_ms=3000)) for i in range(20)]
     _until(
         lambda: all(stack.client.get(r).status == "running" for r in runs),
         "the twenty runs never all ran",
