@@ -68,11 +68,11 @@ PART = None
 """
 
 
-def _services() -> Services:
+def _services(front_parts: tuple[str, ...] = ()) -> Services:
     """Services the core's routes are never asked of here (building the app hands the metrics
     registry its engine, Redis and namespace, and connects to neither)."""
     settings = SimpleNamespace(
-        namespace="liyagent-test-parts", tenants=TenantLimits(), front_parts=()
+        namespace="liyagent-test-parts", tenants=TenantLimits(), front_parts=front_parts
     )
     return cast(Services, SimpleNamespace(engine=None, redis=None, settings=settings))
 
@@ -144,10 +144,7 @@ def test_the_core_alone_mounts_only_the_core() -> None:
 def test_a_deployment_that_names_its_parts_gets_those_alone() -> None:
     declared = _declared(("sdk", "fake_front_sdk:PART [a2a]"), ("ok", "fake_front_ok:PART"))
     assert [p.name for p in installed(declared, demanded=("ok",))] == ["ok"]
-    settings = SimpleNamespace(
-        namespace="liyagent-test-parts", tenants=TenantLimits(), front_parts=("teams",)
-    )
-    app = create_app(cast(Services, SimpleNamespace(engine=None, redis=None, settings=settings)))
+    app = create_app(_services(front_parts=("teams",)))
     assert ("/api/messages", frozenset({"POST"})) in _routes(app)
     assert ("/a2a", frozenset({"POST"})) not in _routes(app)
 
