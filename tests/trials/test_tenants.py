@@ -24,12 +24,16 @@ FLOOD = int(os.environ.get("LIYAGENT_TENANT_FLOOD") or 25)
 SMALL_RUNS = 4
 SLOTS = 6
 LATENCY_MS = 500
+# The flood's runs take longer, so that it is still held back (its tenant's 4 slots drain
+# about 2.5 runs a second) when the small tenant's runs come after it, however slowly the
+# client stores its 100 runs on a loaded host.
+FLOOD_LATENCY_MS = 1500
 
 
-def _start(stack, owner: str, priority: int = NORMAL) -> str:
+def _start(stack, owner: str, priority: int = NORMAL, latency_ms: int = LATENCY_MS) -> str:
     return stack.client.start_run(
         agent="support-bot",
-        model=stack.model([final("ok", latency_ms=LATENCY_MS)]),
+        model=stack.model([final("ok", latency_ms=latency_ms)]),
         user_input="x",
         owner=owner,
         priority=priority,
@@ -67,7 +71,7 @@ def test_a_flooding_tenant_does_not_push_a_small_one_behind(
     wait_all(stack, [_start(stack, f"warm-{i}") for i in range(SLOTS * 2)], timeout=60)
     alone = [_start(stack, "small") for _ in range(SMALL_RUNS)]
     wait_all(stack, alone, timeout=60)
-    flood = [_start(stack, "big") for _ in range(FLOOD * SMALL_RUNS)]
+    flood = [_start(stack, "big", latency_ms=FLOOD_LATENCY_MS) for _ in range(FLOOD * SMALL_RUNS)]
     beside = [_start(stack, "small") for _ in range(SMALL_RUNS)]
     held = stack.rows("SELECT count(*) AS n FROM runs WHERE tenant = 'big' AND status = 'waiting'")[
         0
