@@ -434,6 +434,19 @@ def still_queued(conn: sa.Connection, messages: list[tuple[str, int]]) -> list[Q
     ]
 
 
+def queued_before(conn: sa.Connection, older_than_ms: int, limit: int) -> list[QueuedAttempt]:
+    """Runs queued (their message published) longer ago than the bound, oldest first, at most
+    `limit` (partial index `ix_runs_queued_at`): those whose message the broker should hold."""
+    rows = conn.execute(
+        sql(
+            "SELECT id, attempt, priority FROM runs WHERE status = 'queued' "
+            "AND queued_at < now() - make_interval(secs => :secs) ORDER BY queued_at LIMIT :limit"
+        ),
+        {"secs": older_than_ms / 1000.0, "limit": limit},
+    ).all()
+    return [QueuedAttempt(str(r.id), r.attempt, r.priority) for r in rows]
+
+
 def touch_stale_queued(
     conn: sa.Connection, older_than_ms: int, limit: int = 500
 ) -> list[QueuedAttempt]:

@@ -5,6 +5,8 @@ kombu's Redis transport records every message it hands to a consumer in the `una
 deployment's key prefix, until the message is acknowledged (`task_acks_late`: when its task
 ends). A worker killed between taking a message and reserving it leaves its run queued with no
 trace but this one; the sweeper reads it here (runtime/recovery/sweeper.py `_orphaned`).
+A worker killed between its BRPOP and that record leaves no trace at all: the death watch
+reads every message the broker holds to find it (runtime/recovery/untraced.py).
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from __future__ import annotations
 import base64
 import json
 import time
+from typing import Any
 
 import redis
 
+from runtime.flow.order import bucket_keys
 from runtime.recovery.sweeper import Deliveries
+from runtime.recovery.untraced import Traced
 from tasks.services import RUN_TASK
 
 
@@ -41,17 +46,57 @@ def unacked_runs(client: redis.Redis[bytes], namespace: str) -> Deliveries:
 
 
 def _run_of(raw: bytes | None) -> tuple[str, int] | None:
-    """The (run id, attempt) of one stored message, or None if it is not a run message."""
+    """The (run id, attempt) of one unacknowledged message (kombu stores `[message,
+    exchange, routing key]`), or None if it is not a run message."""
     if raw is None:
         return None
     try:
-        payload = json.loads(raw)[0]
-        if payload["headers"].get("task") != RUN_TASK:
-            return None
-        body = payload["body"]
-        if payload["properties"].get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        args = json.loads(body)[0]
-        return str(args[0]), int(args[1])
+        return _run_of_payload(json.loads(raw)[0])
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
+
+
+def _run_of_message(raw: bytes) -> tuple[str, int] | None:
+    """The (run id, attempt) of one message waiting in a queue's list, or None."""
+    try:
+        return _run_of_payload(json.loads(raw))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+
+
+def _run_of_payload(payload: dict[str, Any]) -> tuple[str, int] | None:
+    """The (run id, attempt) a message's payload carries, or None if it is not a run's
+    (raises on a malformed one: the callers skip it)."""
+    if payload["headers"].get("task") != RUN_TASK:
+        return None
+    body = payload["body"]
+    if payload["properties"].get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    args = json.loads(body)[0]
+    return str(args[0]), int(args[1])
+
+
+def held_runs(client: redis.Redis[bytes], namespace: str, queue: str) -> Traced:
+    """A reader of every run message the broker holds now, in one snapshot (MULTI): those
+    waiting in the runs' queue (one list per priority bucket) and those delivered and not
+    acknowledged. None when they number more than `limit` (reading them all would cost Redis
+    too much at once); unreadable entries are skipped."""
+    keys = bucket_keys(f"{namespace}{queue}")
+    unacked = f"{namespace}unacked"
+
+    def read(limit: int) -> set[tuple[str, int]] | None:
+        pipe = client.pipeline(transaction=True)
+        for key in keys:
+            pipe.llen(key)
+        pipe.hlen(unacked)
+        if sum(int(n) for n in pipe.execute()) > limit:
+            return None
+        for key in keys:
+            pipe.lrange(key, 0, -1)
+        pipe.hvals(unacked)
+        *waiting, delivered = pipe.execute()
+        found = {_run_of_message(raw) for raws in waiting for raw in raws}
+        found |= {_run_of(raw) for raw in delivered}
+        return {run for run in found if run is not None}
+
+    return read

@@ -69,6 +69,12 @@ def _on_beat_init(**_: Any) -> None:
     _refuse_unless_ready("beat")
 
 
+@signals.worker_shutdown.connect
+def _on_worker_exit(**_: Any) -> None:
+    # A clean exit is not a death: the main process leaves the holders the death watch takes.
+    worker.stop_watching()
+
+
 @signals.worker_process_shutdown.connect
 @signals.worker_shutdown.connect
 def _on_exit(**_: Any) -> None:

@@ -23,7 +23,7 @@ from runtime.recovery.deaths import DeathWatchThread, claim_dead_child
 from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper, SweepThread
 from runtime.services import holder_of
-from tasks.deliveries import unacked_runs
+from tasks.deliveries import held_runs, unacked_runs
 from tasks.services import RUN_TASK, services
 
 log = structlog.get_logger(__name__)
@@ -76,8 +76,11 @@ def start_watching() -> None:
     global _watch, _sweeps
     s = services()
     s.presence.start()
+    if s.presence.up:  # a holder with work and no connection would be judged dead
+        s.leases.watch(main_holder())
     if _watch is None:
-        _watch = DeathWatchThread(RecoveryDeps.of(s), s.presence)
+        traced = held_runs(s.redis, s.settings.namespace, s.settings.queue)
+        _watch = DeathWatchThread(RecoveryDeps.of(s), s.presence, traced)
         _watch.start()
     if _sweeps is None and s.settings.worker_sweeps:
         sweeper = Sweeper(RecoveryDeps.of(s), unacked_runs(s.redis, s.settings.namespace))
@@ -86,6 +89,16 @@ def start_watching() -> None:
             sweeper, s.heartbeat.reach, lambda work: outage.tolerated(notice, main_holder(), work)
         )
         _sweeps.start()
+
+
+def stop_watching() -> None:
+    """In the main process (Celery's `worker_shutdown`) as the worker ends cleanly: it leaves
+    the holders the death watch takes when they go (unless it still holds work), so a clean
+    exit is not taken as a death."""
+    try:
+        services().leases.unwatch(main_holder())
+    except Exception as exc:  # the death watch takes it (it holds nothing) after its grace
+        log.warning("worker.unwatch_failed", error=type(exc).__name__)
 
 
 def reserved(request: Any) -> None:

@@ -20,6 +20,7 @@ class LeaseKeys:
         self.ttl_ms = ttl_ms
         self.deadlines = f"{namespace}leases:deadlines"
         self.holders_key = f"{namespace}holders"
+        self.consumers_key = f"{namespace}holders:consumers"
         self.scripts = {name: client.register_script(source(name)) for name in NAMES}
         self.epoch_key = store_epoch_key(namespace)
         self.let_go_key = f"{namespace}leases:let_go"

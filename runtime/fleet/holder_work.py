@@ -1,10 +1,13 @@
 """Who holds work, and taking a dead holder's back: each holder's leases and reserved messages
-(`holder:<holder>:leases`, `:reserved`, every holder with either in `holders`), the holders
-whose connections are open, and the death watch's take-back of a dead holder's leases
+(`holder:<holder>:leases`, `:reserved`, every holder with either in `holders`, and every
+worker's main process consuming the queue in `holders:consumers`), the holders whose
+connections are open, and the death watch's take-back of a dead holder's leases
 (lua/take_dead.lua, fenced until the claim commits) or of one pool child's lease
 (lua/take_token.lua)."""
 
 from __future__ import annotations
+
+from typing import cast
 
 from runtime.fleet.base import LeaseKeys
 from runtime.fleet.tokens import CONNECTION_PREFIX, Token, text_of
@@ -19,12 +22,27 @@ class HolderWork(LeaseKeys):
             keys=[self.reserved_of(holder), self.holders_key], args=[f"{run_id}:{attempt}", holder]
         )
 
+    def watch(self, holder: str) -> None:
+        """A worker's main process consumes the runs' queue: among the holders with work from
+        its start (`consumers`), so its death is taken, and the messages it took off the queue
+        and recorded nowhere are looked for (runtime/recovery/untraced.py), even when it holds
+        nothing else."""
+        self.client.sadd(self.consumers_key, holder)
+
+    def unwatch(self, holder: str) -> None:
+        """A worker's main process ended cleanly, or its death was taken: no longer a consumer,
+        nor a holder with work unless it still has leases or reserved messages."""
+        keys = [self.leases_of(holder), self.reserved_of(holder), self.holders_key]
+        self.scripts["unwatch"](keys=[*keys, self.consumers_key], args=[holder])
+
     def unreserve(self, holder: str, run_id: str, attempt: int) -> None:
         self.client.srem(self.reserved_of(holder), f"{run_id}:{attempt}")
 
     def holders_with_work(self) -> set[str]:
-        """Every holder with a lease or a reserved message (one round trip)."""
-        return {text_of(h) for h in self.client.smembers(self.holders_key)}
+        """Every holder with a lease or a reserved message, and every worker's main process
+        consuming the queue (one round trip)."""
+        found = self.client.sunion([self.holders_key, self.consumers_key])
+        return {text_of(cast(bytes, h)) for h in found}
 
     def all_reserved(self) -> set[str]:
         """Every message reserved by any holder now (`<run id>:<attempt>`), in two round trips."""

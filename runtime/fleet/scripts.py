@@ -16,6 +16,7 @@ NAMES = (
     "release",
     "renew_or_take_back",
     "reserve",
+    "unwatch",
     "take_dead",
     "take_token",
     "lapsed",

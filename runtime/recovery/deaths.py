@@ -6,7 +6,9 @@ connection left is dead. After a short grace (a blip reconnects well within it) 
 taken back in Redis, atomically and only if it has not come back meanwhile (its presence epoch
 is unchanged), and its runs are claimed the usual way, database first, exactly once (I4). Its
 reserved messages whose runs are still queued are published again at once, as are the
-messages of runs it had leased but not yet claimed.
+messages of runs it had leased but not yet claimed, and (as soon as a holder with work is seen
+gone, and again when its work is taken) every queued run whose message the broker holds nowhere:
+one the dead worker took off the queue in the instant before kombu recorded it (`untraced.py`).
 
 One watch runs at a time (a leader key in Redis); every worker's main process offers to run it.
 The leader key names the leader's presence connection, and each follower asks Redis about that
@@ -54,6 +56,7 @@ from runtime.fleet.leases import Token
 from runtime.fleet.presence import Presence, absent_for_ms, connection_name
 from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import requeue_lost_messages
+from runtime.recovery.untraced import Traced, republish_untraced
 from store.losses import claim_lost_many
 from store.rows import QueuedAttempt
 from store.runs import still_queued
@@ -106,9 +109,19 @@ def _ms() -> int:
 class DeathWatch:
     """Finds holders with no connection left and takes their work back, once."""
 
-    def __init__(self, deps: RecoveryDeps, presence: Presence) -> None:
+    def __init__(
+        self, deps: RecoveryDeps, presence: Presence, traced: Traced | None = None
+    ) -> None:
         self.s = deps
         self.presence = presence
+        # Every run message the broker holds (None: messages lost in a dying worker's
+        # BRPOP are left to the outbox, `untraced.py`).
+        self.traced = traced
+        # Holders with work whose connections were open at the last look, and whether this
+        # watcher took the lead from a leader that died since: either is a death to look for
+        # untraced messages at, before its grace has passed.
+        self._working: set[str] = set()
+        self._lead_of_dead = False
         self.grace_ms = deps.timings.death_grace_ms
         self.store_grace_ms = deps.timings.store_grace_ms
         self.leader_key = leader_key(deps.namespace)
@@ -126,6 +139,7 @@ class DeathWatch:
         started = time.perf_counter()
         if not self._leads():
             self._absent.clear()  # another watcher leads; its view is the one that counts
+            self._working.clear()
             return DeathReport(ran=False)
         report = DeathReport()
         epoch = self.s.leases.store_epoch()
@@ -150,6 +164,11 @@ class DeathWatch:
                 self._take(holder, epoch.id, report)
         for holder in holders & connected:
             self._absent.pop(holder, None)
+        vanished = self._working - connected
+        self._working = holders & connected
+        if self.traced is not None and (vanished or report.dead or self._lead_of_dead):
+            self._lead_of_dead = False
+            report.republished += republish_untraced(self.s, self.traced)
         report.duration_ms = (time.perf_counter() - started) * 1000
         if report.dead:
             log.info("deaths.taken", **report.__dict__)
@@ -174,6 +193,7 @@ class DeathWatch:
             args[3] = leader
             leader = _text(self._lead(keys=[self.leader_key], args=args))
             if leader == mine:
+                self._lead_of_dead = True
                 log.info("deaths.lead_taken", dead_leader=leader_holder(args[3]))
         return leader == mine
 
@@ -211,6 +231,7 @@ class DeathWatch:
             log.warning("deaths.take_abandoned", holder=holder, why="store epoch changed")
             self.s.leases.unfence(tokens)
             return
+        self.s.leases.unwatch(holder)  # a consumer no longer: its work is taken
         report.dead.append(holder)
         report.claimed += claim_and_publish(self.s, tokens, Seen.CONNECTION_CLOSED, fenced=True)
         # A lease taken between its acquire and its claim leaves the run queued at that
@@ -320,8 +341,10 @@ class DeathWatchThread:
     """Runs the watch every `death_poll_ms` in a worker's main process (the leader key keeps
     it to one at a time across the deployment)."""
 
-    def __init__(self, deps: RecoveryDeps, presence: Presence) -> None:
-        self.watch = DeathWatch(deps, presence)
+    def __init__(
+        self, deps: RecoveryDeps, presence: Presence, traced: Traced | None = None
+    ) -> None:
+        self.watch = DeathWatch(deps, presence, traced)
         self.poll_ms = deps.timings.death_poll_ms
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="liyagent-deaths", daemon=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -17,20 +16,13 @@ from runtime.ops.metrics import postgres_families
 from store.checkpoints import write_checkpoint
 from store.ledger import Note
 from store.losses import claim_lost_many
-from store.runs import claim_delivery, insert_run
 from store.usage import StepUsage
+from tests.support.stored_runs import stored_run
 
 
 def _run(stack, agent: str, tenant: str, principal: str | None = None) -> str:
     """A run taken by its first attempt (never published)."""
-    run_id = str(uuid.uuid4())
-    sealed = stack.sealer.seal(run_id, "checkpoint", 0, {"messages": []})
-    with stack.db() as conn:
-        insert_run(conn, run_id=run_id, correlation_id=run_id, request_key=None, agent=agent,
-                   owner="app", entry_kind="plain", definition=b"", user_input="x",
-                   sealed_checkpoint=sealed, tenant=tenant, principal=principal)  # fmt: skip
-        assert claim_delivery(conn, run_id, 1, "test") is not None
-    return run_id
+    return stored_run(stack, agent, claimed=True, tenant=tenant, principal=principal)
 
 
 def _ledger(stack) -> dict[str, str]:

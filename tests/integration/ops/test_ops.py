@@ -15,9 +15,9 @@ import sqlalchemy as sa
 
 from runtime.entries.client import BadRequest, RequestConflict
 from store import views
-from store.runs import insert_run
 from tests.integration.cli.test_cli import cli, out_json, run_count
 from tests.support.scripts import call, final, step
+from tests.support.stored_runs import stored_run
 
 PAGE = [
     step(call("toolu_p1", "incident.page", title="Checkout down", severity="sev1")),
@@ -89,11 +89,7 @@ def test_agent_names_follow_one_rule_and_unknown_agents_are_not_stopped(
 
 
 def _insert(stack, run_id: str) -> None:
-    sealed = stack.sealer.seal(run_id, "checkpoint", 0, {"messages": []})
-    with stack.db() as conn:
-        insert_run(conn, run_id=run_id, correlation_id=run_id, request_key=None,
-                   agent="prefixed", owner="app", entry_kind="plain", definition=b"",
-                   user_input="x", sealed_checkpoint=sealed)  # fmt: skip
+    stored_run(stack, "prefixed", run_id=run_id)
 
 
 def test_a_unique_run_id_prefix_names_its_run(stack) -> None:

@@ -23,9 +23,10 @@ from runtime.ops.retention import RetentionReport, keeps_of, run_retention
 from store.entries import purge_answers
 from store.records import insert_audit
 from store.retention import WITH_RUN, delete_expired_runs
-from store.runs import claim_delivery, insert_run, store_answer
+from store.runs import claim_delivery, store_answer
 from store.schema import metadata
 from tests.support.scripts import call, final, step
+from tests.support.stored_runs import stored_run
 
 DAY = 86400
 # Tables naming a run: every row of a deleted run must be gone from each.
@@ -71,13 +72,7 @@ def _finished_run(stack, tag: str, **options) -> str:
 
 def _queued_run(stack) -> str:
     """A run that is not finished (queued, never published)."""
-    run_id = str(uuid.uuid4())
-    sealed = stack.sealer.seal(run_id, "checkpoint", 0, {"messages": []})
-    with stack.db() as conn:
-        insert_run(conn, run_id=run_id, correlation_id=run_id, request_key=None,
-                   agent="kept", owner="app", entry_kind="plain", definition=b"",
-                   user_input="x", sealed_checkpoint=sealed)  # fmt: skip
-    return run_id
+    return stored_run(stack, "kept")
 
 
 def _left(stack, run_id: str) -> dict[str, int]:

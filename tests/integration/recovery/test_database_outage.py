@@ -7,6 +7,7 @@ the test itself still reaches it (to start runs and judge them)."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import pytest
@@ -15,7 +16,7 @@ import sqlalchemy as sa
 
 from liyagent.local.servers import free_port
 from runtime.flow.order import bucket_keys
-from tasks.deliveries import _run_of
+from tasks.deliveries import held_runs
 from tests.support.judge import judge_runs
 from tests.support.proxy import CuttableProxy
 from tests.support.scripts import mixed
@@ -34,12 +35,10 @@ def _through_proxy(stack) -> tuple[CuttableProxy, str]:
 def _held(stack) -> list[str]:
     """Run ids whose message Redis holds: waiting in the queue, or taken and not acked."""
     client = redis.Redis.from_url(stack.settings.redis_url)
-    ns, queue = stack.settings.namespace, stack.settings.queue
-    waiting = [m for key in bucket_keys(f"{ns}{queue}") for m in client.lrange(key, 0, -1)]
-    taken = client.hvals(f"{ns}unacked")
+    held = held_runs(client, stack.settings.namespace, stack.settings.queue)(1_000_000)
     client.close()
-    found = [_run_of(b"[" + raw + b"]") for raw in waiting] + [_run_of(raw) for raw in taken]
-    return sorted(run[0] for run in found if run is not None)
+    assert held is not None
+    return sorted(run_id for run_id, _ in held)
 
 
 def test_a_worker_whose_database_goes_away_holds_its_messages_and_says_so_once_per_interval(
@@ -84,7 +83,10 @@ def test_a_worker_stopped_during_an_outage_hands_its_messages_back_to_the_queue(
     run_id = stack.start([{"final": "Done."}])
     worker.wait_for(r"database\.unreachable", timeout=30)
     worker.popen.send_signal(signal.SIGTERM)  # warm shutdown: the held message goes back
-    worker.popen.wait(timeout=30)
+    try:
+        worker.popen.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"no warm shutdown in 60 s:\n{worker.output()[-6000:]}") from None
     client = redis.Redis.from_url(stack.settings.redis_url)
     queue_key = f"{stack.settings.namespace}{stack.settings.queue}"
     assert sum(client.llen(key) for key in bucket_keys(queue_key)) == 1

@@ -16,7 +16,13 @@ import pytest
 from liyagent.local.cluster import POOLS
 from liyagent.local.judge import losses
 from runtime.fleet.leases import Token
-from runtime.recovery.deaths import CLAIM_BATCH, claim_and_publish, death_watch_leader
+from runtime.flow.order import bucket_keys
+from runtime.recovery.deaths import (
+    CLAIM_BATCH,
+    claim_and_publish,
+    death_watch_leader,
+    hand_lead,
+)
 from runtime.recovery.deps import RecoveryDeps
 from runtime.services import holder_of
 from store.runs import claim_delivery
@@ -243,3 +249,60 @@ def test_a_death_holding_hundreds_of_runs_is_claimed_in_bounded_batches_each_pub
         ids=runs,
     )[0].n
     assert lost == held
+
+
+@pytest.mark.parametrize("seen", ["gone", "taken", "idle"])
+def test_a_message_a_dying_worker_took_and_recorded_nowhere_is_published_again(
+    stack, seen: str
+) -> None:
+    # kombu takes a message off the queue (BRPOP), then records its delivery in a second
+    # round trip: a worker killed in between leaves the message nowhere in Redis. Taken off
+    # the queue here by hand, as that worker's BRPOP takes it. The outbox is out of the way:
+    # the death watch publishes it again when it sees a worker with work gone ("gone": the
+    # survivor leads and watched the victim live), when it takes a dead one's work ("taken":
+    # the survivor starts after the kill), or a dead worker that held nothing else ("idle":
+    # every worker's main process is watched from its start).
+    quiet = {"LIYAGENT_REQUEUE_AFTER_MS": "600000"}
+    # This Redis held the runs' messages from the start: no worker's first look publishes
+    # again the runs queued before it (as it does after Redis lost its data).
+    leases = stack.services.leases
+    leases.mark_epoch(leases.store_epoch(), "requeued")
+    lost = stack.start(mixed("untraced"))
+    client = stack.services.redis
+    ns = stack.settings.namespace
+    taken = [client.rpop(key) for key in bucket_keys(f"{ns}{stack.settings.queue}")]
+    assert sum(m is not None for m in taken) == 1, "not the only message queued"
+    victim = stack.worker("victim", env=quiet, sweeps=False)
+    victim_holder = holder_of(victim.popen.pid)
+    _until(lambda: victim_holder in leases.holders_with_work(), "never watched")
+    runs = [lost]
+    if seen != "idle":
+        held = stack.start(mixed("held", latency_ms=2000))
+        _until(lambda: stack.client.get(held).status == "running", "the victim never ran it")
+        runs.append(held)
+    survivor = None
+    if seen == "gone":
+        survivor = stack.worker("survivor", env=quiet, sweeps=False)
+        holder = holder_of(survivor.popen.pid)
+        _until(lambda: hand_lead(client, ns, holder), "the survivor never named its connections")
+        _until(lambda: death_watch_leader(client, ns) == holder, "the survivor never led")
+        time.sleep(0.5)  # a look or two: the survivor has seen the victim holding its run
+    victim.kill()
+    if survivor is None:
+        survivor = stack.worker("survivor", env=quiet, sweeps=False)
+    survivor.wait_for(rf'"{lost}"[^\n]*"deaths.untraced_published"', timeout=20)
+    view = stack.wait(lost, timeout=60)
+    assert view.status == "succeeded" and view.attempt == 1 and view.lost_count == 0
+    wait_all(stack, runs)
+    judge_runs(stack, runs).assert_clean()
+    # The victim's death is taken (after its grace): it is watched no more.
+    _until(lambda: victim_holder not in leases.holders_with_work(), "its death never taken")
+
+
+def test_a_worker_that_ends_cleanly_is_watched_no_more(stack) -> None:
+    worker = stack.worker("leaving", sweeps=False)
+    holder = holder_of(worker.popen.pid)
+    _until(lambda: holder in stack.services.leases.holders_with_work(), "never watched")
+    worker.popen.send_signal(signal.SIGTERM)
+    worker.popen.wait(timeout=30)
+    assert holder not in stack.services.leases.holders_with_work()

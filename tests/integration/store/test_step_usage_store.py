@@ -5,7 +5,6 @@ its children's in `with_children`."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from decimal import Decimal
 
@@ -14,20 +13,14 @@ import pytest
 from store.checkpoints import write_checkpoint
 from store.entries import deliver
 from store.rows import FencedOut
-from store.runs import claim_delivery, get_run_used, insert_run, store_answer
+from store.runs import get_run_used, store_answer
 from store.usage import StepUsage, UsageTotals
+from tests.support.stored_runs import stored_run
 
 
 def _claimed_run(stack) -> str:
     """A run taken by its first attempt (never published)."""
-    run_id = str(uuid.uuid4())
-    sealed = stack.sealer.seal(run_id, "checkpoint", 0, {"messages": []})
-    with stack.db() as conn:
-        insert_run(conn, run_id=run_id, correlation_id=run_id, request_key=None,
-                   agent="ledger", owner="app", entry_kind="plain", definition=b"",
-                   user_input="x", sealed_checkpoint=sealed)  # fmt: skip
-        assert claim_delivery(conn, run_id, 1, "test") is not None
-    return run_id
+    return stored_run(stack, claimed=True)
 
 
 def test_a_step_usage_lands_only_with_its_written_step(stack) -> None:

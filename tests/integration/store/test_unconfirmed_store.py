@@ -5,7 +5,6 @@ the run's view."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -15,9 +14,10 @@ from store.checkpoints import write_checkpoint
 from store.losses import claim_lost_many, claim_store_faulted_many
 from store.retention import Keeps, delete_expired_runs
 from store.rows import FencedOut
-from store.runs import claim_delivery, get_run_used, insert_run, store_answer
+from store.runs import claim_delivery, get_run_used, store_answer
 from store.store_faults import hand_back_store_fault
 from store.usage import StepUsage
+from tests.support.stored_runs import stored_run
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,7 @@ class _Note:
 
 def _claimed_run(stack) -> str:
     """A run taken by its first attempt (never published)."""
-    run_id = str(uuid.uuid4())
-    sealed = stack.sealer.seal(run_id, "checkpoint", 0, {"messages": []})
-    with stack.db() as conn:
-        insert_run(conn, run_id=run_id, correlation_id=run_id, request_key=None,
-                   agent="ledger", owner="app", entry_kind="plain", definition=b"",
-                   user_input="x", sealed_checkpoint=sealed)  # fmt: skip
-        assert claim_delivery(conn, run_id, 1, "test") is not None
-    return run_id
+    return stored_run(stack, claimed=True)
 
 
 def _recorded(stack, run_id: str) -> list[tuple[int, int, int, int]]:
