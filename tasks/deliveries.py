@@ -23,6 +23,9 @@ from runtime.recovery.sweeper import Deliveries
 from runtime.recovery.untraced import Traced
 from tasks.services import RUN_TASK
 
+# kombu's hash of the messages delivered and not acknowledged, under a deployment's prefix.
+UNACKED = "unacked"
+
 
 def unacked_runs(client: redis.Redis[bytes], namespace: str) -> Deliveries:
     """A reader of the run messages delivered between `newer_than_s` and `older_than_s` ago and
@@ -31,12 +34,12 @@ def unacked_runs(client: redis.Redis[bytes], namespace: str) -> Deliveries:
     def read(older_than_s: float, newer_than_s: float) -> list[tuple[str, int]]:
         now = time.time()
         tags = client.zrangebyscore(
-            f"{namespace}unacked_index", now - newer_than_s, now - older_than_s
+            f"{namespace}{UNACKED}_index", now - newer_than_s, now - older_than_s
         )
         if not tags:
             return []
         found = []
-        for raw in client.hmget(f"{namespace}unacked", tags):
+        for raw in client.hmget(f"{namespace}{UNACKED}", tags):
             run = _run_of(raw)
             if run is not None:
                 found.append(run)
@@ -82,7 +85,7 @@ def held_runs(client: redis.Redis[bytes], namespace: str, queue: str) -> Traced:
     acknowledged. None when they number more than `limit` (reading them all would cost Redis
     too much at once); unreadable entries are skipped."""
     keys = bucket_keys(f"{namespace}{queue}")
-    unacked = f"{namespace}unacked"
+    unacked = f"{namespace}{UNACKED}"
 
     def read(limit: int) -> set[tuple[str, int]] | None:
         pipe = client.pipeline(transaction=True)

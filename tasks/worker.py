@@ -75,8 +75,9 @@ def start_watching() -> None:
     each on a thread of its own, so both run on time whatever the pool's slots are doing."""
     global _watch, _sweeps
     s = services()
+    s.presence.consumer = True  # each (re)connect of its presence makes it a consumer again
     s.presence.start()
-    if s.presence.up:  # a holder with work and no connection would be judged dead
+    if s.presence.up:  # up already (a message came first): a consumer from now, not its next
         s.leases.watch(main_holder())
     if _watch is None:
         traced = held_runs(s.redis, s.settings.namespace, s.settings.queue)
@@ -96,7 +97,9 @@ def stop_watching() -> None:
     the holders the death watch takes when they go (unless it still holds work), so a clean
     exit is not taken as a death."""
     try:
-        services().leases.unwatch(main_holder())
+        s = services()
+        s.presence.consumer = False  # a reconnect while it stops must not put it back
+        s.leases.unwatch(main_holder())
     except Exception as exc:  # the death watch takes it (it holds nothing) after its grace
         log.warning("worker.unwatch_failed", error=type(exc).__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import redis
 
 from runtime.fleet.scripts import NAMES, source
-from runtime.fleet.tokens import store_epoch_key
+from runtime.fleet.tokens import consumers_key, store_epoch_key
 
 
 class LeaseKeys:
@@ -20,7 +20,7 @@ class LeaseKeys:
         self.ttl_ms = ttl_ms
         self.deadlines = f"{namespace}leases:deadlines"
         self.holders_key = f"{namespace}holders"
-        self.consumers_key = f"{namespace}holders:consumers"
+        self.consumers_key = consumers_key(namespace)
         self.scripts = {name: client.register_script(source(name)) for name in NAMES}
         self.epoch_key = store_epoch_key(namespace)
         self.let_go_key = f"{namespace}leases:let_go"

@@ -24,14 +24,18 @@ class HolderWork(LeaseKeys):
 
     def watch(self, holder: str) -> None:
         """A worker's main process consumes the runs' queue: among the holders with work from
-        its start (`consumers`), so its death is taken, and the messages it took off the queue
-        and recorded nowhere are looked for (runtime/recovery/untraced.py), even when it holds
-        nothing else."""
+        its start (`consumers`; its presence puts it back at each reconnect), so its death is
+        taken, and the messages it took off the queue and recorded nowhere are looked for
+        (runtime/recovery/untraced.py), even when it holds nothing else."""
         self.client.sadd(self.consumers_key, holder)
 
+    def consumers(self) -> set[str]:
+        """The worker main processes consuming the runs' queue (one round trip)."""
+        return {text_of(h) for h in self.client.smembers(self.consumers_key)}
+
     def unwatch(self, holder: str) -> None:
-        """A worker's main process ended cleanly, or its death was taken: no longer a consumer,
-        nor a holder with work unless it still has leases or reserved messages."""
+        """A worker's main process ended cleanly: no longer a consumer, nor a holder with work
+        unless it still has leases or reserved messages (a death's take drops it itself)."""
         keys = [self.leases_of(holder), self.reserved_of(holder), self.holders_key]
         self.scripts["unwatch"](keys=[*keys, self.consumers_key], args=[holder])
 
@@ -85,6 +89,7 @@ class HolderWork(LeaseKeys):
                 self.leases_of(holder),
                 self.reserved_of(holder),
                 self.holders_key,
+                self.consumers_key,
             ],
             args=[epoch, holder, self.key(""), self.ttl_ms],
         )

@@ -15,8 +15,9 @@ from __future__ import annotations
 FIXED: dict[str, str] = {
     "holders": "set of holders with leases or reserved messages; a holder leaves it when it "
     "releases its last, or when the death watch takes its work",
-    "holders:consumers": "set of worker main processes consuming the runs' queue; one leaves "
-    "it when it ends cleanly, or when the death watch takes its work",
+    "holders:consumers": "set of worker main processes consuming the runs' queue (each put back "
+    "at its presence's reconnects); one leaves it when it ends cleanly, or when the death watch "
+    "takes its work",
     "leases:deadlines": "sorted set of live leases' deadlines; an entry goes at release, or when "
     "the sweeper finds it lapsed",
     "leases:let_go": "set of leases given up for want of Postgres; an entry goes once claimed",

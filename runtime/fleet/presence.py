@@ -47,6 +47,7 @@ import structlog
 
 from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.fleet.leases import CONNECTION_PREFIX, read_store_epoch
+from runtime.fleet.tokens import consumers_key
 
 log = structlog.get_logger(__name__)
 
@@ -130,6 +131,10 @@ class Presence:
         # change means Redis lost its data meanwhile (see leases._EPOCH).
         self.store_epoch = ""
         self._on_up: list[Callable[[], None]] = []
+        # A worker's main process consumes the runs' queue: each (re)connect puts it back among
+        # the consumers the death watch takes when they go (after a cut it was taken for, or
+        # after Redis lost its data).
+        self.consumer = False
         self._started = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -205,6 +210,8 @@ class Presence:
                 self.up_since_ms = _ms()  # renewals sent from now on follow the new epoch
                 self.up = True
                 self._started.set()
+                if self.consumer:
+                    client.sadd(consumers_key(self.namespace), self.holder)
                 log.info("presence.up", holder=self.holder, store_epoch=self.store_epoch)
                 for woken in self._on_up:
                     woken()

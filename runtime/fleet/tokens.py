@@ -48,6 +48,12 @@ def store_epoch_key(namespace: str) -> str:
     return f"{namespace}store:epoch"
 
 
+def consumers_key(namespace: str) -> str:
+    """The set of worker main processes consuming the runs' queue (runtime/fleet/holder_work.py
+    `watch`): the death watch takes each when it goes, whatever it holds."""
+    return f"{namespace}holders:consumers"
+
+
 def fence_token(token: Token) -> Token:
     """The token a sweeper holds a missing lease key with while it claims the run."""
     return Token(token.run_id, token.attempt, FENCE_HOLDER)

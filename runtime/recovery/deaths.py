@@ -6,9 +6,10 @@ connection left is dead. After a short grace (a blip reconnects well within it) 
 taken back in Redis, atomically and only if it has not come back meanwhile (its presence epoch
 is unchanged), and its runs are claimed the usual way, database first, exactly once (I4). Its
 reserved messages whose runs are still queued are published again at once, as are the
-messages of runs it had leased but not yet claimed, and (as soon as a holder with work is seen
-gone, and again when its work is taken) every queued run whose message the broker holds nowhere:
-one the dead worker took off the queue in the instant before kombu recorded it (`untraced.py`).
+messages of runs it had leased but not yet claimed, and (as soon as a worker's main process is
+seen gone, and again when its work is taken) every queued run whose message the broker holds
+nowhere: one the dead worker took off the queue in the instant before kombu recorded it
+(`untraced.py`).
 
 One watch runs at a time (a leader key in Redis); every worker's main process offers to run it.
 The leader key names the leader's presence connection, and each follower asks Redis about that
@@ -49,6 +50,7 @@ import time
 from dataclasses import dataclass, field
 
 import redis
+import sqlalchemy as sa
 import structlog
 
 from runtime.fleet import usage_notes
@@ -117,11 +119,12 @@ class DeathWatch:
         # Every run message the broker holds (None: messages lost in a dying worker's
         # BRPOP are left to the outbox, `untraced.py`).
         self.traced = traced
-        # Holders with work whose connections were open at the last look, and whether this
-        # watcher took the lead from a leader that died since: either is a death to look for
-        # untraced messages at, before its grace has passed.
-        self._working: set[str] = set()
-        self._lead_of_dead = False
+        # Worker main processes consuming the queue whose connections were open at the last
+        # look: one gone since, a dead one taken, or a lead taken from a dead leader is a death
+        # to look for untraced messages at (`_untraced_due`), at most once a grace.
+        self._consuming: set[str] = set()
+        self._untraced_due = False
+        self._untraced_ms = 0
         self.grace_ms = deps.timings.death_grace_ms
         self.store_grace_ms = deps.timings.store_grace_ms
         self.leader_key = leader_key(deps.namespace)
@@ -139,7 +142,7 @@ class DeathWatch:
         started = time.perf_counter()
         if not self._leads():
             self._absent.clear()  # another watcher leads; its view is the one that counts
-            self._working.clear()
+            self._consuming.clear()
             return DeathReport(ran=False)
         report = DeathReport()
         epoch = self.s.leases.store_epoch()
@@ -156,6 +159,7 @@ class DeathWatch:
             return report
         connected = self.s.leases.connected_holders()
         holders = self.s.leases.holders_with_work()
+        consumers = self.s.leases.consumers() if self.traced is not None else set()
         now = _ms()
         for gone in set(self._absent) - holders:
             del self._absent[gone]
@@ -164,11 +168,11 @@ class DeathWatch:
                 self._take(holder, epoch.id, report)
         for holder in holders & connected:
             self._absent.pop(holder, None)
-        vanished = self._working - connected
-        self._working = holders & connected
-        if self.traced is not None and (vanished or report.dead or self._lead_of_dead):
-            self._lead_of_dead = False
-            report.republished += republish_untraced(self.s, self.traced)
+        # A consumer that ended cleanly left the set first: only one that died counts.
+        if (self._consuming - connected) & consumers or consumers.intersection(report.dead):
+            self._untraced_due = True
+        self._consuming = consumers & connected
+        self._look_for_untraced(report, now)
         report.duration_ms = (time.perf_counter() - started) * 1000
         if report.dead:
             log.info("deaths.taken", **report.__dict__)
@@ -193,7 +197,7 @@ class DeathWatch:
             args[3] = leader
             leader = _text(self._lead(keys=[self.leader_key], args=args))
             if leader == mine:
-                self._lead_of_dead = True
+                self._untraced_due = True
                 log.info("deaths.lead_taken", dead_leader=leader_holder(args[3]))
         return leader == mine
 
@@ -218,6 +222,20 @@ class DeathWatch:
             seen = self._absent[holder] = _Absent(now - absent_for_ms(epoch, pttl), epoch)
         return now - seen.since_ms >= self.grace_ms
 
+    def _look_for_untraced(self, report: DeathReport, now: int) -> None:
+        """After a consumer's death, publish again the queued runs whose message the broker
+        holds nowhere (`untraced.py`), at most once a grace; a failed look is made again at the
+        next (the outbox stays the backstop)."""
+        if self.traced is None or not self._untraced_due or now - self._untraced_ms < self.grace_ms:
+            return
+        self._untraced_ms = now
+        try:
+            report.republished += republish_untraced(self.s, self.traced)
+        except (redis.RedisError, sa.exc.SQLAlchemyError) as exc:
+            log.warning("deaths.untraced_failed", error=type(exc).__name__)
+            return
+        self._untraced_due = False
+
     def _take(self, holder: str, store_epoch: str, report: DeathReport) -> None:
         epoch = self._absent.pop(holder).epoch
         taken = self.s.leases.take_dead(holder, epoch)
@@ -231,7 +249,6 @@ class DeathWatch:
             log.warning("deaths.take_abandoned", holder=holder, why="store epoch changed")
             self.s.leases.unfence(tokens)
             return
-        self.s.leases.unwatch(holder)  # a consumer no longer: its work is taken
         report.dead.append(holder)
         report.claimed += claim_and_publish(self.s, tokens, Seen.CONNECTION_CLOSED, fenced=True)
         # A lease taken between its acquire and its claim leaves the run queued at that

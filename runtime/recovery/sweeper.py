@@ -34,6 +34,7 @@ from runtime.fleet.leases import StoreEpoch, Token, monotonic_ms
 from runtime.fleet.reach import PostgresReach
 from runtime.flow import tenants
 from runtime.recovery.deps import RecoveryDeps
+from runtime.recovery.untraced import unheld
 from store.losses import claim_lost_many, claim_store_faulted_many
 from store.rows import QueuedAttempt
 from store.runs import (
@@ -229,17 +230,7 @@ class Sweeper:
         taken = self.deliveries(t.death_grace_ms / 1000, t.requeue_after_ms / 1000)
         if not taken:
             return []
-        held = self.s.leases.alive([run_id for run_id, _ in taken])
-        reserved = self.s.leases.all_reserved()
-        left = [
-            (r, a)
-            for r, a in dict.fromkeys(taken)
-            if r not in held and r not in stale and f"{r}:{a}" not in reserved
-        ]
-        if not left:
-            return []
-        with self.s.engine.connect() as conn:
-            return still_queued(conn, left)
+        return unheld(self.s, [(r, a) for r, a in taken if r not in stale])
 
     def _claim_given_up(self, report: SweepReport) -> None:
         """Claim the runs whose holders gave their leases up because they could not reach

@@ -4,8 +4,9 @@ kombu's Redis transport takes a message off the queue's list (BRPOP) and only th
 round trip, records it as delivered (`unacked`). A worker killed between the two has lost the
 message from Redis: no list, no `unacked` entry, no reservation, no lease holds it, and its run
 is still queued in Postgres. Without this the outbox would publish it again only after
-`requeue_after_ms` (30 s). When the death watch sees a worker die, it compares the runs queued
-in Postgres with every message the broker holds, and publishes again at once those held nowhere.
+`requeue_after_ms` (30 s). When the death watch sees a worker's main process die, it compares
+the runs queued in Postgres since before the death grace with every message the broker holds,
+and publishes again at once those held nowhere.
 
 A run whose message is in a live worker's same window at that instant is published twice; the
 duplicate is dropped by the lease and the claim (I4). Reading every held message costs Redis
@@ -20,6 +21,7 @@ from collections.abc import Callable
 import structlog
 
 from runtime.recovery.deps import RecoveryDeps
+from store.rows import QueuedAttempt
 from store.runs import queued_before, still_queued
 
 log = structlog.get_logger(__name__)
@@ -29,39 +31,42 @@ log = structlog.get_logger(__name__)
 Traced = Callable[[int], set[tuple[str, int]] | None]
 
 # The most messages a death's look reads from the broker (and queued runs from Postgres).
-TRACE_LIMIT = 20_000
-# A run queued this recently may still be on its way to the queue (stored, not yet published).
-PUBLISHING_MS = 200
+TRACE_LIMIT = 10_000
 
 
 def republish_untraced(s: RecoveryDeps, traced: Traced) -> list[str]:
     """Publish again the queued runs whose message no list, delivery, reservation or lease
-    holds (one Postgres read, one Redis snapshot, a recheck that each is still queued)."""
-    with s.engine.connect() as conn:
-        queued = queued_before(conn, PUBLISHING_MS, TRACE_LIMIT + 1)
-    if not queued:
-        return []
-    held = traced(TRACE_LIMIT) if len(queued) <= TRACE_LIMIT else None
+    holds: one Redis snapshot (counted first, read only under the limit), one Postgres read
+    of the runs queued before the death grace (a message lost in a death was published before
+    it), a recheck that each is still queued."""
+    held = traced(TRACE_LIMIT)
     if held is None:
         log.info("deaths.untraced_not_read", why=f"more than {TRACE_LIMIT} messages queued")
         return []
-    reserved = s.leases.all_reserved()
-    leased = s.leases.alive([q.run_id for q in queued])
-    nowhere = [
-        (q.run_id, q.attempt)
-        for q in queued
-        if (q.run_id, q.attempt) not in held
-        and f"{q.run_id}:{q.attempt}" not in reserved
-        and q.run_id not in leased
-    ]
-    if not nowhere:
-        return []
     with s.engine.connect() as conn:
-        again = still_queued(conn, nowhere)
+        queued = queued_before(conn, s.timings.death_grace_ms, TRACE_LIMIT)
+    again = unheld(s, [(q.run_id, q.attempt) for q in queued if (q.run_id, q.attempt) not in held])
     s.publisher.publish_many(again)
     if again:
         log.info("deaths.untraced_published", runs=[q.run_id for q in again])
     return [q.run_id for q in again]
 
 
-__all__ = ["PUBLISHING_MS", "TRACE_LIMIT", "Traced", "republish_untraced"]
+def unheld(s: RecoveryDeps, messages: list[tuple[str, int]]) -> list[QueuedAttempt]:
+    """Of these messages (run id, attempt) the broker no longer holds, those no lease or
+    reservation holds either and whose run is still queued at that attempt: what to publish
+    again (the untraced ones here, the sweeper's orphaned deliveries)."""
+    if not messages:
+        return []
+    leased = s.leases.alive([run_id for run_id, _ in messages])
+    reserved = s.leases.all_reserved()
+    left = [
+        (r, a) for r, a in dict.fromkeys(messages) if r not in leased and f"{r}:{a}" not in reserved
+    ]
+    if not left:
+        return []
+    with s.engine.connect() as conn:
+        return still_queued(conn, left)
+
+
+__all__ = ["TRACE_LIMIT", "Traced", "republish_untraced", "unheld"]

@@ -1,6 +1,7 @@
 -- KEYS[1] = the holder's presence epoch, KEYS[2] = its leases set, KEYS[3] = its reserved set,
--- KEYS[4] = holders set; ARGV[1] = the epoch seen while it was absent, ARGV[2] = holder,
--- ARGV[3] = the lease key prefix, ARGV[4] = the fence's ttl ms. A dead holder's work, taken
+-- KEYS[4] = holders set, KEYS[5] = consumers set; ARGV[1] = the epoch seen while it was
+-- absent, ARGV[2] = holder, ARGV[3] = the lease key prefix, ARGV[4] = the fence's ttl ms. A
+-- dead holder's work (and its place among the consumers the death watch takes), taken
 -- back only if it has not reconnected since (a reconnect bumps the epoch first): each lease
 -- still holding its token, or lapsed already, is fenced (the key set to the fence token, as
 -- `fence_missing.lua` does) until the claim is committed (`Leases.unfence`), so a holder that
@@ -22,4 +23,5 @@ end
 local reserved = redis.call('SMEMBERS', KEYS[3])
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('SREM', KEYS[4], ARGV[2])
+redis.call('SREM', KEYS[5], ARGV[2])
 return {taken, reserved}

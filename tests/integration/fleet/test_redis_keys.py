@@ -75,9 +75,16 @@ def test_stopped_and_killed_workers_leave_no_key_behind(stack) -> None:
     client = redis.Redis.from_url(stack.settings.redis_url)
     try:
         deadline = time.monotonic() + 30
-        while dead & {m.decode() for m in client.smembers(f"{stack.settings.namespace}holders")}:
+        ns = stack.settings.namespace
+        # Stopped or killed, none is a holder with work or a consumer the watch takes (the
+        # stopped leave `holders:consumers` themselves; the killed are taken with their work).
+        while dead & {
+            m.decode() for m in client.sunion([f"{ns}holders", f"{ns}holders:consumers"])
+        }:
             assert time.monotonic() < deadline, "the death watch never took the dead holders"
             time.sleep(0.2)
+        consumers = {m.decode() for m in client.smembers(f"{ns}holders:consumers")}
+        assert consumers == {holder_of(survivor.popen.pid)}, "only the live worker consumes"
     finally:
         client.close()
     # Then, within a bounded time, no key is named after a process that is gone.

@@ -286,7 +286,9 @@ def test_a_message_a_dying_worker_took_and_recorded_nowhere_is_published_again(
         holder = holder_of(survivor.popen.pid)
         _until(lambda: hand_lead(client, ns, holder), "the survivor never named its connections")
         _until(lambda: death_watch_leader(client, ns) == holder, "the survivor never led")
-        time.sleep(0.5)  # a look or two: the survivor has seen the victim holding its run
+        # Four looks: the survivor has seen the victim consuming (were it slower, the look
+        # that takes the victim's work would publish the message again: the "taken" case).
+        time.sleep(1.0)
     victim.kill()
     if survivor is None:
         survivor = stack.worker("survivor", env=quiet, sweeps=False)
