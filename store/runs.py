@@ -174,6 +174,24 @@ def get_run(conn: sa.Connection, run_id: str) -> RunRow:
     return _run(row)
 
 
+# Sorts before every run id: where a reader paging through runs by id starts.
+FIRST_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def live_runs_after(conn: sa.Connection, after: str, limit: int) -> list[RunRow]:
+    """The next `limit` runs in flight, waiting or queued (not yet answered) whose id sorts
+    after `after` (`FIRST_ID` first), by id: a reader pages through every live run along the
+    primary key, one read a page, holding no lock."""
+    rows = conn.execute(
+        sql(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running', 'waiting') "
+            "AND id > CAST(:after AS uuid) ORDER BY id LIMIT :limit"
+        ),
+        {"after": after, "limit": limit},
+    ).all()
+    return [_run(row) for row in rows]
+
+
 def get_run_used(conn: sa.Connection, run_id: str) -> tuple[RunRow, UsageTotals]:
     """The run and its usage summed over its written steps, in one query."""
     row = conn.execute(

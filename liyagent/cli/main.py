@@ -68,6 +68,11 @@ COMMANDS = (
     Command("call", "liyagent.cli.ops", "call a tool now, outside any run, with a fresh key"),
     Command("retention", "liyagent.cli.retention", "delete finished runs past their keep"),
     Command("usage", "liyagent.cli.usage", "tokens and cost by agent, tenant or day"),
+    Command(
+        "deploy",
+        "liyagent.cli.deploy",
+        "before a deploy: which live runs the new code would not serve as they started",
+    ),
     Command("serve", "liyagent.cli.serve", "serve the HTTP app front (webhooks, runs, approvals)"),
     Command(
         "metrics",

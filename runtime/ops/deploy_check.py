@@ -1,0 +1,155 @@
+"""`liyagent deploy check`: which runs in flight, waiting or queued the code this process runs
+would not serve as they started, and why. Run it with the new code, against the deployment's
+Postgres and seal keys, before a rolling deploy hands those runs to that code.
+
+What a run keeps and what the code serves (docs/deploy.md, "What a deploy changes under runs
+in flight"): its definition is sealed when it starts (its model spec, the names of its tools,
+its system prompt, its output schema); the code gives its tools, framework agents, job kinds and
+model endpoints. So a run *fails* on the new code when its definition does not open there (a
+format that code does not read, a seal key it lacks), when its model names an endpoint the new
+deployment does not declare or a framework agent it does not register, or when it is a job of
+a kind the code does not declare; it *drifts* (continues, not as it started) when a tool it
+was given is gone: the model is no longer offered it, and a call to it is refused.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+
+from runtime.base.sealing import Sealer, SealError
+from runtime.durable.definition import RunDefinition
+from runtime.models import specs
+from runtime.models.base import ModelError
+from runtime.models.profiles import ModelProfile
+from runtime.toolbox.tools import ToolRegistry
+from store.rows import RunRow
+from store.runs import FIRST_ID, live_runs_after
+
+# Live runs read and judged a page at a time (one indexed read each, no lock held).
+PAGE = 1000
+
+
+class Verdict(StrEnum):
+    """What the checked code would do with a run."""
+
+    FAILS = "fails"  # the run would fail on it
+    DRIFTS = "drifts"  # the run would continue, not as it started
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason one run would not be served as it started."""
+
+    run_id: str
+    agent: str
+    status: str
+    verdict: Verdict
+    why: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "status": self.status,
+            "verdict": self.verdict.value,
+            "why": self.why,
+        }
+
+
+@dataclass
+class DeployCheck:
+    """Every live run checked, and what would not be served as it started."""
+
+    checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def count(self, verdict: Verdict) -> int:
+        """How many runs have at least one finding of this verdict."""
+        return len({f.run_id for f in self.findings if f.verdict is verdict})
+
+    def by_status(self) -> dict[str, int]:
+        """Runs with a finding, by their status."""
+        return dict(Counter(status for _, status in {(f.run_id, f.status) for f in self.findings}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checked": self.checked,
+            "fail": self.count(Verdict.FAILS),
+            "drift": self.count(Verdict.DRIFTS),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class Code:
+    """What the checked code serves: its seal keys, its tools (with its framework agents and
+    job kinds) and its deployment's model endpoints."""
+
+    sealer: Sealer
+    tools: ToolRegistry
+    profiles: dict[str, ModelProfile]
+
+
+def check_deploy(engine: sa.Engine, code: Code, page: int = PAGE) -> DeployCheck:
+    """Judge every run in flight, waiting or queued against `code`."""
+    report = DeployCheck()
+    for row in _live_runs(engine, page):
+        report.checked += 1
+        report.findings += [
+            Finding(row.id, row.agent, row.status.value, verdict, why)
+            for verdict, why in problems(row, code)
+        ]
+    return report
+
+
+def _live_runs(engine: sa.Engine, page: int) -> Iterator[RunRow]:
+    after = FIRST_ID
+    while True:
+        with engine.connect() as conn:
+            rows = live_runs_after(conn, after, page)
+        yield from rows
+        if len(rows) < page:
+            return
+        after = rows[-1].id
+
+
+def problems(row: RunRow, code: Code) -> list[tuple[Verdict, str]]:
+    """Why `code` would not serve this run as it started (none when it would)."""
+    try:
+        definition = RunDefinition.open(code.sealer, row)
+    except SealError as exc:
+        return [(Verdict.FAILS, f"its definition does not open with this code: {exc}")]
+    found = _model_problems(definition, code)
+    job = definition.job
+    if job is not None and str(job.get("kind")) not in code.tools.jobs:
+        found.append((Verdict.FAILS, f"job kind {job.get('kind')!r} is not declared"))
+    found += [
+        (Verdict.DRIFTS, f"tool {name} is gone: the model is no longer offered it, calls refused")
+        for name in code.tools.unknown(definition.tools)
+    ]
+    return found
+
+
+def _model_problems(definition: RunDefinition, code: Code) -> list[tuple[Verdict, str]]:
+    """The run's model spec, checked as a worker of `code` checks it before each call."""
+    if not definition.model:
+        return []
+    try:
+        spec = specs.check(definition.model, code.profiles)
+    except ModelError as exc:
+        return [(Verdict.FAILS, f"its model: {exc}")]
+    if isinstance(spec, specs.FrameworkSpec):
+        guest = code.tools.guests.get(spec.agent)
+        if guest is None or guest.framework != spec.framework:
+            why = f"the {spec.framework} agent {spec.agent!r} is not registered"
+            return [(Verdict.FAILS, why)]
+    return []
+
+
+__all__ = ["PAGE", "Code", "DeployCheck", "Finding", "Verdict", "check_deploy", "problems"]
