@@ -14,7 +14,6 @@ was given is gone: the model is no longer offered it, and a call to it is refuse
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -72,10 +71,6 @@ class DeployCheck:
     def count(self, verdict: Verdict) -> int:
         """How many runs have at least one finding of this verdict."""
         return len({f.run_id for f in self.findings if f.verdict is verdict})
-
-    def by_status(self) -> dict[str, int]:
-        """Runs with a finding, by their status."""
-        return dict(Counter(status for _, status in {(f.run_id, f.status) for f in self.findings}))
 
     def to_json(self) -> dict[str, Any]:
         return {
