@@ -67,7 +67,7 @@ class RecordingPublisher:
         self.sent.append((run_id, attempt))
 
     def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
-        self.sent += [(run_id, attempt) for run_id, attempt, _ in runs]
+        self.sent += [(run.run_id, run.attempt) for run in runs]
 
 
 def pipelined(

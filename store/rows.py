@@ -58,11 +58,14 @@ class RunNotFound(StoreError):
 
 class QueuedAttempt(NamedTuple):
     """One attempt of a run to publish (its message): a first attempt is served by its run's
-    priority (1 low, 2 normal, 3 high); a resumed one first, whatever its run's priority."""
+    priority (1 low, 2 normal, 3 high); a resumed one first, whatever its run's priority, and
+    so is one `redelivered` (its message was taken off the queue by a worker that died before
+    running it: it had reached the head of the queue, and goes back there)."""
 
     run_id: str
     attempt: int
     priority: int = 2
+    redelivered: bool = False
 
 
 @dataclass(frozen=True)

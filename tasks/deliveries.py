@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from runtime.fleet.tokens import queues_key, text_of
 from runtime.flow.order import bucket_keys
 from runtime.recovery.sweeper import Deliveries
 from runtime.recovery.untraced import Traced
@@ -81,13 +82,15 @@ def _run_of_payload(payload: dict[str, Any]) -> tuple[str, int] | None:
 
 def held_runs(client: redis.Redis[bytes], namespace: str, queue: str) -> Traced:
     """A reader of every run message the broker holds now, in one snapshot (MULTI): those
-    waiting in the runs' queue (one list per priority bucket) and those delivered and not
-    acknowledged. None when they number more than `limit` (reading them all would cost Redis
-    too much at once); unreadable entries are skipped."""
-    keys = bucket_keys(f"{namespace}{queue}")
+    waiting in any queue a consumer takes from (`holders:queues`, with the runs' own `queue`;
+    one list per priority bucket) and those delivered and not acknowledged. A queue left out
+    would make every run waiting in it look lost. None when they number more than `limit`
+    (reading them all would cost Redis too much at once); unreadable entries are skipped."""
     unacked = f"{namespace}{UNACKED}"
 
     def read(limit: int) -> set[tuple[str, int]] | None:
+        queues = {text_of(q) for q in client.smembers(queues_key(namespace))} | {queue}
+        keys = [key for q in sorted(queues) for key in bucket_keys(f"{namespace}{q}")]
         pipe = client.pipeline(transaction=True)
         for key in keys:
             pipe.llen(key)

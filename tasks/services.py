@@ -46,12 +46,12 @@ class CeleryPublisher:
             return
         times = faults.publish_times()
         with self.app.producer_or_acquire() as producer, producer.batch(max_size=PUBLISH_BATCH):
-            for run_id, attempt, run_priority in runs:
-                pri = order.priority(attempt, self.resumed_first, run_priority)
+            for run in runs:
+                pri = order.priority(run.attempt, self.resumed_first, run.priority, run.redelivered)
                 for _ in range(times):
                     self.app.send_task(
                         RUN_TASK,
-                        args=[run_id, attempt],
+                        args=[run.run_id, run.attempt],
                         queue=self.queue,
                         producer=producer,
                         priority=pri,

@@ -23,6 +23,7 @@ from runtime.recovery.deaths import DeathWatchThread, claim_dead_child
 from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper, SweepThread
 from runtime.services import holder_of
+from tasks.app import app
 from tasks.deliveries import held_runs, unacked_runs
 from tasks.services import RUN_TASK, services
 
@@ -75,10 +76,12 @@ def start_watching() -> None:
     each on a thread of its own, so both run on time whatever the pool's slots are doing."""
     global _watch, _sweeps
     s = services()
-    s.presence.consumer = True  # each (re)connect of its presence makes it a consumer again
+    was_up = s.presence.up
+    # Each (re)connect of its presence makes it a consumer of its queues again.
+    s.presence.consumes = tuple(sorted(app.amqp.queues.consume_from))
     s.presence.start()
-    if s.presence.up:  # up already (a message came first): a consumer from now, not its next
-        s.leases.watch(main_holder())
+    if was_up:  # up already (a message came first): a consumer from now, not its next connect
+        s.leases.watch(main_holder(), s.presence.consumes)
     if _watch is None:
         traced = held_runs(s.redis, s.settings.namespace, s.settings.queue)
         _watch = DeathWatchThread(RecoveryDeps.of(s), s.presence, traced)
@@ -98,7 +101,7 @@ def stop_watching() -> None:
     exit is not taken as a death."""
     try:
         s = services()
-        s.presence.consumer = False  # a reconnect while it stops must not put it back
+        s.presence.consumes = ()  # a reconnect while it stops must not put it back
         s.leases.unwatch(main_holder())
     except Exception as exc:  # the death watch takes it (it holds nothing) after its grace
         log.warning("worker.unwatch_failed", error=type(exc).__name__)

@@ -1,6 +1,7 @@
 """Who holds work, and taking a dead holder's back: each holder's leases and reserved messages
 (`holder:<holder>:leases`, `:reserved`, every holder with either in `holders`, and every
-worker's main process consuming the queue in `holders:consumers`), the holders whose
+worker's main process consuming the queue in `holders:consumers`, their queues in
+`holders:queues`), the holders whose
 connections are open, and the death watch's take-back of a dead holder's leases
 (lua/take_dead.lua, fenced until the claim commits) or of one pool child's lease
 (lua/take_token.lua)."""
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import cast
 
 from runtime.fleet.base import LeaseKeys
-from runtime.fleet.tokens import CONNECTION_PREFIX, Token, text_of
+from runtime.fleet.tokens import CONNECTION_PREFIX, Token, add_consumer, text_of
 
 
 class HolderWork(LeaseKeys):
@@ -22,12 +23,12 @@ class HolderWork(LeaseKeys):
             keys=[self.reserved_of(holder), self.holders_key], args=[f"{run_id}:{attempt}", holder]
         )
 
-    def watch(self, holder: str) -> None:
-        """A worker's main process consumes the runs' queue: among the holders with work from
+    def watch(self, holder: str, queues: tuple[str, ...]) -> None:
+        """A worker's main process consumes these queues: among the holders with work from
         its start (`consumers`; its presence puts it back at each reconnect), so its death is
-        taken, and the messages it took off the queue and recorded nowhere are looked for
+        taken, and the messages it took off its queues and recorded nowhere are looked for
         (runtime/recovery/untraced.py), even when it holds nothing else."""
-        self.client.sadd(self.consumers_key, holder)
+        add_consumer(self.client, self.namespace, holder, queues)
 
     def consumers(self) -> set[str]:
         """The worker main processes consuming the runs' queue (one round trip)."""

@@ -18,6 +18,8 @@ FIXED: dict[str, str] = {
     "holders:consumers": "set of worker main processes consuming the runs' queue (each put back "
     "at its presence's reconnects); one leaves it when it ends cleanly, or when the death watch "
     "takes its work",
+    "holders:queues": "set of the queues the consumers take messages from (each consumer's at "
+    "its presence's connects); bounded by the deployment's queues",
     "leases:deadlines": "sorted set of live leases' deadlines; an entry goes at release, or when "
     "the sweeper finds it lapsed",
     "leases:let_go": "set of leases given up for want of Postgres; an entry goes once claimed",

@@ -47,7 +47,7 @@ import structlog
 
 from runtime.base.redis_clients import RedisTarget, client_for
 from runtime.fleet.leases import CONNECTION_PREFIX, read_store_epoch
-from runtime.fleet.tokens import consumers_key
+from runtime.fleet.tokens import add_consumer
 
 log = structlog.get_logger(__name__)
 
@@ -131,10 +131,11 @@ class Presence:
         # change means Redis lost its data meanwhile (see leases._EPOCH).
         self.store_epoch = ""
         self._on_up: list[Callable[[], None]] = []
-        # A worker's main process consumes the runs' queue: each (re)connect puts it back among
-        # the consumers the death watch takes when they go (after a cut it was taken for, or
-        # after Redis lost its data).
-        self.consumer = False
+        # The queues a worker's main process consumes (its `-Q`; empty: not a consumer): each
+        # (re)connect puts it back among the consumers the death watch takes when they go, and
+        # its queues among those the watch reads (after a cut it was taken for, or after Redis
+        # lost its data).
+        self.consumes: tuple[str, ...] = ()
         self._started = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -210,8 +211,8 @@ class Presence:
                 self.up_since_ms = _ms()  # renewals sent from now on follow the new epoch
                 self.up = True
                 self._started.set()
-                if self.consumer:
-                    client.sadd(consumers_key(self.namespace), self.holder)
+                if self.consumes:
+                    add_consumer(client, self.namespace, self.holder, self.consumes)
                 log.info("presence.up", holder=self.holder, store_epoch=self.store_epoch)
                 for woken in self._on_up:
                     woken()

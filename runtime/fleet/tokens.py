@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import redis
+
 # The fence token's holder part: no process is named so (holders are host-pid).
 FENCE_HOLDER = "~sweep"
 # A step witness lives this long past its last renewal (a run waiting longer loses it: a
@@ -52,6 +54,24 @@ def consumers_key(namespace: str) -> str:
     """The set of worker main processes consuming the runs' queue (runtime/fleet/holder_work.py
     `watch`): the death watch takes each when it goes, whatever it holds."""
     return f"{namespace}holders:consumers"
+
+
+def queues_key(namespace: str) -> str:
+    """The set of queues the consumers take messages from (their `-Q`): every list the death
+    watch reads for messages a dead consumer took and recorded nowhere
+    (runtime/recovery/untraced.py)."""
+    return f"{namespace}holders:queues"
+
+
+def add_consumer(
+    client: redis.Redis[bytes], namespace: str, holder: str, queues: tuple[str, ...]
+) -> None:
+    """Make a worker's main process a consumer of these queues (one round trip): its death is
+    taken whatever it holds, and its queues are read when it dies."""
+    pipe = client.pipeline(transaction=False)
+    pipe.sadd(consumers_key(namespace), holder)
+    pipe.sadd(queues_key(namespace), *queues)
+    pipe.execute()
 
 
 def fence_token(token: Token) -> Token:

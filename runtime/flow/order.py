@@ -6,8 +6,9 @@ Every resume bumps the run's attempt, so attempt > 1 means resumed: the rule nee
 the attempt a message carries. The order is the broker's: kombu's Redis transport keeps one
 list per priority bucket of each queue and pops the buckets in order (0 first) across every
 queue a worker consumes, so a message in bucket 0 is taken before any in a later bucket. New
-runs go to `NEW`; resumed runs, and every message that names no priority (the operator's
-sweeps, cron fires: never starved by a backlog of new runs), to bucket 0.
+runs go to `NEW`; resumed runs, messages published again after a dead worker took them off the
+queue, and every message that names no priority (the operator's sweeps, cron fires: never
+starved by a backlog of new runs), to bucket 0.
 """
 
 from __future__ import annotations
@@ -25,15 +26,18 @@ NEW = 6
 FIRST_BY_PRIORITY = {HIGH: 3, NORMAL: NEW, LOW: 9}
 
 
-def priority(attempt: int, resumed_first: bool = True, run_priority: int = NORMAL) -> int | None:
+def priority(
+    attempt: int, resumed_first: bool = True, run_priority: int = NORMAL, redelivered: bool = False
+) -> int | None:
     """The priority to publish attempt `attempt` of a run with: `RESUMED` for a resumed one
-    (attempt > 1), a first attempt's bucket by its run's priority (`NEW` at normal); None (the
-    broker's default bucket, 0, for all: one FIFO) when the order is off
-    (LIYAGENT_RESUMED_FIRST=false). Never refuses: a message is a hint, and one for an attempt
-    that cannot be (a test's stale message) is dropped by its claim."""
+    (attempt > 1) or a message published again after a dead worker took it off the queue
+    (`redelivered`: it had reached the head of the queue once), a first attempt's bucket by its
+    run's priority (`NEW` at normal); None (the broker's default bucket, 0, for all: one FIFO)
+    when the order is off (LIYAGENT_RESUMED_FIRST=false). Never refuses: a message is a hint,
+    and one for an attempt that cannot be (a test's stale message) is dropped by its claim."""
     if not resumed_first:
         return None
-    if attempt > 1:
+    if attempt > 1 or redelivered:
         return RESUMED
     return FIRST_BY_PRIORITY.get(run_priority, NEW)
 

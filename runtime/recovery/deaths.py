@@ -58,7 +58,7 @@ from runtime.fleet.leases import Token
 from runtime.fleet.presence import Presence, absent_for_ms, connection_name
 from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import requeue_lost_messages
-from runtime.recovery.untraced import Traced, republish_untraced
+from runtime.recovery.untraced import Traced, republish_untraced, untraced
 from store.losses import claim_lost_many
 from store.rows import QueuedAttempt
 from store.runs import still_queued
@@ -125,6 +125,8 @@ class DeathWatch:
         self._consuming: set[str] = set()
         self._untraced_due = False
         self._untraced_ms = 0
+        # The runs a death's first look found held nowhere, confirmed at the next look.
+        self._suspects: set[tuple[str, int]] | None = None
         self.grace_ms = deps.timings.death_grace_ms
         self.store_grace_ms = deps.timings.store_grace_ms
         self.leader_key = leader_key(deps.namespace)
@@ -143,6 +145,7 @@ class DeathWatch:
         if not self._leads():
             self._absent.clear()  # another watcher leads; its view is the one that counts
             self._consuming.clear()
+            self._suspects = None
             return DeathReport(ran=False)
         report = DeathReport()
         epoch = self.s.leases.store_epoch()
@@ -223,18 +226,23 @@ class DeathWatch:
         return now - seen.since_ms >= self.grace_ms
 
     def _look_for_untraced(self, report: DeathReport, now: int) -> None:
-        """After a consumer's death, publish again the queued runs whose message the broker
-        holds nowhere (`untraced.py`), at most once a grace; a failed look is made again at the
-        next (the outbox stays the backstop)."""
-        if self.traced is None or not self._untraced_due or now - self._untraced_ms < self.grace_ms:
+        """After a consumer's death, note the queued runs whose message the broker holds
+        nowhere, at most once a grace, and at the next look publish again those still missing
+        (`untraced.py`); a failed look is made again (the outbox stays the backstop)."""
+        if self.traced is None:
             return
-        self._untraced_ms = now
         try:
-            report.republished += republish_untraced(self.s, self.traced)
+            if self._suspects is not None:
+                report.republished += republish_untraced(self.s, self.traced, self._suspects)
+                self._suspects = None
+                return
+            if not self._untraced_due or now - self._untraced_ms < self.grace_ms:
+                return
+            self._untraced_ms = now
+            self._suspects = untraced(self.s, self.traced) or None
+            self._untraced_due = False
         except (redis.RedisError, sa.exc.SQLAlchemyError) as exc:
             log.warning("deaths.untraced_failed", error=type(exc).__name__)
-            return
-        self._untraced_due = False
 
     def _take(self, holder: str, store_epoch: str, report: DeathReport) -> None:
         epoch = self._absent.pop(holder).epoch
@@ -336,12 +344,13 @@ def claim_and_publish(
 
 def republish_reserved(s: RecoveryDeps, reserved: list[tuple[str, int]]) -> list[str]:
     """Messages a dead process had reserved (or leased without claiming their runs): publish
-    again those whose runs are still queued at that attempt (a duplicate of a message that does
-    arrive is dropped by the lease and the claim, I4)."""
+    again those whose runs are still queued at that attempt, at the head of the queue they had
+    reached (a duplicate of a message that does arrive is dropped by the lease and the claim,
+    I4)."""
     if not reserved:
         return []
     with s.engine.connect() as conn:
-        again = still_queued(conn, reserved)
+        again = [q._replace(redelivered=True) for q in still_queued(conn, reserved)]
     s.publisher.publish_many(again)
     return [q.run_id for q in again]
 

@@ -196,8 +196,7 @@ class Sweeper:
         again += self._orphaned({q.run_id for q in stale})
         for woke, _ in woken:
             self.s.changes.announce(woke)
-        for queued in again:
-            self._publish_again(queued, report)
+        self._publish_again(again, report)
         for held in tenants.admit_every(self.s.engine, self.s.tenants):
             self.s.changes.announce(held.run_id)
             self._sent.add((held.run_id, held.attempt))
@@ -209,14 +208,13 @@ class Sweeper:
             report.republished.append(held.run_id)
         return report
 
-    def _publish_again(self, queued: QueuedAttempt, report: SweepReport) -> None:
-        """Publish a queued run's message again (at its run's priority), unless this sweep
-        did already."""
-        if (queued.run_id, queued.attempt) in self._sent:
-            return
-        self._sent.add((queued.run_id, queued.attempt))
-        self.s.publisher.publish(*queued)
-        report.republished.append(queued.run_id)
+    def _publish_again(self, again: list[QueuedAttempt], report: SweepReport) -> None:
+        """Publish queued runs' messages again in one round trip (each at its run's priority,
+        a redelivered one first), but not those this sweep did already."""
+        fresh = {(q.run_id, q.attempt): q for q in again if (q.run_id, q.attempt) not in self._sent}
+        self._sent.update(fresh)
+        self.s.publisher.publish_many(list(fresh.values()))
+        report.republished += [q.run_id for q in fresh.values()]
 
     def _orphaned(self, stale: set[str]) -> list[QueuedAttempt]:
         """Runs whose message a worker took off the queue more than the death grace ago and
@@ -322,9 +320,9 @@ class Sweeper:
         self.s.leases.forget_steps(
             [c.run_id for c in [*faulted, *claims] if c.status == RunStatus.FAILED]
         )
-        for queued in again:
-            # Died between taking the lease and claiming the queued run: publish it again.
-            self._publish_again(queued, report)
+        # Died between taking the lease and claiming the queued run: publish it again, at the
+        # head of the queue it had reached.
+        self._publish_again([q._replace(redelivered=True) for q in again], report)
         resumed: list[QueuedAttempt] = []  # published together, in one round trip
         for claim in faulted:
             if claim.status == RunStatus.FAILED:

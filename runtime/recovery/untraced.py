@@ -5,11 +5,14 @@ round trip, records it as delivered (`unacked`). A worker killed between the two
 message from Redis: no list, no `unacked` entry, no reservation, no lease holds it, and its run
 is still queued in Postgres. Without this the outbox would publish it again only after
 `requeue_after_ms` (30 s). When the death watch sees a worker's main process die, it compares
-the runs queued in Postgres since before the death grace with every message the broker holds,
-and publishes again at once those held nowhere.
+the runs queued in Postgres since before the death grace with every message the broker holds
+(in every queue a consumer takes from), and publishes again those held nowhere at two looks a
+poll apart, at the head of the queue (they had reached it once).
 
-A run whose message is in a live worker's same window at that instant is published twice; the
-duplicate is dropped by the lease and the claim (I4). Reading every held message costs Redis
+A live worker's message is in no list or record only in that same moment, between its BRPOP
+and its record: the second look tells it apart. One caught at both looks anyway (a worker
+stalled that long) is published twice; the duplicate is dropped by the lease and the claim
+(I4). Reading every held message costs Redis
 a read of the whole queue, so above `TRACE_LIMIT` messages a death does not look (the outbox
 still publishes such a run after `requeue_after_ms`).
 """
@@ -34,18 +37,30 @@ Traced = Callable[[int], set[tuple[str, int]] | None]
 TRACE_LIMIT = 10_000
 
 
-def republish_untraced(s: RecoveryDeps, traced: Traced) -> list[str]:
-    """Publish again the queued runs whose message no list, delivery, reservation or lease
-    holds: one Redis snapshot (counted first, read only under the limit), one Postgres read
-    of the runs queued before the death grace (a message lost in a death was published before
-    it), a recheck that each is still queued."""
+def untraced(s: RecoveryDeps, traced: Traced) -> set[tuple[str, int]] | None:
+    """The runs queued before the death grace (a message lost in a death was published
+    before it) whose message the broker holds nowhere now: one Redis snapshot (counted first,
+    read only under the limit), one Postgres read. None when there are too many to read."""
     held = traced(TRACE_LIMIT)
     if held is None:
         log.info("deaths.untraced_not_read", why=f"more than {TRACE_LIMIT} messages queued")
-        return []
+        return None
     with s.engine.connect() as conn:
         queued = queued_before(conn, s.timings.death_grace_ms, TRACE_LIMIT)
-    again = unheld(s, [(q.run_id, q.attempt) for q in queued if (q.run_id, q.attempt) not in held])
+    return {(q.run_id, q.attempt) for q in queued} - held
+
+
+def republish_untraced(
+    s: RecoveryDeps, traced: Traced, suspects: set[tuple[str, int]]
+) -> list[str]:
+    """Publish again, at the head of the queue, the suspects (missing at the look before)
+    still missing now that no lease or reservation holds and whose runs are still queued. A
+    live worker's message is missing only in its own moment between taking it off the queue
+    and recording it: two looks a poll apart tell it from one a dead worker lost."""
+    missing = untraced(s, traced)
+    if missing is None:
+        return []
+    again = unheld(s, sorted(suspects & missing))
     s.publisher.publish_many(again)
     if again:
         log.info("deaths.untraced_published", runs=[q.run_id for q in again])
@@ -55,7 +70,8 @@ def republish_untraced(s: RecoveryDeps, traced: Traced) -> list[str]:
 def unheld(s: RecoveryDeps, messages: list[tuple[str, int]]) -> list[QueuedAttempt]:
     """Of these messages (run id, attempt) the broker no longer holds, those no lease or
     reservation holds either and whose run is still queued at that attempt: what to publish
-    again (the untraced ones here, the sweeper's orphaned deliveries)."""
+    again (the untraced ones here, the sweeper's orphaned deliveries), each redelivered (a
+    dead worker took it off the queue: it goes back at the head)."""
     if not messages:
         return []
     leased = s.leases.alive([run_id for run_id, _ in messages])
@@ -66,7 +82,7 @@ def unheld(s: RecoveryDeps, messages: list[tuple[str, int]]) -> list[QueuedAttem
     if not left:
         return []
     with s.engine.connect() as conn:
-        return still_queued(conn, left)
+        return [q._replace(redelivered=True) for q in still_queued(conn, left)]
 
 
-__all__ = ["TRACE_LIMIT", "Traced", "republish_untraced", "unheld"]
+__all__ = ["TRACE_LIMIT", "Traced", "republish_untraced", "unheld", "untraced"]

@@ -151,11 +151,13 @@ class Stack:
         pool: str | None = None,
         sweeps: bool = True,
         wrap: Callable[[list[str]], list[str]] | None = None,
+        queue: str | None = None,
     ) -> Proc:
         """A real `celery -A tasks worker` under `pool` (default `POOL`), ready to take
         messages; `sweeps=False`: its main process does not sweep (only its death watch
-        recovers runs); `wrap`: the command it runs under (`ip netns exec ...`)."""
-        q = self.settings.queue
+        recovers runs); `wrap`: the command it runs under (`ip netns exec ...`); `queue`: the
+        runs' queue it consumes (default the deployment's)."""
+        q = queue or self.settings.queue
         extra = dict(env or {})
         if not sweeps:
             extra["LIYAGENT_WORKER_SWEEPS"] = "false"
@@ -344,6 +346,8 @@ class RecordingPublisher:
         self.sent: list[tuple[str, int]] = []
         self.batches: list[list[tuple[str, int]]] = []  # each publish_many call's messages
         self.priorities: dict[tuple[str, int], int] = {}  # the run priority each was sent at
+        # Whether each was published again after a dead worker took it (publish_many only).
+        self.redelivered: dict[tuple[str, int], bool] = {}
 
     def publish(self, run_id: str, attempt: int, priority: int = 2) -> None:
         if self.fail:
@@ -352,9 +356,10 @@ class RecordingPublisher:
         self.priorities[(run_id, attempt)] = priority
 
     def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
-        self.batches.append([(run_id, attempt) for run_id, attempt, _ in runs])
-        for run_id, attempt, priority in runs:
-            self.publish(run_id, attempt, priority)
+        self.batches.append([(run.run_id, run.attempt) for run in runs])
+        for run in runs:
+            self.publish(run.run_id, run.attempt, run.priority)
+            self.redelivered[(run.run_id, run.attempt)] = run.redelivered
 
 
 def services_with(stack: Stack, publisher: Any, timings: Timings | None = None) -> Services:

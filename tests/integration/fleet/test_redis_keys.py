@@ -85,6 +85,9 @@ def test_stopped_and_killed_workers_leave_no_key_behind(stack) -> None:
             time.sleep(0.2)
         consumers = {m.decode() for m in client.smembers(f"{ns}holders:consumers")}
         assert consumers == {holder_of(survivor.popen.pid)}, "only the live worker consumes"
+        # The queues the death watch reads after a death: the ones the workers consumed.
+        queues = {m.decode() for m in client.smembers(f"{ns}holders:queues")}
+        assert queues == {stack.settings.queue, f"{stack.settings.queue}.ops"}
     finally:
         client.close()
     # Then, within a bounded time, no key is named after a process that is gone.

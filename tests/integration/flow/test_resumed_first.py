@@ -10,7 +10,9 @@ import time
 from typing import Any
 
 from runtime.entries.client import Client
-from runtime.flow.order import PRIORITY_STEPS, bucket_keys
+from runtime.flow.order import NEW, PRIORITY_STEPS, bucket_keys
+from runtime.recovery.deaths import republish_reserved
+from runtime.recovery.deps import RecoveryDeps
 from store.losses import claim_lost_many
 from store.runs import claim_delivery
 from tests.support.scripts import call, final, step
@@ -63,6 +65,27 @@ def test_a_resumed_run_is_taken_before_the_backlog(stack) -> None:
     times = _claimed_at(stack, [resumed, *backlog])
     first_new = min(started for _, started in (times[r] for r in backlog))
     assert times[resumed][0] < first_new, times
+
+
+def test_a_message_a_dead_worker_took_goes_back_before_the_backlog(stack) -> None:
+    # No worker yet: a backlog of new runs waits, then one more run, whose message a worker
+    # took off the queue (kombu's BRPOP), reserved, and died with: it had reached the head of
+    # the queue, and the death watch publishes it again there, not behind the backlog.
+    backlog = [stack.start([final(f"new {i}")]) for i in range(6)]
+    taken = stack.start([final("taken")])
+    newest = bucket_keys(stack.settings.namespace + stack.settings.queue)[PRIORITY_STEPS.index(NEW)]
+    assert stack.services.redis.lpop(newest) is not None
+    assert _bucket(stack, NEW) == [[run_id, 1] for run_id in backlog]
+    stack.services.leases.reserve("dead-worker", taken, 1)
+    assert republish_reserved(RecoveryDeps.of(stack.services), [(taken, 1)]) == [taken]
+    assert _bucket(stack, 0) == [[taken, 1]]
+    stack.worker("w1", concurrency=1)
+    for run_id in [taken, *backlog]:
+        assert stack.wait(run_id, timeout=60).status == "succeeded"
+    times = _claimed_at(stack, [taken, *backlog])
+    first_new = min(started for _, started in (times[r] for r in backlog))
+    assert times[taken][0] < first_new, times
+    assert stack.client.get(taken).attempt == 1
 
 
 def test_a_busy_slot_yields_to_a_lost_run_at_its_next_step(stack) -> None:

@@ -119,6 +119,8 @@ def test_a_starting_watch_takes_at_once_only_holders_absent_past_the_grace_by_re
         assert taken == ["ghost-2"]
         assert watch.poll().dead == []
         assert sorted(publisher.sent) == sorted([(gone, 1), (blipped, 1)])
+        # Reserved by a dead process: they had reached the head of the queue, and go back there.
+        assert publisher.redelivered == {(gone, 1): True, (blipped, 1): True}
     finally:
         connected.close()
         s.presence.stop()
