@@ -6,7 +6,8 @@ deployment's key prefix, until the message is acknowledged (`task_acks_late`: wh
 ends). A worker killed between taking a message and reserving it leaves its run queued with no
 trace but this one; the sweeper reads it here (runtime/recovery/sweeper.py `_orphaned`).
 A worker killed between its BRPOP and that record leaves no trace at all: the death watch
-reads every message the broker holds to find it (runtime/recovery/untraced.py).
+reads every message the broker holds to find it (runtime/recovery/untraced.py), and the outbox
+reads the waiting ones to publish again only runs whose message waits nowhere.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import redis
 
 from runtime.fleet.tokens import queues_key, text_of
 from runtime.flow.order import bucket_keys
-from runtime.recovery.sweeper import Deliveries
-from runtime.recovery.untraced import Traced
+from runtime.recovery.deps import RecoveryDeps
+from runtime.recovery.sweeper import Deliveries, Sweeper
+from runtime.recovery.untraced import Held, Traced
+from runtime.services import Services
 from tasks.services import RUN_TASK
 
 # kombu's hash of the messages delivered and not acknowledged, under a deployment's prefix.
@@ -88,7 +91,7 @@ def held_runs(client: redis.Redis[bytes], namespace: str, queue: str) -> Traced:
     (reading them all would cost Redis too much at once); unreadable entries are skipped."""
     unacked = f"{namespace}{UNACKED}"
 
-    def read(limit: int) -> set[tuple[str, int]] | None:
+    def read(limit: int) -> Held | None:
         queues = {text_of(q) for q in client.smembers(queues_key(namespace))} | {queue}
         keys = [key for q in sorted(queues) for key in bucket_keys(f"{namespace}{q}")]
         pipe = client.pipeline(transaction=True)
@@ -100,9 +103,19 @@ def held_runs(client: redis.Redis[bytes], namespace: str, queue: str) -> Traced:
         for key in keys:
             pipe.lrange(key, 0, -1)
         pipe.hvals(unacked)
-        *waiting, delivered = pipe.execute()
-        found = {_run_of_message(raw) for raws in waiting for raw in raws}
-        found |= {_run_of(raw) for raw in delivered}
-        return {run for run in found if run is not None}
+        *lists, unacked_values = pipe.execute()
+        waiting = {_run_of_message(raw) for raws in lists for raw in raws}
+        delivered = {_run_of(raw) for raw in unacked_values}
+        return Held(
+            waiting=frozenset(run for run in waiting if run is not None),
+            delivered=frozenset(run for run in delivered if run is not None),
+        )
 
     return read
+
+
+def broker_sweeper(s: Services) -> Sweeper:
+    """This process's sweeper, reading what the broker holds: the deliveries a dead worker
+    left unreserved, and the waiting messages the outbox must not publish again."""
+    ns, queue = s.settings.namespace, s.settings.queue
+    return Sweeper(RecoveryDeps.of(s), unacked_runs(s.redis, ns), held_runs(s.redis, ns, queue))

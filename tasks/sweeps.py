@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from runtime.ops.retention import run_retention
 from runtime.recovery import outage
-from runtime.recovery.deps import RecoveryDeps
-from runtime.recovery.sweeper import Sweeper
 from tasks.app import app
-from tasks.deliveries import unacked_runs
+from tasks.deliveries import broker_sweeper
 from tasks.services import services
 from tasks.worker import main_holder
 
@@ -16,7 +14,7 @@ from tasks.worker import main_holder
 @app.task(name="liyagent.sweep", ignore_result=True)
 def sweep() -> dict[str, object] | None:
     s = services()
-    sweeper = Sweeper(RecoveryDeps.of(s), unacked_runs(s.redis, s.settings.namespace))
+    sweeper = broker_sweeper(s)
     return outage.tolerated(outage.Notice.of(s), main_holder(), lambda: sweeper.sweep().to_json())
 
 

@@ -21,10 +21,10 @@ from runtime.ops import startup
 from runtime.recovery import outage
 from runtime.recovery.deaths import DeathWatchThread, claim_dead_child
 from runtime.recovery.deps import RecoveryDeps
-from runtime.recovery.sweeper import Sweeper, SweepThread
+from runtime.recovery.sweeper import SweepThread
 from runtime.services import holder_of
 from tasks.app import app
-from tasks.deliveries import held_runs, unacked_runs
+from tasks.deliveries import broker_sweeper, held_runs
 from tasks.services import RUN_TASK, services
 
 log = structlog.get_logger(__name__)
@@ -87,10 +87,11 @@ def start_watching() -> None:
         _watch = DeathWatchThread(RecoveryDeps.of(s), s.presence, traced)
         _watch.start()
     if _sweeps is None and s.settings.worker_sweeps:
-        sweeper = Sweeper(RecoveryDeps.of(s), unacked_runs(s.redis, s.settings.namespace))
         notice = outage.Notice.of(s)
         _sweeps = SweepThread(
-            sweeper, s.heartbeat.reach, lambda work: outage.tolerated(notice, main_holder(), work)
+            broker_sweeper(s),
+            s.heartbeat.reach,
+            lambda work: outage.tolerated(notice, main_holder(), work),
         )
         _sweeps.start()
 

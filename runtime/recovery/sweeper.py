@@ -34,7 +34,7 @@ from runtime.fleet.leases import StoreEpoch, Token, monotonic_ms
 from runtime.fleet.reach import PostgresReach
 from runtime.flow import tenants
 from runtime.recovery.deps import RecoveryDeps
-from runtime.recovery.untraced import unheld
+from runtime.recovery.untraced import TRACE_LIMIT, Traced, unheld
 from store.losses import claim_lost_many, claim_store_faulted_many
 from store.rows import QueuedAttempt
 from store.runs import (
@@ -82,9 +82,13 @@ class SweepReport:
 
 
 class Sweeper:
-    def __init__(self, deps: RecoveryDeps, deliveries: Deliveries | None = None) -> None:
+    def __init__(
+        self, deps: RecoveryDeps, deliveries: Deliveries | None = None, traced: Traced | None = None
+    ) -> None:
         self.s = deps
         self.deliveries = deliveries
+        # What the broker holds (None: the outbox publishes every run queued past its bound).
+        self.traced = traced
         ns = deps.namespace
         self.lock_key = deps.leases.sweep_lock_key
         self.pace_key = deps.leases.sweep_pace_key
@@ -192,7 +196,7 @@ class Sweeper:
         with self.s.engine.connect() as conn:
             woken = wake_ready(conn)
             stale = touch_stale_queued(conn, self.s.timings.requeue_after_ms)
-        again = [*(QueuedAttempt(r, a) for r, a in woken), *stale]
+        again = [*(QueuedAttempt(r, a) for r, a in woken), *self._not_waiting(stale)]
         again += self._orphaned({q.run_id for q in stale})
         for woke, _ in woken:
             self.s.changes.announce(woke)
@@ -215,6 +219,20 @@ class Sweeper:
         self._sent.update(fresh)
         self.s.publisher.publish_many(list(fresh.values()))
         report.republished += [q.run_id for q in fresh.values()]
+
+    def _not_waiting(self, stale: list[QueuedAttempt]) -> list[QueuedAttempt]:
+        """Of the runs queued past `requeue_after_ms` (the outbox), those whose message waits in
+        no queue: in a backlog every run waits that long, and publishing each again would add
+        a message per waiting run every `requeue_after_ms`. Above `TRACE_LIMIT` messages none
+        is (the broker is not read; each run, stamped, is looked at again after
+        `requeue_after_ms`, until fewer wait)."""
+        if not stale or self.traced is None:
+            return stale
+        held = self.traced(TRACE_LIMIT)
+        if held is None:
+            log.info("sweep.outbox_not_read", why=f"more than {TRACE_LIMIT} messages queued")
+            return []
+        return [q for q in stale if (q.run_id, q.attempt) not in held.waiting]
 
     def _orphaned(self, stale: set[str]) -> list[QueuedAttempt]:
         """Runs whose message a worker took off the queue more than the death grace ago and

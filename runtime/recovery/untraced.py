@@ -20,6 +20,7 @@ still publishes such a run after `requeue_after_ms`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -29,9 +30,20 @@ from store.runs import queued_before, still_queued
 
 log = structlog.get_logger(__name__)
 
-# Every run message the broker holds now (run id, attempt): waiting in the queue or delivered
-# and not acknowledged; None when there are more than the limit given (tasks/deliveries.py).
-Traced = Callable[[int], set[tuple[str, int]] | None]
+
+@dataclass(frozen=True)
+class Held:
+    """Every run message (run id, attempt) the broker holds at one instant."""
+
+    # Waiting in a queue's lists, not yet taken by a consumer.
+    waiting: frozenset[tuple[str, int]]
+    # Taken by a consumer and not acknowledged (kombu's `unacked`).
+    delivered: frozenset[tuple[str, int]]
+
+
+# A reader of what the broker holds now; None when it holds more messages than the limit given
+# (tasks/deliveries.py `held_runs`).
+Traced = Callable[[int], Held | None]
 
 # The most messages a death's look reads from the broker (and queued runs from Postgres).
 TRACE_LIMIT = 10_000
@@ -47,7 +59,7 @@ def untraced(s: RecoveryDeps, traced: Traced) -> set[tuple[str, int]] | None:
         return None
     with s.engine.connect() as conn:
         queued = queued_before(conn, s.timings.death_grace_ms, TRACE_LIMIT)
-    return {(q.run_id, q.attempt) for q in queued} - held
+    return {(q.run_id, q.attempt) for q in queued} - held.waiting - held.delivered
 
 
 def republish_untraced(
@@ -85,4 +97,4 @@ def unheld(s: RecoveryDeps, messages: list[tuple[str, int]]) -> list[QueuedAttem
         return [q._replace(redelivered=True) for q in still_queued(conn, left)]
 
 
-__all__ = ["TRACE_LIMIT", "Traced", "republish_untraced", "unheld", "untraced"]
+__all__ = ["TRACE_LIMIT", "Held", "Traced", "republish_untraced", "unheld", "untraced"]

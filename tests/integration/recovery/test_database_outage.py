@@ -38,7 +38,7 @@ def _held(stack) -> list[str]:
     held = held_runs(client, stack.settings.namespace, stack.settings.queue)(1_000_000)
     client.close()
     assert held is not None
-    return sorted(run_id for run_id, _ in held)
+    return sorted(run_id for run_id, _ in held.waiting | held.delivered)
 
 
 def test_a_worker_whose_database_goes_away_holds_its_messages_and_says_so_once_per_interval(

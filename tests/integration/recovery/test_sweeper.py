@@ -14,10 +14,12 @@ from runtime.base.settings import Timings
 from runtime.base.tenancy import HIGH, LOW
 from runtime.entries.client import Client
 from runtime.fleet.leases import Leases, Token
+from runtime.flow.order import bucket_keys
 from runtime.recovery.deps import RecoveryDeps
 from runtime.recovery.sweeper import Sweeper
 from store.losses import claim_lost, claim_lost_many
 from store.runs import claim_delivery
+from tasks.deliveries import held_runs
 from tests.support.scripts import final
 from tests.support.stack import RecordingPublisher, services_with
 
@@ -159,9 +161,34 @@ def test_unpublished_run_is_republished_from_postgres(stack) -> None:
     assert publisher.sent == [(run_id, 1)]
 
 
+def test_the_outbox_publishes_again_only_runs_whose_message_waits_nowhere(stack) -> None:
+    # A backlog: every run waits longer than the outbox's bound with its message in the
+    # queue; publishing each again would add a message per waiting run at every bound. Only
+    # the run whose message no queue holds (its publish was lost) is published again.
+    leases = stack.services.leases
+    leases.mark_epoch(leases.store_epoch(), "requeued")
+    waiting, lost = (stack.start([final(tag)]) for tag in ("waiting", "lost"))
+    client = stack.services.redis
+    [key] = [
+        k for k in bucket_keys(stack.settings.namespace + stack.settings.queue) if client.llen(k)
+    ]
+    assert client.lpop(key) is not None  # the newest: `lost`'s message
+    publisher = RecordingPublisher()
+    sweeping = services_with(
+        stack, publisher, Timings(lease_ttl_ms=3000, heartbeat_ms=900, requeue_after_ms=0)
+    )
+    traced = held_runs(client, stack.settings.namespace, stack.settings.queue)
+    Sweeper(RecoveryDeps.of(sweeping), traced=traced).sweep()
+    assert publisher.sent == [(lost, 1)]
+    assert publisher.redelivered == {(lost, 1): False}, "never taken: at its run's priority"
+    assert stack.client.get(waiting).status == "queued"
+
+
 def test_worker_dead_between_lease_and_claim_is_republished(stack) -> None:
     publisher = RecordingPublisher()
     services = services_with(stack, publisher)
+    # This Redis has republished what it had to (else every queued run goes again as lost).
+    services.leases.mark_epoch(services.leases.store_epoch(), "requeued")
     run_id = Client(services).start_run(
         agent="bot", model={"script": {"steps": [final()]}}, user_input="x", priority=LOW
     )
@@ -175,6 +202,7 @@ def test_worker_dead_between_lease_and_claim_is_republished(stack) -> None:
     Sweeper(RecoveryDeps.of(services)).sweep()
     assert publisher.sent == [(run_id, 1)]
     assert publisher.priorities[(run_id, 1)] == LOW, "published again at its run's priority"
+    assert publisher.redelivered[(run_id, 1)], "taken once: at the head of the queue"
     assert stack.client.get(run_id).attempt == 1  # not a loss: it never ran
 
 
