@@ -161,7 +161,7 @@ def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[t
             f"""
             WITH e AS (
                 UPDATE runs SET checkpoint = NULL, answer = NULL, input = '',
-                       definition = NULL, failure_reason = {_REASON_ERASED},
+                       definition = NULL, pin = NULL, failure_reason = {_REASON_ERASED},
                        request_digest = CASE WHEN request_digest IS NULL THEN NULL
                                              ELSE :erased_digest END,
                        answer_purged_at = coalesce(answer_purged_at, now()),

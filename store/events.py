@@ -34,6 +34,8 @@ LIFECYCLE_AUDIT = (
     # A step's wait in place on its model endpoint, and a 429 it met (runtime/core/model_gate.py).
     "agent.run.endpoint_wait",
     "agent.run.rate_limited",
+    # The code a worker ran did not serve its pinned definition (runtime/core/drift.py).
+    "agent.run.definition_drift",
 )
 
 

@@ -126,6 +126,10 @@ class RunRow:
     # What it may spend (store/budgets.py): tokens, US dollars; None: no bound.
     budget_tokens: int | None = None
     budget_usd: Decimal | None = None
+    # What of the code it was started against, sealed (runtime/durable/pins.py; None: stored
+    # before pins, or erased), and since when it waits for a worker that serves it.
+    pin: bytes | None = None
+    drift_since: datetime | None = None
 
 
 @dataclass(frozen=True)

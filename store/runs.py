@@ -76,6 +76,7 @@ def insert_run(
     priority: int = 2,
     tenant_limit: int | None = None,
     budget: dict[str, Any] | None = None,
+    pin: bytes | None = None,
 ) -> Inserted:
     """Insert a queued run with its sealed definition, its input and its sealed step-0
     checkpoint, and its entry link, in one statement; with a request key this principal already
@@ -98,11 +99,11 @@ def insert_run(
                                   principal, entry_kind, definition, kind, channel, run_as,
                                   parent_run_id, resumable, input, checkpoint,
                                   checkpoint_attempt, checkpointed_at, tenant, priority,
-                                  budget_tokens, budget_usd, status, waiting_on)
+                                  budget_tokens, budget_usd, pin, status, waiting_on)
                 SELECT :id, :correlation_id, :request_key, :request_digest, :agent, :owner,
                        :principal, :entry_kind, :definition, :kind, :channel,
                        :run_as, :parent_run_id, :resumable, :user_input, :sealed, 1, now(),
-                       :tenant, :priority, :budget_tokens, :budget_usd,
+                       :tenant, :priority, :budget_tokens, :budget_usd, :pin,
                        CASE WHEN held THEN 'waiting' ELSE 'queued' END,
                        CASE WHEN held THEN '{HELD_ON}' END
                 FROM (SELECT CAST(:limit AS int) IS NOT NULL AND ((
@@ -145,6 +146,7 @@ def insert_run(
             "priority": priority,
             "limit": tenant_limit,
             **(budget or {"budget_tokens": None, "budget_usd": None}),  # store/budgets.py
+            "pin": pin,
         },
     ).first()
     if row is not None:

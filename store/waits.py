@@ -191,7 +191,8 @@ def wake_parent(conn: sa.Connection, child_id: str) -> tuple[RunId, Attempt] | N
 
 def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
     """Wake every waiting run whose approval was decided, whose child ended, whose timer is
-    due, whose model endpoint has opened or whose budget was raised or its period turned
+    due, whose model endpoint has opened, whose retry for a worker that serves its pin is due,
+    or whose budget was raised or its period turned
     (the sweeper's backstop for a wake that was missed, and the clock of timers and closes)."""
     rows = conn.execute(
         sql(
@@ -208,6 +209,9 @@ def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
                     AND to_timestamp(CAST(split_part(r.waiting_on, ':', 2) AS float8)) <= now())
                 -- A model endpoint closed by a 429 (model:<profile>:<opens at>): runtime/flow/.
                 OR (r.waiting_on LIKE 'model:%'
+                    AND to_timestamp(CAST(split_part(r.waiting_on, ':', 3) AS float8)) <= now())
+                -- A wait for a worker whose code serves its pin (definition:<pin>:<retry at>).
+                OR (r.waiting_on LIKE 'definition:%'
                     AND to_timestamp(CAST(split_part(r.waiting_on, ':', 3) AS float8)) <= now())
                 -- A budget raised, or whose period has turned (store/budgets.py).
                 OR ({BUDGET_WAKE_SQL}))

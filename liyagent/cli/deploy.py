@@ -1,6 +1,8 @@
 """`liyagent deploy check`: run with the new code, before a rolling deploy; lists every run in
 flight, waiting or queued that this code would not serve as it started, with why, and exits 1
-if any would fail (`--strict`: or drift). The judging is runtime/ops/deploy_check.py's."""
+if any would fail (`--strict`: or drift). The judging is runtime/ops/deploy_check.py's.
+`liyagent deploy status`: during one, the live runs by the definition version they are pinned
+to, and what waits for a worker whose code serves it (runtime/ops/deploy_status.py)."""
 
 from __future__ import annotations
 
@@ -37,8 +39,38 @@ def cmd_deploy_check(args: argparse.Namespace) -> int:
     return FAILED if fail or (args.strict and drift) else OK
 
 
+def cmd_deploy_status(args: argparse.Namespace) -> int:
+    """The live runs by definition version, and what waits for which."""
+    from runtime.ops.deploy_status import deploy_status
+
+    s = read_client().s
+    versions = deploy_status(s.engine, s.sealer)
+    if args.json:
+        print_json({"versions": [v.to_json() for v in versions]})
+        return OK
+    table = Table("pinned to", "policy", "agents", "queued", "running", "waiting",
+                  "waiting for code that serves it", show_edge=False)  # fmt: skip
+    for v in versions:
+        table.add_row(
+            v.pin,
+            v.policy or "-",
+            ", ".join(sorted(v.agents)),
+            *(str(v.statuses[status]) for status in ("queued", "running", "waiting")),
+            str(v.waiting_for_code),
+        )
+    out().print(table)
+    waiting = sum(v.waiting_for_code for v in versions)
+    out().print(
+        Text(
+            f"{sum(v.statuses.total() for v in versions)} live runs over {len(versions)} "
+            f"definition versions; {waiting} wait for a worker whose code serves them."
+        )
+    )
+    return OK
+
+
 def _deploy(deploy: argparse.ArgumentParser) -> None:
-    """The `deploy check` sub-command."""
+    """The `deploy check` and `deploy status` sub-commands."""
     actions = deploy.add_subparsers(dest="action", required=True)
     p = actions.add_parser(
         "check",
@@ -48,14 +80,26 @@ def _deploy(deploy: argparse.ArgumentParser) -> None:
             "LIYAGENT_MODEL_PROFILES, LIYAGENT_SEAL_KEYS), against the deployment's Postgres, "
             "before a rolling deploy: every run in flight, waiting or queued that this code "
             "would fail (its definition does not open here, its model endpoint or framework "
-            "agent or job kind is not declared) or would continue not as it started (a tool "
-            "it was given is gone), with why. Exits 1 if any would fail; with --strict, also "
-            "if any would drift."
+            "agent or job kind is not declared, or it is pinned to a tool or output type this "
+            "code changed) or would continue not as it started (it follows the latest "
+            "definition, or was stored before pins, and a tool it was given is gone), with why. "
+            "Exits 1 if any would fail; with --strict, also if any would drift."
         ),
     )
     p.add_argument("--strict", action="store_true", help="exit 1 also when a run would only drift")
     add_json(p)
     p.set_defaults(handler=cmd_deploy_check)
+    p = actions.add_parser(
+        "status",
+        help="the live runs by the definition version they are pinned to",
+        description=(
+            "During a rolling deploy: every run in flight, waiting or queued, counted under "
+            "the definition version it is pinned to (its policy, its agents, its runs by "
+            "status), and how many wait for a worker whose code serves their version."
+        ),
+    )
+    add_json(p)
+    p.set_defaults(handler=cmd_deploy_status)
 
 
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {"deploy": _deploy}

@@ -31,11 +31,19 @@ _SHOWN = (
     "waiting_on",
     "code",
     "status",
+    # A definition drift (runtime/core/drift.py).
+    "pin",
+    "policy",
+    "repinned",
+    "served",
 )
 
 
 def _details(e: RunEvent) -> str:
     parts = [f"{k}={e.details[k]}" for k in _SHOWN if e.details.get(k) not in (None, "")]
+    changes = e.details.get("changes")
+    if changes:
+        parts.append("changes=" + "; ".join(f"{c['name']} {c['change']}" for c in changes))
     calls = e.details.get("calls")
     if calls:
         parts.append("calls=" + ",".join(f"{c.get('tool')}:{c.get('settled')}" for c in calls))

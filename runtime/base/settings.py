@@ -148,6 +148,10 @@ class Timings:
     # within it, and only runs whose holders never came back are claimed. It must exceed a
     # heartbeat; 0 means the heartbeat plus the death grace.
     store_grace_ms: int = 0
+    # How long a run whose pin the code a worker runs does not serve waits for a worker that
+    # does (a fleet mid-deploy runs both), retrying at growing intervals, before it fails with
+    # the reason (runtime/core/drift.py).
+    definition_wait_s: int = 900
 
     def __post_init__(self) -> None:
         if self.store_grace_ms == 0:
@@ -171,6 +175,10 @@ class Timings:
                 f"process is seen by its connections before its lease; got {self.death_grace_ms})"
             )
 
+        if self.definition_wait_s < 0:
+            raise ConfigError(
+                f"LIYAGENT_DEFINITION_WAIT_S must be 0 or more (got {self.definition_wait_s})"
+            )
         if self.gates_fresh_ms < 0:
             raise ConfigError(
                 f"LIYAGENT_GATES_FRESH_MS must be 0 or more (got {self.gates_fresh_ms})"
@@ -194,6 +202,7 @@ class Timings:
             death_poll_ms=_env_int("LIYAGENT_DEATH_POLL_MS", cls.death_poll_ms),
             gates_fresh_ms=_env_int("LIYAGENT_GATES_FRESH_MS", cls.gates_fresh_ms),
             store_grace_ms=_env_int("LIYAGENT_STORE_GRACE_MS", cls.store_grace_ms),
+            definition_wait_s=_env_int("LIYAGENT_DEFINITION_WAIT_S", cls.definition_wait_s),
         )
 
 

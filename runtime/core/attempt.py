@@ -13,6 +13,7 @@ from runtime.base import drain, faults
 from runtime.base.sealing import SealError, digest
 from runtime.core.calls import CallRouter, KeyFn, Settled
 from runtime.core.deps import AttemptDeps
+from runtime.core.drift import serve_pin
 from runtime.core.enqueue import publish_quietly
 from runtime.core.entry import HandOnRefused, entry_point
 from runtime.core.ledger import stored
@@ -139,6 +140,9 @@ class RunAttempt:
             self._audit_resume(self.run.step, [], from_answer=True)
             self._hand_on(text)
             return Outcome.ANSWER_HANDED_ON
+        # The code this worker runs must serve the run as pinned, or the run waits (or follows
+        # the latest, re-pinned): never continued silently on other code (runtime/core/drift.py).
+        serve_pin(self.d, self.run, self.definition, self._audit_owned, self._fail)
         return self._loop(self._load_state())
 
     def _loop(self, state: RunState) -> Outcome:

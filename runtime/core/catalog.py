@@ -1,10 +1,12 @@
 """The catalog of agents and cron triggers an operator configures (`LIYAGENT_AGENTS_FILE`).
 
 `{"agents": {"support-bot": {"model": {...}, "tools": [...], "system": "...",
-                             "description": "..."}},
+                             "description": "...", "definition_policy": "pinned"}},
   "cron": [{"name": "digest", "agent": "support-bot", "input": "...", "every_s": 60}]}`
 (`crontab: "*/5 * * * *"` instead of `every_s` fires on minute boundaries). An agent's
 `description` is public: the A2A agent card shows it (and nothing else of the agent but its name).
+`definition_policy` (`pinned`, the default, or `follow_latest`) says what its runs do when a
+worker's code no longer serves the definition they started with (runtime/core/drift.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from runtime.durable.policy import Policy
 from runtime.models.base import ModelError
 from runtime.models.specs import check_shape
 from runtime.toolbox.tools import AgentDef
@@ -85,6 +88,12 @@ def _agent(name: str, raw: Any) -> AgentDef:
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         raise CatalogError(f'agent {name!r}: "description" must be text (it is public)')
+    policy = raw.get("definition_policy", Policy.PINNED.value)
+    if policy not in {p.value for p in Policy}:
+        raise CatalogError(
+            f'agent {name!r}: "definition_policy" must be one of '
+            f"{', '.join(p.value for p in Policy)} (got {policy!r})"
+        )
     return AgentDef(
         name,
         dict(model),
@@ -92,6 +101,7 @@ def _agent(name: str, raw: Any) -> AgentDef:
         raw.get("system"),
         origin="the catalog file",
         description=description,
+        definition_policy=Policy(policy),
     )
 
 

@@ -23,6 +23,7 @@ from runtime.base.validation import described
 from runtime.core.deps import DoorDeps
 from runtime.core.entry import entry_point_of
 from runtime.durable.definition import RunDefinition
+from runtime.durable.pins import Pin, Policy
 from runtime.durable.state import RunState
 from runtime.durable.workflow_spec import validate_workflow
 from runtime.flow import budgets, tenants
@@ -106,6 +107,9 @@ class NewRun:
     priority: int = NORMAL
     # What it may spend (`{"tokens": N, "usd": X}`, either or both; runtime/flow/budgets.py).
     budget: dict[str, Any] | None = None
+    # What it does when a worker's code no longer serves its pinned definition (its agent's
+    # policy: runtime/durable/pins.py, runtime/core/drift.py).
+    definition_policy: Policy = Policy.PINNED
 
 
 class RunRequest(pydantic.BaseModel):
@@ -136,6 +140,9 @@ class RunRequest(pydantic.BaseModel):
     priority: pydantic.StrictInt = NORMAL
     # What it may spend: {"tokens": N, "usd": X}, either or both (runtime/flow/budgets.py).
     budget: dict[str, Any] | None = None
+    # What it does when a worker's code no longer serves its pinned definition: "pinned" (wait
+    # for a worker that does) or "follow_latest" (take the new one), runtime/core/drift.py.
+    definition_policy: Policy = Policy.PINNED
     _spec: specs.ProviderSpec | None = pydantic.PrivateAttr(default=None)
 
     @classmethod
@@ -365,6 +372,8 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
                 priority=new.priority,
                 tenant_limit=limit,
                 budget=run_budget_params(budget.tokens, budget.usd),
+                # What of this process's code it starts against (runtime/durable/pins.py).
+                pin=Pin.of(s.tools, new.agent, tools, new.definition_policy).seal(s.sealer, run_id),
             )
             # Held behind others, or at the bound: the tenant's room (if any) goes to its held
             # runs in their turn, this one among them.

@@ -165,6 +165,7 @@ class Client:
             tenant=tenant,
             priority=priority,
             budget=budget,
+            definition_policy=definition.definition_policy,
         )
 
     def declared_agent(self, name: str) -> AgentDef:

@@ -71,6 +71,7 @@ def start_entry(
             tools=definition.tools,
             system=definition.system,
             output=definition.output_schema(),
+            definition_policy=definition.definition_policy,
             owner=owner,
             principal=principal,
             entry_kind=entry_kind,

@@ -8,8 +8,12 @@ its system prompt, its output schema); the code gives its tools, framework agent
 model endpoints. So a run *fails* on the new code when its definition does not open there (a
 format that code does not read, a seal key it lacks), when its model names an endpoint the new
 deployment does not declare or a framework agent it does not register, or when it is a job of
-a kind the code does not declare; it *drifts* (continues, not as it started) when a tool it
-was given is gone: the model is no longer offered it, and a call to it is refused.
+a kind the code does not declare. A run started with a pin (runtime/durable/pins.py) whose
+tools' kinds or argument schemas, or whose agent's output type, the code no longer declares
+as pinned waits for a worker that does and fails once none remains (its agent's policy
+`pinned`), or is re-pinned to the code and *drifts* (`follow_latest`). A run stored before pins
+*drifts* when a tool it was given is gone: the model is no longer offered it, and a call to it
+is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sqlalchemy as sa
 
 from runtime.base.sealing import Sealer, SealError
 from runtime.durable.definition import RunDefinition
+from runtime.durable.pins import NewerFormat, Pin, Policy
 from runtime.models import specs
 from runtime.models.base import ModelError
 from runtime.models.profiles import ModelProfile
@@ -94,7 +99,7 @@ class Code:
 def check_deploy(engine: sa.Engine, code: Code, page: int = PAGE) -> DeployCheck:
     """Judge every run in flight, waiting or queued against `code`."""
     report = DeployCheck()
-    for row in _live_runs(engine, page):
+    for row in live_runs(engine, page):
         report.checked += 1
         report.findings += [
             Finding(row.id, row.agent, row.status.value, verdict, why)
@@ -103,7 +108,8 @@ def check_deploy(engine: sa.Engine, code: Code, page: int = PAGE) -> DeployCheck
     return report
 
 
-def _live_runs(engine: sa.Engine, page: int) -> Iterator[RunRow]:
+def live_runs(engine: sa.Engine, page: int = PAGE) -> Iterator[RunRow]:
+    """Every run in flight, waiting or queued, a page at a time along the primary key."""
     after = FIRST_ID
     while True:
         with engine.connect() as conn:
@@ -124,11 +130,40 @@ def problems(row: RunRow, code: Code) -> list[tuple[Verdict, str]]:
     job = definition.job
     if job is not None and str(job.get("kind")) not in code.tools.jobs:
         found.append((Verdict.FAILS, f"job kind {job.get('kind')!r} is not declared"))
-    found += [
-        (Verdict.DRIFTS, f"tool {name} is gone: the model is no longer offered it, calls refused")
-        for name in code.tools.unknown(definition.tools)
+    if row.pin is None:  # stored before pins: served as the code now says
+        found += [
+            (
+                Verdict.DRIFTS,
+                f"tool {name} is gone: the model is no longer offered it, calls refused",
+            )
+            for name in code.tools.unknown(definition.tools)
+        ]
+        return found
+    return found + _pin_problems(row, row.pin, definition, code)
+
+
+def _pin_problems(
+    row: RunRow, sealed: bytes, definition: RunDefinition, code: Code
+) -> list[tuple[Verdict, str]]:
+    """The run's pin against `code`, as a worker of it judges it (runtime/core/drift.py)."""
+    try:
+        pin = Pin.open(code.sealer, row.id, sealed)
+    except NewerFormat as exc:
+        return [(Verdict.FAILS, f"{exc}; none would once the deploy is done")]
+    except SealError as exc:
+        return [(Verdict.FAILS, f"its pin does not open with this code: {exc}")]
+    changes = "; ".join(change.say() for change in pin.drift(code.tools, definition.agent))
+    if not changes:
+        return []
+    if pin.policy is Policy.FOLLOW_LATEST:
+        return [(Verdict.DRIFTS, f"{changes}: it follows the latest, re-pinned to this code")]
+    return [
+        (
+            Verdict.FAILS,
+            f"{changes}: it is pinned, so it waits for a worker whose code serves it, and fails "
+            "after LIYAGENT_DEFINITION_WAIT_S once none remains",
+        )
     ]
-    return found
 
 
 def _model_problems(definition: RunDefinition, code: Code) -> list[tuple[Verdict, str]]:
@@ -147,4 +182,13 @@ def _model_problems(definition: RunDefinition, code: Code) -> list[tuple[Verdict
     return []
 
 
-__all__ = ["PAGE", "Code", "DeployCheck", "Finding", "Verdict", "check_deploy", "problems"]
+__all__ = [
+    "PAGE",
+    "Code",
+    "DeployCheck",
+    "Finding",
+    "Verdict",
+    "check_deploy",
+    "live_runs",
+    "problems",
+]

@@ -6,6 +6,7 @@ attempt that ran), `resumed` (a resume's audit), `step_written` (a step record),
 `call_made` and `call_settled` (a call's mark), `waiting` (a suspend's audit),
 `approval_decided` (the approval a run waited on, once it woke), `rate_limited` and
 `endpoint_wait` (a 429 its model step met, a wait in place on its endpoint: their audit),
+`definition_drift` (a worker's code did not serve its pinned definition: its audit),
 `handed_back`, `lost` (the claims' audit), `error`, `answered` and `delivered` (the run's
 row), `failed` (its audit). Only what Postgres holds is an event: a model step being asked
 writes nothing (the step budget), so it is seen when its answer is written (`step_written`);
@@ -53,6 +54,8 @@ from runtime.flow.waiting import WORDS, words
 from store.events import AuditFact, RunFacts, select_run_facts
 from store.states import FINISHED
 
+# What a `definition_drift` event says (runtime/core/drift.py's audit).
+DRIFT_WORDS = ("pin", "changes", "policy", "repinned", "served", "waited_s")
 # How long a follower waits for a nudge before it reads again anyway: a lost nudge only delays.
 RECHECK_S = 1.0
 
@@ -69,6 +72,7 @@ class EventKind(StrEnum):
     CALL_SETTLED = "call_settled"  # it was settled without its outcome (details: settlement)
     RATE_LIMITED = "rate_limited"  # its model endpoint answered 429 (details: Retry-After)
     ENDPOINT_WAIT = "endpoint_wait"  # its step waits in place for its endpoint (closed, limited)
+    DEFINITION_DRIFT = "definition_drift"  # a worker's code did not serve its pinned definition
     WAITING = "waiting"  # the run waits (an approval, a child, a timer, an endpoint); no worker
     APPROVAL_DECIDED = "approval_decided"  # the approval it waited on was decided; it woke
     HANDED_BACK = "handed_back"  # its worker gave it back (warm shutdown, or a store fault)
@@ -224,6 +228,12 @@ def _from_audit(audit: tuple[AuditFact, ...]) -> list[_Draft]:
         elif a.kind == RATE_LIMITED_EVENT:
             details = {k: d.get(k) for k in ("endpoint", "retry_after_s", "closed_ms")}
             kind = EventKind.RATE_LIMITED
+            out.append(_Draft(epoch, OWNER, a.at, kind, epoch, a.step, details, tie))
+        elif a.kind == "agent.run.definition_drift":
+            details = {
+                k: d[k] for k in ("pin", "changes", "policy", "repinned", "served") if k in d
+            }
+            kind = EventKind.DEFINITION_DRIFT
             out.append(_Draft(epoch, OWNER, a.at, kind, epoch, a.step, details, tie))
         elif a.kind == "agent.run.error":
             details = {"error": d.get("error") or d.get("type"), "worker": d.get("worker")}

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from runtime.durable.policy import Policy
 from runtime.models.output import OutputType
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
@@ -240,6 +241,9 @@ class AgentDef:
     # The type liyagent's loop checks its final answer against (`agent(..., output=...)`);
     # None for text. A framework's agent checks its own (`GuestAgent.output_type`).
     output: OutputType | None = None
+    # What its runs do when a worker's code no longer serves their pinned definition
+    # (runtime/durable/pins.py): wait for one that does (pinned), or take the new one.
+    definition_policy: Policy = Policy.PINNED
 
     def output_schema(self) -> dict[str, Any] | None:
         """Its output type's JSON schema, as its runs carry it (sealed with the run)."""
@@ -338,6 +342,17 @@ class ToolRegistry:
             return found
         declared = self.agents.get(agent)
         return None if declared is None else declared.output
+
+    def declared_tool(self, name: str) -> tuple[str, dict[str, Any]] | None:
+        """A tool's kind and argument schema as this code declares it (a run's pin,
+        runtime/durable/pins.py), None when it has no such tool."""
+        tool = self._tools.get(name)
+        return None if tool is None else (tool.kind.value, tool.schema()["parameters"])
+
+    def declared_output(self, agent: str) -> dict[str, Any] | None:
+        """The JSON schema of the output type this code declares for `agent` (None: text)."""
+        output = self.output_type(agent)
+        return None if output is None else output.schema
 
     def schemas(self, allowed: list[str] | None) -> list[dict[str, Any]]:
         """The schemas of exactly the tools a run may use: none when it names none (fail

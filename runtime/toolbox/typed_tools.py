@@ -32,6 +32,7 @@ import structlog
 from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import problems
+from runtime.durable.policy import Policy
 from runtime.models.base import ModelError
 from runtime.models.output import OUTPUT_TOOL, OutputType, OutputTypeError
 from runtime.models.specs import check_shape
@@ -344,12 +345,15 @@ def agent(
     system: str | None = None,
     description: str | None = None,
     output: Any = None,
+    definition_policy: str = "pinned",
 ) -> AgentDef:
     """Declare an agent next to its tools: its model spec, its tools (objects or names), its
     system prompt, its public description (the A2A card's) and its output type (`output=`: a
     pydantic model, dataclass, TypedDict, scalar or union; its final answer is then a value of
-    it, checked before the run ends, read back as `RunView.output`). Loaded with the module,
-    like the tools."""
+    it, checked before the run ends, read back as `RunView.output`), and what its runs do when
+    a worker's code no longer serves the definition they started with (`definition_policy`:
+    "pinned", wait for a worker that does; "follow_latest", take the new one). Loaded with
+    the module, like the tools."""
     names = None if tools is None else [t if isinstance(t, str) else t.name for t in tools]
     if not name.strip():
         raise ToolDeclarationError("an agent needs a name")
@@ -365,7 +369,19 @@ def agent(
         origin="python",
         description=description,
         output=_output_type(name, output, names),
+        definition_policy=_policy(name, definition_policy),
     )
+
+
+def _policy(agent: str, raw: str) -> Policy:
+    """An agent's definition policy, or the declaration refused naming the ones there are."""
+    try:
+        return Policy(raw)
+    except ValueError:
+        known = ", ".join(p.value for p in Policy)
+        raise ToolDeclarationError(
+            f"agent {agent}: definition_policy must be one of {known} (got {raw!r})"
+        ) from None
 
 
 def _output_type(agent: str, output: Any, tools: list[str] | None) -> OutputType | None:

@@ -91,6 +91,10 @@ runs = sa.Table(
     # What it may spend (tokens, US dollars; NULL: no bound), store/budgets.py.
     sa.Column("budget_tokens", sa.BigInteger, nullable=True),
     sa.Column("budget_usd", sa.Numeric(18, 9), nullable=True),
+    # What of the code it was started against (runtime/durable/pins.py), sealed; NULL for a
+    # run stored before pins. Since when it waits for a worker whose code serves it.
+    sa.Column("pin", sa.LargeBinary, nullable=True),
+    sa.Column("drift_since", sa.DateTime(timezone=True), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Column("queued_at", sa.DateTime(timezone=True), nullable=True, server_default=now()),

@@ -22,3 +22,10 @@ def test_a_wait_in_place_and_a_429_show_their_endpoint_and_reason() -> None:
     details = {"endpoint": "gpt", "retry_after_s": 2.0, "closed_ms": 2000}
     met = RunEvent("r", 2, EventKind.RATE_LIMITED, AT, 1, 2, details)
     assert _details(met) == "endpoint=gpt retry_after_s=2.0"
+
+
+def test_a_definition_drift_shows_its_pin_policy_and_what_changed() -> None:
+    gone = {"what": "tool", "name": "desk.refund", "change": "gone", "was": "write", "now": None}
+    details = {"pin": "3f09", "policy": "pinned", "changes": [gone]}
+    drift = RunEvent("r", 4, EventKind.DEFINITION_DRIFT, AT, 2, 1, details)
+    assert _details(drift) == "pin=3f09 policy=pinned changes=desk.refund gone"

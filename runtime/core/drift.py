@@ -1,0 +1,108 @@
+"""A run whose pin the code this worker runs does not serve (issue 35): never continued
+silently on other code.
+
+Every attempt, before it does anything, compares its run's pin (runtime/durable/pins.py: each
+tool's kind and argument schema, the agent's output type, as the code declared them when the
+run started) with this worker's code. A run with no pin (stored before pins) is served as
+before. When they differ, the agent's policy says what happens:
+
+- `pinned` (the default): the run waits for a worker whose code serves it (a fleet mid-deploy
+  runs both versions), holding no worker: suspended as `definition:<pin>:<retry at>`, woken by
+  the sweeper at growing intervals (2 s, up to a minute) for any worker to try. Once it has
+  waited `LIYAGENT_DEFINITION_WAIT_S` (no such worker remains), it fails with the reason.
+- `follow_latest`: it takes this worker's definition now (re-pinned), and goes on.
+
+Either way the drift is audited (`agent.run.definition_drift`, with what changed) and told in
+the run's events; a pin of a format this worker does not read (newer code wrote it) waits the
+same way, never failing the run on this worker's say. A call once marked is settled by the kind
+its mark recorded whatever the new code declares (I7, runtime/core/calls.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import structlog
+
+from runtime.core.deps import AttemptDeps
+from runtime.core.waiting import Suspend
+from runtime.durable.definition import RunDefinition
+from runtime.durable.pins import Drift, NewerFormat, Pin, Policy
+from store.pins import DEFINITION_WAIT, drift_served, note_drift, repin
+from store.rows import RunRow
+
+log = structlog.get_logger(__name__)
+
+DRIFT_AUDIT = "agent.run.definition_drift"
+# The first retry after a drift, and the longest between two.
+FIRST_RETRY_S = 2.0
+LONGEST_RETRY_S = 60.0
+
+Audit = Callable[[str, int, dict[str, Any]], None]
+Fail = Callable[[str, str, int | None], NoReturn]
+
+
+def serve_pin(
+    d: AttemptDeps, run: RunRow, definition: RunDefinition, audit: Audit, fail: Fail
+) -> None:
+    """Return when this worker serves the run as pinned (or the run follows the latest and is
+    re-pinned); otherwise suspend it (Suspend) or fail it (through `fail`), audited."""
+    if run.pin is None:
+        return
+    try:
+        pin = Pin.open(d.sealer, run.id, run.pin)
+    except NewerFormat as exc:
+        _wait(
+            d, run, "newer", [Drift("pin", "format", "format", None, str(exc.found))], audit, fail
+        )
+        return
+    drift = pin.drift(d.tools, definition.agent)
+    if not drift:
+        if run.drift_since is not None:
+            with d.engine.connect() as conn:
+                waited = drift_served(conn, run.id, run.attempt)
+            if waited is not None:
+                audit(DRIFT_AUDIT, run.step, {"served": pin.id, "waited_s": round(waited, 3)})
+        return
+    if pin.policy is Policy.FOLLOW_LATEST:
+        latest = Pin.of(d.tools, definition.agent, definition.tools, pin.policy)
+        with d.engine.connect() as conn:
+            repin(conn, run.id, run.attempt, latest.seal(d.sealer, run.id))
+        audit(DRIFT_AUDIT, run.step, _detail(pin.id, drift, policy=pin.policy, repinned=latest.id))
+        log.info("run.repinned", run_id=run.id, was=pin.id, now=latest.id)
+        return
+    _wait(d, run, pin.id, drift, audit, fail)
+
+
+def _wait(
+    d: AttemptDeps, run: RunRow, pin_id: str, drift: list[Drift], audit: Audit, fail: Fail
+) -> None:
+    """Suspend the run until its next retry, or fail it once it has waited its time."""
+    with d.engine.connect() as conn:
+        noted = note_drift(conn, run.id, run.attempt)
+    limit_s = d.settings.timings.definition_wait_s
+    said = "; ".join(change.say() for change in drift)
+    if noted.waited_s >= limit_s:
+        fail(
+            f"run {run.id}: the code the workers run no longer serves its definition ({said}), "
+            f"and no worker that does took it within LIYAGENT_DEFINITION_WAIT_S={limit_s} s: "
+            "deploy code that declares them again, or start the run anew",
+            "definition_drift",
+            run.step,
+        )
+    if noted.first:
+        audit(DRIFT_AUDIT, run.step, _detail(pin_id, drift, policy=Policy.PINNED))
+        log.warning("run.definition_drift", run_id=run.id, pin=pin_id, drift=said)
+    retry_s = min(LONGEST_RETRY_S, max(FIRST_RETRY_S, noted.waited_s / 4), limit_s - noted.waited_s)
+    at = time.time() + max(retry_s, 0.0)
+    detail = {"pin": pin_id, "changes": [c.to_json() for c in drift], "waited_s": noted.waited_s}
+    raise Suspend(f"{DEFINITION_WAIT}{pin_id}:{at:.3f}", detail)
+
+
+def _detail(pin_id: str, drift: list[Drift], **more: Any) -> dict[str, Any]:
+    return {"pin": pin_id, "changes": [c.to_json() for c in drift], **more}
+
+
+__all__ = ["DRIFT_AUDIT", "serve_pin"]

@@ -1,0 +1,176 @@
+"""A run's pin: what of the deployment's code its definition was started against, so that a
+worker running other code (a rolling deploy) never continues it silently on something else.
+
+The definition (runtime/durable/definition.py) already seals what a run is given: its model
+spec, its tools by name, its system prompt, its output schema. The pin adds what the code says
+of those names when the run starts: each tool's kind and a digest of its argument schema, and
+the output type the code declares for the agent (a framework agent's own, checked by its
+provider). A tool whose body changed but whose name, kind and schema did not is served as it is
+now (the pin says nothing of bodies). The pin is sealed like the definition (purpose `pin`),
+in a column of its own, so a worker of before pins reads its runs as it always did.
+
+`drift` compares a pin with the code this worker runs; what to do about it is the agent's
+policy (`Policy`) and runtime/core/drift.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runtime.base.sealing import Sealer, SealError
+from runtime.durable.policy import Policy
+
+PURPOSE = "pin"
+# The sealed payload's format: a newer one is not guessed at (the run is handed back, never
+# continued on a pin this worker cannot read: runtime/core/drift.py).
+FORMAT = 1
+READS = frozenset({1})
+
+
+class Declared(Protocol):
+    """What the code a process runs declares (runtime/toolbox/tools.py `ToolRegistry`)."""
+
+    def declared_tool(self, name: str) -> tuple[str, dict[str, Any]] | None:
+        """A tool's kind and argument schema, None when the code has no such tool."""
+        ...
+
+    def declared_output(self, agent: str) -> dict[str, Any] | None:
+        """The JSON schema of the output type the code declares for an agent (None: text)."""
+        ...
+
+
+def digest(value: Any) -> str:
+    """A short, stable digest of a JSON value (keys sorted)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ToolPin:
+    """One tool as the code declared it when the run started."""
+
+    kind: str
+    schema: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "schema": self.schema}
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One way the code a worker runs differs from a run's pin: `what` is `tool` or
+    `output`; `change` is `gone`, `kind` or `schema` (for a tool) or `type` (its output)."""
+
+    what: str
+    name: str
+    change: str
+    was: str | None
+    now: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "what": self.what,
+            "name": self.name,
+            "change": self.change,
+            "was": self.was,
+            "now": self.now,
+        }
+
+    def say(self) -> str:
+        """One line for an operator: what changed, from what to what."""
+        if self.change == "gone":
+            return f"{self.what} {self.name} is gone"
+        return f"{self.what} {self.name}: its {self.change} changed ({self.was} -> {self.now})"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """What a run was started against (see the module docstring)."""
+
+    policy: Policy = Policy.PINNED
+    tools: dict[str, ToolPin] = field(default_factory=dict)
+    # The digest of the output type the code declared for the agent (None: text).
+    output: str | None = None
+
+    @classmethod
+    def of(
+        cls, code: Declared, agent: str, tools: list[str], policy: Policy = Policy.PINNED
+    ) -> Pin:
+        """The pin of a run of `agent` given `tools`, against this process's code."""
+        pinned = {}
+        for name in tools:
+            declared = code.declared_tool(name)
+            if declared is not None:
+                pinned[name] = ToolPin(declared[0], digest(declared[1]))
+        output = code.declared_output(agent)
+        return cls(policy, pinned, None if output is None else digest(output))
+
+    @property
+    def id(self) -> str:
+        """Names this definition version (`deploy status`, `waiting_on`)."""
+        return digest(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.value,
+            "tools": {name: pin.to_json() for name, pin in sorted(self.tools.items())},
+            "output": self.output,
+        }
+
+    def drift(self, code: Declared, agent: str) -> list[Drift]:
+        """How the code differs from this pin (empty: it serves the run as pinned)."""
+        now = Pin.of(code, agent, list(self.tools), self.policy)
+        found = []
+        for name, was in sorted(self.tools.items()):
+            current = now.tools.get(name)
+            if current is None:
+                found.append(Drift("tool", name, "gone", was.kind, None))
+            elif current.kind != was.kind:
+                found.append(Drift("tool", name, "kind", was.kind, current.kind))
+            elif current.schema != was.schema:
+                found.append(Drift("tool", name, "schema", was.schema, current.schema))
+        if now.output != self.output:
+            found.append(Drift("output", agent, "type", self.output, now.output))
+        return found
+
+    def seal(self, sealer: Sealer, run_id: str) -> bytes:
+        return sealer.seal(run_id, PURPOSE, 0, {"format": FORMAT, **self.to_json()})
+
+    @classmethod
+    def open(cls, sealer: Sealer, run_id: str, sealed: bytes) -> Pin:
+        """The run's pin, verified against its seal; SealError when it does not verify.
+        `NewerFormat` when it is of a format this worker does not read."""
+        payload = sealer.open(run_id, PURPOSE, 0, sealed)
+        if not isinstance(payload, Mapping):
+            raise SealError(run_id, PURPOSE, "its payload is not a pin")
+        found = payload.get("format")
+        if found not in READS:
+            raise NewerFormat(run_id, found)
+        try:
+            tools = {
+                str(name): ToolPin(str(t["kind"]), str(t["schema"]))
+                for name, t in dict(payload["tools"]).items()
+            }
+            return cls(Policy(payload["policy"]), tools, payload.get("output"))
+        except (KeyError, TypeError, ValueError):
+            raise SealError(run_id, PURPOSE, "its fields are not a pin") from None
+
+
+class NewerFormat(Exception):
+    """A record written by newer code than this worker's: the run is handed back to a worker
+    that reads it, never failed by this one."""
+
+    def __init__(self, run_id: str, found: Any) -> None:
+        super().__init__(
+            f"run {run_id}: its pin is of format {found!r}, newer than this worker reads "
+            f"({sorted(READS)}): handed back for a worker of newer code"
+        )
+        self.run_id = run_id
+        self.found = found
+
+
+__all__ = ["Declared", "Drift", "NewerFormat", "Pin", "Policy", "ToolPin", "digest"]
