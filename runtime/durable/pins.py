@@ -49,6 +49,29 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+# What a schema says for people, not for the arguments it accepts: a reworded docstring is
+# not a changed tool.
+PROSE = frozenset({"description", "title", "examples"})
+
+
+def structural(schema: Any) -> Any:
+    """A JSON schema without its prose (`PROSE`, at every depth): what the arguments are.
+    A property named like a prose key is kept (under `properties` every key is a name)."""
+    if isinstance(schema, list):
+        return [structural(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: (
+            {name: structural(sub) for name, sub in value.items()}
+            if key == "properties" and isinstance(value, dict)
+            else structural(value)
+        )
+        for key, value in schema.items()
+        if key not in PROSE
+    }
+
+
 @dataclass(frozen=True)
 class ToolPin:
     """One tool as the code declared it when the run started."""
@@ -105,7 +128,7 @@ class Pin:
         for name in tools:
             declared = code.declared_tool(name)
             if declared is not None:
-                pinned[name] = ToolPin(declared[0], digest(declared[1]))
+                pinned[name] = ToolPin(declared[0], digest(structural(declared[1])))
         output = code.declared_output(agent)
         return cls(policy, pinned, None if output is None else digest(output))
 
@@ -133,7 +156,9 @@ class Pin:
                 found.append(Drift("tool", name, "kind", was.kind, current.kind))
             elif current.schema != was.schema:
                 found.append(Drift("tool", name, "schema", was.schema, current.schema))
-        if now.output != self.output:
+        # A run started where the code declared no output type for its agent (a text agent,
+        # or a schema of the caller's own) is not judged by what another code declares.
+        if self.output is not None and now.output != self.output:
             found.append(Drift("output", agent, "type", self.output, now.output))
         return found
 
@@ -173,4 +198,4 @@ class NewerFormat(Exception):
         self.found = found
 
 
-__all__ = ["Declared", "Drift", "NewerFormat", "Pin", "Policy", "ToolPin", "digest"]
+__all__ = ["Declared", "Drift", "NewerFormat", "Pin", "Policy", "ToolPin", "digest", "structural"]

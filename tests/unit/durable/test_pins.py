@@ -11,7 +11,7 @@ import pytest
 
 from liyagent import CallContext, agent, tool
 from runtime.base.sealing import SealError, parse_keys
-from runtime.durable.pins import NewerFormat, Pin, Policy
+from runtime.durable.pins import NewerFormat, Pin, Policy, structural
 from runtime.toolbox.tools import ToolRegistry
 
 SCRIPTED = {"provider": "scripted", "script": {"steps": [{"final": "ok"}]}}
@@ -64,6 +64,29 @@ def test_the_same_code_serves_its_pin() -> None:
     assert pin.id == Pin.of(_code(), "desk", NAMES).id
 
 
+def test_a_schema_reworded_is_the_same_schema() -> None:
+    said = {
+        "type": "object",
+        "title": "Args",
+        "properties": {
+            "order": {"type": "string", "description": "The order id"},
+            "title": {"type": "string", "title": "Title"},
+        },
+        "required": ["order"],
+    }
+    reworded = {
+        "type": "object",
+        "properties": {
+            "order": {"type": "string", "description": "Which order"},
+            "title": {"type": "string"},
+        },
+        "required": ["order"],
+    }
+    assert structural(said) == structural(reworded)
+    assert "title" in structural(said)["properties"], "a property named title is kept"
+    assert structural(said) != structural({**reworded, "required": ["order", "title"]})
+
+
 def test_each_change_that_would_serve_a_run_otherwise_is_a_drift() -> None:
     pin = Pin.of(_code(output=Answer), "desk", NAMES)
     gone = ToolRegistry(
@@ -80,6 +103,8 @@ def test_each_change_that_would_serve_a_run_otherwise_is_a_drift() -> None:
     output = pin.drift(_code(output=Answer2), "desk")
     assert [(d.what, d.change) for d in output] == [("output", "type")]
     assert "desk.refund is gone" in pin.drift(gone, "desk")[0].say()
+    # Started where no output type was declared: not judged by one another code declares.
+    assert Pin.of(_code(), "desk", NAMES).drift(_code(output=Answer), "desk") == []
 
 
 def test_a_pin_is_sealed_with_its_run_and_a_newer_format_is_not_guessed_at() -> None:
