@@ -265,15 +265,18 @@ class Stack:
         user_input: str = "help",
         request_key: str | None = None,
         tools: list[str] | None = None,
+        definition_policy: str = "pinned",
     ) -> str:
         """Start a run of `steps`; it may use `tools`, by default exactly the tools its
-        steps call (a run is offered only the tools it names)."""
+        steps call (a run is offered only the tools it names); `definition_policy`: what it
+        does when a worker's code no longer serves its pin (runtime/core/drift.py)."""
         return self.client.start_run(
             agent="support-bot",
             model=self.model(steps),
             user_input=user_input,
             request_key=request_key,
             tools=script_tools(steps) if tools is None else tools,
+            definition_policy=definition_policy,
         )
 
     def offered(self, run_id: str, step: int) -> list[str]:

@@ -170,9 +170,13 @@ def test_remote_agent_call_is_read_back_by_its_task_id(stack, fault, how, tasks)
 
 
 def test_write_reclassified_as_read_is_still_settled_as_a_write(stack) -> None:
+    # The run follows the latest definition, so the new code's serves it (re-pinned): the
+    # call marked as a write before stays one (I7). A pinned run waits instead
+    # (tests/integration/durable/test_pins.py).
     stack.worker("victim", fault="after_mark:kill")
     run_id = stack.start(
-        [step(call("toolu_m2", "chat.reply", conversation="c", text="x")), final()]
+        [step(call("toolu_m2", "chat.reply", conversation="c", text="x")), final()],
+        definition_policy="follow_latest",
     )
     stack.fault_hit("victim")
     stack.procs[-1].popen.wait(timeout=10)
@@ -180,6 +184,13 @@ def test_write_reclassified_as_read_is_still_settled_as_a_write(stack) -> None:
     stack.worker("survivor", env={"LIYAGENT_TOOL_KINDS": "chat.reply=read"})
     stack.beat()
     assert stack.wait(run_id).status == "succeeded"
+    [drift] = stack.rows(
+        "SELECT detail FROM audit_events WHERE run_id = :r AND kind = 'agent.run.definition_drift'",
+        r=run_id,
+    )
+    assert [(c["name"], c["change"], c["was"], c["now"]) for c in drift.detail["changes"]] == [
+        ("chat.reply", "kind", "write", "read")
+    ]
     assert (
         stack.vendor(
             "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor = 'chat'", r=run_id
