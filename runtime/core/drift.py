@@ -97,8 +97,9 @@ def _wait(
         log.warning("run.definition_drift", run_id=run.id, pin=pin_id, drift=said)
     retry_s = min(LONGEST_RETRY_S, max(FIRST_RETRY_S, noted.waited_s / 4), limit_s - noted.waited_s)
     at = time.time() + max(retry_s, 0.0)
-    detail = {"pin": pin_id, "changes": [c.to_json() for c in drift], "waited_s": noted.waited_s}
-    raise Suspend(f"{DEFINITION_WAIT}{pin_id}:{at:.3f}", detail)
+    raise Suspend(
+        f"{DEFINITION_WAIT}{pin_id}:{at:.3f}", _detail(pin_id, drift, waited_s=noted.waited_s)
+    )
 
 
 def _detail(pin_id: str, drift: list[Drift], **more: Any) -> dict[str, Any]:
