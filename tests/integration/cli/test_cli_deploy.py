@@ -13,56 +13,17 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli.test_cli import cli
+from tests.support.desk_code import DESK_V1, DESK_V2
 from tests.support.scripts import final
 from tests.support.user_modules import install, write_module
-
-OLD = '''
-from typing import Any
-
-from liyagent import CallContext, JobContext, JobParams, job, tool
-
-
-@tool.read(name="desk.lookup")
-def lookup(ctx: CallContext, order: str) -> dict[str, Any]:
-    """Look an order up."""
-    return {"order": order}
-
-
-@tool.write(name="desk.refund")
-def refund(ctx: CallContext, order: str) -> dict[str, Any]:
-    """Refund an order."""
-    return {"refunded": order}
-
-
-class Nightly(JobParams):
-    day: str
-
-
-@job(kind="desk_nightly")
-def nightly(ctx: JobContext, params: Nightly) -> dict[str, object]:
-    """The nightly reconciliation."""
-    return {"day": params.day}
-'''
-# The next version: the refund tool and the nightly job are gone.
-NEW = '''
-from typing import Any
-
-from liyagent import CallContext, tool
-
-
-@tool.read(name="desk.lookup")
-def lookup(ctx: CallContext, order: str) -> dict[str, Any]:
-    """Look an order up (the new code's)."""
-    return {"order": order, "v": 2}
-'''
 
 
 @pytest.fixture
 def runs(stack, tmp_path: Path, monkeypatch) -> dict[str, str]:
     """Live runs the old code started (no worker takes them: they stay queued), one of them
     stopped, and the new code beside it on PYTHONPATH."""
-    install(stack, tmp_path / "site", monkeypatch, desk_v1=OLD)
-    write_module(tmp_path / "site", "desk_v2", NEW)
+    install(stack, tmp_path / "site", monkeypatch, desk_v1=DESK_V1)
+    write_module(tmp_path / "site", "desk_v2", DESK_V2)
     c = stack.client
 
     def agent(tools: list[str], model: dict, policy: str = "pinned") -> str:

@@ -12,38 +12,9 @@ from pathlib import Path
 import pytest
 
 from runtime.ops.deploy_status import deploy_status
+from tests.support.desk_code import DESK_V1, DESK_V2
 from tests.support.scripts import call, final, step
 from tests.support.user_modules import install, write_module
-
-OLD = '''
-from typing import Any
-
-from liyagent import CallContext, tool
-
-
-@tool.read(name="desk.lookup")
-def lookup(ctx: CallContext, order: str) -> dict[str, Any]:
-    """Look an order up."""
-    return {"order": order}
-
-
-@tool.write(name="desk.refund")
-def refund(ctx: CallContext, order: str) -> dict[str, Any]:
-    """Refund an order."""
-    return {"refunded": order}
-'''
-# The next version: the refund tool is gone; the lookup's body changed, not its schema.
-NEW = '''
-from typing import Any
-
-from liyagent import CallContext, tool
-
-
-@tool.read(name="desk.lookup")
-def lookup(ctx: CallContext, order: str) -> dict[str, Any]:
-    """Look an order up (the new code's)."""
-    return {"order": order, "v": 2}
-'''
 
 SCRIPT = [step(call("toolu_1", "desk.lookup", order="A-1")), final("looked up")]
 
@@ -52,8 +23,8 @@ SCRIPT = [step(call("toolu_1", "desk.lookup", order="A-1")), final("looked up")]
 def code(stack, tmp_path: Path, monkeypatch) -> None:
     """The old code for this process (the runs start with it) and the workers that name it;
     the new code beside it, for the workers that name `desk_v2`."""
-    install(stack, tmp_path / "site", monkeypatch, desk_v1=OLD)
-    write_module(tmp_path / "site", "desk_v2", NEW)
+    install(stack, tmp_path / "site", monkeypatch, desk_v1=DESK_V1)
+    write_module(tmp_path / "site", "desk_v2", DESK_V2)
 
 
 def _start(stack, policy: str = "pinned") -> str:
