@@ -7,6 +7,7 @@ the model only for the steps after the last one written (I5).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from functools import cached_property
 
 from runtime.base import faults
@@ -83,13 +84,30 @@ class AgentRun(RunAttempt):
             return model
         return TypedAnswers(model, schema, self.d.tools.output_type(self.definition.agent))
 
+    def _pinned(self, request: StepRequest) -> StepRequest:
+        """The request asked with the instructions the run's pin holds (runtime/durable/
+        pins.py), whatever this code says now: a framework agent's provider sends them with
+        it; a native agent's are its system prompt (the same text, unless it follows the
+        latest and was re-pinned to a new one)."""
+        said = None if self.pin is None else self.pin.instructions
+        if said is None:
+            return request
+        if said.per_request:
+            return replace(request, instructions=said.text)
+        first = request.messages[0] if request.messages else None
+        if first is not None and first.get("role") == "system":
+            request.messages[0] = {**first, "content": said.text}
+        return request
+
     def _ask(self, model: ModelProvider, state: RunState) -> StepAnswer:
-        request = StepRequest(
-            run_id=self.run.id,
-            attempt=self.run.attempt,
-            step=state.step + 1,
-            messages=list(state.messages),
-            tools=self.d.tools.schemas(self.definition.tools),
+        request = self._pinned(
+            StepRequest(
+                run_id=self.run.id,
+                attempt=self.run.attempt,
+                step=state.step + 1,
+                messages=list(state.messages),
+                tools=self.d.tools.schemas(self.definition.tools),
+            )
         )
         gate = self._endpoint_wait
         estimates = self._estimates(request)

@@ -11,9 +11,9 @@ import structlog
 
 from runtime.base import drain, faults
 from runtime.base.sealing import SealError, digest
+from runtime.core import drift
 from runtime.core.calls import CallRouter, KeyFn, Settled
 from runtime.core.deps import AttemptDeps
-from runtime.core.drift import serve_pin
 from runtime.core.enqueue import publish_quietly
 from runtime.core.entry import HandOnRefused, entry_point
 from runtime.core.ledger import stored
@@ -21,7 +21,9 @@ from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.durable import chain
 from runtime.durable.definition import RunDefinition
+from runtime.durable.formats import NewerFormat
 from runtime.durable.gates import run_refusal
+from runtime.durable.pins import Pin
 from runtime.durable.state import RunState
 from runtime.fleet.heartbeat import RunLease
 from runtime.fleet.leases import monotonic_ms
@@ -75,11 +77,16 @@ class RunAttempt:
         lease: RunLease,
         key_for: KeyFn | None = None,
         gates: GateRow | None = None,
+        unread: NewerFormat | None = None,
     ) -> None:
         self.d = deps
         self.run = run
-        # What the run is, as sealed with it and verified against its row (the executor).
+        # What the run is, as sealed with it and verified against its row (the executor); only
+        # who it is, from its row, when newer code sealed it (`unread`): the run is handed back.
         self.definition = definition
+        self.unread = unread
+        # The pin this worker serves the run by (runtime/core/drift.py), once it does.
+        self.pin: Pin | None = None
         self.lease = lease
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         self.router = CallRouter(deps, run, definition, lease, key_for)
@@ -135,15 +142,20 @@ class RunAttempt:
             self._take(self._claimed, lasting=True)
         else:
             self._gates()
+        if self.unread is not None:
+            drift.hand_back(self.d, self.run, self.unread, self._audit_owned, self._fail)
         if self.run.status == RunStatus.ANSWERED:
             text = self._open_answer()
             self._audit_resume(self.run.step, [], from_answer=True)
             self._hand_on(text)
             return Outcome.ANSWER_HANDED_ON
-        # The code this worker runs must serve the run as pinned, or the run waits (or follows
-        # the latest, re-pinned): never continued silently on other code (runtime/core/drift.py).
-        serve_pin(self.d, self.run, self.definition, self._audit_owned, self._fail)
-        return self._loop(self._load_state())
+        # The code this worker runs must serve the run as pinned, and read every record of it,
+        # or the run waits (or follows the latest, re-pinned): never continued silently on
+        # other code (runtime/core/drift.py).
+        self.pin = drift.serve_pin(self.d, self.run, self.definition, self._audit_owned, self._fail)
+        state = self._load_state()
+        drift.served(self.d, self.run, self.pin, self._audit_owned)
+        return self._loop(state)
 
     def _loop(self, state: RunState) -> Outcome:
         raise NotImplementedError
@@ -208,6 +220,8 @@ class RunAttempt:
                 records = select_step_records(conn, self.run.id)
         try:
             return chain.rebuild(self.d.sealer, self.run, records)
+        except NewerFormat as exc:
+            drift.hand_back(self.d, self.run, exc, self._audit_owned, self._fail)
         except (ValueError, KeyError, TypeError) as exc:
             self._fail(
                 f"its checkpoint of step {self.run.step} does not verify ({exc}); it was not used",

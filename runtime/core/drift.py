@@ -13,9 +13,13 @@ before. When they differ, the agent's policy says what happens:
 - `follow_latest`: it takes this worker's definition now (re-pinned), and goes on.
 
 Either way the drift is audited (`agent.run.definition_drift`, with what changed) and told in
-the run's events; a pin of a format this worker does not read (newer code wrote it) waits the
-same way, never failing the run on this worker's say. A call once marked is settled by the kind
-its mark recorded whatever the new code declares (I7, runtime/core/calls.py).
+the run's events. A changed prompt is no reason to wait: a run is asked with the instructions
+it pinned (`Pin.instructions`) on any worker, and takes the new ones only when it follows the
+latest. A record of a format this worker does not read (its definition, pin, checkpoint or a
+step record, written by newer code: runtime/durable/formats.py) waits the same way
+(`definition:newer:<retry at>`), never failing the run on this worker's say. A call once marked
+is settled by the kind its mark recorded whatever the new code declares (I7,
+runtime/core/calls.py).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import structlog
 from runtime.core.deps import AttemptDeps
 from runtime.core.waiting import Suspend
 from runtime.durable.definition import RunDefinition
-from runtime.durable.pins import Drift, NewerFormat, Pin, Policy
+from runtime.durable.formats import NewerFormat
+from runtime.durable.pins import Drift, Pin, Policy
 from store.pins import DEFINITION_WAIT, drift_served, note_drift, repin
 from store.rows import RunRow
 
@@ -46,39 +51,53 @@ Fail = Callable[[str, str, int | None], NoReturn]
 
 def serve_pin(
     d: AttemptDeps, run: RunRow, definition: RunDefinition, audit: Audit, fail: Fail
-) -> None:
-    """Return when this worker serves the run as pinned (or the run follows the latest and is
-    re-pinned); otherwise suspend it (Suspend) or fail it (through `fail`), audited."""
+) -> Pin | None:
+    """The pin this worker serves the run by (None: the run has none), once it does as pinned
+    (or the run follows the latest and is re-pinned); otherwise suspend it (Suspend) or fail
+    it (through `fail`), audited."""
     if run.pin is None:
-        return
+        return None
     try:
         pin = Pin.open(d.sealer, run.id, run.pin)
     except NewerFormat as exc:
-        _wait(
-            d, run, "newer", [Drift("pin", "format", "format", None, str(exc.found))], audit, fail
-        )
-        return
-    drift = pin.drift(d.tools, definition.agent)
+        hand_back(d, run, exc, audit, fail)
+    drift = pin.unserved(d.tools, definition.agent)
     if not drift:
-        if run.drift_since is not None:
-            with d.engine.connect() as conn:
-                waited = drift_served(conn, run.id, run.attempt)
-            if waited is not None:
-                audit(DRIFT_AUDIT, run.step, {"served": pin.id, "waited_s": round(waited, 3)})
-        return
+        return pin
     if pin.policy is Policy.FOLLOW_LATEST:
-        latest = Pin.of(d.tools, definition.agent, definition.tools, pin.policy)
+        latest = pin.latest(d.tools, definition.agent, definition.tools)
         with d.engine.connect() as conn:
             repin(conn, run.id, run.attempt, latest.seal(d.sealer, run.id))
         audit(DRIFT_AUDIT, run.step, _detail(pin.id, drift, policy=pin.policy, repinned=latest.id))
         log.info("run.repinned", run_id=run.id, was=pin.id, now=latest.id)
-        return
+        return latest
     _wait(d, run, pin.id, drift, audit, fail)
+
+
+def served(d: AttemptDeps, run: RunRow, pin: Pin | None, audit: Audit) -> None:
+    """This worker serves a run (its pin, and every record of it read) that may have waited
+    for one that does: it waits no more, audited with how long it waited."""
+    if run.drift_since is None:
+        return
+    with d.engine.connect() as conn:
+        waited = drift_served(conn, run.id, run.attempt)
+    if waited is not None:
+        detail = {"served": None if pin is None else pin.id, "waited_s": round(waited, 3)}
+        audit(DRIFT_AUDIT, run.step, detail)
+
+
+def hand_back(d: AttemptDeps, run: RunRow, exc: NewerFormat, audit: Audit, fail: Fail) -> NoReturn:
+    """One of the run's records is of a newer format than this worker reads: the run waits for
+    a worker of newer code (never failed on this worker's say, until no such worker took it
+    within the wait)."""
+    _wait(
+        d, run, "newer", [Drift("record", exc.record, "format", None, str(exc.found))], audit, fail
+    )
 
 
 def _wait(
     d: AttemptDeps, run: RunRow, pin_id: str, drift: list[Drift], audit: Audit, fail: Fail
-) -> None:
+) -> NoReturn:
     """Suspend the run until its next retry, or fail it once it has waited its time."""
     with d.engine.connect() as conn:
         noted = note_drift(conn, run.id, run.attempt)
@@ -106,4 +125,4 @@ def _detail(pin_id: str, drift: list[Drift], **more: Any) -> dict[str, Any]:
     return {"pin": pin_id, "changes": [c.to_json() for c in drift], **more}
 
 
-__all__ = ["DRIFT_AUDIT", "serve_pin"]
+__all__ = ["DRIFT_AUDIT", "hand_back", "serve_pin", "served"]

@@ -373,7 +373,9 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
                 tenant_limit=limit,
                 budget=run_budget_params(budget.tokens, budget.usd),
                 # What of this process's code it starts against (runtime/durable/pins.py).
-                pin=Pin.of(s.tools, new.agent, tools, new.definition_policy).seal(s.sealer, run_id),
+                pin=Pin.of(s.tools, new.agent, tools, new.definition_policy, new.system).seal(
+                    s.sealer, run_id
+                ),
             )
             # Held behind others, or at the bound: the tenant's room (if any) goes to its held
             # runs in their turn, this one among them.

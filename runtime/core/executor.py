@@ -26,6 +26,7 @@ from runtime.core.jobs import JobRun
 from runtime.core.outcome import Outcome
 from runtime.core.workflow import WorkflowRun
 from runtime.durable.definition import RunDefinition
+from runtime.durable.formats import NewerFormat
 from runtime.fleet import usage_notes
 from runtime.fleet.heartbeat import LeaseLost, RunLease
 from runtime.fleet.leases import FENCE_HOLDER, NO_STEP, Leases, Token, monotonic_ms
@@ -206,8 +207,13 @@ def _execute(d: AttemptDeps, claimed: Claimed, lease: RunLease, worker: str) -> 
     """The attempt, on the run's definition as sealed (one that does not verify fails the run,
     I6), inside its span when traces are on (runtime/base/tracing.py); a tracing failure is
     logged and never touches the run."""
+    unread = None
     try:
         definition = RunDefinition.open(d.sealer, claimed.run)
+    except NewerFormat as exc:
+        # Newer code sealed it: the attempt hands the run back to wait for a worker that reads
+        # it (runtime/core/drift.py), knowing only who it is.
+        definition, unread = RunDefinition.of_row(claimed.run), exc
     except SealError as exc:
         d.heartbeat.drop(lease)
         return _refuse_unsealed(d, claimed.run, lease.token, exc)
@@ -222,7 +228,7 @@ def _execute(d: AttemptDeps, claimed: Claimed, lease: RunLease, worker: str) -> 
             log.warning("traces.attempt_failed", error=type(exc).__name__)
     outcome = Outcome.ERROR
     try:
-        outcome = _attempt(d, claimed, definition, lease, worker)
+        outcome = _attempt(d, claimed, definition, lease, worker, unread)
         return outcome
     finally:
         if span is not None:
@@ -267,7 +273,12 @@ def _facts(engine: sa.Engine, row: RunRow, definition: RunDefinition) -> Attempt
 
 
 def _attempt(
-    d: AttemptDeps, claimed: Claimed, definition: RunDefinition, lease: RunLease, worker: str
+    d: AttemptDeps,
+    claimed: Claimed,
+    definition: RunDefinition,
+    lease: RunLease,
+    worker: str,
+    unread: NewerFormat | None = None,
 ) -> Outcome:
     row = claimed.run
     release = True
@@ -276,7 +287,7 @@ def _attempt(
     try:
         faults.point("after_claim")
         attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
-        run = attempt_class(d, row, definition, lease, gates=claimed.gates)
+        run = attempt_class(d, row, definition, lease, gates=claimed.gates, unread=unread)
         outcome = run.execute()
         return outcome
     except (FencedOut, LeaseLost, SendRefused) as exc:

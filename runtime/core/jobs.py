@@ -20,6 +20,7 @@ from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.core.workflow import workflow_key
 from runtime.durable.definition import RunDefinition
+from runtime.durable.formats import NewerFormat
 from runtime.durable.state import RunState, ToolCall
 from runtime.fleet.heartbeat import RunLease
 from runtime.services import Services
@@ -37,8 +38,11 @@ class JobRun(RunAttempt):
         definition: RunDefinition,
         lease: RunLease,
         gates: GateRow | None = None,
+        unread: NewerFormat | None = None,
     ) -> None:
-        super().__init__(deps, run, definition, lease, key_for=workflow_key(run), gates=gates)
+        super().__init__(
+            deps, run, definition, lease, key_for=workflow_key(run), gates=gates, unread=unread
+        )
         # Outcomes of the call the checkpoint left, taken up on resume: the job reuses them.
         self._taken_up: dict[str, dict[str, Any]] = {}
         self._state: RunState | None = None

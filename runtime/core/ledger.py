@@ -9,11 +9,12 @@ The reservation is an upper bound of what the provider bills for the request, so
 usage covers it:
 
 - input: the bytes of everything sent that the request's prompt is made of (its messages, its
-  tool schemas, what its provider adds each time: `prompt_fixed`), JSON-encoded, plus an
-  allowance per message and per tool for the provider's framing. A byte-level BPE tokenizer
-  (OpenAI's, Anthropic's) never makes more tokens than bytes, and the simulator's tokenizer
-  (simulators/token_limit.py `prompt_tokens`: a word or a run of marks a token, 3 a message
-  and 3 the reply) counts fewer tokens than characters;
+  tool schemas, its pinned instructions, what its provider adds each time: `prompt_fixed`;
+  a framework agent's run stored before pins is sent its code's instructions uncounted),
+  JSON-encoded, plus an allowance per message and per tool for the provider's framing. A
+  byte-level BPE tokenizer (OpenAI's, Anthropic's) never makes more tokens than bytes, and the
+  simulator's tokenizer (simulators/token_limit.py `prompt_tokens`: a word or a run of marks
+  a token, 3 a message and 3 the reply) counts fewer tokens than characters;
 - output: the request's max_tokens (the run's spec, its profile's, else DEFAULT_OUTPUT_TOKENS):
   the most a provider generates when it is sent. An OpenAI-compatible request sends it only
   when the run or profile names one; without, the default is an estimate, not a bound.
@@ -98,7 +99,8 @@ def bound(
     """The most `request` may be billed, input and output tokens (the module's note): what
     its note reserves, and what a budget reserves for it (runtime/core/budget_gate.py)."""
     profile = deps.model_profiles().get(profile_name or "")
-    inputs = input_bound(request.messages, request.tools, getattr(model, "prompt_fixed", ()))
+    fixed = [*getattr(model, "prompt_fixed", ()), request.instructions]
+    inputs = input_bound(request.messages, request.tools, fixed)
     return inputs, output_bound(spec, profile)
 
 

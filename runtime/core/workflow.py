@@ -15,6 +15,7 @@ from runtime.core.calls import KeyFn
 from runtime.core.deps import AttemptDeps
 from runtime.core.outcome import Outcome
 from runtime.durable.definition import RunDefinition
+from runtime.durable.formats import NewerFormat
 from runtime.durable.keys import workflow_step_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.durable.workflow_spec import WorkflowError, WorkflowStep, validate_workflow
@@ -39,8 +40,11 @@ class WorkflowRun(RunAttempt):
         definition: RunDefinition,
         lease: RunLease,
         gates: GateRow | None = None,
+        unread: NewerFormat | None = None,
     ) -> None:
-        super().__init__(deps, run, definition, lease, key_for=workflow_key(run), gates=gates)
+        super().__init__(
+            deps, run, definition, lease, key_for=workflow_key(run), gates=gates, unread=unread
+        )
 
     def _loop(self, state: RunState) -> Outcome:
         try:

@@ -24,10 +24,11 @@ RECORD = "step"
 def rebuild(sealer: Sealer, run: RunRow, records: Sequence[StepRecord]) -> RunState:
     """The run's state at its step, from its base and step records (in step order), each
     verified against its seal and its place in the chain; SealError when any does not verify
-    (ValueError when a verified payload has a shape this code cannot read)."""
+    (ValueError when a verified payload has a shape this code cannot read; NewerFormat when
+    newer code wrote it: runtime/durable/formats.py)."""
     assert run.checkpoint is not None
     base_step = records[0].step - 1 if records else run.step
-    state = RunState.from_payload(sealer.open(run.id, BASE, base_step, run.checkpoint))
+    state = RunState.from_payload(sealer.open(run.id, BASE, base_step, run.checkpoint), run.id)
     if state.step != base_step:
         raise SealError(run.id, BASE, f"it holds step {state.step}, not {base_step}")
     prev = digest(run.checkpoint)
@@ -36,7 +37,7 @@ def rebuild(sealer: Sealer, run: RunRow, records: Sequence[StepRecord]) -> RunSt
             raise SealError(
                 run.id, f"record of step {record.step}", f"the chain expects step {state.step + 1}"
             )
-        state.apply(sealer.open(run.id, RECORD, record.step, record.sealed, chain=prev))
+        state.apply(sealer.open(run.id, RECORD, record.step, record.sealed, chain=prev), run.id)
         if state.step != record.step:
             raise SealError(run.id, f"record of step {record.step}", "it names another step")
         prev = digest(record.sealed)

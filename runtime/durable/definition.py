@@ -17,14 +17,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runtime.base.sealing import Sealer, SealError, key_id
+from runtime.durable import formats
 from store.rows import RunRow
 
 PURPOSE = "definition"
-# The sealed payload's format; a newer one is refused by an older worker (never guessed at).
-# Format 2 adds `output`; a definition without one is still written as format 1, so a worker
-# of before it reads every run that does not need it (a rolling deploy).
-FORMAT = 2
-READS = frozenset({1, 2})
 # The fields the run's row repeats as columns: each must equal its sealed value.
 IDENTITY = (
     "agent",
@@ -78,19 +74,23 @@ class RunDefinition:
         if fields["output"] is None:
             del fields["output"]
             return sealer.seal(run_id, PURPOSE, 0, {"format": 1, **fields})
-        return sealer.seal(run_id, PURPOSE, 0, {"format": FORMAT, **fields})
+        return sealer.seal(run_id, PURPOSE, 0, {"format": formats.DEFINITION.writes, **fields})
 
     @classmethod
     def open(cls, sealer: Sealer, row: RunRow) -> RunDefinition:
         """The run's definition, verified against its seal and its row; SealError (the run is
         then failed, never used: I6) when it does not verify, is missing, or its row's columns
-        say otherwise."""
+        say otherwise. NewerFormat when newer code wrote it: the run is handed back, not failed
+        (runtime/durable/formats.py)."""
         if row.definition is None:
             raise SealError(row.id, PURPOSE, "the run has no sealed definition")
         payload = sealer.open(row.id, PURPOSE, 0, row.definition)
-        if not isinstance(payload, Mapping) or payload.get("format") not in READS:
-            found = payload.get("format") if isinstance(payload, Mapping) else None
-            raise SealError(row.id, PURPOSE, f"format {found!r} is not one this worker reads")
+        if not isinstance(payload, Mapping):
+            raise SealError(row.id, PURPOSE, "its payload is not a run definition")
+        try:
+            formats.DEFINITION.check(row.id, payload.get("format"))
+        except ValueError as exc:
+            raise SealError(row.id, PURPOSE, str(exc)) from None
         fields = {k: v for k, v in payload.items() if k != "format"}
         try:
             definition = cls(**fields)
@@ -101,6 +101,14 @@ class RunDefinition:
             if getattr(column, "value", column) != getattr(definition, name):
                 raise SealError(row.id, PURPOSE, f"the run's {name} differs from its sealed one")
         return definition
+
+    @classmethod
+    def of_row(cls, row: RunRow) -> RunDefinition:
+        """Only who the run is, from its row's columns: what an attempt knows of a run whose
+        definition newer code sealed (runtime/durable/formats.py), enough to hand it back."""
+        return cls(
+            **{name: getattr(getattr(row, name), "value", getattr(row, name)) for name in IDENTITY}
+        )
 
     @classmethod
     def of_legacy(cls, row: Mapping[str, Any]) -> RunDefinition:

@@ -3,11 +3,15 @@ worker running other code (a rolling deploy) never continues it silently on some
 
 The definition (runtime/durable/definition.py) already seals what a run is given: its model
 spec, its tools by name, its system prompt, its output schema. The pin adds what the code says
-of those names when the run starts: each tool's kind and a digest of its argument schema, and
-the output type the code declares for the agent (a framework agent's own, checked by its
-provider). A tool whose body changed but whose name, kind and schema did not is served as it is
-now (the pin says nothing of bodies). The pin is sealed like the definition (purpose `pin`),
-in a column of its own, so a worker of before pins reads its runs as it always did.
+of those names when the run starts: each tool's kind and a digest of its argument schema, the
+output type the code declares for the agent (a framework agent's own, checked by its
+provider), and the agent's instructions as the code gives them (a framework agent's, which its
+provider sends with each request; a native agent's declared prompt, when the run started with
+it). The instructions are kept as text: a run is asked with its pinned ones on any worker, so a
+changed prompt is never mixed into a run (a pinned run keeps its own to the end). A tool whose
+body changed but whose name, kind and schema did not is served as it is now (the pin says
+nothing of bodies). The pin is sealed like the definition (purpose `pin`), in a column of its
+own, so a worker of before pins reads its runs as it always did.
 
 `drift` compares a pin with the code this worker runs; what to do about it is the agent's
 policy (`Policy`) and runtime/core/drift.py's.
@@ -22,13 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runtime.base.sealing import Sealer, SealError
-from runtime.durable.policy import Policy
+from runtime.durable import formats
+from runtime.durable.formats import NewerFormat
+from runtime.durable.policy import Instructions, Policy
 
 PURPOSE = "pin"
-# The sealed payload's format: a newer one is not guessed at (the run is handed back, never
-# continued on a pin this worker cannot read: runtime/core/drift.py).
-FORMAT = 1
-READS = frozenset({1})
+# What a pinned run is served through: asked with its pinned text, whatever the code says now.
+SERVED_AS_PINNED = frozenset({"instructions"})
 
 
 class Declared(Protocol):
@@ -40,6 +44,10 @@ class Declared(Protocol):
 
     def declared_output(self, agent: str) -> dict[str, Any] | None:
         """The JSON schema of the output type the code declares for an agent (None: text)."""
+        ...
+
+    def declared_instructions(self, agent: str) -> Instructions | None:
+        """The instructions the code gives an agent, None when it declares none."""
         ...
 
 
@@ -85,8 +93,9 @@ class ToolPin:
 
 @dataclass(frozen=True)
 class Drift:
-    """One way the code a worker runs differs from a run's pin: `what` is `tool` or
-    `output`; `change` is `gone`, `kind` or `schema` (for a tool) or `type` (its output)."""
+    """One way the code a worker runs differs from a run's pin: `what` is `tool`, `output` or
+    `agent`; `change` is `gone`, `kind` or `schema` (for a tool), `type` (its output) or
+    `instructions` (the agent's: a pinned run is served through it, by its pinned text)."""
 
     what: str
     name: str
@@ -107,6 +116,8 @@ class Drift:
         """One line for an operator: what changed, from what to what."""
         if self.change == "gone":
             return f"{self.what} {self.name} is gone"
+        if self.change == "format":
+            return f"its {self.name} is of format {self.now}, newer than this worker reads"
         return f"{self.what} {self.name}: its {self.change} changed ({self.was} -> {self.now})"
 
 
@@ -118,19 +129,41 @@ class Pin:
     tools: dict[str, ToolPin] = field(default_factory=dict)
     # The digest of the output type the code declared for the agent (None: text).
     output: str | None = None
+    # The agent's instructions as the code gave them (None: the code gives it none, or the
+    # run started with a prompt of its caller's own, which no code changes).
+    instructions: Instructions | None = None
 
     @classmethod
     def of(
-        cls, code: Declared, agent: str, tools: list[str], policy: Policy = Policy.PINNED
+        cls,
+        code: Declared,
+        agent: str,
+        tools: list[str],
+        policy: Policy = Policy.PINNED,
+        system: str | None = None,
     ) -> Pin:
-        """The pin of a run of `agent` given `tools`, against this process's code."""
+        """The pin of a run of `agent` given `tools` and started with system prompt `system`,
+        against this process's code."""
         pinned = {}
         for name in tools:
             declared = code.declared_tool(name)
             if declared is not None:
                 pinned[name] = ToolPin(declared[0], digest(structural(declared[1])))
         output = code.declared_output(agent)
-        return cls(policy, pinned, None if output is None else digest(output))
+        said = code.declared_instructions(agent)
+        own = said is not None and (said.per_request or said.text == system)
+        return cls(
+            policy, pinned, None if output is None else digest(output), said if own else None
+        )
+
+    def latest(self, code: Declared, agent: str, tools: list[str]) -> Pin:
+        """The pin a run that follows the latest definition takes from this code: its tools'
+        kinds and schemas, its output type and its instructions, when it was pinned to the
+        code's (a run started with its caller's own prompt keeps it)."""
+        now = Pin.of(code, agent, tools, self.policy)
+        said = code.declared_instructions(agent)
+        instructions = said if self.instructions is not None else None
+        return Pin(self.policy, now.tools, now.output, instructions)
 
     @property
     def id(self) -> str:
@@ -138,11 +171,15 @@ class Pin:
         return digest(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "policy": self.policy.value,
             "tools": {name: pin.to_json() for name, pin in sorted(self.tools.items())},
             "output": self.output,
         }
+        if self.instructions is not None:
+            out["instructions"] = self.instructions.text
+            out["per_request"] = self.instructions.per_request
+        return out
 
     def drift(self, code: Declared, agent: str) -> list[Drift]:
         """How the code differs from this pin (empty: it serves the run as pinned)."""
@@ -160,10 +197,30 @@ class Pin:
         # or a schema of the caller's own) is not judged by what another code declares.
         if self.output is not None and now.output != self.output:
             found.append(Drift("output", agent, "type", self.output, now.output))
+        if self.instructions is not None:
+            said = code.declared_instructions(agent)
+            text = None if said is None else said.text
+            if text != self.instructions.text:
+                new = None if text is None else digest(text)
+                found.append(
+                    Drift("agent", agent, "instructions", digest(self.instructions.text), new)
+                )
+        return found
+
+    def unserved(self, code: Declared, agent: str) -> list[Drift]:
+        """What keeps the code from serving the run as its policy says (empty: it does): a
+        pinned run is served through changed instructions (asked with its pinned text), one
+        that follows the latest through nothing."""
+        found = self.drift(code, agent)
+        if self.policy is Policy.PINNED:
+            return [change for change in found if change.change not in SERVED_AS_PINNED]
         return found
 
     def seal(self, sealer: Sealer, run_id: str) -> bytes:
-        return sealer.seal(run_id, PURPOSE, 0, {"format": FORMAT, **self.to_json()})
+        # A pin without instructions is written as format 1, so a worker of before format 2
+        # reads it (a rolling deploy).
+        format = formats.PIN.writes if self.instructions is not None else 1
+        return sealer.seal(run_id, PURPOSE, 0, {"format": format, **self.to_json()})
 
     @classmethod
     def open(cls, sealer: Sealer, run_id: str, sealed: bytes) -> Pin:
@@ -172,30 +229,29 @@ class Pin:
         payload = sealer.open(run_id, PURPOSE, 0, sealed)
         if not isinstance(payload, Mapping):
             raise SealError(run_id, PURPOSE, "its payload is not a pin")
-        found = payload.get("format")
-        if found not in READS:
-            raise NewerFormat(run_id, found)
         try:
+            formats.PIN.check(run_id, payload.get("format"))
             tools = {
                 str(name): ToolPin(str(t["kind"]), str(t["schema"]))
                 for name, t in dict(payload["tools"]).items()
             }
-            return cls(Policy(payload["policy"]), tools, payload.get("output"))
+            text = payload.get("instructions")
+            said = None
+            if text is not None:
+                said = Instructions(str(text), bool(payload.get("per_request")))
+            return cls(Policy(payload["policy"]), tools, payload.get("output"), said)
         except (KeyError, TypeError, ValueError):
             raise SealError(run_id, PURPOSE, "its fields are not a pin") from None
 
 
-class NewerFormat(Exception):
-    """A record written by newer code than this worker's: the run is handed back to a worker
-    that reads it, never failed by this one."""
-
-    def __init__(self, run_id: str, found: Any) -> None:
-        super().__init__(
-            f"run {run_id}: its pin is of format {found!r}, newer than this worker reads "
-            f"({sorted(READS)}): handed back for a worker of newer code"
-        )
-        self.run_id = run_id
-        self.found = found
-
-
-__all__ = ["Declared", "Drift", "NewerFormat", "Pin", "Policy", "ToolPin", "digest", "structural"]
+__all__ = [
+    "Declared",
+    "Drift",
+    "Instructions",
+    "NewerFormat",
+    "Pin",
+    "Policy",
+    "ToolPin",
+    "digest",
+    "structural",
+]

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.durable import formats
+
 Message = dict[str, Any]
 
 
@@ -80,7 +82,7 @@ class RunState:
 
     def to_payload(self) -> dict[str, Any]:
         return {
-            "v": 1,
+            "v": formats.CHECKPOINT.writes,
             "step": self.step,
             "loop": self.loop,
             "messages": self.messages,
@@ -92,9 +94,9 @@ class RunState:
         }
 
     @classmethod
-    def from_payload(cls, raw: dict[str, Any]) -> RunState:
-        if raw.get("v") != 1:
-            raise ValueError(f"checkpoint format {raw.get('v')!r} is not supported")
+    def from_payload(cls, raw: dict[str, Any], run_id: str = "") -> RunState:
+        """The state a base checkpoint holds; NewerFormat when newer code wrote it."""
+        formats.CHECKPOINT.check(run_id, raw.get("v"))
         return cls(
             step=int(raw["step"]),
             loop=str(raw["loop"]),
@@ -125,7 +127,7 @@ class RunState:
         if w is None:
             raise ValueError("the state was not loaded from its records: no delta to take")
         out: dict[str, Any] = {
-            "v": 2,
+            "v": formats.STEP_RECORD.writes,
             "step": self.step,
             "messages": self.messages[w.messages :],
             "calls": [c.to_json() for c in self.calls],
@@ -139,10 +141,10 @@ class RunState:
             out["cursor"] = self.cursor
         return out
 
-    def apply(self, delta: dict[str, Any]) -> None:
-        """Add one step record's delta, as `delta` took it."""
-        if delta.get("v") != 2:
-            raise ValueError(f"step record format {delta.get('v')!r} is not supported")
+    def apply(self, delta: dict[str, Any], run_id: str = "") -> None:
+        """Add one step record's delta, as `delta` took it; NewerFormat when newer code wrote
+        it."""
+        formats.STEP_RECORD.check(run_id, delta.get("v"))
         self.step = int(delta["step"])
         self.messages.extend(delta["messages"])
         self.calls = [ToolCall.from_json(c) for c in delta["calls"]]

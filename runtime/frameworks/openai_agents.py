@@ -48,6 +48,7 @@ from openai.types.responses import (
 from pydantic_core import to_jsonable_python
 
 from runtime.base.validation import described
+from runtime.durable.policy import Policy
 from runtime.durable.state import ToolCall
 from runtime.frameworks import calls as shared
 from runtime.frameworks.calls import CallTransport, current_call
@@ -67,7 +68,7 @@ from runtime.toolbox.tools import (
     ToolError,
     ToolKind,
 )
-from runtime.toolbox.typed_tools import as_outcome
+from runtime.toolbox.typed_tools import as_outcome, declared_policy
 
 FRAMEWORK = "openai-agents"
 MODEL_TIMEOUT_S = 60.0
@@ -230,8 +231,9 @@ class OpenAIAgentsAgent(GuestAgent):
         name: str,
         kinds: Mapping[str, str] | None = None,
         readers: Mapping[str, Callable[..., Any]] | None = None,
+        definition_policy: Policy = Policy.PINNED,
     ) -> None:
-        super().__init__(name)
+        super().__init__(name, definition_policy)
         _check_agent(agent, name)
         self.agent = agent
         self.instructions = agent.instructions if isinstance(agent.instructions, str) else None
@@ -346,10 +348,10 @@ class OpenAIAgentsProvider:
         self.tools: list[Any] = list(guest.defs.values())
         # The SDK's own retry policy is the Runner's; the engine decides here.
         self.settings = dataclasses.replace(guest.agent.model_settings, retry=None)
-        # What each request sends beyond the step's messages, and the model it asks, for the
-        # reservation noted before it (runtime/core/ledger.py).
+        # What each request sends beyond the step's messages and instructions, and the model
+        # it asks, for the reservation noted before it (runtime/core/ledger.py).
         output = None if guest.output is None else guest.output.json_schema()
-        self.prompt_fixed: list[Any] = [guest.instructions, self.tools, output]
+        self.prompt_fixed: list[Any] = [self.tools, output]
         named = getattr(model, "model", None)
         self.model_name = named if isinstance(named, str) else None
 
@@ -361,7 +363,7 @@ class OpenAIAgentsProvider:
         try:
             response = run_coroutine(
                 self.model.get_response(
-                    system_instructions=self.guest.instructions,
+                    system_instructions=self.guest.instructions_for(request),
                     input=to_input_items(request.messages, self.prefix),
                     model_settings=settings,
                     tools=self.tools,
@@ -456,17 +458,22 @@ def durable(
     name: str | None = None,
     kinds: Mapping[str, str] | None = None,
     readers: Mapping[str, Callable[..., Any]] | None = None,
+    definition_policy: str = "pinned",
 ) -> OpenAIAgentsAgent:
     """Register an `agents.Agent` to run on liyagent (hold the result at the top level of a
     module LIYAGENT_TOOLS names); `kinds` maps each tool to `read`, `write`, `approval_write`
     or `keyed_write:<seconds>` (a tool not named is a write, or an approval write when it
     `needs_approval`); `readers` maps a write to the function that finds its outcome by the
     call's key after a crash (the `CallContext` first, then the write's arguments; None when
-    it finds none)."""
+    it finds none); `definition_policy` what its runs do when a worker's code no longer serves
+    the definition they started with ("pinned": wait for one that does; "follow_latest")."""
     chosen = name or agent.name
     if not chosen:
         raise ToolDeclarationError("durable(agent): give the agent a name (name=...)")
-    return OpenAIAgentsAgent(agent, name=chosen, kinds=kinds, readers=readers)
+    policy = declared_policy(chosen, definition_policy)
+    return OpenAIAgentsAgent(
+        agent, name=chosen, kinds=kinds, readers=readers, definition_policy=policy
+    )
 
 
 __all__ = ["CallTransport", "OpenAIAgentsAgent", "current_call", "durable"]

@@ -33,6 +33,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from pydantic_ai.usage import RunUsage
 
 from runtime.base.validation import problems
+from runtime.durable.policy import Policy
 from runtime.durable.state import ToolCall
 from runtime.frameworks import calls as shared
 from runtime.frameworks import pydantic_ai_mcp as mcp
@@ -61,7 +62,7 @@ from runtime.toolbox.tools import (
     ToolInDoubt,
     ToolKind,
 )
-from runtime.toolbox.typed_tools import as_outcome
+from runtime.toolbox.typed_tools import as_outcome, declared_policy
 
 # The capabilities every 2.68 agent carries (tool search, pending messages): harmless here.
 DEFAULT_CAPABILITIES = frozenset({"ToolSearch", "PendingMessageDrainCapability"})
@@ -151,8 +152,9 @@ class PydanticAIAgent(GuestAgent):
         name: str,
         kinds: Mapping[str, str] | None = None,
         readers: Mapping[str, Callable[..., Any]] | None = None,
+        definition_policy: Policy = Policy.PINNED,
     ) -> None:
-        super().__init__(name)
+        super().__init__(name, definition_policy)
         _check_agent(agent, name)
         self.agent = agent
         self._system, self.instructions = _static_texts(agent, name)
@@ -396,9 +398,9 @@ class PydanticAIProvider:
             output_tools=[self._output_def()] if guest.output is not None else [],
             allow_text_output=guest.output is None,
         )
-        # What each request sends beyond the step's messages, and the model it asks, for the
-        # reservation noted before it (runtime/core/ledger.py).
-        self.prompt_fixed: list[Any] = [guest.system(), guest.instructions, self.params]
+        # What each request sends beyond the step's messages and instructions, and the model
+        # it asks, for the reservation noted before it (runtime/core/ledger.py).
+        self.prompt_fixed: list[Any] = [guest.system(), self.params]
         self.model_name = model.model_name
 
     def _output_def(self) -> ToolDefinition:
@@ -417,7 +419,9 @@ class PydanticAIProvider:
             response = run_coroutine(
                 direct.model_request(
                     self.model,
-                    to_model_messages(request.messages, self.prefix, self.guest.instructions),
+                    to_model_messages(
+                        request.messages, self.prefix, self.guest.instructions_for(request)
+                    ),
                     model_settings=settings,  # type: ignore[arg-type]
                     model_request_parameters=self.params,
                     instrument=False,
@@ -465,16 +469,22 @@ def durable(
     name: str | None = None,
     kinds: Mapping[str, str] | None = None,
     readers: Mapping[str, Callable[..., Any]] | None = None,
+    definition_policy: str = "pinned",
 ) -> PydanticAIAgent:
     """Register a `pydantic_ai.Agent` to run on liyagent (hold the result at the top level of
     a module LIYAGENT_TOOLS names); `kinds` maps each tool to `read`, `write`,
     `approval_write` or `keyed_write:<seconds>` (a tool not named is a write); `readers` maps
     a write to the function that finds its outcome by the call's key after a crash (the
-    `CallContext` first, then the write's arguments; None when it finds none)."""
+    `CallContext` first, then the write's arguments; None when it finds none);
+    `definition_policy` what its runs do when a worker's code no longer serves the definition
+    they started with ("pinned": wait for one that does; "follow_latest")."""
     chosen = name or agent.name
     if not chosen:
         raise ToolDeclarationError("durable(agent): give the agent a name (name=...)")
-    return PydanticAIAgent(agent, name=chosen, kinds=kinds, readers=readers)
+    policy = declared_policy(chosen, definition_policy)
+    return PydanticAIAgent(
+        agent, name=chosen, kinds=kinds, readers=readers, definition_policy=policy
+    )
 
 
 # Shared with the other adapters (runtime/frameworks/calls.py), named here as before.

@@ -18,6 +18,9 @@ class StepRequest:
     step: int
     messages: list[Message]
     tools: list[dict[str, Any]]
+    # The agent's instructions as its run pinned them (runtime/durable/pins.py), which a
+    # framework agent's provider sends with the request; None: the run pinned none.
+    instructions: str | None = None
 
     def headers(self) -> dict[str, str]:
         """Who asks, for the model server's own records (never a secret): the run, its

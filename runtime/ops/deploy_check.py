@@ -11,7 +11,8 @@ deployment does not declare or a framework agent it does not register, or when i
 a kind the code does not declare. A run started with a pin (runtime/durable/pins.py) whose
 tools' kinds or argument schemas, or whose agent's output type, the code no longer declares
 as pinned waits for a worker that does and fails once none remains (its agent's policy
-`pinned`), or is re-pinned to the code and *drifts* (`follow_latest`). A run stored before pins
+`pinned`; changed instructions serve it, by its pinned text), or is re-pinned to the code and
+*drifts* (`follow_latest`, instructions included). A run stored before pins
 *drifts* when a tool it was given is gone: the model is no longer offered it, and a call to it
 is refused.
 """
@@ -124,6 +125,8 @@ def problems(row: RunRow, code: Code) -> list[tuple[Verdict, str]]:
     """Why `code` would not serve this run as it started (none when it would)."""
     try:
         definition = RunDefinition.open(code.sealer, row)
+    except NewerFormat as exc:
+        return [(Verdict.FAILS, f"{exc}; none would once the deploy is done")]
     except SealError as exc:
         return [(Verdict.FAILS, f"its definition does not open with this code: {exc}")]
     found = _model_problems(definition, code)
@@ -152,7 +155,7 @@ def _pin_problems(
         return [(Verdict.FAILS, f"{exc}; none would once the deploy is done")]
     except SealError as exc:
         return [(Verdict.FAILS, f"its pin does not open with this code: {exc}")]
-    changes = "; ".join(change.say() for change in pin.drift(code.tools, definition.agent))
+    changes = "; ".join(change.say() for change in pin.unserved(code.tools, definition.agent))
     if not changes:
         return []
     if pin.policy is Policy.FOLLOW_LATEST:

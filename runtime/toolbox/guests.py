@@ -32,7 +32,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from runtime.models.base import ModelProvider
+from runtime.durable.policy import Policy
+from runtime.models.base import ModelProvider, StepRequest
 from runtime.models.output import OutputType
 from runtime.toolbox.tools import AgentDef, Tool
 
@@ -49,8 +50,14 @@ class GuestAgent(ABC):
     # The adapter's name, as the model spec carries it ("pydantic-ai", "openai-agents").
     framework: ClassVar[str]
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, definition_policy: Policy = Policy.PINNED) -> None:
         self.name = name
+        # What its runs do when a worker's code no longer serves their pinned definition
+        # (runtime/durable/pins.py), as for a native agent.
+        self.definition_policy = definition_policy
+        # The instructions its provider sends with each request (None: none). A run is asked
+        # with the ones pinned when it started (`StepRequest.instructions`), not these.
+        self.instructions: str | None = None
 
     @abstractmethod
     def tools(self, origin: str) -> list[Tool]:
@@ -64,6 +71,12 @@ class GuestAgent(ABC):
         """The type its final answer is checked against by its own provider (None: text); what
         an app's `RunView.output` is read as."""
         return None
+
+    def instructions_for(self, request: StepRequest) -> str | None:
+        """The instructions a step is asked with: those its run pinned when it started (so a
+        deploy that changes them never mixes two into one run), or, for a run stored before
+        pins, the ones this code gives."""
+        return self.instructions if request.instructions is None else request.instructions
 
     def system(self) -> str | None:
         """A system prompt put at the start of each run's conversation (sealed with it); None
@@ -82,4 +95,5 @@ class GuestAgent(ABC):
             tools=[t.name for t in self.tools(origin)],
             system=self.system(),
             origin=origin,
+            definition_policy=self.definition_policy,
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from runtime.durable.policy import Policy
+from runtime.durable.policy import Instructions, Policy
 from runtime.models.output import OutputType
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
@@ -353,6 +353,18 @@ class ToolRegistry:
         """The JSON schema of the output type this code declares for `agent` (None: text)."""
         output = self.output_type(agent)
         return None if output is None else output.schema
+
+    def declared_instructions(self, agent: str) -> Instructions | None:
+        """The instructions this code gives `agent` (a run's pin): a framework agent's, sent by
+        its provider with each request, or a native agent's declared system prompt."""
+        guest = self.guests.get(agent)
+        if guest is not None:
+            text: str | None = guest.instructions
+            return None if text is None else Instructions(text, per_request=True)
+        declared = self.agents.get(agent)
+        if declared is None or declared.system is None:
+            return None
+        return Instructions(declared.system, per_request=False)
 
     def schemas(self, allowed: list[str] | None) -> list[dict[str, Any]]:
         """The schemas of exactly the tools a run may use: none when it names none (fail

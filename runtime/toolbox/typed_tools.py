@@ -369,11 +369,11 @@ def agent(
         origin="python",
         description=description,
         output=_output_type(name, output, names),
-        definition_policy=_policy(name, definition_policy),
+        definition_policy=declared_policy(name, definition_policy),
     )
 
 
-def _policy(agent: str, raw: str) -> Policy:
+def declared_policy(agent: str, raw: str) -> Policy:
     """An agent's definition policy, or the declaration refused naming the ones there are."""
     try:
         return Policy(raw)

@@ -1,9 +1,11 @@
 """A run's pin (runtime/durable/pins.py) against the code of another version: what it calls a
 drift (a tool gone, its kind or argument schema changed, the agent's output type changed) and
-what it does not (a tool's body or description changed), and its seal."""
+what it does not (a tool's body or description changed), the instructions it keeps, and its
+seal; the formats of a run's records (runtime/durable/formats.py)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pydantic
@@ -11,14 +13,21 @@ import pytest
 
 from liyagent import CallContext, agent, tool
 from runtime.base.sealing import SealError, parse_keys
-from runtime.durable.pins import NewerFormat, Pin, Policy, structural
+from runtime.durable import formats
+from runtime.durable.definition import IDENTITY, RunDefinition
+from runtime.durable.pins import Instructions, NewerFormat, Pin, Policy, structural
+from runtime.durable.state import RunState
 from runtime.toolbox.tools import ToolRegistry
 
 SCRIPTED = {"provider": "scripted", "script": {"steps": [{"final": "ok"}]}}
 
 
 def _code(
-    *, refund_kind: str = "write", lookup_args: str = "order", output: Any = None
+    *,
+    refund_kind: str = "write",
+    lookup_args: str = "order",
+    output: Any = None,
+    system: str | None = None,
 ) -> ToolRegistry:
     """A registry as one version of a team's module would declare it."""
 
@@ -42,7 +51,7 @@ def _code(
         tool.read(name="desk.lookup")(lookup).to_tool("test"),
         declare(name="desk.refund")(refund).to_tool("test"),
     ]
-    desk = agent("desk", model=SCRIPTED, tools=["desk.lookup"], output=output)
+    desk = agent("desk", model=SCRIPTED, tools=["desk.lookup"], output=output, system=system)
     return ToolRegistry(tools, agents=[desk])
 
 
@@ -117,3 +126,55 @@ def test_a_pin_is_sealed_with_its_run_and_a_newer_format_is_not_guessed_at() -> 
     newer = sealer.seal("run-1", "pin", 0, {"format": 99, **pin.to_json()})
     with pytest.raises(NewerFormat, match="newer than this worker reads"):
         Pin.open(sealer, "run-1", newer)
+
+
+def test_a_native_agents_declared_prompt_is_pinned_when_its_run_starts_with_it() -> None:
+    old, new = _code(system="Be brief."), _code(system="Be thorough.")
+    pin = Pin.of(old, "desk", NAMES, system="Be brief.")
+    assert pin.instructions == Instructions("Be brief.", per_request=False)
+    # A pinned run is served through a changed prompt (it keeps its own: runtime/core/drift.py
+    # drops the change); one that follows the latest takes the new one.
+    [change] = pin.drift(new, "desk")
+    assert (change.what, change.change) == ("agent", "instructions")
+    assert Pin(Policy.FOLLOW_LATEST, pin.tools, None, pin.instructions).latest(
+        new, "desk", NAMES
+    ).instructions == Instructions("Be thorough.", per_request=False)
+    # A run started with a prompt of its caller's own: no code changes it, none is pinned.
+    own = Pin.of(old, "desk", NAMES, Policy.FOLLOW_LATEST, system="My own prompt.")
+    assert own.instructions is None and own.drift(new, "desk") == []
+    assert own.latest(new, "desk", NAMES).instructions is None
+
+
+def test_a_pin_with_instructions_is_a_newer_format_and_one_without_is_not() -> None:
+    sealer = parse_keys("k1:" + "A" * 43 + "=")
+    plain = Pin.of(_code(), "desk", NAMES)
+    said = Pin.of(_code(system="Be brief."), "desk", NAMES, system="Be brief.")
+    assert sealer.open("run-1", "pin", 0, plain.seal(sealer, "run-1"))["format"] == 1
+    assert sealer.open("run-1", "pin", 0, said.seal(sealer, "run-1"))["format"] == 2
+    assert Pin.open(sealer, "run-1", said.seal(sealer, "run-1")) == said
+
+
+def test_a_record_of_a_newer_format_is_handed_back_and_an_unknown_one_is_refused() -> None:
+    state = RunState.initial("desk", None, "hi")
+    with pytest.raises(NewerFormat, match="step record is of format 3"):
+        state.apply({"v": 3}, "run-1")
+    with pytest.raises(NewerFormat, match="checkpoint is of format 2"):
+        RunState.from_payload({**state.to_payload(), "v": 2}, "run-1")
+    for unknown in (0, "2", None, True):
+        with pytest.raises(ValueError, match="not one this worker reads"):
+            formats.STEP_RECORD.check("run-1", unknown)
+    # NewerFormat is never taken for an unreadable record (nothing catching ValueError).
+    assert not issubclass(NewerFormat, ValueError)
+
+
+def test_a_definition_of_a_newer_format_is_handed_back() -> None:
+    sealer = parse_keys("k1:" + "A" * 43 + "=")
+    run = "11111111-1111-1111-1111-111111111111"
+    definition = RunDefinition("desk", "app", "api", "agent", "api", None, None, run, True)
+    identity = {n: getattr(definition, n) for n in IDENTITY}
+    newer = sealer.seal(run, "definition", 0, {"format": 3, **identity})
+    row = SimpleNamespace(id=run, definition=newer, **identity)
+    with pytest.raises(NewerFormat, match="definition is of format 3"):
+        RunDefinition.open(sealer, row)  # type: ignore[arg-type]
+    # What the attempt knows of it: who it is, from its row.
+    assert RunDefinition.of_row(row) == definition  # type: ignore[arg-type]
