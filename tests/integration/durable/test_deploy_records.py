@@ -7,12 +7,12 @@ and served by a newer one. Judged from what the agent's model was sent and from 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.desk_code import DESK_V1
+from tests.support.drifts import drift_audits, until
 from tests.support.scripts import call, final, step
 from tests.support.user_modules import install, write_module
 
@@ -66,22 +66,6 @@ formats.STEP_RECORD.reads = frozenset({2, 3})
 )
 
 
-def _until(check, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
-def _drifts(stack, run_id: str) -> list[dict]:
-    rows = stack.rows(
-        "SELECT detail FROM audit_events WHERE run_id = :r "
-        "AND kind = 'agent.run.definition_drift' ORDER BY id",
-        r=run_id,
-    )
-    return [r.detail for r in rows]
-
-
 def _step(stack, run_id: str) -> int:
     return int(stack.rows("SELECT step FROM runs WHERE id = :r", r=run_id)[0].step)
 
@@ -108,14 +92,14 @@ def test_a_framework_agents_instructions_are_pinned_across_a_deploy(
     # The old code asks step 1 and, while step 2 is asked, its worker is replaced by one of the
     # new code (SIGTERM to its process group, as a service manager stops it: step 2 may be
     # lost with the pool's process and asked again, never written twice).
-    _until(lambda: seen.exists() and len(seen.read_text().splitlines()) >= 2, "no step 2")
+    until(lambda: seen.exists() and len(seen.read_text().splitlines()) >= 2, "no step 2")
     old.stop()
     stack.worker("new", env={"GUIDE_SEEN": str(seen), "LIYAGENT_TOOLS": new_code})
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
     asked = [tuple(json.loads(line)) for line in seen.read_text().splitlines()]
     assert {code for code, _ in asked} == {"old", "new"}, asked
-    drifts = _drifts(stack, run_id)
+    drifts = drift_audits(stack, run_id)
     if policy == "pinned":
         # Every request of the run carries the instructions it started with, on either code.
         assert {said for _, said in asked} == {OLD}, asked
@@ -146,17 +130,17 @@ def test_an_older_worker_hands_back_a_run_whose_records_newer_code_wrote(
         tools=["desk.lookup"],
     )
     # Newer code writes step 1 (a record of format 3), then its worker goes away mid-step 2.
-    _until(lambda: _step(stack, run_id) >= 1, "step 1 was never written")
+    until(lambda: _step(stack, run_id) >= 1, "step 1 was never written")
     first.stop()
     older = stack.worker("older")
-    _until(lambda: stack.client.get(run_id).status == "waiting", "the older worker never gave it")
+    until(lambda: stack.client.get(run_id).status == "waiting", "the older worker never gave it")
     view = stack.client.get(run_id)
     assert view.waiting_on is not None and view.waiting_on.startswith("definition:newer:")
-    [drift] = _drifts(stack, run_id)
+    [drift] = drift_audits(stack, run_id)
     [change] = drift["changes"]
     assert (change["name"], change["change"], change["now"]) == ("step record", "format", "3")
     older.stop()
     stack.worker("newer-again", env=newer)
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
-    assert _drifts(stack, run_id)[-1]["waited_s"] > 0
+    assert drift_audits(stack, run_id)[-1]["waited_s"] > 0

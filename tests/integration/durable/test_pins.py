@@ -13,6 +13,7 @@ import pytest
 
 from runtime.ops.deploy_status import deploy_status
 from tests.support.desk_code import DESK_V1, DESK_V2
+from tests.support.drifts import drift_audits, until
 from tests.support.scripts import call, final, step
 from tests.support.user_modules import install, write_module
 
@@ -37,29 +38,13 @@ def _start(stack, policy: str = "pinned") -> str:
     )
 
 
-def _until(check, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
-def _drifts(stack, run_id: str) -> list[dict]:
-    rows = stack.rows(
-        "SELECT detail FROM audit_events WHERE run_id = :r "
-        "AND kind = 'agent.run.definition_drift' ORDER BY id",
-        r=run_id,
-    )
-    return [r.detail for r in rows]
-
-
 def test_a_pinned_run_waits_for_a_worker_whose_code_serves_it(stack, code) -> None:
     new = stack.worker("new", env={"LIYAGENT_TOOLS": "desk_v2"})
     run_id = _start(stack)
-    _until(lambda: stack.client.get(run_id).status == "waiting", "it never waited")
+    until(lambda: stack.client.get(run_id).status == "waiting", "it never waited")
     view = stack.client.get(run_id)
     assert view.waiting_on is not None and view.waiting_on.startswith("definition:")
-    [drift] = _drifts(stack, run_id)
+    [drift] = drift_audits(stack, run_id)
     assert drift["policy"] == "pinned"
     assert drift["changes"] == [
         {"what": "tool", "name": "desk.refund", "change": "gone", "was": "write", "now": None}
@@ -71,13 +56,13 @@ def test_a_pinned_run_waits_for_a_worker_whose_code_serves_it(stack, code) -> No
     # It retries on the new worker (woken at growing intervals), still unserved: audited once.
     time.sleep(3)
     assert stack.client.get(run_id).status in ("waiting", "queued", "running")
-    assert len(_drifts(stack, run_id)) == 1
+    assert len(drift_audits(stack, run_id)) == 1
     # A worker of the old code (a fleet mid-deploy runs both) serves it as it started.
     new.stop()
     stack.worker("old")
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
-    served = _drifts(stack, run_id)[-1]
+    served = drift_audits(stack, run_id)[-1]
     assert served["served"] == drift["pin"] and served["waited_s"] > 0
     kinds = [e.kind for e in stack.client.events(run_id).events]
     assert "definition_drift" in kinds and "waiting" in kinds
@@ -103,7 +88,7 @@ def test_a_run_that_follows_the_latest_is_repinned_and_goes_on(stack, code) -> N
     run_id = _start(stack, "follow_latest")
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
-    [drift] = _drifts(stack, run_id)
+    [drift] = drift_audits(stack, run_id)
     assert drift["policy"] == "follow_latest" and drift["repinned"] != drift["pin"]
     assert drift["changes"][0]["name"] == "desk.refund"
     # Re-pinned: the next attempt on the same code finds nothing to say.
