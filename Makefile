@@ -48,7 +48,9 @@ demo: install
 # it is held at its limit), their figures in reports/token-limit.json; then the ledger kill
 # trials (every written step's usage against the model server's bills, every lost billed request
 # covered by unconfirmed usage; LIYAGENT_LEDGER_TRIALS, 60); then the budget trial (50 runs
-# against small budgets with victims SIGKILLed; reports/budgets.json).
+# against small budgets with victims SIGKILLed; reports/budgets.json); then the rolling-deploy
+# trials (54 runs in flight while every worker is replaced by one of new code, one case per change
+# the new code makes; LIYAGENT_DEPLOY_RUNS, LIYAGENT_DEPLOY_CHANGES; reports/rolling-deploys.json).
 TOKEN_LIMIT_TRIALS := tests/trials/test_token_limit.py tests/trials/test_token_limit_kills.py
 STORE_FAULT_TRIALS := tests/trials/test_fault_trials.py tests/trials/test_redis_failover.py \
 	tests/trials/test_postgres_failover.py tests/trials/test_partitions.py
@@ -60,6 +62,7 @@ trials: install
 	LIYAGENT_TPM_TRIAL_S=$${LIYAGENT_TPM_TRIAL_S:-120} LIYAGENT_TPM_KILL_TRIALS=$${LIYAGENT_TPM_KILL_TRIALS:-30} LIYAGENT_FIGURES_REPORT=reports/token-limit.json $(PY) -m pytest $(TOKEN_LIMIT_TRIALS) -q
 	LIYAGENT_LEDGER_TRIALS=$${LIYAGENT_LEDGER_TRIALS:-60} LIYAGENT_FIGURES_REPORT=reports/ledger.json $(PY) -m pytest tests/trials/test_ledger_trials.py -q
 	LIYAGENT_BUDGET_TRIALS=$${LIYAGENT_BUDGET_TRIALS:-50} LIYAGENT_FIGURES_REPORT=reports/budgets.json $(PY) -m pytest tests/trials/test_budget_trials.py -q
+	LIYAGENT_DEPLOY_RUNS=$${LIYAGENT_DEPLOY_RUNS:-54} LIYAGENT_DEPLOY_CHANGES=$${LIYAGENT_DEPLOY_CHANGES:-all} LIYAGENT_FIGURES_REPORT=reports/rolling-deploys.json $(PY) -m pytest tests/trials/test_rolling_deploys.py -q
 
 # Every figure of issue 12 side by side in one run, against the targets: throughput and added
 # latency vs plain Celery, server-counted Postgres/Redis work per step, scaling, sweeps at 100k
