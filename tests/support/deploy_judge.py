@@ -79,6 +79,7 @@ class RunRecord:
     losses: int = 0
     ended_at: datetime | None = None
     first_request: int | None = None  # its first model request's id at the model server
+    last_request_at: datetime | None = None  # when the model server took its last request
 
     @property
     def repins(self) -> int:
@@ -115,12 +116,13 @@ def records(stack: Stack, runs: dict[str, tuple[str, str]]) -> dict[str, RunReco
         agent, policy = runs[r.id]
         out[r.id] = RunRecord(r.id, agent, policy, r.status, ended_at=r.finished_at)
     for q in stack.vendor(
-        "SELECT id, run_id, call, status, body FROM sim.requests WHERE vendor = 'model' "
-        "AND method = 'POST' AND run_id = ANY(:ids) ORDER BY id",
+        "SELECT id, run_id, call, status, body, created_at FROM sim.requests "
+        "WHERE vendor = 'model' AND method = 'POST' AND run_id = ANY(:ids) ORDER BY id",
         ids=ids,
     ):
         rec = out[q.run_id]
         rec.first_request = rec.first_request or q.id
+        rec.last_request_at = q.created_at
         rec.seen.append(Seen.of(q.body))
         rec.codes |= codes(q.body)
         if q.status == 200:
@@ -186,11 +188,16 @@ def references(recs: dict[str, RunRecord]) -> dict[str, Seen]:
 
 
 def judge_deploy(
-    recs: dict[str, RunRecord], refs: dict[str, Seen], desk: Desk, servable: bool
+    recs: dict[str, RunRecord],
+    refs: dict[str, Seen],
+    desk: Desk,
+    servable: bool,
+    old_gone_at: datetime,
 ) -> DeployVerdict:
     """Every run ended as its policy says, nothing written twice, no step asked again, no run
     on a mix of definitions, no pinned run without a tool it was pinned to, every drift
-    audited (`servable`: the new code serves runs pinned to the old)."""
+    audited (`servable`: the new code serves runs pinned to the old; `old_gone_at`: when the
+    last worker of the old code had stopped)."""
     v = DeployVerdict(duplicates=desk_duplicates(desk))
     for rec in recs.values():
         if rec.status not in ("succeeded", "failed"):
@@ -207,8 +214,13 @@ def judge_deploy(
             v.mixed[rec.run_id] = switches
         if rec.policy == "pinned" and any(not ref.names <= s.names for s in rec.seen):
             v.without_pinned_tool.append(rec.run_id)
+        # Pinned to what the new code does not serve: no result of the new code, no request
+        # after the old workers were gone (its answer too came from an old worker).
         new_code = "new" in rec.codes.values()
-        if not servable and new_code and (rec.policy == "pinned" or not rec.repins):
+        late = rec.last_request_at is not None and rec.last_request_at > old_gone_at
+        if not servable and rec.policy == "pinned" and (new_code or late):
+            v.served_by_other_code.append(rec.run_id)
+        if not servable and new_code and not rec.repins:
             v.served_by_other_code.append(rec.run_id)
         waited = rec.drift_waits or rec.failure_code == "definition_drift"
         if (waited or switches) and not rec.drifts:
