@@ -75,6 +75,7 @@ class RunRecord:
     codes: dict[str, str] = field(default_factory=dict)
     drifts: list[tuple[datetime, dict[str, Any]]] = field(default_factory=list)
     drift_waits: int = 0  # its `agent.run.waiting` rows on a definition
+    newer_waits: int = 0  # of them, on a record of a newer format than a worker read
     handed_back: int = 0
     losses: int = 0
     ended_at: datetime | None = None
@@ -142,6 +143,7 @@ def records(stack: Stack, runs: dict[str, tuple[str, str]]) -> dict[str, RunReco
             rec.handed_back += 1
         elif str(a.detail.get("waiting_on") or "").startswith("definition:"):
             rec.drift_waits += 1
+            rec.newer_waits += str(a.detail["waiting_on"]).startswith("definition:newer:")
     with stack.engine.connect() as conn:
         for run_id, lost in judge.losses(conn, ids).items():
             out[run_id].losses = len(lost)

@@ -2,7 +2,9 @@
 (tests/support/deploy_code.py, `deploy_desk`: a native, a Pydantic AI and an Agents SDK agent,
 each pinned and following the latest, over the order desk) replaced one by one by workers of
 the new code, surge first: a new worker started, then an old one SIGTERMed (its warm shutdown
-hands its runs back at their next step boundary). One case per change the new code makes.
+hands its runs back at their next step boundary). One case per change the new code makes; for
+a newer record format (a newer liyagent release), a canary of it is started and stopped first,
+so old workers meet its records.
 
 Judged from the model server's records (what each run's model was offered and told) and the
 order desk's (tests/support/deploy_judge.py): every run ends as its policy says (a change the
@@ -29,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from liyagent.local.procs import Proc
+from runtime.services import holder_of
 from store.runs import db_now
 from tests.support import deploy_code as code
 from tests.support.deploy_code import Change
@@ -137,6 +140,24 @@ def _until_all_end(stack: Stack, runs: dict[str, tuple[str, str]], timeout: floa
         time.sleep(0.25)
 
 
+def _canary(stack: Stack, deployment: Deployment, runs: dict[str, tuple[str, str]]) -> int:
+    """A canary of the new release, stopped once it wrote a step of a run (of the newer
+    format): the old workers, all still up, then meet its runs' records. Without it no old
+    worker would (a surge deploy never stops a new worker). The runs in flight at its stop."""
+    canary = _worker(stack, "canary", deployment.new)
+    holder = holder_of(canary.popen.pid)  # its one process (a threads worker)
+    deadline = time.monotonic() + 60
+    while not stack.rows(
+        "SELECT 1 FROM runs WHERE claimed_by = :h AND checkpoint_attempt = attempt AND step >= 1",
+        h=holder,
+    ):
+        assert time.monotonic() < deadline, "the canary never wrote a step"
+        time.sleep(0.1)
+    in_flight = len(runs) - _ended(stack, runs)
+    canary.stop(grace_s=60)
+    return in_flight
+
+
 @pytest.mark.timeout(300 + RUNS * 6)
 @pytest.mark.parametrize("change", CHANGES, ids=[c.value for c in CHANGES])
 def test_a_rolling_deploy_keeps_each_run_on_its_definition(
@@ -147,8 +168,9 @@ def test_a_rolling_deploy_keeps_each_run_on_its_definition(
     runs = _start_runs(stack)
     _until_every_agent_is_going(stack, runs)
     # The rolling deploy, surge first: a new worker ready, then an old one SIGTERMed.
-    in_flight, clean = [], []
     deploy_began = time.monotonic()
+    in_flight = [_canary(stack, deployment, runs)] if change is Change.FORMAT else []
+    clean = []
     for i, old in enumerate(olds):
         _worker(stack, f"new{i}", deployment.new)
         in_flight.append(len(runs) - _ended(stack, runs))
@@ -175,9 +197,12 @@ def test_a_rolling_deploy_keeps_each_run_on_its_definition(
         f"{in_flight}, clean stops {sum(clean)}/{len(clean)}); {met_new} runs served by the "
         f"new code, {sum(r.handed_back for r in recs.values())} hand-backs, "
         f"{sum(r.repins for r in recs.values())} re-pins, {len(waits)} drift waits "
-        f"(p50 {p50(waits)} s); ends {dict(sorted(ends.items()))}; problems "
+        f"(p50 {p50(waits)} s), {sum(r.newer_waits for r in recs.values())} on a newer "
+        f"record; ends {dict(sorted(ends.items()))}; problems "
         f"{verdict.problems() or 'none'}; {time.monotonic() - began:.0f} s"
     )
     assert in_flight[0] >= min(RUNS, 50), f"too few runs in flight: {in_flight}"
     assert all(clean), f"an old worker did not stop by itself: {clean}"
     assert not verdict.problems(), verdict.problems()
+    if change is Change.FORMAT:  # an old worker met a newer record and handed its run back
+        assert any(r.newer_waits for r in recs.values()), "no old worker met a newer record"
