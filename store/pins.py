@@ -71,3 +71,28 @@ def repin(conn: sa.Connection, run_id: str, attempt: int, pin: bytes) -> None:
     ).first()
     if row is None:
         raise FencedOut(run_id, attempt, "re-pin its definition")
+
+
+def note_code(conn: sa.Connection, code: str) -> None:
+    """The fleet sees code version `code`: noted with the time it was first seen, kept after
+    (the first process of a deploy to start notes it; the others find it)."""
+    conn.execute(
+        sql("INSERT INTO code_versions (id) VALUES (:code) ON CONFLICT (id) DO NOTHING"),
+        {"code": code},
+    )
+
+
+def newer_code(conn: sa.Connection, mine: str, pinned: str) -> bool:
+    """Whether code version `mine` was first seen after `pinned` (one never noted is older
+    than any: its code ran before versions were noted)."""
+    row = conn.execute(
+        sql(
+            """
+            SELECT (SELECT first_seen FROM code_versions WHERE id = :mine)
+                   > coalesce((SELECT first_seen FROM code_versions WHERE id = :pinned),
+                              '-infinity') AS newer
+            """
+        ),
+        {"mine": mine, "pinned": pinned},
+    ).one()
+    return bool(row.newer)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import sqlalchemy as sa
 import structlog
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import WorkerLostError
@@ -16,6 +17,7 @@ from celery.worker.request import Request
 
 from runtime.base import faults
 from runtime.base.settings import get_settings
+from runtime.core.code_versions import noted_version
 from runtime.fleet.leases import Token
 from runtime.ops import startup
 from runtime.recovery import outage
@@ -76,6 +78,11 @@ def start_watching() -> None:
     each on a thread of its own, so both run on time whatever the pool's slots are doing."""
     global _watch, _sweeps
     s = services()
+    try:
+        # Its code version, noted as the deploy starts it (runtime/core/code_versions.py).
+        noted_version(s.engine, s.tools)
+    except sa.exc.SQLAlchemyError as exc:
+        log.warning("worker.code_version_unnoted", error=type(exc).__name__, next="at first use")
     was_up = s.presence.up
     # Each (re)connect of its presence makes it a consumer of its queues again.
     s.presence.consumes = tuple(sorted(app.amqp.queues.consume_from))

@@ -153,6 +153,13 @@ class RunAttempt:
         # or the run waits (or follows the latest, re-pinned): never continued silently on
         # other code (runtime/core/drift.py).
         self.pin = drift.serve_pin(self.d, self.run, self.definition, self._audit_owned, self._fail)
+        if self.pin is not None:
+            # Offered and allowed: the tools it is pinned to, so a follower re-pinned without
+            # one is never offered it again by older code that still declares it.
+            self.definition = replace(
+                self.definition, tools=self.pin.offered(self.definition.tools)
+            )
+            self.router.narrow(self.definition)
         state = self._load_state()
         drift.served(self.d, self.run, self.pin, self._audit_owned)
         return self._loop(state)

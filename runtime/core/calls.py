@@ -127,6 +127,11 @@ class CallRouter:
         # answer and the results kept so far), set by `route`.
         self._left = deps.settings.step_max_bytes
 
+    def narrow(self, definition: RunDefinition) -> None:
+        """Route by `definition` from now on (the attempt's, narrowed to its pinned tools)."""
+        self.definition = definition
+        self.waits.definition = definition
+
     def route(
         self, state: RunState, resuming: bool, gates: GateRow
     ) -> tuple[list[Message], list[Settled]]:

@@ -10,16 +10,21 @@ before. When they differ, the agent's policy says what happens:
   runs both versions), holding no worker: suspended as `definition:<pin>:<retry at>`, woken by
   the sweeper at growing intervals (2 s, up to a minute) for any worker to try. Once it has
   waited `LIYAGENT_DEFINITION_WAIT_S` (no such worker remains), it fails with the reason.
-- `follow_latest`: it takes this worker's definition now (re-pinned), and goes on.
+- `follow_latest`: it takes this worker's definition now (re-pinned), and goes on; forward
+  only: a worker whose code version the fleet first saw before the one the run is pinned to
+  (an old worker still up mid-deploy, meeting a run a new one re-pinned) does not take it back
+  to its own while a newer worker may take it; once none has within LIYAGENT_DEFINITION_WAIT_S
+  (a rollback), the code that remains takes it.
 
 Either way the drift is audited (`agent.run.definition_drift`, with what changed) and told in
 the run's events. A changed prompt is no reason to wait: a run is asked with the instructions
 it pinned (`Pin.instructions`) on any worker, and takes the new ones only when it follows the
 latest. A record of a format this worker does not read (its definition, pin, checkpoint or a
 step record, written by newer code: runtime/durable/formats.py) waits the same way
-(`definition:newer:<retry at>`), never failing the run on this worker's say. A call once marked
-is settled by the kind its mark recorded whatever the new code declares (I7,
-runtime/core/calls.py).
+(`definition:newer:<retry at>`) and is never failed by this worker, which cannot read what it
+would fail: it waits until a worker that reads it takes it (`liyagent deploy status` shows
+it). A call once marked is settled by the kind its mark recorded whatever the new code declares
+(I7, runtime/core/calls.py).
 """
 
 from __future__ import annotations
@@ -30,12 +35,13 @@ from typing import Any, NoReturn
 
 import structlog
 
+from runtime.core.code_versions import newer_than
 from runtime.core.deps import AttemptDeps
 from runtime.core.waiting import Suspend
 from runtime.durable.definition import RunDefinition
 from runtime.durable.formats import NewerFormat
 from runtime.durable.pins import Drift, Pin, Policy
-from store.pins import DEFINITION_WAIT, drift_served, note_drift, repin
+from store.pins import DEFINITION_WAIT, Drifted, drift_served, note_drift, repin
 from store.rows import RunRow
 
 log = structlog.get_logger(__name__)
@@ -64,14 +70,25 @@ def serve_pin(
     drift = pin.unserved(d.tools, definition.agent)
     if not drift:
         return pin
+    noted = None
+    if pin.policy is Policy.FOLLOW_LATEST and not newer_than(d.engine, d.tools, pin.code):
+        # Older code than the run follows (an old worker still up mid-deploy): not taken back
+        # to it while a newer worker may take it; once none has within its wait (a rollback),
+        # the code that remains takes it.
+        noted = _noted(d, run)
+        if noted.waited_s < d.settings.timings.definition_wait_s:
+            _wait(d, run, noted, pin.id, drift, audit, fail, policy=pin.policy, newer=True)
     if pin.policy is Policy.FOLLOW_LATEST:
         latest = pin.latest(d.tools, definition.agent, definition.tools)
         with d.engine.connect() as conn:
             repin(conn, run.id, run.attempt, latest.seal(d.sealer, run.id))
-        audit(DRIFT_AUDIT, run.step, _detail(pin.id, drift, policy=pin.policy, repinned=latest.id))
+        detail = _detail(pin.id, drift, policy=pin.policy, repinned=latest.id)
+        if noted is not None:
+            detail["back_after_s"] = round(noted.waited_s, 3)
+        audit(DRIFT_AUDIT, run.step, detail)
         log.info("run.repinned", run_id=run.id, was=pin.id, now=latest.id)
         return latest
-    _wait(d, run, pin.id, drift, audit, fail)
+    _wait(d, run, _noted(d, run), pin.id, drift, audit, fail, policy=pin.policy)
 
 
 def served(d: AttemptDeps, run: RunRow, pin: Pin | None, audit: Audit) -> None:
@@ -88,22 +105,36 @@ def served(d: AttemptDeps, run: RunRow, pin: Pin | None, audit: Audit) -> None:
 
 def hand_back(d: AttemptDeps, run: RunRow, exc: NewerFormat, audit: Audit, fail: Fail) -> NoReturn:
     """One of the run's records is of a newer format than this worker reads: the run waits for
-    a worker of newer code (never failed on this worker's say, until no such worker took it
-    within the wait)."""
-    _wait(
-        d, run, "newer", [Drift("record", exc.record, "format", None, str(exc.found))], audit, fail
-    )
+    a worker of newer code, never failed on this worker's say (it cannot read what it would
+    fail)."""
+    changes = [Drift("record", exc.record, "format", None, str(exc.found))]
+    _wait(d, run, _noted(d, run), "newer", changes, audit, fail, policy=None, newer=True)
+
+
+def _noted(d: AttemptDeps, run: RunRow) -> Drifted:
+    """Since when the run has waited for a worker that serves it (this attempt noted)."""
+    with d.engine.connect() as conn:
+        return note_drift(conn, run.id, run.attempt)
 
 
 def _wait(
-    d: AttemptDeps, run: RunRow, pin_id: str, drift: list[Drift], audit: Audit, fail: Fail
+    d: AttemptDeps,
+    run: RunRow,
+    noted: Drifted,
+    pin_id: str,
+    drift: list[Drift],
+    audit: Audit,
+    fail: Fail,
+    *,
+    policy: Policy | None,
+    newer: bool = False,
 ) -> NoReturn:
-    """Suspend the run until its next retry, or fail it once it has waited its time."""
-    with d.engine.connect() as conn:
-        noted = note_drift(conn, run.id, run.attempt)
+    """Suspend the run until its next retry (retried at growing intervals, at most a minute
+    apart), or fail it once it has waited its time; one that waits for newer code (`newer`)
+    is never failed here."""
     limit_s = d.settings.timings.definition_wait_s
     said = "; ".join(change.say() for change in drift)
-    if noted.waited_s >= limit_s:
+    if noted.waited_s >= limit_s and not newer:
         fail(
             f"run {run.id}: the code the workers run no longer serves its definition ({said}), "
             f"and no worker that does took it within LIYAGENT_DEFINITION_WAIT_S={limit_s} s: "
@@ -112,9 +143,12 @@ def _wait(
             run.step,
         )
     if noted.first:
-        audit(DRIFT_AUDIT, run.step, _detail(pin_id, drift, policy=Policy.PINNED))
+        waits_for = "newer_code" if newer else "serving_code"
+        audit(DRIFT_AUDIT, run.step, _detail(pin_id, drift, policy=policy, waits_for=waits_for))
         log.warning("run.definition_drift", run_id=run.id, pin=pin_id, drift=said)
-    retry_s = min(LONGEST_RETRY_S, max(FIRST_RETRY_S, noted.waited_s / 4), limit_s - noted.waited_s)
+    retry_s = min(LONGEST_RETRY_S, max(FIRST_RETRY_S, noted.waited_s / 4))
+    if noted.waited_s < limit_s:
+        retry_s = min(retry_s, limit_s - noted.waited_s)
     at = time.time() + max(retry_s, 0.0)
     raise Suspend(
         f"{DEFINITION_WAIT}{pin_id}:{at:.3f}", _detail(pin_id, drift, waited_s=noted.waited_s)

@@ -20,6 +20,7 @@ from runtime.base.refused import BadRequest as BadRequest
 from runtime.base.tenancy import NORMAL, PRIORITIES, TENANT_MAX_CHARS
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
+from runtime.core.code_versions import noted_version
 from runtime.core.deps import DoorDeps
 from runtime.core.entry import entry_point_of
 from runtime.durable.definition import RunDefinition
@@ -347,6 +348,8 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
     tenant = new.tenant if new.tenant is not None else new.owner
     # A sub-agent's run is never held: its parent was admitted and waits for it.
     limit = None if new.parent_run_id is not None else s.settings.tenants.limit_of(tenant)
+    # The code version its pin names is noted (once a process): what orders re-pins.
+    noted_version(s.engine, s.tools)
     try:
         with s.engine.connect() as conn, _fenced(conn, new), tenants.door(conn, tenant, limit):
             rid, created, held = insert_run(

@@ -24,6 +24,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
 from runtime.base.sealing import Sealer, SealError
 from runtime.durable import formats
@@ -49,6 +50,32 @@ class Declared(Protocol):
     def declared_instructions(self, agent: str) -> Instructions | None:
         """The instructions the code gives an agent, None when it declares none."""
         ...
+
+    def declared_names(self) -> tuple[list[str], list[str]]:
+        """The names of every tool and every agent the code declares."""
+        ...
+
+
+# Each code's version, computed once (its declarations are read when it is loaded, not after).
+_VERSIONS: WeakKeyDictionary[Any, str] = WeakKeyDictionary()
+
+
+def code_version(code: Declared) -> str:
+    """Names what `code` declares as a whole (every tool's kind and argument schema, every
+    agent's output type and instructions): the version a run's pin names, which the fleet
+    orders by when it first saw it (store/pins.py `code_versions`)."""
+    found = _VERSIONS.get(code)
+    if found is None:
+        tools, agents = code.declared_names()
+        said = {
+            "tools": Pin.of(code, "", tools).to_json()["tools"],
+            "agents": {
+                name: [code.declared_output(name), code.declared_instructions(name)]
+                for name in agents
+            },
+        }
+        found = _VERSIONS[code] = digest(said)
+    return found
 
 
 def digest(value: Any) -> str:
@@ -132,6 +159,8 @@ class Pin:
     # The agent's instructions as the code gave them (None: the code gives it none, or the
     # run started with a prompt of its caller's own, which no code changes).
     instructions: Instructions | None = None
+    # The version of the code that pinned it (`code_version`; None: a pin of before versions).
+    code: str | None = None
 
     @classmethod
     def of(
@@ -153,7 +182,11 @@ class Pin:
         said = code.declared_instructions(agent)
         own = said is not None and (said.per_request or said.text == system)
         return cls(
-            policy, pinned, None if output is None else digest(output), said if own else None
+            policy,
+            pinned,
+            None if output is None else digest(output),
+            said if own else None,
+            code_version(code) if agent else None,
         )
 
     def latest(self, code: Declared, agent: str, tools: list[str]) -> Pin:
@@ -163,12 +196,13 @@ class Pin:
         now = Pin.of(code, agent, tools, self.policy)
         said = code.declared_instructions(agent)
         instructions = said if self.instructions is not None else None
-        return Pin(self.policy, now.tools, now.output, instructions)
+        return Pin(self.policy, now.tools, now.output, instructions, now.code)
 
     @property
     def id(self) -> str:
-        """Names this definition version (`deploy status`, `waiting_on`)."""
-        return digest(self.to_json())
+        """Names this definition version (`deploy status`, `waiting_on`): what the run is
+        pinned to, whichever code version pinned it."""
+        return digest({k: v for k, v in self.to_json().items() if k != "code"})
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -179,6 +213,8 @@ class Pin:
         if self.instructions is not None:
             out["instructions"] = self.instructions.text
             out["per_request"] = self.instructions.per_request
+        if self.code is not None:
+            out["code"] = self.code
         return out
 
     def drift(self, code: Declared, agent: str) -> list[Drift]:
@@ -207,6 +243,11 @@ class Pin:
                 )
         return found
 
+    def offered(self, tools: list[str]) -> list[str]:
+        """Of the tools a run was given, those it may use under this pin: the pinned ones (a
+        tool a follower's re-pin dropped is never offered again)."""
+        return [name for name in tools if name in self.tools]
+
     def unserved(self, code: Declared, agent: str) -> list[Drift]:
         """What keeps the code from serving the run as its policy says (empty: it does): a
         pinned run is served through changed instructions (asked with its pinned text), one
@@ -218,7 +259,7 @@ class Pin:
 
     def seal(self, sealer: Sealer, run_id: str) -> bytes:
         # A pin without instructions is written as format 1, so a worker of before format 2
-        # reads it (a rolling deploy).
+        # reads it (a rolling deploy; its `code` it ignores).
         format = formats.PIN.writes if self.instructions is not None else 1
         return sealer.seal(run_id, PURPOSE, 0, {"format": format, **self.to_json()})
 
@@ -239,7 +280,14 @@ class Pin:
             said = None
             if text is not None:
                 said = Instructions(str(text), bool(payload.get("per_request")))
-            return cls(Policy(payload["policy"]), tools, payload.get("output"), said)
+            code = payload.get("code")
+            return cls(
+                Policy(payload["policy"]),
+                tools,
+                payload.get("output"),
+                said,
+                None if code is None else str(code),
+            )
         except (KeyError, TypeError, ValueError):
             raise SealError(run_id, PURPOSE, "its fields are not a pin") from None
 
@@ -252,6 +300,7 @@ __all__ = [
     "Pin",
     "Policy",
     "ToolPin",
+    "code_version",
     "digest",
     "structural",
 ]

@@ -366,6 +366,11 @@ class ToolRegistry:
             return None
         return Instructions(declared.system, per_request=False)
 
+    def declared_names(self) -> tuple[list[str], list[str]]:
+        """Every tool's and every agent's name (a framework agent's among them): what a code
+        version is made of (runtime/durable/pins.py `code_version`)."""
+        return self.names(), sorted({*self.agents, *self.guests})
+
     def schemas(self, allowed: list[str] | None) -> list[dict[str, Any]]:
         """The schemas of exactly the tools a run may use: none when it names none (fail
         closed; a run's list is checked against this registry when it is stored)."""

@@ -355,3 +355,13 @@ documents = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.PrimaryKeyConstraint("source", "doc_id"),
 )
+
+
+code_versions = sa.Table(
+    "code_versions",
+    metadata,
+    # A version of the deployment's code (runtime/durable/pins.py `code_version`) and when the
+    # fleet first saw it: which of two versions is the newer (store/pins.py `newer_code`).
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("first_seen", sa.DateTime(timezone=True), nullable=False, server_default=now()),
+)

@@ -53,6 +53,12 @@ def look(q: str) -> str:
 desk = durable(guide, name="guide", kinds={{"look": "read"}}, definition_policy={policy!r})
 '''
 OLD, NEW = "Answer in English.", "Answer in French."
+# The next version of the desk: its lookup takes a region too (another argument schema).
+REGIONS = DESK_V1.replace(
+    "def lookup(ctx: CallContext, order: str)",
+    'def lookup(ctx: CallContext, order: str, region: str = "eu")',
+)
+assert REGIONS != DESK_V1
 # A liyagent release whose step records are of a newer format (3), reading the old one (2) too:
 # what the next release's worker would write, loaded as its code.
 NEWER_RECORDS = (
@@ -68,6 +74,10 @@ formats.STEP_RECORD.reads = frozenset({2, 3})
 
 def _step(stack, run_id: str) -> int:
     return int(stack.rows("SELECT step FROM runs WHERE id = :r", r=run_id)[0].step)
+
+
+def _attempt(stack, run_id: str) -> int:
+    return int(stack.rows("SELECT attempt FROM runs WHERE id = :r", r=run_id)[0].attempt)
 
 
 @pytest.mark.kill
@@ -132,15 +142,64 @@ def test_an_older_worker_hands_back_a_run_whose_records_newer_code_wrote(
     # Newer code writes step 1 (a record of format 3), then its worker goes away mid-step 2.
     until(lambda: _step(stack, run_id) >= 1, "step 1 was never written")
     first.stop()
-    older = stack.worker("older")
+    # Its wait is short, yet an older worker never fails a run newer code took.
+    older = stack.worker("older", env={"LIYAGENT_DEFINITION_WAIT_S": "1"})
     until(lambda: stack.client.get(run_id).status == "waiting", "the older worker never gave it")
     view = stack.client.get(run_id)
     assert view.waiting_on is not None and view.waiting_on.startswith("definition:newer:")
     [drift] = drift_audits(stack, run_id)
     [change] = drift["changes"]
     assert (change["name"], change["change"], change["now"]) == ("step record", "format", "3")
+    assert drift["waits_for"] == "newer_code"
+    # Retried past its wait (2 s, then more), it still waits.
+    until(lambda: _attempt(stack, run_id) >= 3, "it was not retried", timeout=20)
+    assert stack.client.get(run_id).status in ("waiting", "queued", "running")
     older.stop()
     stack.worker("newer-again", env=newer)
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view
     assert drift_audits(stack, run_id)[-1]["waited_s"] > 0
+
+
+@pytest.mark.kill
+@pytest.mark.parametrize("then", ["a newer worker comes", "rolled back"])
+def test_a_follower_is_taken_back_to_older_code_only_after_its_wait(
+    stack, tmp_path: Path, monkeypatch, then: str
+) -> None:
+    site = tmp_path / "site"
+    install(stack, site, monkeypatch, desk_v1=DESK_V1)
+    write_module(site, "desk_v2", REGIONS)
+    lookup = call("toolu_1", "desk.lookup", order="A-1")
+    steps = [step(lookup), step(lookup, latency_ms=3000), final("looked up")]
+    # Started on the old code (noted as the older version), taken by a worker of the new.
+    run_id = stack.client.start_run(
+        agent="desk",
+        model={"provider": "scripted", "script": {"steps": steps}},
+        user_input="look A-1 up twice",
+        tools=["desk.lookup", "desk.refund"],
+        definition_policy="follow_latest",
+    )
+    new = {"LIYAGENT_TOOLS": "desk_v2"}
+    first = stack.worker("new", env=new)
+    # The new code re-pins it and writes step 1; its worker goes away mid-step 2, and a worker
+    # of the old code (still up mid-deploy), which does not serve the new pin, takes the run:
+    # it waits for newer code instead of taking it back to its own.
+    until(lambda: _step(stack, run_id) >= 1, "step 1 was never written")
+    first.stop()
+    wait_s = "900" if then == "a newer worker comes" else "3"
+    old = stack.worker("old", env={"LIYAGENT_DEFINITION_WAIT_S": wait_s})
+    until(lambda: len(drift_audits(stack, run_id)) >= 2, "the old worker never gave it")
+    repinned, waiting = drift_audits(stack, run_id)[:2]
+    assert repinned["policy"] == "follow_latest" and "repinned" in repinned
+    assert waiting["waits_for"] == "newer_code" and waiting["pin"] == repinned["repinned"]
+    if then == "a newer worker comes":
+        old.stop()
+        stack.worker("new-again", env=new)
+    view = stack.wait(run_id, timeout=60)
+    assert view.status == "succeeded", view
+    last = drift_audits(stack, run_id)[-1]
+    if then == "a newer worker comes":
+        assert last["served"] == repinned["repinned"]
+    else:
+        # No newer worker took it within its wait: the code that remains takes it, audited.
+        assert last["repinned"] == repinned["pin"] and last["back_after_s"] >= 3

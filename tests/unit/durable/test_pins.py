@@ -178,3 +178,19 @@ def test_a_definition_of_a_newer_format_is_handed_back() -> None:
         RunDefinition.open(sealer, row)  # type: ignore[arg-type]
     # What the attempt knows of it: who it is, from its row.
     assert RunDefinition.of_row(row) == definition  # type: ignore[arg-type]
+
+
+def test_a_code_version_names_all_the_code_declares() -> None:
+    from runtime.durable.pins import code_version
+
+    assert code_version(_code()) == code_version(_code())
+    assert code_version(_code(refund_kind="read")) != code_version(_code())
+    assert code_version(_code(system="Be brief.")) != code_version(_code())
+    # A pin names the version that pinned it, not in its id: the same definition version.
+    old, new = Pin.of(_code(), "desk", NAMES), Pin.of(_code(system="Be brief."), "desk", NAMES)
+    assert old.code != new.code and old.id == new.id
+
+
+def test_a_run_is_offered_only_the_tools_it_is_pinned_to() -> None:
+    pin = Pin.of(_code(), "desk", ["desk.lookup"])
+    assert pin.offered(["desk.lookup", "desk.refund"]) == ["desk.lookup"]
