@@ -188,8 +188,11 @@ def build(
     t = settings.timings
     leases = Leases(client, settings.namespace, t.lease_ttl_ms)
     presence = Presence(target, settings.namespace, holder, t.death_grace_ms)
-    engine = db.engine_for(settings.database_url, pools.db_pool_max(settings.db_pool_max), name)
-    probe = db.probe_engine(settings.database_url, f"{name}:probe")
+    pooler = settings.database_pooler
+    engine = db.engine_for(
+        settings.database_url, pools.db_pool_max(settings.db_pool_max), name, pooler
+    )
+    probe = db.probe_engine(settings.database_url, f"{name}:probe", pooler)
     # Cut from Postgres alone for half a lease plus the death grace while others reach it,
     # this process gives its leases up to them (runtime/fleet/heartbeat.py, PostgresReach).
     reach = PostgresReach(

@@ -8,6 +8,7 @@ import os
 import select
 import threading
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,17 +16,35 @@ from psycopg.types.string import TextLoader
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/liyagent"
 
-# This process's engines by URL; a forked child forgets its parent's (`forget_after_fork`, called
-# by the owner of process-wide state, runtime/base/process.py).
+
+class Pooler(StrEnum):
+    """What stands between a process and Postgres (LIYAGENT_DATABASE_POOLER): what its
+    connections may ask of a server session."""
+
+    # The server itself: each connection is a session of its own, its bounds given at connect.
+    NONE = "none"
+    # PgBouncer (any pool mode, transaction pooling included): a statement may run on any
+    # server session, so nothing is left on one (no server-side prepared statement) and nothing
+    # is asked at connect (startup options are refused by 1.18, ignored or refused by later
+    # versions); the bounds are the server's own for the role (`session_bounds`).
+    PGBOUNCER = "pgbouncer"
+
+
+# This process's engines by URL and pooler; a forked child forgets its parent's
+# (`forget_after_fork`, called by the owner of process-wide state, runtime/base/process.py).
 _lock = threading.Lock()
-_engines: dict[str, sa.Engine] = {}
+_engines: dict[tuple[str, Pooler], sa.Engine] = {}
 
 # A stalled client must never hold a row lock the sweeper waits on: each fenced write is a
 # single autocommit statement, and the server ends any transaction left idle or any wait
-# that outlasts these bounds.
-_SESSION_OPTIONS = (
-    "-c idle_in_transaction_session_timeout=10000 -c lock_timeout=5000 -c statement_timeout=30000"
-)
+# that outlasts these bounds (ms). A direct link sets them at connect (startup options);
+# behind a pooler the server must hold them for the role (checked at start).
+SESSION_BOUNDS_MS = {
+    "idle_in_transaction_session_timeout": 10_000,
+    "lock_timeout": 5_000,
+    "statement_timeout": 30_000,
+}
+_SESSION_OPTIONS = " ".join(f"-c {name}={ms}" for name, ms in SESSION_BOUNDS_MS.items())
 
 
 # A server that went away without closing its sockets (a host lost, a network cut) is noticed
@@ -83,7 +102,23 @@ def _read_only_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
 DEFAULT_POOL_MAX = 15
 
 
-def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "") -> sa.Engine:
+def _session_args(pooler: Pooler, options: str) -> dict[str, Any]:
+    """What a connection asks of its server session: its `options` on a direct link; behind a
+    pooler nothing that outlives a statement. psycopg prepares a statement server-side after
+    its fifth execution on a connection (`prepare_threshold`), and behind PgBouncer 1.18 the
+    next one lands on another server session ("prepared statement _pg3_0 does not exist", or
+    "already exists" on a session another client prepared on): never prepared there."""
+    if pooler is Pooler.NONE:
+        return {"options": options}
+    return {"prepare_threshold": None}
+
+
+def create(
+    url: str,
+    pool_max: int = DEFAULT_POOL_MAX,
+    application_name: str = "",
+    pooler: Pooler = Pooler.NONE,
+) -> sa.Engine:
     """A new engine for `url` in autocommit mode with the server-side safety bounds above,
     opening at most `pool_max` connections: each is checked out for one statement only (never
     across a model or tool call), so a thread waits for the pool only when more threads than
@@ -92,8 +127,9 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
     (Keeping an eighth and closing the rest after a burst opened 2.7 connections per run of a
     `-P threads -c 500` worker: a backend forked and torn down each time, most of Postgres's
     CPU in `make bench`'s density section; kept, 154.) `application_name` names them in
-    `pg_stat_activity` (the process's holder)."""
-    connect_args: dict[str, Any] = {"options": _SESSION_OPTIONS, **_LINK_OPTIONS}
+    `pg_stat_activity` (the process's holder). Behind a `pooler`, its connections ask nothing
+    of a server session (`_session_args`)."""
+    connect_args: dict[str, Any] = {**_session_args(pooler, _SESSION_OPTIONS), **_LINK_OPTIONS}
     if application_name:
         connect_args["application_name"] = application_name[:63]
     engine = sa.create_engine(
@@ -117,15 +153,17 @@ def create(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "
     return engine
 
 
-def probe_engine(url: str, application_name: str = "") -> sa.Engine:
+def probe_engine(url: str, application_name: str = "", pooler: Pooler = Pooler.NONE) -> sa.Engine:
     """One connection for a process's Postgres probe (runtime/fleet/heartbeat.py), apart from
     the run threads' pool (a busy pool must not read as an outage), and quick to give up on a
-    cut link: unacknowledged bytes after PROBE_TIMEOUT_MS, a connect after 2 s."""
+    cut link: unacknowledged bytes after PROBE_TIMEOUT_MS, a connect after 2 s. (Behind a
+    pooler its statement runs under the role's bound; a probe unanswered for PROBE_TIMEOUT_MS
+    counts as failed all the same, runtime/fleet/reach.py.)"""
     connect_args: dict[str, Any] = {
         **_LINK_OPTIONS,
         "connect_timeout": 2,
         "tcp_user_timeout": PROBE_TIMEOUT_MS,
-        "options": "-c statement_timeout=2000",
+        **_session_args(pooler, f"-c statement_timeout={PROBE_TIMEOUT_MS}"),
     }
     if application_name:
         connect_args["application_name"] = application_name[:63]
@@ -140,14 +178,19 @@ def probe_engine(url: str, application_name: str = "") -> sa.Engine:
     )
 
 
-def engine_for(url: str, pool_max: int = DEFAULT_POOL_MAX, application_name: str = "") -> sa.Engine:
-    """The engine for `url` in this process; a forked child gets its own, never its parent's
-    (`forget_after_fork`). The first caller in a process sizes and names it (the process's
-    services)."""
+def engine_for(
+    url: str,
+    pool_max: int = DEFAULT_POOL_MAX,
+    application_name: str = "",
+    pooler: Pooler = Pooler.NONE,
+) -> sa.Engine:
+    """The engine for `url` behind `pooler` in this process; a forked child gets its own, never
+    its parent's (`forget_after_fork`). The first caller in a process sizes and names it (the
+    process's services)."""
     with _lock:
-        engine = _engines.get(url)
+        engine = _engines.get((url, pooler))
         if engine is None:
-            engine = _engines[url] = create(url, pool_max, application_name)
+            engine = _engines[url, pooler] = create(url, pool_max, application_name, pooler)
         return engine
 
 
@@ -175,6 +218,22 @@ def ping(engine: sa.Engine) -> None:
     """One round trip to Postgres; raises if it does not answer."""
     with engine.connect() as conn:
         conn.execute(sql("SELECT 1"))
+
+
+def session_bounds(engine: sa.Engine) -> tuple[str, dict[str, int]]:
+    """The role `engine` connects as and the bounds (SESSION_BOUNDS_MS's names, in ms, 0 for
+    none) a session of it gets from the server: what the role, its database or a pooler's
+    connect query set, the same on every server session a pooler hands out."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sql(
+                "SELECT current_user AS role, name, setting::int AS ms FROM pg_settings "
+                "WHERE name = ANY(:names)"
+            ),
+            {"names": list(SESSION_BOUNDS_MS)},
+        ).all()
+    role = rows[0].role if rows else ""
+    return role, {row.name: row.ms for row in rows}
 
 
 def ping_schema(engine: sa.Engine) -> None:

@@ -30,7 +30,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     # A read: opens the seal keys there are, never makes one (production without any refuses,
     # as every process does, even for the list).
     sealer = open_sealer(settings.production)
-    engine = db.engine_for(settings.database_url)
+    engine = db.engine_for(settings.database_url, pooler=settings.database_pooler)
     if args.run_id:
         run_id = resolve_run_id(engine, args.run_id)
         view = read_view(engine, sealer, run_id)
@@ -58,7 +58,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     files = {"html": _output_file(args.html, "--html"), "png": _output_file(args.png, "--png")}
     settings = get_settings()
-    engine = db.engine_for(settings.database_url)
+    engine = db.engine_for(settings.database_url, pooler=settings.database_pooler)
     run_id = resolve_run_id(engine, args.run_id)
     sealer = open_sealer(settings.production)  # a read: never makes a key
     if not sealer.keys:

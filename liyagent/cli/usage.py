@@ -26,7 +26,8 @@ def cmd_usage(args: argparse.Namespace) -> int:
     if not 1 <= args.days <= MAX_DAYS:
         raise CliError(f"--days: from 1 to {MAX_DAYS}, not {args.days}", USAGE)
     since = datetime.now(UTC) - timedelta(days=args.days)
-    engine = db.engine_for(get_settings().database_url)
+    settings = get_settings()
+    engine = db.engine_for(settings.database_url, pooler=settings.database_pooler)
     with engine.connect() as conn:
         lines = usage_by(
             conn, args.by, since, principal=args.principal, agent=args.agent, tenant=args.tenant

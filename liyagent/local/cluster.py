@@ -35,6 +35,7 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
         **base,
         "LIYAGENT_ENV": "development",
         "LIYAGENT_DATABASE_URL": settings.database_url,
+        "LIYAGENT_DATABASE_POOLER": settings.database_pooler.value,
         "LIYAGENT_REDIS_URL": settings.redis_url,
         "LIYAGENT_REDIS_MASTER": settings.redis_master,
         "LIYAGENT_NAMESPACE": settings.namespace,

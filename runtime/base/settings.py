@@ -12,12 +12,13 @@ from functools import lru_cache
 
 from runtime.base.config import ConfigError as ConfigError
 from runtime.base.store_urls import SENTINEL_SCHEME as SENTINEL_SCHEME
+from runtime.base.store_urls import database_pooler as database_pooler
 from runtime.base.store_urls import database_url as database_url
 from runtime.base.store_urls import redis_master as redis_master
 from runtime.base.store_urls import redis_url as redis_url
 from runtime.base.store_urls import sentinel_url as sentinel_url
 from runtime.base.tenancy import TenantLimits
-from store.db import DEFAULT_DATABASE_URL
+from store.db import DEFAULT_DATABASE_URL, Pooler
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -257,6 +258,10 @@ class Settings:
     """Everything a worker, beat or app process needs to reach Postgres and Redis."""
 
     database_url: str = DEFAULT_DATABASE_URL
+    # What stands between every process and Postgres (LIYAGENT_DATABASE_POOLER): `pgbouncer`,
+    # and no connection asks anything of a server session (store/db.py `Pooler`); the bounds a
+    # direct link sets at connect must then be the server's for the role (checked at start).
+    database_pooler: Pooler = Pooler.NONE
     redis_url: str = DEFAULT_REDIS_URL
     # With a sentinel:// `redis_url`: the name of the master its Sentinels watch (every Redis
     # client, the broker's included, follows that master through failovers).
@@ -356,6 +361,7 @@ class Settings:
             database_url=database_url(
                 os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL
             ),
+            database_pooler=database_pooler(os.environ.get("LIYAGENT_DATABASE_POOLER", "")),
             redis_url=redis,
             redis_master=redis_master(redis, os.environ.get("LIYAGENT_REDIS_MASTER", "")),
             namespace=os.environ.get("LIYAGENT_NAMESPACE", ""),

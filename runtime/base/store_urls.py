@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from runtime.base.config import ConfigError
+from store.db import Pooler
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 SENTINEL_SCHEME = "sentinel://"
@@ -61,6 +62,20 @@ def database_url(raw: str, name: str = "LIYAGENT_DATABASE_URL") -> str:
             "psycopg 3: use postgresql+psycopg://user[:password]@host[:port]/database"
         )
     return url.render_as_string(hide_password=False)
+
+
+def database_pooler(raw: str, name: str = "LIYAGENT_DATABASE_POOLER") -> Pooler:
+    """What stands between the processes and Postgres: `pgbouncer` (a pooler, transaction
+    pooling included), or nothing (unset or `none`); anything else is a ConfigError naming the
+    variable."""
+    value = raw.strip().lower() or Pooler.NONE.value
+    try:
+        return Pooler(value)
+    except ValueError:
+        raise ConfigError(
+            f"{name}={raw[:60]!r}: use pgbouncer (LIYAGENT_DATABASE_URL goes through PgBouncer) "
+            "or none (it names the server itself)"
+        ) from None
 
 
 def redis_url(raw: str, name: str = "LIYAGENT_REDIS_URL") -> str:

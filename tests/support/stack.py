@@ -105,6 +105,7 @@ class Stack:
             **os.environ,
             "LIYAGENT_ENV": "test",
             "LIYAGENT_DATABASE_URL": s.database_url,
+            "LIYAGENT_DATABASE_POOLER": s.database_pooler.value,
             "LIYAGENT_REDIS_URL": s.redis_url,
             "LIYAGENT_REDIS_MASTER": s.redis_master,
             "LIYAGENT_NAMESPACE": s.namespace,
