@@ -54,8 +54,18 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from runtime.base.settings import database_url, get_settings
     from runtime.durable.definition import legacy_sealer
     from store import migrate
+    from store.db import Pooler
 
     settings = get_settings()
+    if not args.url and settings.database_pooler is not Pooler.NONE:
+        # A migration runs on a session of its own: Alembic's connection prepares statements
+        # server-side, which a pooled server session would keep for its next client to trip on.
+        raise CliError(
+            f"LIYAGENT_DATABASE_POOLER={settings.database_pooler.value}: LIYAGENT_DATABASE_URL "
+            "goes through a pooler, and a migration needs a session of its own on the server: "
+            "give the server's own address with --url",
+            USAGE,
+        )
     url = database_url(args.url, "--url") if args.url else settings.database_url
     sealer = open_sealer(settings.production)
     try:

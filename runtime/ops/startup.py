@@ -6,6 +6,8 @@ Redis out of reach)."""
 
 from __future__ import annotations
 
+import re
+
 import sqlalchemy as sa
 
 from runtime.base import pools
@@ -58,7 +60,9 @@ def check(settings: Settings | None = None, *, database: bool = False) -> Settin
     except (ConfigError, ToolDeclarationError, TracesUnavailable) as exc:
         raise StartupRefused(str(exc)) from None
     if database:
-        check_database(settings.database_url)
+        check_database(settings.database_url, settings.database_pooler)
+    elif settings.database_pooler is not db.Pooler.NONE:
+        check_bounds_if_reached(settings.database_url, settings.database_pooler)
     return settings
 
 
@@ -83,13 +87,16 @@ def agent_problems(settings: Settings) -> list[str]:
     return said
 
 
-def check_database(url: str) -> None:
-    """Postgres at `url` answers and holds the schema; StartupRefused with the CLI's sentence
-    and exit code otherwise (3 out of reach, 1 not migrated). The probe's engine is its own
-    and is closed, so no pool child inherits its socket."""
-    engine = db.create(url, pool_max=1)
+def check_database(url: str, pooler: db.Pooler = db.Pooler.NONE) -> None:
+    """Postgres at `url` (behind `pooler`) answers and holds the schema, and behind a pooler
+    gives the role the session bounds (`bounds_problem`); StartupRefused with the CLI's
+    sentence and exit code otherwise (3 out of reach, 1 not migrated, 2 no bounds). The
+    probe's engine is its own and is closed, so no pool child inherits its socket."""
+    engine = db.create(url, pool_max=1, pooler=pooler)
     try:
         db.ping_schema(engine)
+        if pooler is not db.Pooler.NONE:
+            _refuse_without_bounds(engine, pooler)
     except sa.exc.ProgrammingError as exc:  # created, never migrated: every claim would fail
         raise StartupRefused(schema_problem(exc), NOT_READY) from None
     except sa.exc.SQLAlchemyError as exc:
@@ -98,6 +105,69 @@ def check_database(url: str) -> None:
         raise StartupRefused(database_problem(exc, url), UNREACHABLE) from None
     finally:
         engine.dispose()
+
+
+def check_bounds_if_reached(url: str, pooler: db.Pooler) -> None:
+    """For a process that starts without its database (beat, the front): behind a pooler, the
+    role's session bounds, when Postgres answers now (StartupRefused without them); out of
+    reach, it starts as it would anyway, its statements waiting for Postgres."""
+    engine = db.create(url, pool_max=1, pooler=pooler)
+    try:
+        _refuse_without_bounds(engine, pooler)
+    except sa.exc.SQLAlchemyError as exc:
+        if not db.unreachable(exc):
+            raise
+    finally:
+        engine.dispose()
+
+
+def _refuse_without_bounds(engine: sa.Engine, pooler: db.Pooler) -> None:
+    role, found = db.session_bounds(engine)
+    problem = bounds_problem(pooler, role, str(engine.url.database or ""), found)
+    if problem is not None:
+        raise StartupRefused(problem)
+
+
+def bounds_problem(
+    pooler: db.Pooler, role: str, database: str, found: dict[str, int]
+) -> str | None:
+    """Why a process behind `pooler` must not start (None when it may): a session of `role`
+    lacks a bound a direct link sets at connect (db.SESSION_BOUNDS_MS; 0 is none), or has one
+    looser. A pooler hands each statement whichever server session is free, so what the link
+    asked of its own session at connect (startup options: refused by PgBouncer) must be what
+    every session of the role starts with; a stalled client could otherwise hold a row lock
+    the sweeper waits on without end."""
+    wrong = {
+        name: found.get(name, 0)
+        for name, bound in db.SESSION_BOUNDS_MS.items()
+        if not 0 < found.get(name, 0) <= bound
+    }
+    if not wrong:
+        return None
+    said = ", ".join(f"{name}={ms or 'none'}" for name, ms in wrong.items())
+    fix = "; ".join(
+        f"ALTER ROLE {_ident(role)} IN DATABASE {_ident(database)} "
+        f"SET {name} = {db.SESSION_BOUNDS_MS[name]}"
+        for name in wrong
+    )
+    return (
+        f"LIYAGENT_DATABASE_POOLER={pooler.value}: the pooler passes no session options, so "
+        f"the server must bound every session of role {role} itself, and it gives {said} "
+        f"(at most {_bounds_said()} wanted, in ms). Set them on the server ({fix}), or in the "
+        "pooler's connect_query for this database; then have the pooler open new server "
+        "sessions (PgBouncer: RECONNECT in its admin console) and start again"
+    )
+
+
+def _ident(name: str) -> str:
+    """`name` as SQL writes it: plain when it is a lower-case identifier, quoted otherwise."""
+    if re.fullmatch(r"[a-z_][a-z0-9_$]*", name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _bounds_said() -> str:
+    return ", ".join(f"{name}={ms}" for name, ms in db.SESSION_BOUNDS_MS.items())
 
 
 def check_pool(name: str) -> None:
@@ -127,7 +197,10 @@ def check_connections(settings: Settings, pool: WorkerPool) -> str | None:
     """Refuse a worker whose pool the connection pools or Postgres's `max_connections` cannot
     serve, naming the numbers and what to set, instead of failing its runs later; returns a
     warning when the server is only short of free connections right now, or could not be
-    asked."""
+    asked. Behind a pooler nothing is checked: the worker's connections are the pooler's
+    clients (its `max_client_conn` bounds them), never the server's."""
+    if settings.database_pooler is not db.Pooler.NONE:
+        return None
     try:
         limits = connection_limits(settings.database_url)
     except sa.exc.SQLAlchemyError as exc:

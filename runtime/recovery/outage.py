@@ -45,6 +45,12 @@ def database_problem(exc: BaseException, url: str) -> str:
     if "database" in why and "does not exist" in why:
         name = sa.make_url(url).database
         advice = f"create it (createdb {name}), then run `liyagent db upgrade`"
+    elif "unsupported startup parameter" in why:
+        # PgBouncer refuses the session options a direct link sets at connect.
+        advice = (
+            "LIYAGENT_DATABASE_URL goes through a connection pooler (PgBouncer), which takes no "
+            "session options: set LIYAGENT_DATABASE_POOLER=pgbouncer"
+        )
     elif _all_read_only(text):
         why = "every host it names is read-only: a standby, or a primary in read-only mode"
         advice = (

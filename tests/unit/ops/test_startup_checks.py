@@ -7,8 +7,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from runtime.ops.startup import StartupRefused, check_pool, queue_warning
+from runtime.base.pools import WorkerPool
+from runtime.base.settings import ConfigError, Settings, database_pooler
+from runtime.ops.startup import (
+    StartupRefused,
+    bounds_problem,
+    check_connections,
+    check_pool,
+    queue_warning,
+)
 from runtime.recovery import outage
+from store import db
+from store.db import Pooler
 from tasks.worker import pool_name
 
 
@@ -63,3 +73,36 @@ def test_the_database_problem_names_the_server_without_its_password() -> None:
         "cannot use Postgres at postgresql+psycopg://postgres:***@db.example:5433/liyagent "
         "(Connection refused); start it, or point LIYAGENT_DATABASE_URL at a running server"
     )
+
+
+def test_the_pooler_setting_reads_pgbouncer_or_none_and_names_itself_otherwise() -> None:
+    assert database_pooler("") is Pooler.NONE
+    assert database_pooler(" none ") is Pooler.NONE
+    assert database_pooler("PgBouncer") is Pooler.PGBOUNCER
+    with pytest.raises(ConfigError) as refused:
+        database_pooler("pgpool")
+    assert str(refused.value).startswith("LIYAGENT_DATABASE_POOLER='pgpool': use pgbouncer")
+
+
+def test_a_pooled_role_without_every_bound_or_with_a_looser_one_is_refused() -> None:
+    bounded = dict(db.SESSION_BOUNDS_MS)
+    assert bounds_problem(Pooler.PGBOUNCER, "app", "liyagent", bounded) is None
+    tighter = {name: ms // 2 for name, ms in bounded.items()}
+    assert bounds_problem(Pooler.PGBOUNCER, "app", "liyagent", tighter) is None
+    said = bounds_problem(
+        Pooler.PGBOUNCER,
+        "App Role",
+        "liyagent",
+        {**bounded, "lock_timeout": 0, "statement_timeout": 60_000},
+    )
+    assert said is not None and said.startswith("LIYAGENT_DATABASE_POOLER=pgbouncer: ")
+    assert "lock_timeout=none, statement_timeout=60000" in said
+    assert 'ALTER ROLE "App Role" IN DATABASE liyagent SET lock_timeout = 5000' in said
+    assert "SET statement_timeout = 30000" in said
+    assert "SET idle_in_transaction_session_timeout" not in said  # that one is set
+    assert "RECONNECT" in said
+
+
+def test_a_pooled_worker_is_not_held_to_the_servers_max_connections() -> None:
+    pooled = Settings(database_pooler=Pooler.PGBOUNCER)
+    assert check_connections(pooled, WorkerPool("threads", 5000)) is None
