@@ -63,6 +63,18 @@ STATE: tuple[State, ...] = (
     ),
     State("store.db", ("sql",), AtFork.KEEP, "built statements: immutable text clauses"),
     State(
+        "runtime.core.code_versions",
+        ("_noted",),
+        AtFork.KEEP,
+        "code versions noted in Postgres: a row the parent wrote is there for the child too",
+    ),
+    State(
+        "runtime.durable.pins",
+        ("_VERSIONS",),
+        AtFork.KEEP,
+        "each loaded code's version, a digest of its declarations: the child loaded the same",
+    ),
+    State(
         "runtime.base.settings",
         ("get_settings",),
         AtFork.KEEP,

@@ -155,10 +155,11 @@ class RunAttempt:
         self.pin = drift.serve_pin(self.d, self.run, self.definition, self._audit_owned, self._fail)
         if self.pin is not None:
             # Offered and allowed: the tools it is pinned to, so a follower re-pinned without
-            # one is never offered it again by older code that still declares it.
-            self.definition = replace(
-                self.definition, tools=self.pin.offered(self.definition.tools)
-            )
+            # one is never offered it again by older code that still declares it; asked: the
+            # model it pinned, whatever its profile's default is now.
+            narrowed = self.pin.offered(self.definition.tools)
+            model = self.pin.asked(self.definition.model)
+            self.definition = replace(self.definition, tools=narrowed, model=model)
             self.router.narrow(self.definition)
         state = self._load_state()
         drift.served(self.d, self.run, self.pin, self._audit_owned)

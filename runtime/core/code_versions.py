@@ -1,13 +1,21 @@
-"""Which of two versions of the deployment's code is the newer: each process notes its own
-once (store/pins.py `code_versions`, the time the fleet first saw it), so a run that follows
-the latest definition is re-pinned only forward (runtime/core/drift.py), never back to an old
-worker's code mid-deploy. Its own module: the door (enqueue) and the attempt both use it."""
+"""What of the deployment's code and settings a run pins beyond its tools (runtime/durable/
+pins.py), read where both are known: which of two versions of the code is the newer (each
+worker notes its own when it starts, store/pins.py `code_versions`, the time the fleet first
+ran it, so a run that follows the latest definition is re-pinned only forward,
+runtime/core/drift.py; a version no worker ever ran, an app process's of its own, is older
+than any), and the model a run asks where its spec leaves it to the deployment. Its own
+module: the door (enqueue), the attempt and `deploy check` all use it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import sqlalchemy as sa
 
-from runtime.durable.pins import Declared, code_version
+from runtime.durable.pins import Declared, PinnedModel, code_version
+from runtime.models import specs
+from runtime.models.base import ModelError
 from store.pins import newer_code, note_code
 
 # The code versions this process has noted, by database: once each.
@@ -15,8 +23,8 @@ _noted: set[tuple[str, str]] = set()
 
 
 def noted_version(engine: sa.Engine, code: Declared) -> str:
-    """This process's code version, noted once (the first process of a deploy to start notes
-    when the fleet first saw it; the others find it)."""
+    """This worker's code version, noted once (the first worker of a deploy to start notes
+    when the fleet first ran it; the others find it)."""
     version = code_version(code)
     where = (engine.url.render_as_string(), version)
     if where not in _noted:
@@ -34,3 +42,22 @@ def newer_than(engine: sa.Engine, code: Declared, pinned: str | None) -> bool:
         return True
     with engine.connect() as conn:
         return newer_code(conn, mine, pinned)
+
+
+def pinned_model(
+    spec: Mapping[str, Any], profiles: Mapping[str, Any], code: Declared, agent: str
+) -> PinnedModel | None:
+    """The model a run of `spec` asks under these profiles and this code, when it is theirs
+    to say (None: the spec names its model itself, or it asks none by name)."""
+    try:
+        checked = specs.check(dict(spec), dict(profiles))
+        if isinstance(checked, specs.EndpointSpec):
+            if checked.model is not None:
+                return None
+            return PinnedModel(checked.model_name(checked.endpoint(dict(profiles))), True)
+    except ModelError:
+        return None
+    if isinstance(checked, specs.FrameworkSpec):
+        name = code.declared_model(agent)
+        return None if name is None else PinnedModel(name, False)
+    return None

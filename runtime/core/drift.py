@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 
 import structlog
 
-from runtime.core.code_versions import newer_than
+from runtime.core.code_versions import newer_than, pinned_model
 from runtime.core.deps import AttemptDeps
 from runtime.core.waiting import Suspend
 from runtime.durable.definition import RunDefinition
@@ -67,7 +67,10 @@ def serve_pin(
         pin = Pin.open(d.sealer, run.id, run.pin)
     except NewerFormat as exc:
         hand_back(d, run, exc, audit, fail)
-    drift = pin.unserved(d.tools, definition.agent)
+    model = None
+    if pin.model is not None:  # judged only where the run pinned one
+        model = pinned_model(definition.model, d.model_profiles(), d.tools, definition.agent)
+    drift = pin.unserved(d.tools, definition.agent, model)
     if not drift:
         return pin
     noted = None
@@ -79,7 +82,7 @@ def serve_pin(
         if noted.waited_s < d.settings.timings.definition_wait_s:
             _wait(d, run, noted, pin.id, drift, audit, fail, policy=pin.policy, newer=True)
     if pin.policy is Policy.FOLLOW_LATEST:
-        latest = pin.latest(d.tools, definition.agent, definition.tools)
+        latest = pin.latest(d.tools, definition.agent, definition.tools, model)
         with d.engine.connect() as conn:
             repin(conn, run.id, run.attempt, latest.seal(d.sealer, run.id))
         detail = _detail(pin.id, drift, policy=pin.policy, repinned=latest.id)

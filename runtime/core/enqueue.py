@@ -20,7 +20,7 @@ from runtime.base.refused import BadRequest as BadRequest
 from runtime.base.tenancy import NORMAL, PRIORITIES, TENANT_MAX_CHARS
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
-from runtime.core.code_versions import noted_version
+from runtime.core.code_versions import pinned_model
 from runtime.core.deps import DoorDeps
 from runtime.core.entry import entry_point_of
 from runtime.durable.definition import RunDefinition
@@ -348,8 +348,6 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
     tenant = new.tenant if new.tenant is not None else new.owner
     # A sub-agent's run is never held: its parent was admitted and waits for it.
     limit = None if new.parent_run_id is not None else s.settings.tenants.limit_of(tenant)
-    # The code version its pin names is noted (once a process): what orders re-pins.
-    noted_version(s.engine, s.tools)
     try:
         with s.engine.connect() as conn, _fenced(conn, new), tenants.door(conn, tenant, limit):
             rid, created, held = insert_run(
@@ -376,9 +374,7 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
                 tenant_limit=limit,
                 budget=run_budget_params(budget.tokens, budget.usd),
                 # What of this process's code it starts against (runtime/durable/pins.py).
-                pin=Pin.of(s.tools, new.agent, tools, new.definition_policy, new.system).seal(
-                    s.sealer, run_id
-                ),
+                pin=_pin(s, new, tools).seal(s.sealer, run_id),
             )
             # Held behind others, or at the bound: the tenant's room (if any) goes to its held
             # runs in their turn, this one among them.
@@ -393,6 +389,13 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
         log.debug("run.held", run_id=rid, tenant=tenant, limit=limit)
         s.changes.announce(rid)
     return rid, created
+
+
+def _pin(s: DoorDeps, new: NewRun, tools: list[str]) -> Pin:
+    """What of this process's code and deployment the run starts against (runtime/durable/
+    pins.py)."""
+    model = pinned_model(new.model, s.model_profiles(), s.tools, new.agent)
+    return Pin.of(s.tools, new.agent, tools, new.definition_policy, new.system, model)
 
 
 @contextmanager

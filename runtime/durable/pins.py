@@ -33,7 +33,7 @@ from runtime.durable.policy import Instructions, Policy
 
 PURPOSE = "pin"
 # What a pinned run is served through: asked with its pinned text, whatever the code says now.
-SERVED_AS_PINNED = frozenset({"instructions"})
+SERVED_AS_PINNED = frozenset({"instructions", "model"})
 
 
 class Declared(Protocol):
@@ -54,6 +54,20 @@ class Declared(Protocol):
     def declared_names(self) -> tuple[list[str], list[str]]:
         """The names of every tool and every agent the code declares."""
         ...
+
+    def declared_model(self, agent: str) -> str | None:
+        """The model a framework agent's code asks (None: no such agent, or it names none)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PinnedModel:
+    """The model a run asked when it started, where its spec leaves it to the deployment:
+    its profile's default (`served`: a worker asks this one whatever the profile says now),
+    or a framework agent's code model (a worker whose code asks another cannot serve it)."""
+
+    name: str
+    served: bool
 
 
 # Each code's version, computed once (its declarations are read when it is loaded, not after).
@@ -161,6 +175,8 @@ class Pin:
     instructions: Instructions | None = None
     # The version of the code that pinned it (`code_version`; None: a pin of before versions).
     code: str | None = None
+    # The model it asked when it started, where its spec leaves it to the deployment.
+    model: PinnedModel | None = None
 
     @classmethod
     def of(
@@ -170,9 +186,10 @@ class Pin:
         tools: list[str],
         policy: Policy = Policy.PINNED,
         system: str | None = None,
+        model: PinnedModel | None = None,
     ) -> Pin:
-        """The pin of a run of `agent` given `tools` and started with system prompt `system`,
-        against this process's code."""
+        """The pin of a run of `agent` given `tools`, started with system prompt `system` and
+        asking `model` (runtime/core/code_versions.py `pinned_model`), against this code."""
         pinned = {}
         for name in tools:
             declared = code.declared_tool(name)
@@ -187,16 +204,21 @@ class Pin:
             None if output is None else digest(output),
             said if own else None,
             code_version(code) if agent else None,
+            model,
         )
 
-    def latest(self, code: Declared, agent: str, tools: list[str]) -> Pin:
-        """The pin a run that follows the latest definition takes from this code: its tools'
-        kinds and schemas, its output type and its instructions, when it was pinned to the
-        code's (a run started with its caller's own prompt keeps it)."""
+    def latest(
+        self, code: Declared, agent: str, tools: list[str], model: PinnedModel | None = None
+    ) -> Pin:
+        """The pin a run that follows the latest definition takes from this code and its
+        deployment (asking `model` now): its tools' kinds and schemas, its output type, and its
+        instructions and model where it was pinned to the code's (a run started with its
+        caller's own prompt or model keeps them)."""
         now = Pin.of(code, agent, tools, self.policy)
         said = code.declared_instructions(agent)
         instructions = said if self.instructions is not None else None
-        return Pin(self.policy, now.tools, now.output, instructions, now.code)
+        asked = model if self.model is not None else None
+        return Pin(self.policy, now.tools, now.output, instructions, now.code, asked)
 
     @property
     def id(self) -> str:
@@ -215,10 +237,13 @@ class Pin:
             out["per_request"] = self.instructions.per_request
         if self.code is not None:
             out["code"] = self.code
+        if self.model is not None:
+            out["model"] = {"name": self.model.name, "served": self.model.served}
         return out
 
-    def drift(self, code: Declared, agent: str) -> list[Drift]:
-        """How the code differs from this pin (empty: it serves the run as pinned)."""
+    def drift(self, code: Declared, agent: str, model: PinnedModel | None = None) -> list[Drift]:
+        """How the code (and its deployment, which asks `model` now) differs from this pin
+        (empty: it serves the run as pinned)."""
         now = Pin.of(code, agent, list(self.tools), self.policy)
         found = []
         for name, was in sorted(self.tools.items()):
@@ -241,26 +266,38 @@ class Pin:
                 found.append(
                     Drift("agent", agent, "instructions", digest(self.instructions.text), new)
                 )
+        now_model = None if model is None else model.name
+        if self.model is not None and now_model != self.model.name:
+            change = "model" if self.model.served else "framework model"
+            found.append(Drift("agent", agent, change, self.model.name, now_model))
         return found
+
+    def asked(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The model spec a run asks with under this pin: its own, naming the model it pinned
+        where it names none (its profile's default then; whatever that default is now)."""
+        if self.model is None or not self.model.served or "model" in spec:
+            return spec
+        return {**spec, "model": self.model.name}
 
     def offered(self, tools: list[str]) -> list[str]:
         """Of the tools a run was given, those it may use under this pin: the pinned ones (a
         tool a follower's re-pin dropped is never offered again)."""
         return [name for name in tools if name in self.tools]
 
-    def unserved(self, code: Declared, agent: str) -> list[Drift]:
+    def unserved(self, code: Declared, agent: str, model: PinnedModel | None = None) -> list[Drift]:
         """What keeps the code from serving the run as its policy says (empty: it does): a
-        pinned run is served through changed instructions (asked with its pinned text), one
-        that follows the latest through nothing."""
-        found = self.drift(code, agent)
+        pinned run is served through changed instructions and a profile's changed default
+        model (asked with its pinned ones), one that follows the latest through nothing."""
+        found = self.drift(code, agent, model)
         if self.policy is Policy.PINNED:
             return [change for change in found if change.change not in SERVED_AS_PINNED]
         return found
 
     def seal(self, sealer: Sealer, run_id: str) -> bytes:
-        # A pin without instructions is written as format 1, so a worker of before format 2
-        # reads it (a rolling deploy; its `code` it ignores).
-        format = formats.PIN.writes if self.instructions is not None else 1
+        # A pin without instructions or a model is written as format 1, so a worker of before
+        # format 2 reads it (a rolling deploy; its `code` it ignores).
+        newer = self.instructions is not None or self.model is not None
+        format = formats.PIN.writes if newer else 1
         return sealer.seal(run_id, PURPOSE, 0, {"format": format, **self.to_json()})
 
     @classmethod
@@ -280,13 +317,17 @@ class Pin:
             said = None
             if text is not None:
                 said = Instructions(str(text), bool(payload.get("per_request")))
-            code = payload.get("code")
+            code, asked = payload.get("code"), payload.get("model")
+            model = None
+            if asked is not None:
+                model = PinnedModel(str(asked["name"]), bool(asked["served"]))
             return cls(
                 Policy(payload["policy"]),
                 tools,
                 payload.get("output"),
                 said,
                 None if code is None else str(code),
+                model,
             )
         except (KeyError, TypeError, ValueError):
             raise SealError(run_id, PURPOSE, "its fields are not a pin") from None
@@ -298,6 +339,7 @@ __all__ = [
     "Instructions",
     "NewerFormat",
     "Pin",
+    "PinnedModel",
     "Policy",
     "ToolPin",
     "code_version",

@@ -247,6 +247,11 @@ class OpenAIAgentsAgent(GuestAgent):
         self._tools = [self._tool(t) for t in self.defs]
         self._providers = shared.PerThread(lambda: OpenAIAgentsProvider(self, guarded(self.model)))
 
+    def model_name(self) -> str | None:
+        """The model the agent's code asks (its model object's name, when it has one)."""
+        named = getattr(self.model, "model", None)
+        return named if isinstance(named, str) else None
+
     def _kind_of(self, tool: str, declared: str | None) -> tuple[ToolKind, float | None]:
         """The declared kind; a tool that `needs_approval` is an approval write (the SDK's
         approval becomes liyagent's), and a kind that says otherwise is refused."""

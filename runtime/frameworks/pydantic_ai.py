@@ -184,6 +184,10 @@ class PydanticAIAgent(GuestAgent):
         self._tools = [self._tool(t) for t in self.defs] + [self._mcp_tool(t) for t in self.mcp]
         self._providers = shared.PerThread(lambda: PydanticAIProvider(self, guarded(self.model)))
 
+    def model_name(self) -> str | None:
+        """The model the agent's code asks (its model object's name)."""
+        return self.model.model_name or None
+
     def _model_of(self, agent: Agent[Any, Any]) -> Model:
         model = agent.model
         if not isinstance(model, Model):

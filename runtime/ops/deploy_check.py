@@ -27,6 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runtime.base.sealing import Sealer, SealError
+from runtime.core.code_versions import pinned_model
 from runtime.durable.definition import RunDefinition
 from runtime.durable.pins import NewerFormat, Pin, Policy
 from runtime.models import specs
@@ -155,7 +156,9 @@ def _pin_problems(
         return [(Verdict.FAILS, f"{exc}; none would once the deploy is done")]
     except SealError as exc:
         return [(Verdict.FAILS, f"its pin does not open with this code: {exc}")]
-    changes = "; ".join(change.say() for change in pin.unserved(code.tools, definition.agent))
+    model = pinned_model(definition.model, code.profiles, code.tools, definition.agent)
+    unserved = pin.unserved(code.tools, definition.agent, model)
+    changes = "; ".join(change.say() for change in unserved)
     if not changes:
         return []
     if pin.policy is Policy.FOLLOW_LATEST:

@@ -78,6 +78,11 @@ class GuestAgent(ABC):
         pins, the ones this code gives."""
         return self.instructions if request.instructions is None else request.instructions
 
+    def model_name(self) -> str | None:
+        """The model its code asks (what a run pins: a deploy that changes it is a drift),
+        None when the framework names none."""
+        return None
+
     def system(self) -> str | None:
         """A system prompt put at the start of each run's conversation (sealed with it); None
         when the framework sends its instructions with each request itself."""

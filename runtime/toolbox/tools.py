@@ -366,6 +366,11 @@ class ToolRegistry:
             return None
         return Instructions(declared.system, per_request=False)
 
+    def declared_model(self, agent: str) -> str | None:
+        """The model a framework agent's code asks (a run's pin), None for any other."""
+        guest = self.guests.get(agent)
+        return None if guest is None else guest.model_name()
+
     def declared_names(self) -> tuple[list[str], list[str]]:
         """Every tool's and every agent's name (a framework agent's among them): what a code
         version is made of (runtime/durable/pins.py `code_version`)."""

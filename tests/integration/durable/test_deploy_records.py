@@ -171,7 +171,9 @@ def test_a_follower_is_taken_back_to_older_code_only_after_its_wait(
     write_module(site, "desk_v2", REGIONS)
     lookup = call("toolu_1", "desk.lookup", order="A-1")
     steps = [step(lookup), step(lookup, latency_ms=3000), final("looked up")]
-    # Started on the old code (noted as the older version), taken by a worker of the new.
+    # The old code's workers ran before the new code's (a worker notes its code's version when
+    # it starts: the older one); the run is started on the old code, taken by a new worker.
+    stack.worker("old-before", runs=False).stop()
     run_id = stack.client.start_run(
         agent="desk",
         model={"provider": "scripted", "script": {"steps": steps}},

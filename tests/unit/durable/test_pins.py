@@ -5,6 +5,7 @@ seal; the formats of a run's records (runtime/durable/formats.py)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,10 +14,20 @@ import pytest
 
 from liyagent import CallContext, agent, tool
 from runtime.base.sealing import SealError, parse_keys
+from runtime.core.code_versions import pinned_model
 from runtime.durable import formats
 from runtime.durable.definition import IDENTITY, RunDefinition
-from runtime.durable.pins import Instructions, NewerFormat, Pin, Policy, structural
+from runtime.durable.pins import (
+    Instructions,
+    NewerFormat,
+    Pin,
+    PinnedModel,
+    Policy,
+    code_version,
+    structural,
+)
 from runtime.durable.state import RunState
+from runtime.models import profiles
 from runtime.toolbox.tools import ToolRegistry
 
 SCRIPTED = {"provider": "scripted", "script": {"steps": [{"final": "ok"}]}}
@@ -181,8 +192,6 @@ def test_a_definition_of_a_newer_format_is_handed_back() -> None:
 
 
 def test_a_code_version_names_all_the_code_declares() -> None:
-    from runtime.durable.pins import code_version
-
     assert code_version(_code()) == code_version(_code())
     assert code_version(_code(refund_kind="read")) != code_version(_code())
     assert code_version(_code(system="Be brief.")) != code_version(_code())
@@ -194,3 +203,27 @@ def test_a_code_version_names_all_the_code_declares() -> None:
 def test_a_run_is_offered_only_the_tools_it_is_pinned_to() -> None:
     pin = Pin.of(_code(), "desk", ["desk.lookup"])
     assert pin.offered(["desk.lookup", "desk.refund"]) == ["desk.lookup"]
+
+
+def _profiles(default: str) -> dict[str, Any]:
+    """The deployment's one profile, whose default model is `default`."""
+    said = {"provider": "openai", "base_url": "https://models.example/v1"}
+    said.update(api_key_env="DESK_KEY", model=default)
+    return profiles.parse(json.dumps({"desk": said}))
+
+
+def test_a_profiles_default_model_is_pinned_and_asked_whatever_the_profile_says_now() -> None:
+    spec = {"provider": "openai", "profile": "desk"}
+    asked = pinned_model(spec, _profiles("small-1"), _code(), "desk")
+    assert asked == PinnedModel("small-1", served=True)
+    pin = Pin.of(_code(), "desk", NAMES, model=asked)
+    now = pinned_model(spec, _profiles("large-2"), _code(), "desk")
+    [change] = pin.drift(_code(), "desk", now)
+    assert (change.change, change.was, change.now) == ("model", "small-1", "large-2")
+    # Pinned: served, asking the model it pinned; following the latest: the new default.
+    assert pin.unserved(_code(), "desk", now) == []
+    assert pin.asked(spec) == {**spec, "model": "small-1"}
+    follower = Pin(Policy.FOLLOW_LATEST, pin.tools, model=asked)
+    assert follower.latest(_code(), "desk", NAMES, now).model == now
+    # A spec that names its model keeps it in its definition: nothing of the profile pinned.
+    assert pinned_model({**spec, "model": "mine"}, _profiles("small-1"), _code(), "desk") is None
