@@ -27,6 +27,7 @@ from liyagent.ledger_view import render_entries, render_totals
 from liyagent.transcript import CallEntry, tool_calls
 from runtime.base.sealing import Sealer, SealError
 from runtime.durable import chain
+from runtime.durable.formats import NewerFormat
 from runtime.flow.waiting import said_of, view_of
 from runtime.ops.run_view import RunView
 from store.checkpoints import StepRecord, select_marks, select_step_records
@@ -90,7 +91,7 @@ def open_checkpoints(
         ]
         history = list(payload.get("history", []))
         latest = [{"id": str(c["id"]), "tool": str(c["name"])} for c in payload.get("calls", [])]
-    except (SealError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (SealError, NewerFormat, ValueError, KeyError, TypeError, AttributeError) as exc:
         return [CheckpointView(run.step, attempt, False, [], str(exc), written)]
     views = [CheckpointView(0, 1, True, [], None, None)] if run.step > 0 else []
     for entry, calls in zip(history, asked, strict=False):

@@ -21,6 +21,7 @@ from typing import Any
 
 from runtime.base.sealing import Sealer, SealError
 from runtime.durable import chain
+from runtime.durable.formats import NewerFormat
 from store.checkpoints import StepRecord
 from store.rows import AuditRow, MarkRow, RunRow
 from store.states import MarkStatus
@@ -184,7 +185,7 @@ def tool_calls(
     try:
         payload = chain.rebuild(sealer, run, records).to_payload()
         steps = _steps(payload)
-    except (SealError, ValueError, KeyError, TypeError, AttributeError):
+    except (SealError, NewerFormat, ValueError, KeyError, TypeError, AttributeError):
         return []
     by_index = {(m.step, m.call_index): m for m in marks}
     taken_up = _taken_up(audit)

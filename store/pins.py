@@ -82,9 +82,10 @@ def note_code(conn: sa.Connection, code: str) -> None:
     )
 
 
-def newer_code(conn: sa.Connection, mine: str, pinned: str) -> bool:
+def newer_code(conn: sa.Connection, mine: str, pinned: str) -> bool | None:
     """Whether code version `mine` was first seen after `pinned` (one never noted is older
-    than any: its code ran before versions were noted)."""
+    than any: its code ran before versions were noted); None when `mine` is not noted (its
+    row gone: a database restored from before it)."""
     row = conn.execute(
         sql(
             """
@@ -95,4 +96,4 @@ def newer_code(conn: sa.Connection, mine: str, pinned: str) -> bool:
         ),
         {"mine": mine, "pinned": pinned},
     ).one()
-    return bool(row.newer)
+    return None if row.newer is None else bool(row.newer)

@@ -80,7 +80,7 @@ def start_watching() -> None:
     s = services()
     try:
         # Its code version, noted as the deploy starts it (runtime/core/code_versions.py).
-        noted_version(s.engine, s.tools)
+        noted_version(s.engine, s.tools, s.model_profiles())
     except sa.exc.SQLAlchemyError as exc:
         log.warning("worker.code_version_unnoted", error=type(exc).__name__, next="at first use")
     was_up = s.presence.up

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from runtime.durable.pins import Declared, PinnedModel, code_version
+from runtime.durable.pins import Declared, PinnedModel, code_version, digest
 from runtime.models import specs
 from runtime.models.base import ModelError
 from store.pins import newer_code, note_code
@@ -22,10 +22,17 @@ from store.pins import newer_code, note_code
 _noted: set[tuple[str, str]] = set()
 
 
-def noted_version(engine: sa.Engine, code: Declared) -> str:
-    """This worker's code version, noted once (the first worker of a deploy to start notes
-    when the fleet first ran it; the others find it)."""
-    version = code_version(code)
+def deployment_version(code: Declared, profiles: Mapping[str, Any]) -> str:
+    """Names the code (`code_version`) with what of the settings a pin names: each model
+    profile's default model. What a run's pin names and the fleet orders."""
+    defaults = {name: getattr(p, "model", None) for name, p in sorted(profiles.items())}
+    return digest([code_version(code), defaults])
+
+
+def noted_version(engine: sa.Engine, code: Declared, profiles: Mapping[str, Any]) -> str:
+    """This worker's deployment version, noted once (the first worker of a deploy to start
+    notes when the fleet first ran it; the others find it)."""
+    version = deployment_version(code, profiles)
     where = (engine.url.render_as_string(), version)
     if where not in _noted:
         with engine.begin() as conn:
@@ -34,14 +41,20 @@ def noted_version(engine: sa.Engine, code: Declared) -> str:
     return version
 
 
-def newer_than(engine: sa.Engine, code: Declared, pinned: str | None) -> bool:
-    """Whether `code` is newer than the code version `pinned` (a pin of before versions:
-    yes; the same version: yes)."""
-    mine = noted_version(engine, code)
+def newer_than(
+    engine: sa.Engine, code: Declared, profiles: Mapping[str, Any], pinned: str | None
+) -> bool:
+    """Whether this deployment (`code` with `profiles`) is newer than the version `pinned` (a
+    pin of before versions: yes; the same version: yes)."""
+    mine = noted_version(engine, code, profiles)
     if pinned is None or pinned == mine:
         return True
     with engine.connect() as conn:
-        return newer_code(conn, mine, pinned)
+        newer = newer_code(conn, mine, pinned)
+        if newer is None:  # noted by this process, the row gone since: noted again
+            note_code(conn, mine)
+            newer = newer_code(conn, mine, pinned)
+    return bool(newer)
 
 
 def pinned_model(

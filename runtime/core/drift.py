@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 
 import structlog
 
-from runtime.core.code_versions import newer_than, pinned_model
+from runtime.core.code_versions import deployment_version, newer_than, pinned_model
 from runtime.core.deps import AttemptDeps
 from runtime.core.waiting import Suspend
 from runtime.durable.definition import RunDefinition
@@ -67,22 +67,25 @@ def serve_pin(
         pin = Pin.open(d.sealer, run.id, run.pin)
     except NewerFormat as exc:
         hand_back(d, run, exc, audit, fail)
+    profiles = d.model_profiles()
     model = None
     if pin.model is not None:  # judged only where the run pinned one
-        model = pinned_model(definition.model, d.model_profiles(), d.tools, definition.agent)
+        model = pinned_model(definition.model, profiles, d.tools, definition.agent)
     drift = pin.unserved(d.tools, definition.agent, model)
     if not drift:
         return pin
     noted = None
-    if pin.policy is Policy.FOLLOW_LATEST and not newer_than(d.engine, d.tools, pin.code):
+    follows = pin.policy is Policy.FOLLOW_LATEST
+    if follows and not newer_than(d.engine, d.tools, profiles, pin.code):
         # Older code than the run follows (an old worker still up mid-deploy): not taken back
         # to it while a newer worker may take it; once none has within its wait (a rollback),
         # the code that remains takes it.
         noted = _noted(d, run)
         if noted.waited_s < d.settings.timings.definition_wait_s:
             _wait(d, run, noted, pin.id, drift, audit, fail, policy=pin.policy, newer=True)
-    if pin.policy is Policy.FOLLOW_LATEST:
-        latest = pin.latest(d.tools, definition.agent, definition.tools, model)
+    if follows:
+        version = deployment_version(d.tools, profiles)
+        latest = pin.latest(d.tools, definition.agent, definition.tools, model, version)
         with d.engine.connect() as conn:
             repin(conn, run.id, run.attempt, latest.seal(d.sealer, run.id))
         detail = _detail(pin.id, drift, policy=pin.policy, repinned=latest.id)

@@ -20,7 +20,7 @@ from runtime.base.refused import BadRequest as BadRequest
 from runtime.base.tenancy import NORMAL, PRIORITIES, TENANT_MAX_CHARS
 from runtime.base.tracing import new_run_trace
 from runtime.base.validation import described
-from runtime.core.code_versions import pinned_model
+from runtime.core.code_versions import deployment_version, pinned_model
 from runtime.core.deps import DoorDeps
 from runtime.core.entry import entry_point_of
 from runtime.durable.definition import RunDefinition
@@ -394,8 +394,10 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
 def _pin(s: DoorDeps, new: NewRun, tools: list[str]) -> Pin:
     """What of this process's code and deployment the run starts against (runtime/durable/
     pins.py)."""
-    model = pinned_model(new.model, s.model_profiles(), s.tools, new.agent)
-    return Pin.of(s.tools, new.agent, tools, new.definition_policy, new.system, model)
+    profiles = s.model_profiles()
+    model = pinned_model(new.model, profiles, s.tools, new.agent)
+    version = deployment_version(s.tools, profiles)
+    return Pin.of(s.tools, new.agent, tools, new.definition_policy, new.system, model, version)
 
 
 @contextmanager

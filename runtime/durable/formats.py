@@ -1,8 +1,10 @@
-"""The format of each sealed record a run carries, in one place: what this code writes and what
-it reads (issue 35, item 3).
+"""The format of each sealed record a run is resumed from, in one place: what this code writes
+and what it reads (issue 35, item 3).
 
-Every sealed record names its format (a definition's and a pin's `format`, a checkpoint's and a
-step record's `v`). A worker reads every format of before its own; a record of a newer format
+Each names its format (a definition's and a pin's `format`, a checkpoint's and a step record's
+`v`). A sealed answer and a call's sealed outcome are read as every version so far wrote them
+(their shape has not changed since they were sealed); the release that changes either adds
+its format here first. A worker reads every format of before its own; a record of a newer format
 than it reads (written by newer code, in a fleet mid-deploy) is never guessed at and never
 fails the run: `check` raises `NewerFormat` and the attempt hands the run back to wait for a
 worker that reads it (runtime/core/drift.py). A format it cannot place (not a number, or one

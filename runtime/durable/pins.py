@@ -84,7 +84,11 @@ def code_version(code: Declared) -> str:
         said = {
             "tools": Pin.of(code, "", tools).to_json()["tools"],
             "agents": {
-                name: [code.declared_output(name), code.declared_instructions(name)]
+                name: [
+                    code.declared_output(name),
+                    code.declared_instructions(name),
+                    code.declared_model(name),
+                ]
                 for name in agents
             },
         }
@@ -187,9 +191,11 @@ class Pin:
         policy: Policy = Policy.PINNED,
         system: str | None = None,
         model: PinnedModel | None = None,
+        version: str | None = None,
     ) -> Pin:
         """The pin of a run of `agent` given `tools`, started with system prompt `system` and
-        asking `model` (runtime/core/code_versions.py `pinned_model`), against this code."""
+        asking `model` (runtime/core/code_versions.py `pinned_model`), against this code (its
+        deployment's `version`: `deployment_version` there; the code's own when none)."""
         pinned = {}
         for name in tools:
             declared = code.declared_tool(name)
@@ -203,18 +209,23 @@ class Pin:
             pinned,
             None if output is None else digest(output),
             said if own else None,
-            code_version(code) if agent else None,
+            version if version is not None else code_version(code) if agent else None,
             model,
         )
 
     def latest(
-        self, code: Declared, agent: str, tools: list[str], model: PinnedModel | None = None
+        self,
+        code: Declared,
+        agent: str,
+        tools: list[str],
+        model: PinnedModel | None = None,
+        version: str | None = None,
     ) -> Pin:
         """The pin a run that follows the latest definition takes from this code and its
-        deployment (asking `model` now): its tools' kinds and schemas, its output type, and its
-        instructions and model where it was pinned to the code's (a run started with its
-        caller's own prompt or model keeps them)."""
-        now = Pin.of(code, agent, tools, self.policy)
+        deployment (of `version`, asking `model` now): its tools' kinds and schemas, its output
+        type, and its instructions and model where it was pinned to the code's (a run started
+        with its caller's own prompt or model keeps them)."""
+        now = Pin.of(code, agent, tools, self.policy, version=version)
         said = code.declared_instructions(agent)
         instructions = said if self.instructions is not None else None
         asked = model if self.model is not None else None

@@ -40,6 +40,10 @@ from store.runs import FIRST_ID, live_runs_after
 # Live runs read and judged a page at a time (one indexed read each, no lock held).
 PAGE = 1000
 
+# A record newer than this code reads: an older worker never fails it, it waits for one that
+# reads it, and none would once this code is all there is (a rollback).
+NOT_READ = "it would wait for a worker that reads it, and none would once the deploy is done"
+
 
 class Verdict(StrEnum):
     """What the checked code would do with a run."""
@@ -127,7 +131,7 @@ def problems(row: RunRow, code: Code) -> list[tuple[Verdict, str]]:
     try:
         definition = RunDefinition.open(code.sealer, row)
     except NewerFormat as exc:
-        return [(Verdict.FAILS, f"{exc}; none would once the deploy is done")]
+        return [(Verdict.FAILS, f"{exc}; {NOT_READ}")]
     except SealError as exc:
         return [(Verdict.FAILS, f"its definition does not open with this code: {exc}")]
     found = _model_problems(definition, code)
@@ -153,7 +157,7 @@ def _pin_problems(
     try:
         pin = Pin.open(code.sealer, row.id, sealed)
     except NewerFormat as exc:
-        return [(Verdict.FAILS, f"{exc}; none would once the deploy is done")]
+        return [(Verdict.FAILS, f"{exc}; {NOT_READ}")]
     except SealError as exc:
         return [(Verdict.FAILS, f"its pin does not open with this code: {exc}")]
     model = pinned_model(definition.model, code.profiles, code.tools, definition.agent)

@@ -76,7 +76,9 @@ class GuestAgent(ABC):
         """The instructions a step is asked with: those its run pinned when it started (so a
         deploy that changes them never mixes two into one run), or, for a run stored before
         pins, the ones this code gives."""
-        return self.instructions if request.instructions is None else request.instructions
+        if request.instructions is None:
+            return self.instructions
+        return request.instructions or None  # pinned to none
 
     def model_name(self) -> str | None:
         """The model its code asks (what a run pins: a deploy that changes it is a drift),

@@ -359,8 +359,9 @@ class ToolRegistry:
         its provider with each request, or a native agent's declared system prompt."""
         guest = self.guests.get(agent)
         if guest is not None:
-            text: str | None = guest.instructions
-            return None if text is None else Instructions(text, per_request=True)
+            # None as "": a run of a guest with none is pinned to none (a deploy that adds
+            # some is a change it is not asked with, or follows).
+            return Instructions(guest.instructions or "", per_request=True)
         declared = self.agents.get(agent)
         if declared is None or declared.system is None:
             return None

@@ -227,3 +227,31 @@ def test_a_profiles_default_model_is_pinned_and_asked_whatever_the_profile_says_
     assert follower.latest(_code(), "desk", NAMES, now).model == now
     # A spec that names its model keeps it in its definition: nothing of the profile pinned.
     assert pinned_model({**spec, "model": "mine"}, _profiles("small-1"), _code(), "desk") is None
+
+
+def test_a_framework_agent_with_no_instructions_is_pinned_to_none() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from liyagent.adapters.pydantic_ai import durable
+    from runtime.models.base import StepRequest
+
+    bare = durable(Agent(TestModel(), name="g"))
+    told = durable(Agent(TestModel(), name="g", instructions="Be brief."))
+    pin = Pin.of(ToolRegistry(guests=[bare]), "g", [])
+    assert pin.instructions == Instructions("", per_request=True)
+    # A deploy that gives it instructions changes what its runs are asked with: a drift.
+    [change] = pin.drift(ToolRegistry(guests=[told]), "g")
+    assert (change.what, change.change) == ("agent", "instructions")
+    # Asked with none, whatever the code says now.
+    asked = StepRequest("run-1", 1, 1, [], [], instructions=pin.instructions.text)
+    assert told.instructions_for(asked) is None
+
+
+def test_a_deployment_version_names_the_profiles_default_models() -> None:
+    from runtime.core.code_versions import deployment_version
+
+    code = _code()
+    small, large = _profiles("small-1"), _profiles("large-2")
+    assert deployment_version(code, small) == deployment_version(code, _profiles("small-1"))
+    assert deployment_version(code, small) != deployment_version(code, large)
