@@ -75,7 +75,8 @@ def _lifetime(stack, tag: str, n: int) -> None:
 
 def test_a_read_only_step_writes_one_statement(stack) -> None:
     # A worker notes its code's version once per deploy, not per step: noted before counting.
-    noted_version(stack.services.engine, stack.services.tools)
+    services = stack.services
+    noted_version(services.engine, services.tools, services.model_profiles())
     stack.services.engine.dispose()
     start, start_xacts = _counters(stack)
     _lifetime(stack, "s", SHORT)
