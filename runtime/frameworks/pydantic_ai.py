@@ -402,8 +402,7 @@ class PydanticAIProvider:
             output_tools=[self._output_def()] if guest.output is not None else [],
             allow_text_output=guest.output is None,
         )
-        # What each request sends beyond the step's messages and instructions, and the model
-        # it asks, for the reservation noted before it (runtime/core/ledger.py).
+        # Sent besides the messages and instructions: the ledger's reservation counts it.
         self.prompt_fixed: list[Any] = [guest.system(), self.params]
         self.model_name = model.model_name
 
@@ -419,13 +418,12 @@ class PydanticAIProvider:
     def next_step(self, request: StepRequest) -> StepAnswer:
         settings = without_retries(cast(Mapping[str, Any], self.guest.agent.model_settings))
         settings["extra_headers"] = {**settings.get("extra_headers", {}), **request.headers()}
+        instructions = self.guest.instructions_for(request)  # those its run pinned
         try:
             response = run_coroutine(
                 direct.model_request(
                     self.model,
-                    to_model_messages(
-                        request.messages, self.prefix, self.guest.instructions_for(request)
-                    ),
+                    to_model_messages(request.messages, self.prefix, instructions),
                     model_settings=settings,  # type: ignore[arg-type]
                     model_request_parameters=self.params,
                     instrument=False,
@@ -480,8 +478,7 @@ def durable(
     `approval_write` or `keyed_write:<seconds>` (a tool not named is a write); `readers` maps
     a write to the function that finds its outcome by the call's key after a crash (the
     `CallContext` first, then the write's arguments; None when it finds none);
-    `definition_policy` what its runs do when a worker's code no longer serves the definition
-    they started with ("pinned": wait for one that does; "follow_latest")."""
+    `definition_policy`: "pinned" or "follow_latest" (runtime/durable/policy.py)."""
     chosen = name or agent.name
     if not chosen:
         raise ToolDeclarationError("durable(agent): give the agent a name (name=...)")
