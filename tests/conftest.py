@@ -1,6 +1,6 @@
-"""Test set-up: real Postgres and Redis (the machine's, or private ones started here), a
-migrated template database cloned per test, a Redis namespace per test, and the vendor
-simulator as a real process."""
+"""Test set-up: real Postgres and Redis (a private Postgres per test process, the machine's
+Redis), a migrated template database cloned per test, a Redis namespace per test, and the
+vendor simulator as a real process."""
 
 from __future__ import annotations
 
@@ -39,11 +39,25 @@ def _host_port(url: str, default_port: int) -> tuple[str, int]:
 
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """Admin URL of a reachable Postgres and URL of a reachable Redis; private ones if the
-    configured ones do not answer (so a fresh machine still runs the suite)."""
-    pg = os.environ.get("LIYAGENT_TEST_PG_ADMIN_URL", DEFAULT_PG)
+    """Admin URL of the test process's Postgres and URL of a reachable Redis.
+
+    Postgres is a private server of this test process (fsync off, max_connections 300) unless
+    LIYAGENT_TEST_PG_ADMIN_URL names one: the suite's test processes each start workers and
+    simulators at once, and together they took the machine's server (max_connections 100) to
+    within a few connections of its limit, and past it once ('too many clients already'). The
+    machine's is used when no server binaries are installed. Redis is the machine's (or a
+    private one if it does not answer)."""
+    pg = os.environ.get("LIYAGENT_TEST_PG_ADMIN_URL")
     rd = os.environ.get("LIYAGENT_TEST_REDIS_URL", DEFAULT_REDIS)
     started: list[PrivatePostgres | PrivateRedis] = []
+    if pg is None:
+        try:
+            private_pg = PrivatePostgres().init().start()
+        except RuntimeError:  # initdb or pg_ctl not installed: the machine's server
+            pg = DEFAULT_PG
+        else:
+            started.append(private_pg)
+            pg = private_pg.url
     if not reachable(*_host_port(pg, 5432)):
         private_pg = PrivatePostgres().init().start()
         started.append(private_pg)

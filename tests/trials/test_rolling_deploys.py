@@ -14,11 +14,8 @@ latest: succeeded, re-pinned, audited); 0 lost, 0 written twice, 0 steps asked a
 a mix of definitions, 0 pinned runs without a tool they were pinned to, every drift audited.
 
 `make trials`: every change, LIYAGENT_DEPLOY_RUNS=54 (LIYAGENT_DEPLOY_CHANGES=all), figures to
-LIYAGENT_FIGURES_REPORT. The short version (LIYAGENT_DEPLOY_RUNS=6: the prompt changed and a
-tool removed, 6 runs each) is left out of `make test` for now: its workers, beside the suite's
-other trials on three test processes, took the shared Postgres past its 100 connections.
-`tests/integration/durable/test_deploy_records.py` and `test_pins.py` run deploys on real
-workers in `make test`.
+LIYAGENT_FIGURES_REPORT. `make test` runs the short version: the prompt changed and a tool
+removed, 6 runs each (each test process has a Postgres of its own, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -42,13 +39,7 @@ from tests.support.deploy_judge import judge_deploy, p50, records, references
 from tests.support.order_desk import ORDER_DESK, Desk, start_desk, with_path
 from tests.support.stack import Stack
 
-pytestmark = [
-    pytest.mark.kill,
-    pytest.mark.skipif(
-        not os.environ.get("LIYAGENT_DEPLOY_RUNS"),
-        reason="make trials (LIYAGENT_DEPLOY_RUNS=54; =6 for the short version)",
-    ),
-]
+pytestmark = pytest.mark.kill
 
 RUNS = int(os.environ.get("LIYAGENT_DEPLOY_RUNS") or 6)
 _CHOSEN = os.environ.get("LIYAGENT_DEPLOY_CHANGES") or "prompt,removed"
