@@ -11,6 +11,7 @@ start (the message says what to install), 130 on Ctrl-C.
   python -m bench --only counts --only sweeps
   python -m bench --only flowctl       # limits per model endpoint, on vs off (about 3 minutes)
   python -m bench --only ledger        # the usage ledger's cost per step, on vs off
+  python -m bench --only capacity      # what one Postgres core carries (about 5 minutes)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    capacity,
     counts,
     density,
     flow_control,
@@ -70,6 +72,7 @@ SECTIONS = (
     "tenants",
     "flowctl",
     "ledger",
+    "capacity",
 )
 INTERRUPTED = 130
 CANNOT_START = 3
@@ -224,6 +227,9 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
             opts.timeout_s,
             1.5 if opts.quick else settle.IDLE_FLUSH_S,
         ),
+        "capacity": lambda lab: capacity.measure_capacity(
+            lab, capacity.CapacityOptions.quick() if opts.quick else capacity.CapacityOptions()
+        ),
     }
 
 
@@ -311,6 +317,7 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
             "tenants": tenants.__doc__,
             "flowctl": flow_control.__doc__,
             "ledger": ledger.__doc__,
+            "capacity": capacity.__doc__,
         },
         "sections": {k: s.to_json() for k, s in sections.items()},
         "chart": str(chart),

@@ -30,19 +30,21 @@ so this is the part of the CPU per step that HTTP alone takes on this machine.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
 
-from bench import procstat
+from bench import procstat, timings
+from bench.capacity import TIMED_APP
 from bench.density_figures import (
     DB_POOL_MAX,
     MODEL_STEPS,
@@ -50,13 +52,14 @@ from bench.density_figures import (
     MassLoss,
     Peaks,
     RequestFloor,
+    breakdown_figures,
     figures,
     floor_figures,
     matrix,
 )
 from bench.lab import Lab, WorkerSpec
 from bench.report import Section
-from bench.sides import LiyagentSide, wait_ended
+from bench.sides import LiyagentSide, start_many, wait_ended
 from liyagent.local import judge
 from liyagent.local.cluster import START_TIMEOUT_S, worker_argv
 from liyagent.local.procs import Proc
@@ -65,7 +68,6 @@ from runtime.services import holder_of
 
 REQUESTS = 300
 TOOLS = ["ticket.read", "issue.comment"]
-STARTERS = 4  # bench threads starting runs at once
 
 
 @dataclass(frozen=True)
@@ -137,20 +139,25 @@ class _Sampler:
                 p.samples += 1
 
 
+def _timings_dir(lab: Lab) -> Path:
+    (lab.base / "timings").mkdir(exist_ok=True)
+    return lab.base / "timings"
+
+
 def _launch(lab: Lab, spec: WorkerSpec, pool: str, concurrency: int) -> Proc:
+    """A worker, ready; a threads one is timed (bench/timed_worker.py: its threads' CPU)."""
     if pool == "threads":
-        spec = replace(spec, env={**spec.env, "LIYAGENT_DB_POOL_MAX": str(DB_POOL_MAX)})
+        env = {
+            **spec.env,
+            "LIYAGENT_DB_POOL_MAX": str(DB_POOL_MAX),
+            "BENCH_TIMINGS_DIR": str(_timings_dir(lab)),
+        }
+        spec = replace(spec, env=env, app=TIMED_APP)
     argv = worker_argv(spec.name, spec.queue, concurrency, spec.app, pool)
     proc = Proc(spec.name, argv, spec.env, lab.cluster.log_dir / f"{spec.name}.log")
     lab.cluster.procs[spec.name] = proc
     proc.wait_for(r"ready\.", timeout=START_TIMEOUT_S)
     return proc
-
-
-def _start_many(side: LiyagentSide, steps: list[dict[str, Any]], n: int) -> list[str]:
-    side.models.spec(steps)  # registered once, before the threads share the cache
-    with ThreadPoolExecutor(STARTERS) as pool:
-        return list(pool.map(lambda _: side.start(steps), range(n)))
 
 
 def _burst(
@@ -163,16 +170,20 @@ def _burst(
     sim_pid = lab.cluster.procs["simulator"].popen.pid
     database = str(side.services.engine.url.database)
     pids = (worker.popen.pid, pg_pid, sim_pid)
+    timed = [worker.popen.pid] if pool == "threads" else []
+    threads_before = timings.thread_cpu(timings.fresh(_timings_dir(lab), timed))
     before = [procstat.cpu_seconds(p) for p in pids]
     machine = procstat.MachineTimes.now()
     with _Sampler(lab, worker.popen.pid, database) as peaks:
         started = time.time()
-        ids = _start_many(side, steps, runs)
+        ids = start_many(side, steps, runs)
         started_all = time.time() - started
         ends = wait_ended(side, ids, opts.timeout_s)
     after = [procstat.cpu_seconds(p) for p in pids]
     idle = procstat.MachineTimes.now().idle - machine.idle
+    threads_after = timings.thread_cpu(timings.fresh(_timings_dir(lab), timed))
     used = [b - a for a, b in zip(before, after, strict=True)]
+    used[0] -= timings.own_s(threads_before, threads_after)
     return Burst(
         pool=pool,
         concurrency=c,
@@ -185,6 +196,7 @@ def _burst(
         idle_cpu_s=idle,
         start_s=started_all,
         peaks=peaks,
+        split_ms=timings.split_ms(threads_before, threads_after, runs * MODEL_STEPS),
     )
 
 
@@ -214,7 +226,7 @@ def _mass_loss(lab: Lab, side: LiyagentSide, opts: DensityOptions) -> MassLoss:
         # Each run's first step is long, so every run is still held when the last is claimed.
         steps = four_step(opts.latency_ms)
         steps[0] = {**steps[0], "latency_ms": max(opts.latency_ms, 4000)}
-        ids = _start_many(victim_side, steps, opts.mass_runs)
+        ids = start_many(victim_side, steps, opts.mass_runs)
         deadline = time.monotonic() + opts.timeout_s
         while _held(side, ids, holder) < len(ids):
             if time.monotonic() > deadline:
@@ -302,7 +314,11 @@ def measure_density(lab: Lab, opts: DensityOptions) -> Section:
             lab.stop(prefork)
     finally:
         side.close()
-    section.figures = [*figures(bursts, mass), *floor_figures(floor)]
+    section.figures = [
+        *figures(bursts, mass),
+        *floor_figures(floor),
+        *breakdown_figures(bursts[0], floor, os.cpu_count() or 1),
+    ]
     section.matrix = matrix(bursts)
     section.detail = {
         "agent": four_step(opts.latency_ms),

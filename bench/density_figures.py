@@ -46,6 +46,8 @@ class Burst:
     idle_cpu_s: float
     start_s: float  # how long the bench took to start every run (within `seconds`)
     peaks: Peaks = field(default_factory=Peaks)
+    # Worker CPU per step by part (bench/timings.py KINDS); empty for an untimed worker.
+    split_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
@@ -75,6 +77,7 @@ class Burst:
             "peak_rss_mib": round(self.peaks.rss_mib, 1),
             "peak_pg_connections": self.peaks.connections,
             "peak_pg_active": self.peaks.active,
+            "cpu_ms_per_step_by_part": {k: round(v, 3) for k, v in self.split_ms.items()},
         }
 
 
@@ -206,6 +209,63 @@ def floor_figures(floor: RequestFloor) -> list[Figure]:
             f"HTTP alone per model step (1 POST + {TOOL_REQUESTS_PER_STEP:g} GET)",
             floor.per_step_ms,
             "ms",
+        ),
+    ]
+
+
+def breakdown_figures(t: Burst, floor: RequestFloor, cores: int) -> list[Figure]:
+    """Where the threads worker's CPU per step went (its threads' own counters), and the
+    throughput the machine's cores allow at the CPU per step of everything that served it."""
+    if not t.split_ms:
+        return []
+    task = t.split_ms["task threads"]
+    steps = t.runs * MODEL_STEPS
+    total_ms = (t.worker_cpu_s + t.postgres_cpu_s + t.simulator_cpu_s) * 1000 / steps
+    ideal_steps_per_s = steps / t.ideal_s
+    label = f"threads -c {t.concurrency}, per model step:"
+    return [
+        Figure("split_task_ms", f"{label} the task threads", task, "ms"),
+        Figure(
+            "split_http_ms",
+            f"{label} of which HTTP alone (the request floor)",
+            floor.per_step_ms,
+            "ms",
+        ),
+        Figure(
+            "split_engine_ms",
+            f"{label} of which the engine's in-task work",
+            task - floor.per_step_ms,
+            "ms",
+        ),
+        Figure(
+            "split_main_ms",
+            f"{label} Celery's main thread (consumer, timers)",
+            t.split_ms["Celery main thread"],
+            "ms",
+        ),
+        Figure(
+            "split_background_ms",
+            f"{label} liyagent's background threads",
+            t.split_ms["background threads"],
+            "ms",
+        ),
+        Figure(
+            "split_other_ms",
+            f"{label} not by a live thread (ended threads, start-up)",
+            t.cpu_ms_per_step - sum(t.split_ms.values()),
+            "ms",
+        ),
+        Figure(
+            "machine_cpu_ms_per_step",
+            "worker + Postgres + simulators CPU per model step",
+            total_ms,
+            "ms",
+        ),
+        Figure(
+            "machine_bound_ratio",
+            f"throughput vs ideal the machine's {cores} cores allow at that CPU per step",
+            min(1.0, cores * 1000 / total_ms / ideal_steps_per_s),
+            "x",
         ),
     ]
 

@@ -78,6 +78,8 @@ class Lab:
     sim_url: str = ""
     sim_db_url: str = ""
     _databases: list[str] = field(default_factory=list)
+    # Servers that hold only a simulator's records (`apart_simulator`).
+    record_pgs: list[PrivatePostgres] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.base.chmod(0o755)  # Postgres runs as its own user when we are root
@@ -148,6 +150,21 @@ class Lab:
         self._databases.append(name)
         return admin.database_url(self.admin_url, name)
 
+    def apart_simulator(self) -> tuple[str, int]:
+        """Another vendor simulator whose records go to a Postgres of its own (removed with the
+        lab): what it records never lands on the lab's Postgres, so a section can charge all
+        of that server's work to liyagent. Its base URL and process id."""
+        n = len(self.record_pgs)
+        pg = PrivatePostgres(self.base / f"pg-records-{n}", settings=NOT_DURABLE)
+        self.record_pgs.append(pg)
+        pg.init().start()
+        admin.create_database(pg.url, "records")
+        url = admin.database_url(pg.url, "records")
+        name = f"simulator-apart-{n}"
+        return self.cluster.simulator(url, self._base_env(), name), self.cluster.procs[
+            name
+        ].popen.pid
+
     # -- processes -------------------------------------------------------------------------
 
     def settings(
@@ -187,11 +204,11 @@ class Lab:
         }
         return WorkerSpec(name, queue, env, app="bench.baseline")
 
-    def launch(self, *specs: WorkerSpec, concurrency: int = 2) -> list[Proc]:
-        """Start these real prefork workers at once, then wait until each is ready."""
+    def launch(self, *specs: WorkerSpec, concurrency: int = 2, pool: str = "prefork") -> list[Proc]:
+        """Start these real workers (`-P pool`) at once, then wait until each is ready."""
         procs = []
         for spec in specs:
-            argv = worker_argv(spec.name, spec.queue, concurrency, spec.app)
+            argv = worker_argv(spec.name, spec.queue, concurrency, spec.app, pool)
             proc = Proc(spec.name, argv, spec.env, self.cluster.log_dir / f"{spec.name}.log")
             self.cluster.procs[spec.name] = proc
             self.cluster.pids.add(proc.popen.pid)
@@ -216,6 +233,8 @@ class Lab:
             self.cluster.stop()
         for server in self.redis_servers:
             server.stop()
+        for pg in self.record_pgs:
+            pg.remove()
         if self.pg is not None:
             self.pg.remove()
         import shutil

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -217,6 +218,16 @@ def burst(side: Side, steps: agents.Steps, runs: int, timeout_s: float) -> Burst
     ids = [side.start(steps) for _ in range(runs)]
     ends = wait_ended(side, ids, timeout_s)
     return Burst(runs, started, list(ends.values()))
+
+
+STARTERS = 4  # bench threads starting runs at once
+
+
+def start_many(side: LiyagentSide, steps: agents.Steps, n: int) -> list[str]:
+    """Start `n` runs of `steps` from STARTERS threads at once; their ids."""
+    side.models.spec(steps)  # registered once, before the threads share the cache
+    with ThreadPoolExecutor(STARTERS) as pool:
+        return list(pool.map(lambda _: side.start(steps), range(n)))
 
 
 def sequential(side: Side, steps: agents.Steps, runs: int, timeout_s: float) -> list[float]:

@@ -138,10 +138,10 @@ class Cluster:
         log.info("cluster.started", name=name, pid=proc.popen.pid, log=str(proc.log))
         return proc, found
 
-    def simulator(self, database_url: str, env: dict[str, str]) -> str:
+    def simulator(self, database_url: str, env: dict[str, str], name: str = "simulator") -> str:
         """Start the vendor simulator recording into `database_url`; returns its base URL."""
         argv = python("-m", "simulators", "--port", "0", "--database-url", database_url)
-        _, found = self._start("simulator", argv, env, r"simulators listening on (http://\S+)")
+        _, found = self._start(name, argv, env, r"simulators listening on (http://\S+)")
         return found.group(1)
 
     def worker(

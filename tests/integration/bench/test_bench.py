@@ -2,11 +2,11 @@
 number for every figure (the values are not judged: a shared machine is noisy, and the targets
 are the bench's to report, never a test's to assert).
 
-The harness runs as four `python -m bench --quick` processes side by side, the kill trials, the
+The harness runs as five `python -m bench --quick` processes side by side, the kill trials, the
 density and takeover sections in one, the flow order's backlog and the tenants in another, the
-limits per model endpoint and the usage ledger (each on vs off) in a third and the other sections
-in the fourth, so the
-test stays near a minute or two; each starts and removes its own private Postgres and Redis.
+limits per model endpoint and the usage ledger (each on vs off) in a third, the capacity section
+(its Postgres pinned to one core) in a fourth and the other sections in the fifth, so the test
+stays near a few minutes; each starts and removes its own private Postgres and Redis.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ SECTIONS = {
     "tenants",
     "flowctl",
     "ledger",
+    "capacity",
 }
 GROUPS = (
     ["throughput", "counts", "scaling", "sweeps", "storage", "frameworks"],
@@ -49,6 +50,7 @@ GROUPS = (
     # Mostly waiting on the model's latency (or its limit): their own processes.
     ["flow", "tenants"],
     ["flowctl", "ledger"],
+    ["capacity"],
 )
 # A seed whose kill comes 1.2 s after the victim is up, while its runs are in flight.
 SEED = "13"
@@ -58,6 +60,8 @@ MAY_BE_ABSENT = {
     ("recovery", "end_p50_s"),  # no trial caught in flight in one round
     ("recovery", "end_p95_s"),
     ("recovery", "end_max_s"),
+    ("capacity", "disk_fsyncs_per_s"),  # pg_test_fsync is in PostgreSQL's server package
+    ("capacity", "fsync_steps_per_s"),
 }
 
 
@@ -112,6 +116,12 @@ def test_quick_bench_reports_every_section_with_numbers(tmp_path: Path) -> None:
     # What HTTP alone takes of a step is a part of the step's whole CPU.
     floor = density["request_per_step_ms"]["value"]
     assert 0 < floor < density["threads_cpu_ms_per_step"]["value"], density
+    # Where the threads worker's CPU per step went, by part (its threads' own counters).
+    for key in ("split_task_ms", "split_engine_ms", "split_background_ms", "machine_bound_ratio"):
+        assert key in density, key
+    capacity = sections["capacity"]["figures"]
+    assert capacity["pg_cpu_ms_per_step"]["value"] > 0, capacity
+    assert capacity["xacts_per_step"]["value"] >= 1, capacity
     counts = sections["counts"]["figures"]
     for key in ("read_step_write_statements", "read_step_pg_round_trips", "run_row_writes"):
         assert counts[key]["target"] is not None and counts[key]["verdict"] in ("PASS", "MISS")
