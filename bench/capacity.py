@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
 
 from bench import agents, procstat, timings
 from bench.capacity_figures import (
@@ -206,19 +207,13 @@ class _Deployment:
             )
             wal = conn.execute(sa.text("SELECT * FROM pg_stat_wal")).mappings().one()
             c.wal = {k: float(v) for k, v in wal.items() if isinstance(v, (int, float, Decimal))}
-        engine = sa.create_engine(self.settings.database_url, isolation_level="AUTOCOMMIT")
-        try:
-            with engine.connect() as conn:
-                c.row_writes = int(
-                    conn.execute(
-                        sa.text(
-                            "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) "
-                            "FROM pg_stat_user_tables"
-                        )
-                    ).scalar_one()
-                )
-        finally:
-            engine.dispose()
+        c.row_writes = int(
+            _one(
+                self.settings.database_url,
+                "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) AS n "
+                "FROM pg_stat_user_tables",
+            ).n
+        )
         return c
 
 
@@ -309,19 +304,25 @@ def _means(
     return out
 
 
-def _tuples(dep: _Deployment) -> tuple[int, int, int]:
-    engine = sa.create_engine(dep.settings.database_url, isolation_level="AUTOCOMMIT")
+def _one(database_url: str, query: str) -> Any:
+    """One row of `query` on the run database, on a connection of its own (closed after, so
+    its statistics never linger in a window)."""
+    engine = sa.create_engine(database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     try:
         with engine.connect() as conn:
-            r = conn.execute(
-                sa.text(
-                    "SELECT n_live_tup, n_dead_tup, autovacuum_count FROM pg_stat_user_tables "
-                    "WHERE relname = 'runs'"
-                )
-            ).one()
-            return int(r.n_live_tup), int(r.n_dead_tup), int(r.autovacuum_count)
+            return conn.execute(sa.text(query)).one()
     finally:
         engine.dispose()
+
+
+def _tuples(dep: _Deployment) -> tuple[int, int, int]:
+    """The runs table's live and dead tuples and its autovacuums so far."""
+    r = _one(
+        dep.settings.database_url,
+        "SELECT n_live_tup, n_dead_tup, autovacuum_count FROM pg_stat_user_tables "
+        "WHERE relname = 'runs'",
+    )
+    return int(r.n_live_tup), int(r.n_dead_tup), int(r.autovacuum_count)
 
 
 def _soak(dep: _Deployment, n: int, opts: CapacityOptions) -> list[SoakSample]:
