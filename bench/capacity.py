@@ -260,11 +260,7 @@ def _level(dep: _Deployment, n: int, opts: CapacityOptions) -> Level:
         xacts=after.xacts - before.xacts,
         row_writes=after.row_writes - before.row_writes,
         worker_cpu_s=after.worker_cpu_s - before.worker_cpu_s,
-        thread_cpu_s={
-            k: v - before.threads.get(k, 0.0)
-            for k, v in after.threads.items()
-            if k in before.threads
-        },
+        worker_split_ms=timings.split_ms(before.threads, after.threads, opts.runs * STEPS_PER_RUN),
         sim_cpu_s=after.sim_cpu_s - before.sim_cpu_s,
         idle_s=after.idle_s - before.idle_s,
         step_write_ms=writes[before.step_writes : after.step_writes],
@@ -307,7 +303,9 @@ def _means(
 def _one(database_url: str, query: str) -> Any:
     """One row of `query` on the run database, on a connection of its own (closed after, so
     its statistics never linger in a window)."""
-    engine = sa.create_engine(database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    engine = sa.create_engine(
+        database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool, hide_parameters=True
+    )
     try:
         with engine.connect() as conn:
             return conn.execute(sa.text(query)).one()

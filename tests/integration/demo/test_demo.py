@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,7 +25,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from liyagent.local.backends import MACHINE_PG_ADMIN
 from liyagent.local.procs import ROOT, alive_in_groups
+from liyagent.local.servers import reachable
 
 
 def _teams_replies(admin_engine: sa.Engine, database: str) -> dict[str, int]:
@@ -52,9 +55,20 @@ def _stopped(url: str) -> bool:
     return False
 
 
+@pytest.fixture
+def machine_admin() -> Iterator[sa.Engine]:
+    """The machine's Postgres, which the demo finds by itself (not the test process's own)."""
+    if not reachable("127.0.0.1", 5432):
+        pytest.fail("the demo test needs the machine's Postgres on 127.0.0.1:5432")
+    engine = sa.create_engine(MACHINE_PG_ADMIN, isolation_level="AUTOCOMMIT", hide_parameters=True)
+    yield engine
+    engine.dispose()
+
+
 @pytest.mark.kill
 @pytest.mark.timeout(300)
-def test_demo_resumes_every_run_without_duplicates(admin_engine, servers, tmp_path) -> None:
+def test_demo_resumes_every_run_without_duplicates(machine_admin, servers, tmp_path) -> None:
+    admin_engine = machine_admin
     database = f"liyagent_demo_test_{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIYAGENT_")}
     env["LIYAGENT_DEMO_DATABASE"] = database
