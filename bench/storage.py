@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -59,6 +59,7 @@ from runtime.fleet.presence import connection_name
 from runtime.ops.retention import run_retention
 from runtime.services import Services
 from store.checkpoints import select_step_records
+from store.rows import QueuedAttempt
 from store.runs import get_run
 
 SOURCE = "issue 20"
@@ -116,6 +117,9 @@ class _Unpublished:
     def publish(self, run_id: str, attempt: int, priority: int = 2) -> None:
         return None
 
+    def publish_many(self, runs: Sequence[QueuedAttempt]) -> None:
+        return None
+
 
 def _run(s: Services, steps: int, size: int) -> str:
     run_id = Client(s).start_run(
@@ -168,7 +172,9 @@ def _flushed(s: Services, admin: sa.Connection) -> None:
 
 
 def _lsn(conn: sa.Connection) -> int:
-    return int(conn.execute(sa.text("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")).scalar())
+    return int(
+        conn.execute(sa.text("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")).scalar_one()
+    )
 
 
 def _wal_stats(conn: sa.Connection) -> dict[str, int]:
@@ -304,7 +310,7 @@ def measure_soak(lab: Lab, opts: StorageOptions) -> dict[str, Any]:
                 report = run_retention(s.engine, s.redis, s.settings)
                 own.execute(sa.text("VACUUM"))
                 sizes = _sizes(own, SOAK_TABLES)
-                live = int(own.execute(sa.text("SELECT count(*) FROM runs")).scalar())
+                live = int(own.execute(sa.text("SELECT count(*) FROM runs")).scalar_one())
                 samples.append(
                     {
                         "period": period,

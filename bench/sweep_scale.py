@@ -89,7 +89,7 @@ def pipelined(
     return taken
 
 
-def settled_epoch(s: Services) -> None:
+def settled_epoch(s: Services | RecoveryDeps) -> None:
     """Redis as it is in a steady fleet: its store epoch began long ago (no store grace holds
     claims back), was reconciled and its lost messages requeued (runtime/fleet/leases.py
     `_EPOCH`)."""

@@ -75,7 +75,7 @@ def _write_every(out: Path) -> None:
         time.sleep(SNAPSHOT_EVERY_S)
 
 
-@worker_ready.connect
+@worker_ready.connect  # type: ignore[untyped-decorator]  # Celery's signals are untyped
 def _start_writer(**_: Any) -> None:
     out = os.environ.get("BENCH_TIMINGS_DIR")
     if out:
