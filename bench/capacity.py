@@ -1,15 +1,17 @@
 """Capacity (issue 39): what one Postgres core carries, and where its ceiling is.
 
-The lab's Postgres (production's durability) is pinned to one core (`sched_setaffinity` on the
-postmaster and every process it has; backends it forks later inherit it) and serves liyagent
-alone: the model and vendor simulators record into a Postgres of their own
-(`Lab.apart_simulator`). Timed workers (`bench/timed_worker.py`: liyagent's worker, its step
-writes timed and its threads' CPU read) under `-P threads -c THREADS` drain a burst of the
-5-step agent at 0 ms model latency; the offered load is raised by adding worker processes (one,
-two, three). Per level, counted by the servers and the kernel:
+The lab's Postgres (production's durability) has one core to itself (`sched_setaffinity`: the
+postmaster and every process it has on core 0, backends it forks later inherit it; the workers,
+the simulators, Redis and the bench on the other cores) and serves liyagent alone: the model and
+vendor simulators record into a Postgres of their own (`Lab.apart_simulator`). Timed workers
+(`bench/timed_worker.py`: liyagent's worker, its step writes timed and its threads' CPU read)
+under `-P threads -c THREADS` drain a burst of the 5-step agent at 0 ms model latency; the
+offered load is raised by adding worker processes (one, two, three). Per level, counted by the
+servers and the kernel:
 
 - model steps/s and Postgres CPU (/proc: the postmaster's tree) over the burst, per step and in
-  cores; WAL bytes (pg_current_wal_lsn) and WAL fsyncs (pg_stat_wal.wal_sync) per step;
+  cores; WAL bytes (pg_current_wal_lsn) and WAL flushes per step and their mean time
+  (pg_stat_wal's wal_sync and wal_sync_time, with track_wal_io_timing on for the section);
   transactions (pg_stat_database) and row writes (pg_stat_user_tables) per step, read after
   the workers stopped (their backends flush their statistics when they exit);
 - a step's write (`INSERT INTO run_steps`) as the worker waits for it, p50 and p99;
@@ -17,10 +19,11 @@ two, three). Per level, counted by the servers and the kernel:
   CPU, or waiting (WAL flush, a lock, a client);
 - the worker's CPU per step by part (task threads, Celery's main thread, background threads).
 
-On this 2-core machine the workers and simulators run out of the other core long before
-Postgres runs out of its one: the ceiling is then one core over Postgres's CPU per step (the
-figure says which), set beside the WAL flush ceiling (the disk's fsyncs a second, measured by
-`pg_test_fsync` in the lab's directory, over the fsyncs a step needed at the top level).
+On a 2-core machine the workers and simulators run out of the other core long before Postgres
+runs out of its own: the CPU ceiling is then one core over Postgres's CPU per step (the figure
+says which), set beside the WAL flush ceiling (one flush at a time, each as long as the top
+level's mean, shared by as many steps as shared one there), and the disk's own fdatasync/s
+(`pg_test_fsync` in the lab's directory: one 8 kB write at a time, its best case).
 
 Soak: the top level offered continuously for SOAK_S (120 s; autovacuum at its defaults); every
 window, the runs table's live and dead tuples, its autovacuums, and the mean execution time of
@@ -93,20 +96,48 @@ class CapacityOptions:
         )
 
 
-@contextlib.contextmanager
-def one_core(data_dir: Path, core: int = 0) -> Iterator[int]:
-    """Postgres on one core while inside; every core again after. The postmaster's pid."""
-    pid = procstat.postmaster_pid(data_dir)
-    every = set(range(os.cpu_count() or 1))
-    for p in [pid, *procstat.descendants(pid)]:
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(p, {core})
-    try:
-        yield pid
-    finally:
-        for p in [pid, *procstat.descendants(pid)]:
+def _place(cores_of: dict[int, set[int]], trees: set[int]) -> None:
+    """Set each process's CPU affinity (and its descendants', for those in `trees`)."""
+    for pid, cores in cores_of.items():
+        for p in [pid, *(procstat.descendants(pid) if pid in trees else [])]:
             with contextlib.suppress(OSError):
-                os.sched_setaffinity(p, every)
+                os.sched_setaffinity(p, cores)
+
+
+@contextlib.contextmanager
+def postgres_apart(lab: Lab, sim_pid: int) -> Iterator[int]:
+    """While inside: Postgres alone on core 0 (the postmaster and its processes; backends it
+    forks later inherit it), and this process (so the workers it starts), the lab's Redis and
+    the section's simulator on the other cores. Every core again after. The postmaster's pid."""
+    assert lab.pg is not None, "the lab is not started"
+    pg_pid = procstat.postmaster_pid(lab.pg.data)
+    every = set(range(os.cpu_count() or 1))
+    others = (every - {0}) or every
+    redis_pids = [int(r.pidfile.read_text()) for r in lab.redis_servers if r.pidfile.exists()]
+    cores_of = {pg_pid: {0}, os.getpid(): others, sim_pid: others}
+    cores_of.update({pid: others for pid in redis_pids})
+    trees = {pg_pid, sim_pid}
+    _place(cores_of, trees)
+    try:
+        yield pg_pid
+    finally:
+        _place(dict.fromkeys(cores_of, every), trees)
+
+
+@contextlib.contextmanager
+def wal_io_timed(lab: Lab) -> Iterator[None]:
+    """track_wal_io_timing on while inside (every WAL flush's time in pg_stat_wal), off after."""
+
+    def turn(sql: str) -> None:
+        with lab.admin() as conn:
+            conn.execute(sa.text(sql))
+            conn.execute(sa.text("SELECT pg_reload_conf()"))
+
+    turn("ALTER SYSTEM SET track_wal_io_timing = on")
+    try:
+        yield
+    finally:
+        turn("ALTER SYSTEM RESET track_wal_io_timing")
 
 
 def fsyncs_per_s(directory: Path, seconds: int) -> float | None:
@@ -182,7 +213,8 @@ class _Deployment:
         """Postgres's CPU and WAL position, and the workers' and simulator's CPU, now."""
         with self.lab.admin() as conn:
             lsn = str(conn.execute(sa.text("SELECT pg_current_wal_lsn()")).scalar())
-        snaps = timings.fresh(self.timings, [w.popen.pid for w in workers])
+        pids = [w.popen.pid for w in workers]
+        snaps = timings.fresh(self.timings, pids)
         return Counters(
             pg_cpu_s=procstat.cpu_seconds(self.pg_pid),
             wal_lsn=lsn,
@@ -190,7 +222,9 @@ class _Deployment:
             sim_cpu_s=procstat.cpu_seconds(self.sim_pid),
             idle_s=procstat.MachineTimes.now().idle,
             threads=timings.thread_cpu(snaps),
-            step_writes=sum(len(s.get("step_write_ms", [])) for s in snaps),
+            step_writes={
+                pid: len(s.get("step_write_ms", [])) for pid, s in zip(pids, snaps, strict=True)
+            },
         )
 
     def flushed(self, c: Counters) -> Counters:
@@ -239,10 +273,12 @@ def _level(dep: _Deployment, n: int, opts: CapacityOptions) -> Level:
             ends = wait_ended(side, start_many(side, steps, opts.runs), opts.timeout_s)
         seconds = max(ends.values()) - started
         after = dep.counters(workers)
+        pids = [w.popen.pid for w in workers]
+        # Each worker's writes timed within the burst: from its count at the window's start.
         writes = [
             ms
-            for snap in timings.fresh(dep.timings, [w.popen.pid for w in workers])
-            for ms in snap.get("step_write_ms", [])
+            for pid, snap in zip(pids, timings.fresh(dep.timings, pids), strict=True)
+            for ms in snap.get("step_write_ms", [])[before.step_writes.get(pid, 0) :]
         ]
     finally:
         side.close()
@@ -263,7 +299,7 @@ def _level(dep: _Deployment, n: int, opts: CapacityOptions) -> Level:
         worker_split_ms=timings.split_ms(before.threads, after.threads, opts.runs * STEPS_PER_RUN),
         sim_cpu_s=after.sim_cpu_s - before.sim_cpu_s,
         idle_s=after.idle_s - before.idle_s,
-        step_write_ms=writes[before.step_writes : after.step_writes],
+        step_write_ms=writes,
         waits=dict(waits.seen),
         peak_connections=waits.peak_connections,
     )
@@ -371,7 +407,6 @@ def measure_capacity(lab: Lab, opts: CapacityOptions) -> Section:
         f"Capacity: one Postgres core, 1-{opts.levels[-1]} timed workers (-P threads "
         f"-c {opts.threads}), 5-step agent at 0 ms",
     )
-    assert lab.pg is not None, "the lab is not started"
     sim_url, sim_pid = lab.apart_simulator()
     database_url = lab.database("bench_capacity")
     settings = lab.settings(
@@ -380,7 +415,7 @@ def measure_capacity(lab: Lab, opts: CapacityOptions) -> Section:
     timings_dir = lab.base / "timings"
     timings_dir.mkdir(exist_ok=True)
     fsync = fsyncs_per_s(lab.base, opts.fsync_test_s)
-    with one_core(lab.pg.data) as pg_pid:
+    with postgres_apart(lab, sim_pid) as pg_pid, wal_io_timed(lab):
         database = str(sa.make_url(database_url).database)
         dep = _Deployment(lab, settings, database, pg_pid, sim_pid, timings_dir)
         levels = [_level(dep, n, opts) for n in opts.levels]

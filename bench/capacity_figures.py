@@ -24,7 +24,8 @@ class Counters:
     sim_cpu_s: float = 0.0
     idle_s: float = 0.0
     threads: dict[str, float] = field(default_factory=dict)  # thread name -> CPU s
-    step_writes: int = 0
+    # Each timed worker's step writes so far (its pid -> how many it timed).
+    step_writes: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -143,28 +144,33 @@ class Ceilings:
     """What one Postgres core carries, by each resource, from the top level's figures."""
 
     cpu_steps_per_s: float
-    fsync_ops_per_s: float | None
-    fsync_steps_per_s: float | None
+    flush_ms: float | None  # a WAL flush's mean under that load (pg_stat_wal)
+    flush_steps_per_s: float | None
+    disk_fsyncs_per_s: float | None  # the disk alone, one 8 kB write at a time (pg_test_fsync)
     measured_utilisation: float
 
 
-def ceilings(top: Level, fsync_ops_per_s: float | None) -> Ceilings:
-    """The CPU ceiling (one core over Postgres's CPU per step) and the WAL flush ceiling (the
-    disk's fsyncs a second over the fsyncs a step needed at the top level's grouping)."""
-    per_step = top.per_step(top.wal.get("wal_sync", 0))
-    fsync_steps = fsync_ops_per_s / per_step if fsync_ops_per_s and per_step > 0 else None
+def ceilings(top: Level, disk_fsyncs_per_s: float | None) -> Ceilings:
+    """The CPU ceiling (one core over Postgres's CPU per step) and the WAL flush ceiling: one
+    flush at a time, each as long as the top level's mean, shared by as many steps as shared
+    one there (group commit shares more as the load grows, so this is a floor of it)."""
+    syncs, sync_ms = top.wal.get("wal_sync", 0.0), top.wal.get("wal_sync_time", 0.0)
+    flush_ms = sync_ms / syncs if syncs and sync_ms else None
+    per_step = top.per_step(syncs)
+    flush_steps = 1000 / (flush_ms * per_step) if flush_ms and per_step > 0 else None
     return Ceilings(
         cpu_steps_per_s=1000 / top.pg_ms_per_step,
-        fsync_ops_per_s=fsync_ops_per_s,
-        fsync_steps_per_s=fsync_steps,
+        flush_ms=flush_ms,
+        flush_steps_per_s=flush_steps,
+        disk_fsyncs_per_s=disk_fsyncs_per_s,
         measured_utilisation=top.pg_cores,
     )
 
 
 def first_limit(c: Ceilings) -> str:
     """Which of one core's resources runs out first, by the two ceilings."""
-    if c.fsync_steps_per_s is not None and c.fsync_steps_per_s < c.cpu_steps_per_s:
-        return "the WAL flush (the disk's fsyncs), before Postgres's CPU"
+    if c.flush_steps_per_s is not None and c.flush_steps_per_s < c.cpu_steps_per_s:
+        return "the WAL flush, before Postgres's CPU"
     return "Postgres's CPU, before the WAL flush"
 
 
@@ -193,15 +199,32 @@ def figures(levels: list[Level], c: Ceilings, soak: list[SoakSample]) -> list[Fi
             digits=0,
         ),
         Figure(
-            "fsync_steps_per_s",
-            "model steps/s the WAL flush carries (disk fsyncs/s / fsyncs per step)",
-            c.fsync_steps_per_s,
-            "/s",
-            digits=0,
-            note="" if c.fsync_steps_per_s is not None else "pg_test_fsync did not run",
+            "flush_ms",
+            "a WAL flush under that load, mean (pg_stat_wal)",
+            c.flush_ms,
+            "ms",
+            note="" if c.flush_ms is not None else "no WAL flush was timed",
         ),
         Figure(
-            "disk_fsyncs_per_s", "the disk's fdatasync/s (pg_test_fsync)", c.fsync_ops_per_s, "/s"
+            "fsyncs_per_step",
+            "WAL flushes per model step (group commit shares them)",
+            top.per_step(top.wal.get("wal_sync", 0.0)),
+            "",
+        ),
+        Figure(
+            "flush_steps_per_s",
+            "model steps/s the WAL flush carries at that flush time and sharing",
+            c.flush_steps_per_s,
+            "/s",
+            digits=0,
+            note="" if c.flush_steps_per_s is not None else "no WAL flush was timed",
+        ),
+        Figure(
+            "disk_fsyncs_per_s",
+            "the disk alone: fdatasync/s of one 8 kB write (pg_test_fsync)",
+            c.disk_fsyncs_per_s,
+            "/s",
+            note="" if c.disk_fsyncs_per_s is not None else "pg_test_fsync did not run",
         ),
         Figure("wal_bytes_per_step", "WAL bytes per model step", top.per_step(top.wal_bytes), "B"),
         Figure("xacts_per_step", "transactions per model step", top.per_step(top.xacts), ""),
