@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -96,32 +96,66 @@ class CapacityOptions:
         )
 
 
-def _place(cores_of: dict[int, set[int]], trees: set[int]) -> None:
-    """Set each process's CPU affinity (and its descendants', for those in `trees`)."""
-    for pid, cores in cores_of.items():
-        for p in [pid, *(procstat.descendants(pid) if pid in trees else [])]:
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(p, cores)
+def _threads(pid: int) -> list[int]:
+    """The thread ids of a process (empty once it is gone)."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+@dataclass
+class _Placement:
+    """CPU affinity set on every thread of some processes, and how to undo it."""
+
+    every: set[int]
+    saved: dict[int, set[int]] = field(default_factory=dict)  # thread id -> its mask before
+    failed: int = 0
+
+    def place(self, cores_of: dict[int, set[int]], trees: set[int]) -> None:
+        """Each process's threads (and its descendants', for those in `trees`) on its cores."""
+        for pid, cores in cores_of.items():
+            for p in [pid, *(procstat.descendants(pid) if pid in trees else [])]:
+                for tid in _threads(p):
+                    try:
+                        self.saved.setdefault(tid, os.sched_getaffinity(tid))
+                        os.sched_setaffinity(tid, cores)
+                    except OSError:
+                        self.failed += 1
+
+    def undo(self, pids: set[int], trees: set[int]) -> None:
+        """Every thread of these processes back on its mask before, or on every core if it
+        started inside (a backend forked meanwhile inherited its postmaster's one core)."""
+        for pid in pids:
+            for p in [pid, *(procstat.descendants(pid) if pid in trees else [])]:
+                for tid in _threads(p):
+                    with contextlib.suppress(OSError):
+                        os.sched_setaffinity(tid, self.saved.get(tid, self.every))
 
 
 @contextlib.contextmanager
-def postgres_apart(lab: Lab, sim_pid: int) -> Iterator[int]:
-    """While inside: Postgres alone on core 0 (the postmaster and its processes; backends it
-    forks later inherit it), and this process (so the workers it starts), the lab's Redis and
-    the section's simulator on the other cores. Every core again after. The postmaster's pid."""
+def postgres_apart(lab: Lab, sim_pid: int) -> Iterator[tuple[int, _Placement]]:
+    """While inside: Postgres alone on the first core (every thread of the postmaster and its
+    processes; backends it forks later inherit it), and every thread of this process (so the
+    workers it starts), the lab's Redis, the section's simulator and the Postgres its records go
+    to on the others. Each thread's mask back after. The postmaster's pid, and the placement
+    (how many threads could not be placed)."""
     assert lab.pg is not None, "the lab is not started"
     pg_pid = procstat.postmaster_pid(lab.pg.data)
-    every = set(range(os.cpu_count() or 1))
-    others = (every - {0}) or every
+    every = os.sched_getaffinity(0)
+    first = min(every)
+    others = (every - {first}) or every
     redis_pids = [int(r.pidfile.read_text()) for r in lab.redis_servers if r.pidfile.exists()]
-    cores_of = {pg_pid: {0}, os.getpid(): others, sim_pid: others}
-    cores_of.update({pid: others for pid in redis_pids})
-    trees = {pg_pid, sim_pid}
-    _place(cores_of, trees)
+    record_pids = [procstat.postmaster_pid(pg.data) for pg in lab.record_pgs]
+    cores_of = {pg_pid: {first}, os.getpid(): others, sim_pid: others}
+    cores_of.update({pid: others for pid in [*redis_pids, *record_pids]})
+    trees = {pg_pid, sim_pid, *record_pids}
+    placement = _Placement(every)
+    placement.place(cores_of, trees)
     try:
-        yield pg_pid
+        yield pg_pid, placement
     finally:
-        _place(dict.fromkeys(cores_of, every), trees)
+        placement.undo(set(cores_of), trees)
 
 
 @contextlib.contextmanager
@@ -268,11 +302,13 @@ def _level(dep: _Deployment, n: int, opts: CapacityOptions) -> Level:
         side.services.engine.dispose()  # its backends exit: their statistics are flushed
         settled(dep.lab, [dep.database], IDLE_FLUSH_S)
         before = dep.flushed(dep.counters(workers))
+        window_began = time.monotonic()
         with _Waits(dep.lab, dep.database) as waits:
             started = time.time()
             ends = wait_ended(side, start_many(side, steps, opts.runs), opts.timeout_s)
         seconds = max(ends.values()) - started
         after = dep.counters(workers)
+        window_s = time.monotonic() - window_began
         pids = [w.popen.pid for w in workers]
         # Each worker's writes timed within the burst: from its count at the window's start.
         writes = [
@@ -290,12 +326,15 @@ def _level(dep: _Deployment, n: int, opts: CapacityOptions) -> Level:
         threads=opts.threads,
         runs=opts.runs,
         seconds=seconds,
+        window_s=window_s,
         pg_cpu_s=after.pg_cpu_s - before.pg_cpu_s,
         wal_bytes=_wal_bytes(dep.lab, before.wal_lsn, after.wal_lsn),
         wal={k: v - before.wal.get(k, 0.0) for k, v in after.wal.items()},
         xacts=after.xacts - before.xacts,
         row_writes=after.row_writes - before.row_writes,
-        worker_cpu_s=after.worker_cpu_s - before.worker_cpu_s,
+        worker_cpu_s=after.worker_cpu_s
+        - before.worker_cpu_s
+        - timings.own_s(before.threads, after.threads),
         worker_split_ms=timings.split_ms(before.threads, after.threads, opts.runs * STEPS_PER_RUN),
         sim_cpu_s=after.sim_cpu_s - before.sim_cpu_s,
         idle_s=after.idle_s - before.idle_s,
@@ -372,6 +411,7 @@ def _soak(dep: _Deployment, n: int, opts: CapacityOptions) -> list[SoakSample]:
         ids = start_many(side, steps, in_flight)
         began = time.monotonic()
         last_t, last_ended, last_stmts = began, 0, _statement_times(dep)
+        vacuums_before = _tuples(dep)[2]  # the levels' autovacuums are not the soak's
         while time.monotonic() - began < opts.soak_s:
             time.sleep(0.25)
             done = side.ended(ids)
@@ -388,7 +428,7 @@ def _soak(dep: _Deployment, n: int, opts: CapacityOptions) -> list[SoakSample]:
                         steps_per_s=(ended_total - last_ended) * STEPS_PER_RUN / (now - last_t),
                         live=live,
                         dead=dead,
-                        autovacuums=vacuums,
+                        autovacuums=vacuums - vacuums_before,
                         mean_ms=means,
                     )
                 )
@@ -415,7 +455,7 @@ def measure_capacity(lab: Lab, opts: CapacityOptions) -> Section:
     timings_dir = lab.base / "timings"
     timings_dir.mkdir(exist_ok=True)
     fsync = fsyncs_per_s(lab.base, opts.fsync_test_s)
-    with postgres_apart(lab, sim_pid) as pg_pid, wal_io_timed(lab):
+    with postgres_apart(lab, sim_pid) as (pg_pid, placement), wal_io_timed(lab):
         database = str(sa.make_url(database_url).database)
         dep = _Deployment(lab, settings, database, pg_pid, sim_pid, timings_dir)
         levels = [_level(dep, n, opts) for n in opts.levels]
@@ -429,6 +469,7 @@ def measure_capacity(lab: Lab, opts: CapacityOptions) -> Section:
         "ceilings": c.__dict__,
         "soak": soak_rows(soak),
         "statement_classes": CLASSES,
+        "threads_not_placed": placement.failed,
         "options": opts.__dict__,
     }
     return section

@@ -35,7 +35,8 @@ class Level:
     workers: int
     threads: int
     runs: int
-    seconds: float
+    seconds: float  # the burst: its first start to its last run's end
+    window_s: float  # the counters' window around it (CPU and idle time are read over it)
     pg_cpu_s: float
     wal_bytes: float
     wal: dict[str, float]
@@ -59,7 +60,7 @@ class Level:
 
     @property
     def pg_cores(self) -> float:
-        return self.pg_cpu_s / self.seconds
+        return self.pg_cpu_s / self.window_s
 
     @property
     def pg_ms_per_step(self) -> float:
@@ -91,7 +92,7 @@ class Level:
             f"{self.per_step(self.row_writes):.2f}",
             "-" if p99 is None else f"{p99:.1f}",
             f"{self.worker_cpu_s * 1000 / self.steps:.2f}",
-            f"{self.idle_s / self.seconds:.2f}",
+            f"{self.idle_s / self.window_s:.2f}",
             "/".join(f"{100 * waits[k]:.0f}" for k in WAIT_KINDS[:3]),
         ]
 
@@ -147,7 +148,6 @@ class Ceilings:
     flush_ms: float | None  # a WAL flush's mean under that load (pg_stat_wal)
     flush_steps_per_s: float | None
     disk_fsyncs_per_s: float | None  # the disk alone, one 8 kB write at a time (pg_test_fsync)
-    measured_utilisation: float
 
 
 def ceilings(top: Level, disk_fsyncs_per_s: float | None) -> Ceilings:
@@ -163,8 +163,12 @@ def ceilings(top: Level, disk_fsyncs_per_s: float | None) -> Ceilings:
         flush_ms=flush_ms,
         flush_steps_per_s=flush_steps,
         disk_fsyncs_per_s=disk_fsyncs_per_s,
-        measured_utilisation=top.pg_cores,
     )
+
+
+def carried(c: Ceilings) -> float:
+    """What one core carries: the lower of its CPU and WAL flush ceilings."""
+    return min(c.cpu_steps_per_s, c.flush_steps_per_s or c.cpu_steps_per_s)
 
 
 def first_limit(c: Ceilings) -> str:
@@ -176,17 +180,22 @@ def first_limit(c: Ceilings) -> str:
 
 def figures(levels: list[Level], c: Ceilings, soak: list[SoakSample]) -> list[Figure]:
     top = levels[-1]
-    measured = c.measured_utilisation >= 0.9
-    how = "measured at saturation" if measured else "one core / Postgres CPU per step"
     waits = top.waits_share()
     out = [
         Figure("top_steps_per_s", "model steps/s at the highest load", top.steps_per_s, "/s"),
         Figure("top_pg_cores", "Postgres busy at the highest load", top.pg_cores, "cores"),
         Figure("pg_cpu_ms_per_step", "Postgres CPU per model step", top.pg_ms_per_step, "ms"),
         Figure(
-            "steps_per_pg_core",
-            f"model steps/s one Postgres core carries ({how})",
+            "cpu_steps_per_s",
+            "model steps/s one Postgres core's CPU carries (one core / its CPU per step)",
             c.cpu_steps_per_s,
+            "/s",
+            digits=0,
+        ),
+        Figure(
+            "steps_per_pg_core",
+            "model steps/s one Postgres core carries (the lower of its CPU and WAL flush)",
+            carried(c),
             "/s",
             digits=0,
             note=f"first limit: {first_limit(c)}",
@@ -194,7 +203,7 @@ def figures(levels: list[Level], c: Ceilings, soak: list[SoakSample]) -> list[Fi
         Figure(
             "runs_per_pg_core",
             "5-step runs/s one Postgres core carries",
-            c.cpu_steps_per_s / STEPS_PER_RUN,
+            carried(c) / STEPS_PER_RUN,
             "/s",
             digits=0,
         ),
@@ -229,8 +238,8 @@ def figures(levels: list[Level], c: Ceilings, soak: list[SoakSample]) -> list[Fi
         Figure("wal_bytes_per_step", "WAL bytes per model step", top.per_step(top.wal_bytes), "B"),
         Figure("xacts_per_step", "transactions per model step", top.per_step(top.xacts), ""),
         Figure("rows_per_step", "row writes per model step", top.per_step(top.row_writes), ""),
-        Figure("step_write_p50_ms", "a step's write, p50", quantile(top.step_write_ms, 0.5), "ms"),
-        Figure("step_write_p99_ms", "a step's write, p99", quantile(top.step_write_ms, 0.99), "ms"),
+        Figure("step_write_p50_ms", "a step's write as the worker waits for it, p50", quantile(top.step_write_ms, 0.5), "ms"),
+        Figure("step_write_p99_ms", "a step's write as the worker waits for it, p99", quantile(top.step_write_ms, 0.99), "ms"),
         Figure("waits_cpu", "backends sampled on CPU", 100 * waits["CPU"], "%", digits=0),
         Figure(
             "waits_wal",

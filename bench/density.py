@@ -196,7 +196,9 @@ def _burst(
         idle_cpu_s=idle,
         start_s=started_all,
         peaks=peaks,
-        split_ms=timings.split_ms(threads_before, threads_after, runs * MODEL_STEPS),
+        split_ms=timings.split_ms(threads_before, threads_after, runs * MODEL_STEPS)
+        if timed
+        else {},
     )
 
 

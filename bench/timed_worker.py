@@ -3,11 +3,13 @@
     celery -A bench.timed_worker worker -P threads ...
 
 - each step's write (the `INSERT INTO run_steps` statement, `store/checkpoints.py`), timed
-  around the driver's execute as the run's thread waits for it (the round trip and the server's
-  work; not the wait for a pooled connection);
+  around the driver's execute as the run's thread waits for it: the round trip, the server's
+  work and its commit's WAL flush (autocommit), and the waits of the worker's own process (the
+  interpreter lock, a free CPU); not the wait for a pooled connection;
 - the CPU each thread of the process used, by its Python name, read from
-  /proc/self/task/<tid>/stat, so the bench can say which part of a step's CPU is the task
-  threads' (the engine's in-task work and its HTTP) and which the background threads'.
+  /proc/self/task/<tid>/schedstat (nanoseconds), so the bench can say which part of a step's
+  CPU is the task threads' (the engine's in-task work and its HTTP) and which the background
+  threads'.
 
 Both are written, as JSON, to `$BENCH_TIMINGS_DIR/<pid>.json` twice a second (replaced whole,
 so a reader never sees half of one) by a thread of its own, which the bench leaves out of the
@@ -30,7 +32,6 @@ from bench.timings import OWN_THREAD, SNAPSHOT_EVERY_S
 from liyagent.worker import app
 
 STEP_WRITE = "INSERT INTO run_steps"
-TICK = os.sysconf("SC_CLK_TCK")
 _writes_ms: list[float] = []
 _lock = threading.Lock()
 
@@ -52,15 +53,16 @@ sa.event.listen(sa.engine.Engine, "after_cursor_execute", _after)
 
 
 def thread_cpu_s() -> dict[str, float]:
-    """CPU seconds (user + system) of each live thread of this process, by its Python name."""
+    """CPU seconds of each live thread of this process, by its Python name: the first field
+    of /proc/self/task/<tid>/schedstat, in nanoseconds (stat's utime and stime are whole clock
+    ticks, 10 ms: a thread that ran 5 ms read as 0, so 500 threads lost about a tick each)."""
     used: dict[str, float] = {}
     for thread in threading.enumerate():
         try:
-            raw = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+            raw = Path(f"/proc/self/task/{thread.native_id}/schedstat").read_text()
         except OSError:
             continue
-        fields = raw[raw.rindex(")") + 2 :].split()
-        used[thread.name] = used.get(thread.name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+        used[thread.name] = used.get(thread.name, 0.0) + int(raw.split()[0]) / 1e9
     return used
 
 
