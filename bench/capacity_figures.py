@@ -238,8 +238,18 @@ def figures(levels: list[Level], c: Ceilings, soak: list[SoakSample]) -> list[Fi
         Figure("wal_bytes_per_step", "WAL bytes per model step", top.per_step(top.wal_bytes), "B"),
         Figure("xacts_per_step", "transactions per model step", top.per_step(top.xacts), ""),
         Figure("rows_per_step", "row writes per model step", top.per_step(top.row_writes), ""),
-        Figure("step_write_p50_ms", "a step's write as the worker waits for it, p50", quantile(top.step_write_ms, 0.5), "ms"),
-        Figure("step_write_p99_ms", "a step's write as the worker waits for it, p99", quantile(top.step_write_ms, 0.99), "ms"),
+        Figure(
+            "step_write_p50_ms",
+            "a step's write as the worker waits for it, p50",
+            quantile(top.step_write_ms, 0.5),
+            "ms",
+        ),
+        Figure(
+            "step_write_p99_ms",
+            "a step's write as the worker waits for it, p99",
+            quantile(top.step_write_ms, 0.99),
+            "ms",
+        ),
         Figure("waits_cpu", "backends sampled on CPU", 100 * waits["CPU"], "%", digits=0),
         Figure(
             "waits_wal",
