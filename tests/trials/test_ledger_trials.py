@@ -169,7 +169,10 @@ def _views_agree(deployment: TrialDeployment, run_ids: list[str]) -> list[str]:
 def test_ledger_kill_trials(
     servers, db_url, namespace, seal_keys, tmp_path: Path, publish_figures: list[str]
 ) -> None:
-    options = TrialOptions(trials=TRIALS, pool="prefork")
+    # Kills early in each round, while its runs (a step every 400 ms) are in flight: over the
+    # default window (up to 4 s) the 4 rounds of `make test` once all landed after their runs
+    # had ended, and the trial judged nothing in flight.
+    options = TrialOptions(trials=TRIALS, pool="prefork", kill_window_s=(0.2, 1.5))
     with trial_deployment(servers, db_url, namespace, seal_keys, tmp_path, "ledger") as deployment:
         vendor = sa.create_engine(deployment.vendor_db_url, hide_parameters=True)
         try:
