@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,6 @@ from liyagent.local import sim_model
 from liyagent.local.procs import Proc
 from liyagent.local.servers import pg_bin
 
-TIMED_APP = "bench.timed_worker"
 WAIT_SAMPLE_S = 0.05
 # Statement classes the soak follows, by a fragment of their text as pg_stat_statements keeps it
 # (constants as $n): store/runs.py claim_delivery, store/checkpoints.py, the sweeps' scans.
@@ -236,11 +235,10 @@ class _Deployment:
 
     def launch(self, prefix: str, n: int, threads: int) -> list[Proc]:
         """n timed threads workers, ready."""
-        specs = []
-        for i in range(n):
-            spec = self.lab.liyagent(f"{prefix}-{i}", self.settings)
-            env = {**spec.env, "BENCH_TIMINGS_DIR": str(self.timings)}
-            specs.append(replace(spec, app=TIMED_APP, env=env))
+        specs = [
+            timings.timed(self.lab.liyagent(f"{prefix}-{i}", self.settings), self.lab.base)
+            for i in range(n)
+        ]
         return self.lab.launch(*specs, concurrency=threads, pool="threads")
 
     def counters(self, workers: list[Proc]) -> Counters:
@@ -452,8 +450,7 @@ def measure_capacity(lab: Lab, opts: CapacityOptions) -> Section:
     settings = lab.settings(
         database_url, vendor_url=sim_url, model_profiles=sim_model.profiles(sim_url)
     )
-    timings_dir = lab.base / "timings"
-    timings_dir.mkdir(exist_ok=True)
+    timings_dir = timings.directory(lab.base)
     fsync = fsyncs_per_s(lab.base, opts.fsync_test_s)
     with postgres_apart(lab, sim_pid) as (pg_pid, placement), wal_io_timed(lab):
         database = str(sa.make_url(database_url).database)

@@ -37,14 +37,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
 
 from bench import procstat, timings
-from bench.capacity import TIMED_APP
 from bench.density_figures import (
     DB_POOL_MAX,
     MODEL_STEPS,
@@ -61,7 +59,6 @@ from bench.lab import Lab, WorkerSpec
 from bench.report import Section
 from bench.sides import LiyagentSide, start_many, wait_ended
 from liyagent.local import judge
-from liyagent.local.cluster import START_TIMEOUT_S, worker_argv
 from liyagent.local.procs import Proc
 from runtime.sending import http
 from runtime.services import holder_of
@@ -139,24 +136,12 @@ class _Sampler:
                 p.samples += 1
 
 
-def _timings_dir(lab: Lab) -> Path:
-    (lab.base / "timings").mkdir(exist_ok=True)
-    return lab.base / "timings"
-
-
 def _launch(lab: Lab, spec: WorkerSpec, pool: str, concurrency: int) -> Proc:
     """A worker, ready; a threads one is timed (bench/timed_worker.py: its threads' CPU)."""
     if pool == "threads":
-        env = {
-            **spec.env,
-            "LIYAGENT_DB_POOL_MAX": str(DB_POOL_MAX),
-            "BENCH_TIMINGS_DIR": str(_timings_dir(lab)),
-        }
-        spec = replace(spec, env=env, app=TIMED_APP)
-    argv = worker_argv(spec.name, spec.queue, concurrency, spec.app, pool)
-    proc = Proc(spec.name, argv, spec.env, lab.cluster.log_dir / f"{spec.name}.log")
-    lab.cluster.procs[spec.name] = proc
-    proc.wait_for(r"ready\.", timeout=START_TIMEOUT_S)
+        env = {**spec.env, "LIYAGENT_DB_POOL_MAX": str(DB_POOL_MAX)}
+        spec = timings.timed(replace(spec, env=env), lab.base)
+    (proc,) = lab.launch(spec, concurrency=concurrency, pool=pool)
     return proc
 
 
@@ -171,7 +156,7 @@ def _burst(
     database = str(side.services.engine.url.database)
     pids = (worker.popen.pid, pg_pid, sim_pid)
     timed = [worker.popen.pid] if pool == "threads" else []
-    threads_before = timings.thread_cpu(timings.fresh(_timings_dir(lab), timed))
+    threads_before = timings.thread_cpu(timings.fresh(timings.directory(lab.base), timed))
     before = [procstat.cpu_seconds(p) for p in pids]
     machine = procstat.MachineTimes.now()
     with _Sampler(lab, worker.popen.pid, database) as peaks:
@@ -181,7 +166,7 @@ def _burst(
         ends = wait_ended(side, ids, opts.timeout_s)
     after = [procstat.cpu_seconds(p) for p in pids]
     idle = procstat.MachineTimes.now().idle - machine.idle
-    threads_after = timings.thread_cpu(timings.fresh(_timings_dir(lab), timed))
+    threads_after = timings.thread_cpu(timings.fresh(timings.directory(lab.base), timed))
     used = [b - a for a, b in zip(before, after, strict=True)]
     used[0] -= timings.own_s(threads_before, threads_after)
     return Burst(

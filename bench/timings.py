@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from bench.lab import WorkerSpec
+
+# The timed worker's Celery app (bench/timed_worker.py).
+TIMED_APP = "bench.timed_worker"
 # How often a timed worker writes its snapshot, and the name of the thread that writes it.
 SNAPSHOT_EVERY_S = 0.5
 OWN_THREAD = "bench-timings"
@@ -24,6 +30,18 @@ def thread_kind(name: str) -> str:
     if name == "MainThread":
         return KINDS[1]
     return KINDS[2]
+
+
+def directory(base: Path) -> Path:
+    """Where the timed workers of a lab under `base` write their snapshots (made if missing)."""
+    (base / "timings").mkdir(exist_ok=True)
+    return base / "timings"
+
+
+def timed(spec: WorkerSpec, base: Path) -> WorkerSpec:
+    """`spec` as a timed worker: liyagent's worker with the bench's two instruments."""
+    env = {**spec.env, "BENCH_TIMINGS_DIR": str(directory(base))}
+    return replace(spec, app=TIMED_APP, env=env)
 
 
 def read(directory: Path, pid: int) -> dict[str, Any]:
