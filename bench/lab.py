@@ -161,9 +161,8 @@ class Lab:
         admin.create_database(pg.url, "records")
         url = admin.database_url(pg.url, "records")
         name = f"simulator-apart-{n}"
-        return self.cluster.simulator(url, self._base_env(), name), self.cluster.procs[
-            name
-        ].popen.pid
+        base_url = self.cluster.simulator(url, self._base_env(), name)
+        return base_url, self.cluster.procs[name].popen.pid
 
     # -- processes -------------------------------------------------------------------------
 
