@@ -370,8 +370,8 @@ class TaskHandler(RequestHandler):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
-        """CancelTask: an operator Stop of the task's run (a queued or waiting run ends now, a
-        running one at its next step), of a task the principal may see; an ended task cannot be
+        """CancelTask: an operator Stop of the task's run (it and its children end now), of a
+        task the principal may see; an ended task cannot be
         canceled. Who stops is the principal."""
         who = _principal(context)
 

@@ -50,6 +50,7 @@ ROUTES = [
     Route("/runs/{run_id}", runs.run_read, methods=["GET"]),
     Route("/runs/{run_id}/events", events.run_events, methods=["GET"]),
     Route("/runs/{run_id}/stop", runs.run_stop, methods=["POST"]),
+    Route("/runs/{run_id}/signal", runs.run_signal, methods=["POST"]),
     Route("/runs/{run_id}/stop/lift", runs.run_stop_lift, methods=["POST"]),
     Route("/runs/{run_id}/erase", erasure.run_erase, methods=["POST"]),
     Route("/owners/{owner}/erase", erasure.owner_erase, methods=["POST"]),

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from front.auth import Right, actor, protected, requires, seen_run, services
+from front.auth import Right, actor, principal, protected, requires, seen_run, services
 from front.body import Fields, path_id, path_uuid, read_json
 from front.errors import FrontError
 from runtime.entries.client import AGENT_NAME, Client, NotDecided, Stopped, UnknownAgent
@@ -39,8 +39,8 @@ def _stop(s: Services, run_id: str, by: str, reason: str) -> bool:
 
 @requires(Right.STOP)
 async def run_stop(request: Request) -> Response:
-    """POST /runs/{run_id}/stop {"reason"}: queued and waiting runs fail now, running ones at
-    their next step. Who stops is the token's principal."""
+    """POST /runs/{run_id}/stop {"reason"}: the run, its children and theirs fail now (a
+    running attempt is fenced out). Who stops is the token's principal."""
     run_id = path_uuid(request.path_params["run_id"], "run id")
     body = await read_json(request)
     by = actor(request, body)
@@ -48,6 +48,26 @@ async def run_stop(request: Request) -> Response:
     now = await run_in_threadpool(_stop, services(request), run_id, by, reason)
     log.info("front.run_stopped", run_id=run_id, by=by, stopped_now=now)
     return JSONResponse({"run_id": run_id, "stopped_now": now, "by": by}, status_code=202)
+
+
+@requires(Right.START)
+async def run_signal(request: Request) -> Response:
+    """POST /runs/{run_id}/signal {"name", "payload"?, "key"?}: send the run a signal (taken
+    exactly once; the same key sends nothing more), for a run the principal may see that has
+    not ended (404 for one it may not see, 400 for one that ended; nothing stored)."""
+    run_id = path_uuid(request.path_params["run_id"], "run id")
+    body = await read_json(request)
+    by = actor(request, body)
+    fields = Fields(body, {"name", "payload", "key"})
+    name, key = fields.name("name"), fields.optional_ident("key")
+    scope = principal(request).scope()
+    client = Client(services(request))
+    await seen_run(request, run_id)
+    signal_id = await run_in_threadpool(
+        lambda: client.signal(run_id, name, body.get("payload"), key=key, by=by, scope=scope)
+    )
+    log.info("front.run_signalled", run_id=run_id, by=by, signal=name)
+    return JSONResponse({"run_id": run_id, "signal": name, "signal_id": signal_id}, status_code=202)
 
 
 def _stop_agent(s: Services, agent: str, by: str, reason: str) -> Stopped:
@@ -69,7 +89,7 @@ async def agent_stop(request: Request) -> Response:
     done = await run_in_threadpool(_stop_agent, services(request), agent, by, reason)
     log.info("front.agent_stopped", agent=agent, by=by, stopped_now=len(done.now))
     return JSONResponse(
-        {"agent": agent, "stopped_now": done.now, "stop_at_next_step": done.at_next_step, "by": by},
+        {"agent": agent, "stopped_now": done.now, "by": by},
         status_code=202,
     )
 

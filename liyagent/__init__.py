@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime.base.refused import BadRequest
+    from runtime.core.pyflow import AsyncWorkflowContext, WorkflowContext
     from runtime.entries.aclient import AsyncClient
     from runtime.entries.client import Client
     from runtime.ops.events import EventKind, EventPage, RunEvent
     from runtime.ops.run_view import OutputMismatch, RunView
     from runtime.sending.http import SendRefused
     from runtime.services import Services
+    from runtime.toolbox.flow_calls import current_call
     from runtime.toolbox.job_kinds import JobContext, JobError, JobKind, JobParams, job
     from runtime.toolbox.tools import (
         AgentDef,
@@ -43,6 +45,16 @@ if TYPE_CHECKING:
         vendor_json,
     )
     from runtime.toolbox.typed_tools import FunctionTool, agent, tool
+    from runtime.toolbox.workflow_kinds import (
+        StepError,
+        StepFailed,
+        StepKind,
+        StepOutcomeUnknown,
+        WorkflowDiverged,
+        WorkflowKind,
+        WorkflowParams,
+        workflow,
+    )
     from store.errors import LiyagentError
 
 # Where each public name lives. `import liyagent` imports none of them: a name is imported on
@@ -52,6 +64,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "AgentDef": "runtime.toolbox.tools",
     "AsyncClient": "runtime.entries.aclient",
+    "AsyncWorkflowContext": "runtime.core.pyflow",
     "BadRequest": "runtime.base.refused",
     "CallContext": "runtime.toolbox.tools",
     "Client": "runtime.entries.client",
@@ -68,15 +81,25 @@ _HOMES = {
     "RunEvent": "runtime.ops.events",
     "RunView": "runtime.ops.run_view",
     "SendRefused": "runtime.sending.http",
+    "StepError": "runtime.toolbox.workflow_kinds",
+    "StepFailed": "runtime.toolbox.workflow_kinds",
+    "StepKind": "runtime.toolbox.workflow_kinds",
+    "StepOutcomeUnknown": "runtime.toolbox.workflow_kinds",
     "Tool": "runtime.toolbox.tools",
     "ToolDeclarationError": "runtime.toolbox.tools",
     "ToolError": "runtime.toolbox.tools",
     "ToolInDoubt": "runtime.toolbox.tools",
     "ToolKind": "runtime.toolbox.tools",
+    "WorkflowContext": "runtime.core.pyflow",
+    "WorkflowDiverged": "runtime.toolbox.workflow_kinds",
+    "WorkflowKind": "runtime.toolbox.workflow_kinds",
+    "WorkflowParams": "runtime.toolbox.workflow_kinds",
     "agent": "runtime.toolbox.typed_tools",
+    "current_call": "runtime.toolbox.flow_calls",
     "job": "runtime.toolbox.job_kinds",
     "tool": "runtime.toolbox.typed_tools",
     "vendor_json": "runtime.toolbox.tools",
+    "workflow": "runtime.toolbox.workflow_kinds",
 }
 
 if not TYPE_CHECKING:  # mypy sees the imports above, so an unknown name stays an error there
@@ -153,6 +176,7 @@ def services() -> Services:
 __all__ = [
     "AgentDef",
     "AsyncClient",
+    "AsyncWorkflowContext",
     "BadRequest",
     "CallContext",
     "Client",
@@ -169,18 +193,28 @@ __all__ = [
     "RunEvent",
     "RunView",
     "SendRefused",
+    "StepError",
+    "StepFailed",
+    "StepKind",
+    "StepOutcomeUnknown",
     "Tool",
     "ToolDeclarationError",
     "ToolError",
     "ToolInDoubt",
     "ToolKind",
+    "WorkflowContext",
+    "WorkflowDiverged",
+    "WorkflowKind",
+    "WorkflowParams",
     "aclient",
     "agent",
     "client",
+    "current_call",
     "declared_agent",
     "job",
     "services",
     "start_agent",
     "tool",
     "vendor_json",
+    "workflow",
 ]

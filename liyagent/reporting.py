@@ -421,14 +421,12 @@ def render_decision(out: Console, a: ApprovalRow) -> None:
     )
 
 
-def render_stop(out: Console, target: str, stopped_now: list[str], running: list[str]) -> None:
-    """Which runs a Stop failed at once and which stop at their next step."""
+def render_stop(out: Console, target: str, stopped_now: list[str]) -> None:
+    """Which runs a Stop failed (at once, children included)."""
     out.print(Text(f"Stop recorded for {target}."))
     if stopped_now:
-        out.print(Text(f"Failed now (were queued or waiting): {', '.join(stopped_now)}"))
-    if running:
-        out.print(Text(f"Running, stop at their next step: {', '.join(running)}"))
-    if not stopped_now and not running:
+        out.print(Text(f"Failed now: {', '.join(stopped_now)}"))
+    else:
         out.print(Text("No run was queued, waiting or running."))
 
 

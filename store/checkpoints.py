@@ -51,7 +51,7 @@ def write_checkpoint(
                        updated_at = now()
                 WHERE id = :run_id AND attempt = :attempt AND status = 'running'
                   AND step = :step - 1
-                RETURNING id, agent, owner, run_as, channel, attempt, status, yield_for),
+                RETURNING id, agent, owner, run_as, channel, attempt, status, yield_for, step),
             rec AS (
                 INSERT INTO run_steps (run_id, step, attempt, sealed, input_tokens,
                                        output_tokens, cached_tokens, model, cost_usd)

@@ -148,7 +148,8 @@ def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[t
     request digest, transcript, the call marks' outcomes (what the tools answered) and the
     model's ids for the calls, approvals' call arguments and reasons (a pending one, a call
     nobody decided, goes whole), the free text of its audit rows (`AUDIT_KEPT`), the A2A
-    task's message and answer, the cron outcome, the Teams turn's text, activity and reply.
+    task's message and answer, the signals' payloads, the cron outcome, the Teams turn's
+    text, activity and reply.
     What stays: the run's row (status, times, agent, owner, failure code), its step records,
     marks and decided approvals without their content (which step, which tool, of what kind,
     how it was settled, who decided: the run's events are derived from them, and deleting them
@@ -187,6 +188,7 @@ def erase_content(conn: sa.Connection, run_ids: list[str], *, by: str) -> list[t
                 UPDATE a2a_tasks SET message = NULL, answer = NULL, updated_at = now()
                 WHERE run_id IN (SELECT id FROM e)),
             cron AS (UPDATE cron_runs SET outcome = NULL WHERE run_id IN (SELECT id FROM e)),
+            sent AS (UPDATE signals SET payload = NULL WHERE run_id IN (SELECT id FROM e)),
             turn AS (
                 UPDATE teams_inbox SET text = '', activity = NULL, reply = NULL
                 WHERE run_id IN (SELECT id FROM e)),

@@ -27,6 +27,8 @@ _GATE_COLUMNS = """
     coalesce(c.enabled, true) AS channel_enabled, c.reason AS channel_reason,
     (SELECT array_agg(t.tool) FROM agent_tools t WHERE t.agent = r.agent) AS agent_tools,
     r.attempt AS run_attempt, r.status AS run_status,
+    EXISTS (SELECT 1 FROM signals g WHERE g.run_id = r.id
+            AND (g.taken_by IS NULL OR g.taken_by = 'agent:' || r.step)) AS signals_waiting,
     CASE WHEN r.yield_for IS NOT NULL AND r.attempt = 1 THEN coalesce(
         (SELECT CAST(y.id AS text) FROM runs y WHERE y.id = r.yield_for AND y.status = 'queued'),
         (SELECT CAST(y.id AS text) FROM runs y
@@ -106,17 +108,37 @@ def set_agent_tools(conn: sa.Connection, agent: str, tools: list[str]) -> None:
 
 
 def insert_stop(
-    conn: sa.Connection, *, run_id: str | None, agent: str | None, reason: str, by: str
+    conn: sa.Connection,
+    *,
+    run_id: str | None,
+    agent: str | None,
+    reason: str,
+    by: str,
+    running: bool = True,
 ) -> list[str]:
-    """Record a Stop, audited; queued and waiting runs it covers are failed at once (their
-    wait cleared, their entry points told, each failure audited with code `stopped`), in one
-    statement. Running ones stop at their next step. Returns the ids of the runs failed here."""
+    """Record a Stop, audited, and end every run it covers at once, in one statement: a run's
+    Stop covers its children and theirs (each gets a stop of its own, so a child started
+    later by nobody can run). Queued and waiting runs fail; running ones fail with their
+    attempt bumped, so whatever their attempt in flight tries to write next matches nothing
+    (I3), as after a claim. Entry points are told, each failure audited with code `stopped`.
+    A run handing on a stored answer (answered) finishes. `running=False` leaves running runs
+    to the caller (an erasure fences them out itself). Returns the runs failed here."""
     rows = conn.execute(
         sql(
             f"""
-            WITH s AS (
+            WITH RECURSIVE tree AS (
+                SELECT id, 0 AS depth FROM runs WHERE id = CAST(:run_id AS uuid)
+                UNION
+                SELECT c.id, t.depth + 1 FROM runs c JOIN tree t ON c.parent_run_id = t.id
+                WHERE t.depth < 50),
+            s AS (
                 INSERT INTO stops (run_id, agent, reason, created_by)
                 VALUES (:run_id, :agent, :reason, :by) RETURNING id),
+            below AS (
+                INSERT INTO stops (run_id, agent, reason, created_by)
+                SELECT r.id, NULL, 'its parent run was stopped: ' || :reason, :by
+                FROM runs r JOIN tree t ON t.id = r.id
+                WHERE t.depth > 0 AND r.status NOT IN ('succeeded', 'failed')),
             sa AS (
                 INSERT INTO audit_events (run_id, kind, detail)
                 SELECT CAST(:run_id AS uuid), 'agent.stop.created',
@@ -127,9 +149,10 @@ def insert_stop(
             f AS (
                 UPDATE runs SET status = 'failed', finished_at = now(), updated_at = now(),
                        waiting_on = NULL,
+                       attempt = attempt + CASE WHEN status = 'running' THEN 1 ELSE 0 END,
                        failure_reason = 'stopped by ' || :by || ': ' || :reason
-                WHERE status IN ('queued', 'waiting')
-                  AND (id = CAST(:run_id AS uuid) OR agent = :agent)
+                WHERE (status IN ('queued', 'waiting') OR (status = 'running' AND :running))
+                  AND (id IN (SELECT id FROM tree) OR agent = :agent)
                 RETURNING id, attempt, step, failure_reason),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)
@@ -146,7 +169,7 @@ def insert_stop(
             SELECT f.id FROM f, s
             """
         ),
-        {"run_id": run_id, "agent": agent, "reason": reason, "by": by},
+        {"run_id": run_id, "agent": agent, "reason": reason, "by": by, "running": running},
     ).all()
     return [r.id for r in rows]
 

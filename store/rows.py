@@ -217,6 +217,9 @@ class GateRow:
     # The run a loss's claim asked this attempt to yield its slot to, while that run is still
     # queued (a free slot that took it first leaves nobody to yield): None otherwise.
     yield_to: str | None = None
+    # A signal sent to the run that its agent's next step has not been told yet (untaken, or
+    # taken at the step the run is at by an attempt that never wrote the next one).
+    signals_waiting: bool = False
 
 
 @dataclass(frozen=True)

@@ -140,15 +140,6 @@ class DurationHistogram:
     sum_s: float
 
 
-def running_runs(conn: sa.Connection, agent: str) -> list[str]:
-    """Ids of the agent's running runs (a Stop reaches them at their next step)."""
-    rows = conn.execute(
-        sql("SELECT id FROM runs WHERE agent = :a AND status = 'running' ORDER BY created_at"),
-        {"a": agent},
-    ).all()
-    return [r.id for r in rows]
-
-
 def run_counts(conn: sa.Connection) -> list[RunCount]:
     """Runs counted by kind and status (only the pairs that have runs)."""
     rows = conn.execute(

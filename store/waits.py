@@ -191,9 +191,10 @@ def wake_parent(conn: sa.Connection, child_id: str) -> tuple[RunId, Attempt] | N
 
 def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
     """Wake every waiting run whose approval was decided, whose child ended, whose timer is
-    due, whose model endpoint has opened, whose retry for a worker that serves its pin is due,
-    or whose budget was raised or its period turned
-    (the sweeper's backstop for a wake that was missed, and the clock of timers and closes)."""
+    due, whose signal came (or its wait timed out), whose model endpoint has opened, whose
+    retry for a worker that serves its pin is due, or whose budget was raised or its period
+    turned (the sweeper's backstop for a wake that was missed, and the clock of timers and
+    closes)."""
     rows = conn.execute(
         sql(
             f"""
@@ -213,6 +214,13 @@ def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
                 -- A wait for a worker whose code serves its pin (definition:<pin>:<retry at>).
                 OR (r.waiting_on LIKE 'definition:%'
                     AND to_timestamp(CAST(split_part(r.waiting_on, ':', 3) AS float8)) <= now())
+                -- A signal sent (signal:<name>:<deadline or never>), or its wait timed out.
+                OR (split_part(r.waiting_on, ':', 1) = 'signal' AND (
+                    EXISTS (SELECT 1 FROM signals g WHERE g.run_id = r.id AND g.taken_by IS NULL
+                            AND g.name = split_part(r.waiting_on, ':', 2))
+                    OR (split_part(r.waiting_on, ':', 3) <> 'never'
+                        AND to_timestamp(CAST(split_part(r.waiting_on, ':', 3) AS float8))
+                            <= now())))
                 -- A budget raised, or whose period has turned (store/budgets.py).
                 OR ({BUDGET_WAKE_SQL}))
             RETURNING r.id, r.attempt

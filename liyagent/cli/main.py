@@ -50,7 +50,11 @@ COMMANDS = (
     Command(
         "run", "liyagent.cli.runs", "start an agent's run (a catalog agent, or a scripted one)"
     ),
-    Command("workflow", "liyagent.cli.runs", "start a workflow run (a deterministic step graph)"),
+    Command(
+        "workflow",
+        "liyagent.cli.runs",
+        "start a workflow run (a declared Python workflow, or a JSON step graph)",
+    ),
     Command("job", "liyagent.cli.runs", "queue a background job"),
     Command("watch", "liyagent.cli.watch", "follow a run's events live until it ends"),
     Command("status", "liyagent.cli.reads", "one run, or the most recent runs"),
@@ -58,6 +62,7 @@ COMMANDS = (
     Command("approvals", "liyagent.cli.ops", "a run's approval requests"),
     Command("approve", "liyagent.cli.ops", "approve a held call (it is made)"),
     Command("deny", "liyagent.cli.ops", "deny a held call (it is not made; the model is told)"),
+    Command("signal", "liyagent.cli.ops", "send a run a signal (taken exactly once)"),
     Command("stop", "liyagent.cli.ops", "stop a run, or every run of an agent; or lift a stop"),
     Command(
         "erase",

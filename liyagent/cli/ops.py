@@ -5,6 +5,7 @@ exits 1."""
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -121,7 +122,7 @@ def _target(c: Client, args: argparse.Namespace) -> str | None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    """An operator's Stop: queued and waiting runs fail now, running ones at their next step.
+    """An operator's Stop: every run it covers (a run's children too) fails now.
     With --lift, the Stops standing on the run or agent are lifted instead."""
     from liyagent.reporting import render_stop
 
@@ -145,10 +146,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {"run": run_id, "agent": args.agent, "by": by, "reason": reason,
-             "stopped_now": done.now, "stop_at_next_step": done.at_next_step}
+             "stopped_now": done.now}
         )  # fmt: skip
     else:
-        render_stop(out(), target, done.now, done.at_next_step)
+        render_stop(out(), target, done.now)
     return OK
 
 
@@ -237,6 +238,36 @@ def _call_verdict(tool: str, result: dict[str, Any]) -> int:
     )
 
 
+def cmd_signal(args: argparse.Namespace) -> int:
+    """Send a run a signal: a workflow waiting for it goes on, an agent run sees it at its next
+    step boundary; --key makes a send idempotent."""
+    try:
+        payload = json.loads(args.payload) if args.payload is not None else None
+    except ValueError as exc:
+        raise CliError(f"--payload is not JSON ({exc}); nothing was sent", USAGE) from None
+    c = _client()
+    run_id = c.resolve_run_id(args.run)
+    try:
+        signal_id = c.signal(run_id, args.name, payload, key=args.key, by=_who(args.by))
+    except BadRequest as exc:
+        raise CliError(str(exc), FAILED) from None
+    if args.json:
+        print_json({"run": run_id, "signal": args.name, "signal_id": signal_id})
+    else:
+        out().print(Text(f"signal {args.name} sent to run {run_id} (id {signal_id})"))
+    return OK
+
+
+def _signal(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN_ID", help="the run (an id or a unique prefix)")
+    p.add_argument("name", metavar="NAME", help="the signal's name (what the run waits for)")
+    p.add_argument("--payload", metavar="JSON", help="what it carries (any JSON value)")
+    p.add_argument("--key", help="idempotency key: the same key sends nothing more")
+    p.add_argument("--by", required=True, metavar="WHO", help="who sends (audited)")
+    add_json(p)
+    p.set_defaults(handler=cmd_signal)
+
+
 def _approvals(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN_ID")
     add_json(p)
@@ -301,4 +332,5 @@ ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "stop": _stop,
     "erase": _erase,
     "call": _call,
+    "signal": _signal,
 }

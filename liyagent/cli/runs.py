@@ -137,7 +137,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_workflow(args: argparse.Namespace) -> int:
-    """Start a workflow run from a definition file; with --wait, wait for its end."""
+    """Start a workflow run: a declared Python workflow (--name, --params) or a JSON step
+    graph from a file (--file); with --wait, wait for its end."""
+    if args.file is None:
+        return _declared_workflow(args)
     definition = json_file(args.file, "workflow")
     try:
         validate_workflow(definition)
@@ -150,6 +153,24 @@ def cmd_workflow(args: argparse.Namespace) -> int:
     run_id = c.start_workflow(
         name=args.name, workflow=definition, user_input=args.input, request_key=args.request_key
     )
+    return finish(c, run_id, args)
+
+
+def _declared_workflow(args: argparse.Namespace) -> int:
+    from runtime.services import registry_for
+
+    known = registry_for(get_settings()).workflows
+    if args.name not in known:
+        raise CliError(
+            f"unknown workflow {args.name!r} (known: {', '.join(sorted(known)) or 'none'}; "
+            "declare it with @workflow in a module LIYAGENT_TOOLS names, or give --file for a "
+            "JSON step graph); nothing was stored",
+            USAGE,
+        )
+    params = json_object(args.params or "{}", "--params")
+    _check_wait(args)
+    c = _client()
+    run_id = c.start_workflow(workflow=args.name, params=params, request_key=args.request_key)
     return finish(c, run_id, args)
 
 
@@ -193,8 +214,13 @@ def _run(p: argparse.ArgumentParser) -> None:
 
 
 def _workflow(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", required=True, help="the workflow's name (its runs' agent)")
-    p.add_argument("--file", required=True, metavar="WORKFLOW.json", help="its definition")
+    p.add_argument(
+        "--name",
+        required=True,
+        help="a declared Python workflow's name; with --file, the JSON graph's (its runs' agent)",
+    )
+    p.add_argument("--params", metavar="JSON", help="a declared workflow's parameters (object)")
+    p.add_argument("--file", metavar="WORKFLOW.json", help="a JSON step graph's definition")
     p.add_argument("--input", default="start", metavar="TEXT", help="its input (default start)")
     p.add_argument("--request-key", help="idempotency key: the same key returns the same run")
     add_wait(p)

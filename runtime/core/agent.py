@@ -6,6 +6,7 @@ the model only for the steps after the last one written (I5).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from functools import cached_property
@@ -24,6 +25,7 @@ from runtime.models.errors import too_large
 from runtime.models.output import TypedAnswers
 from runtime.models.profiles import ModelProfile
 from runtime.sending import bounded
+from store.signals import take_agent_signals
 from store.states import ResumeReason
 
 MODEL_TRIES = 3
@@ -38,6 +40,7 @@ class AgentRun(RunAttempt):
         model = self._model()
         while True:
             self._boundary(state)
+            self._take_signals(state)
             if state.step >= self.d.settings.step_limit:
                 self._fail(
                     f"step limit {self.d.settings.step_limit} reached without a final "
@@ -47,6 +50,22 @@ class AgentRun(RunAttempt):
             with self.d.tracing.step(state.step + 1):
                 if self._step(model, state):
                     return Outcome.SUCCEEDED
+
+    def _take_signals(self, state: RunState) -> None:
+        """Signals sent to the run (`client().signal`) since its last step: told to the model
+        as user messages, written with the next step (taken fenced, I3; once, store/signals.py).
+        Read only when the gates say one waits: a step without pays nothing."""
+        read = self._read
+        if read is None or not read.row.signals_waiting:
+            return
+        with self.fence.write() as conn:
+            taken = take_agent_signals(conn, self.run.id, self.run.attempt, state.step)
+        for signal in taken:
+            payload = json.dumps(signal["payload"], sort_keys=True)
+            state.messages.append(
+                {"role": "user", "content": f"Signal {signal['name']}: {payload}", "signal": True}
+            )
+        self.log.info("run.signals_taken", step=state.step, signals=[s["id"] for s in taken])
 
     def _step(self, model: ModelProvider, state: RunState) -> bool:
         """One model step: ask, then the final answer (True), or the checkpoint and calls."""

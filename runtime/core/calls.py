@@ -126,6 +126,9 @@ class CallRouter:
         # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
         # answer and the results kept so far), set by `route`.
         self._left = deps.settings.step_max_bytes
+        # A Python workflow's own steps (runtime/core/pyflow.py), by call name: its code, not a
+        # tool granted to it, so containment does not apply; every other gate does.
+        self.local: dict[str, Tool] = {}
 
     def narrow(self, definition: RunDefinition) -> None:
         """Route by `definition` from now on (the attempt's, narrowed to its pinned tools)."""
@@ -156,7 +159,8 @@ class CallRouter:
     def _one(
         self, state: RunState, index: int, call: ToolCall, mark: MarkRow | None, gates: GateRow
     ) -> Routed:
-        tool = self.d.tools.get(call.name)
+        local = self.local.get(call.name)
+        tool = local or self.d.tools.get(call.name)
         facts = None
         if mark is not None:
             facts = MarkFacts(ToolKind(mark.kind), mark.status, mark.stable_key, mark.age_s)
@@ -170,7 +174,9 @@ class CallRouter:
         kind = mark.kind if mark is not None else (tool.kind.value if tool else "unknown")
         if decision is Settle.REUSE and mark is not None:
             return self._reuse(state, mark), Settle.REUSE, kind
-        refusal = call_refusal(gates, self.run.agent, self.definition.tools, call.name)
+        refusal = None
+        if local is None:
+            refusal = call_refusal(gates, self.run.agent, self.definition.tools, call.name)
         if refusal is None and tool is None:
             refusal = f"tool {call.name} is not available"
         if refusal is not None:

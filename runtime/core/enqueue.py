@@ -4,6 +4,7 @@ published (a hint: if publishing fails, the sweeper publishes it from Postgres).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import uuid
 from collections.abc import Iterator, Mapping
@@ -178,6 +179,8 @@ def _validate(s: DoorDeps, new: NewRun) -> list[str]:
     _check_share(new)
     if new.job is not None:
         return checked_tools(s.tools, new.tools, f"job {new.job.get('kind')}")
+    if new.workflow is not None and "python" in new.workflow:
+        return _checked_flow(s, new.workflow)
     if new.workflow is not None:
         try:
             steps = validate_workflow(new.workflow)
@@ -193,6 +196,28 @@ def _validate(s: DoorDeps, new: NewRun) -> list[str]:
     if new.output is not None:
         checked_output(spec, new.output, tools)
     return tools
+
+
+def _checked_flow(s: DoorDeps, spec: dict[str, Any]) -> list[str]:
+    """A Python workflow's start: declared here, its parameters fit and are JSON; the tools
+    it may call are the ones it declares, exactly (BadRequest otherwise, nothing stored)."""
+    name = spec.get("python")
+    kind = s.tools.workflows.get(str(name))
+    if kind is None:
+        known = ", ".join(sorted(s.tools.workflows)) or "none"
+        raise BadRequest(
+            f"unknown workflow {name!r} (known here: {known}; a team's own are declared with "
+            "@workflow in the modules LIYAGENT_TOOLS names); nothing was stored"
+        )
+    params = spec.get("params") or {}
+    if not isinstance(params, dict):
+        raise BadRequest(f"workflow {name}: params must be an object; nothing was stored")
+    try:
+        json.dumps(params, allow_nan=False)
+        kind.check(params)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"{exc}; nothing was stored") from None
+    return checked_tools(s.tools, list(kind.tools), f"workflow {name}")
 
 
 def _check_share(new: NewRun) -> None:

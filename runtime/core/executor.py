@@ -24,6 +24,7 @@ from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import publish_quietly
 from runtime.core.jobs import JobRun
 from runtime.core.outcome import Outcome
+from runtime.core.pyflow import PyWorkflowRun
 from runtime.core.workflow import WorkflowRun
 from runtime.durable.definition import RunDefinition
 from runtime.durable.formats import NewerFormat
@@ -287,6 +288,8 @@ def _attempt(
     try:
         faults.point("after_claim")
         attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
+        if "python" in (definition.workflow or {}):
+            attempt_class = PyWorkflowRun
         run = attempt_class(d, row, definition, lease, gates=claimed.gates, unread=unread)
         outcome = run.execute()
         return outcome

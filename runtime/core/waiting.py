@@ -8,6 +8,7 @@ key): it finds the first, and its outcome if it has one.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, Protocol
 
@@ -150,15 +151,19 @@ class WaitRouter:
 
     def _child(self, call: ToolCall, key: str) -> NewRun:
         args = call.args
+        if "workflow" in args:
+            return self._child_workflow(args, key)
         agent, text = args.get("agent"), args.get("input")
         if not isinstance(agent, str) or not isinstance(text, str):
             raise BadRequest('a delegation needs "agent" and "input" text')
-        script = args.get("script")
+        script, asked = args.get("script"), args.get("model")
         model = (
             {"provider": "scripted", "script": script}
             if script is not None
+            else dict(asked)
+            if isinstance(asked, dict)
             else dict(self.definition.model)
-        )
+        )  # a model asked for is checked against the deployment's profiles at enqueue
         return NewRun(
             agent=agent,
             user_input=text,
@@ -174,6 +179,34 @@ class WaitRouter:
             parent_attempt=self.run.attempt,
             may_wait=True,
             # Its parent's share of the fleet and turn (counted in flight, never held).
+            tenant=self.run.tenant,
+            priority=self.run.priority,
+        )
+
+    def _child_workflow(self, args: dict[str, Any], key: str) -> NewRun:
+        """A Python workflow's child workflow: the tools it declares must all be its parent's
+        (a child never widens what a run can do)."""
+        name, params = args.get("workflow"), args.get("params") or {}
+        kind = self.d.tools.workflows.get(str(name))
+        if kind is None or not isinstance(params, dict):
+            raise BadRequest(
+                f"no workflow {name!r} is declared here (or its params are not an object)"
+            )
+        self._child_tools(list(kind.tools))
+        return NewRun(
+            agent=kind.name,
+            user_input=f"{kind.name} {json.dumps(params, sort_keys=True)}"[:2000],
+            workflow={"python": kind.name, "params": params},
+            owner=self.run.owner,
+            principal=self.run.principal,
+            entry_kind=EntryKind.DELEGATION,
+            channel=self.run.channel,
+            run_as=self.run.run_as,
+            tools=list(kind.tools),
+            request_key=key,
+            parent_run_id=self.run.id,
+            parent_attempt=self.run.attempt,
+            may_wait=True,
             tenant=self.run.tenant,
             priority=self.run.priority,
         )

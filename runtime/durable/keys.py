@@ -42,6 +42,14 @@ def workflow_step_key(workflow_run_id: str, step_id: str, steps_executed: int) -
     return "lya-wf-" + _digest("workflow", workflow_run_id, step_id, steps_executed)
 
 
+def flow_step_key(workflow_run_id: str, identity: str) -> str:
+    """The key of one step of a Python workflow: its identity is its name and occurrence (how
+    often the run had reached a step of that name), so a retry sends the same key and a loop
+    back to the step, a later occurrence, a new one."""
+    name, _, occurrence = identity.rpartition("#")
+    return workflow_step_key(workflow_run_id, name, int(occurrence))
+
+
 def _written_call_key(
     scope: str,
     correlation_id: str,

@@ -42,8 +42,10 @@ from runtime.ops.run_view import (
     resolve_run_id,
     still_waiting,
 )
+from runtime.ops.signals import send
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
+from runtime.toolbox.workflow_kinds import start_spec
 from store.entries import EntryKind
 from store.gates import agent_has_runs, insert_stop, lift_stops
 from store.records import select_transcript
@@ -51,7 +53,6 @@ from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
 from store.runs import get_run
 from store.scope import Scope
 from store.states import FINISHED
-from store.views import running_runs
 from store.waits import decide_approval, get_approval, list_approvals
 
 ENTRY = InPostgres(
@@ -88,10 +89,10 @@ class NotDecided(BadRequest):
 
 @dataclass(frozen=True)
 class Stopped:
-    """What a Stop did: the runs failed now, and the running ones that stop at their next step."""
+    """What a Stop did: the runs it failed (every one it covers that had not ended: a run's
+    children and theirs with it)."""
 
     now: list[str]
-    at_next_step: list[str]
 
 
 def parse_after(raw: object) -> int:
@@ -183,26 +184,49 @@ class Client:
     def start_workflow(
         self,
         *,
-        name: str,
-        workflow: dict[str, Any],
-        user_input: str = "start",
+        workflow: dict[str, Any] | str | Any,
+        name: str | None = None,
+        params: dict[str, Any] | None = None,
+        user_input: str | None = None,
         request_key: str | None = None,
         owner: str = "app",
         tenant: str | None = None,
         priority: int = NORMAL,
     ) -> RunId:
-        """Start a workflow run (a deterministic step graph) on the same durable machinery; a
-        request key makes it idempotent, and `tenant` and `priority` apply, as for `start_run`."""
+        """Start a workflow run: a declared Python workflow (`@workflow`: the function or its
+        name, with its `params`) or a JSON step graph (a dict), on the same durable machinery.
+        A request key makes it idempotent; `tenant` and `priority` apply as for `start_run`."""
+        try:
+            name, spec, text = start_spec(workflow, name, params, user_input)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
         new = NewRun(
             agent=parse_agent(name, "workflow name"),
-            workflow=workflow,
-            user_input=user_input,
+            workflow=spec,
+            user_input=text,
             request_key=request_key,
             owner=owner,
             tenant=tenant,
             priority=priority,
+            may_wait=True if "python" in spec else None,
         )
         return enqueue(self.door, new)[0]
+
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        key: str | None = None,
+        by: str = "app",
+        scope: Scope | None = None,
+    ) -> int:
+        """Send the run the signal `name` with `payload`, delivered exactly once: a workflow's
+        `wait_signal(name)` takes it, an agent run sees it at its next step boundary. `key`
+        makes a send idempotent (the same key sends nothing more). Its id; BadRequest when the
+        run does not exist or has ended (nothing stored)."""
+        return send(self.s, parse_id(run_id), name, payload, key=key, by=by, scope=scope)
 
     def start_job(
         self,
@@ -293,8 +317,10 @@ class Client:
     def stop(
         self, *, run_id: str | None = None, agent: str | None = None, reason: str, by: str
     ) -> list[str]:
-        """An operator's Stop of one run or of an agent's runs. Queued and waiting runs fail
-        now; running ones stop at their next step. Returns the runs failed now."""
+        """An operator's Stop of one run (with its children and theirs) or of an agent's runs:
+        every run it covers fails now; a running one's attempt is fenced out (nothing it tries
+        to write lands) and loses its lease (it sends nothing more after its heartbeat's next
+        renewal). Returns the runs failed now."""
         if (run_id is None) == (agent is None):
             raise BadRequest("stop exactly one run (run_id) or one agent (agent)")
         if not reason.strip() or not by.strip():
@@ -314,16 +340,13 @@ class Client:
         return failed
 
     def stop_run(self, run_id: str, *, reason: str, by: str) -> Stopped:
-        """Stop one run that has not ended (RunNotFound, AlreadyEnded otherwise)."""
-        now = self.stop(run_id=run_id, reason=reason, by=by)
-        running = [] if run_id in now or self.get(run_id).status != "running" else [run_id]
-        return Stopped(now, running)
+        """Stop one run that has not ended, with its children and theirs (RunNotFound,
+        AlreadyEnded otherwise)."""
+        return Stopped(self.stop(run_id=run_id, reason=reason, by=by))
 
     def stop_agent(self, agent: str, *, reason: str, by: str) -> Stopped:
         """Stop a known agent's runs (UnknownAgent otherwise) and its later runs until lifted."""
-        now = self.stop(agent=agent, reason=reason, by=by)
-        with self.s.engine.connect() as conn:
-            return Stopped(now, running_runs(conn, agent))
+        return Stopped(self.stop(agent=agent, reason=reason, by=by))
 
     def erase(self, *, run_id: str | None = None, owner: str | None = None, by: str) -> Erased:
         """Delete the content of a run (and its sub-agent runs) or of every run of an owner at

@@ -18,11 +18,14 @@ class LeaseLife(LeaseKeys):
     """Acquire, renew, release."""
 
     def forget_steps(self, run_ids: list[str]) -> None:
-        """Drop the step witnesses of runs that ended outside an attempt (a sweep's loss limit,
-        a Stop, an erasure): one round trip; a failure leaves them to their TTL."""
+        """Drop the step witnesses and leases of runs that ended outside an attempt (a sweep's
+        loss limit, a Stop, an erasure): an attempt still in flight finds its lease gone at
+        its heartbeat's next renewal and sends nothing more (its writes were fenced out in
+        Postgres already). One round trip; a failure leaves them to their TTL."""
         if run_ids:
+            keys = [k for r in run_ids for k in (self.witness_key(r), self.key(r))]
             with contextlib.suppress(redis.RedisError):
-                self.client.delete(*[self.witness_key(r) for r in run_ids])
+                self.client.delete(*keys)
 
     def acquire(self, token: Token, reserved_by: str | None = None) -> Acquired | None:
         """Take the run's lease for this attempt if free (None otherwise), with the run's step

@@ -98,7 +98,9 @@ def erase(
             live = [t.id for t in targets if t.status not in FINISHED]
             stopped = []
             for live_id in live:
-                stopped += insert_stop(conn, run_id=live_id, agent=None, reason="erasure", by=by)
+                stopped += insert_stop(
+                    conn, run_id=live_id, agent=None, reason="erasure", by=by, running=False
+                )
             stopped += fence_out(conn, live, by=by)
             runs = erase_content(conn, [t.id for t in targets], by=by)
             if owner is not None:

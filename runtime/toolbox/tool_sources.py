@@ -29,6 +29,7 @@ from runtime.toolbox.tools import (
     ToolRegistry,
 )
 from runtime.toolbox.typed_tools import FunctionTool
+from runtime.toolbox.workflow_kinds import WorkflowDeclarationError, WorkflowKind
 
 ENTRY_POINT_GROUP = "liyagent.tools"
 
@@ -65,6 +66,7 @@ class Declared:
     agents: list[AgentDef] = field(default_factory=list)
     jobs: list[JobKind] = field(default_factory=list)
     guests: list[GuestAgent] = field(default_factory=list)
+    workflows: list[WorkflowKind] = field(default_factory=list)
 
     def add_guest(self, guest: GuestAgent, origin: str) -> None:
         """A framework agent: itself, its tools and its definition."""
@@ -86,12 +88,16 @@ def declared_in(module: ModuleType) -> Declared:
         if isinstance(value, GuestAgent):
             found.add_guest(value, origin)
             continue
-        if isinstance(value, JobKind):
+        if isinstance(value, JobKind | WorkflowKind):
             # A package declares the kinds its own submodules define and it exports.
-            home = str(getattr(value.run, "__module__", module.__name__))
+            fn = value.run if isinstance(value, JobKind) else value.fn
+            home = str(getattr(fn, "__module__", module.__name__))
             inside = hasattr(module, "__path__") and home.startswith(f"{module.__name__}.")
             if home == module.__name__ or inside:
-                jobs.append(replace(value, origin=origin))
+                if isinstance(value, JobKind):
+                    jobs.append(replace(value, origin=origin))
+                else:
+                    found.workflows.append(replace(value, origin=origin))
             continue
         if isinstance(value, FunctionTool):
             if getattr(value.fn, "__module__", module.__name__) == module.__name__:
@@ -107,7 +113,7 @@ def declared_in(module: ModuleType) -> Declared:
 def import_module(name: str, setting: str) -> ModuleType:
     try:
         return importlib.import_module(name)
-    except (ToolDeclarationError, JobDeclarationError) as exc:
+    except (ToolDeclarationError, JobDeclarationError, WorkflowDeclarationError) as exc:
         raise ToolDeclarationError(f"{setting}: module {name}: {exc}") from None
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -165,6 +171,7 @@ def load_registry(
     agents: list[AgentDef] = []
     jobs: list[JobKind] = []
     guests: list[GuestAgent] = []
+    workflows: list[WorkflowKind] = []
     seen: set[str] = set()
     named = [(n, "LIYAGENT_JOB_MODULES") for n in job_modules]
     for name, setting in [*named, *((n, "LIYAGENT_TOOLS") for n in modules)]:
@@ -173,29 +180,39 @@ def load_registry(
             continue  # the same module, named again or under another name
         seen.add(module_key(module))
         found = declared_in(module)
-        if not found.tools and not found.agents and not found.jobs:  # a guest brings an agent
+        if not (found.tools or found.agents or found.jobs or found.workflows):
             raise ToolDeclarationError(
-                f"{setting}: module {name} declares no tools or agents, and no job kinds (declare "
-                "them at its top level with @tool.read, @tool.write, ..., agent(...) or @job(...))"
+                f"{setting}: module {name} declares no tools, agents, job kinds or workflows "
+                "(declare them at its top level with @tool.read, @tool.write, ..., agent(...), "
+                "@job(...) or @workflow(...))"
             )
         tools += found.tools
         agents += found.agents
         jobs += found.jobs
         guests += found.guests
+        workflows += found.workflows
     if use_entry_points:
         for found in _from_entry_points(seen):
             tools += found.tools
             agents += found.agents
             jobs += found.jobs
             guests += found.guests
+            workflows += found.workflows
     for source in extra:
         tools += source()
-    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents, jobs, guests)
+    registry = ToolRegistry(_reclassified(tools, kinds or {}), agents, jobs, guests, workflows)
     for agent in registry.agents.values():
         unknown = registry.unknown(agent.tools or ())
         if unknown:
             raise ToolDeclarationError(
                 f"agent {agent.name} ({agent.origin}) names tools no module declares: "
+                f"{', '.join(unknown)}; known: {', '.join(registry.names())}"
+            )
+    for flow in registry.workflows.values():
+        unknown = registry.unknown(flow.tools)
+        if unknown:
+            raise ToolDeclarationError(
+                f"workflow {flow.name} ({flow.origin}) names tools no module declares: "
                 f"{', '.join(unknown)}; known: {', '.join(registry.names())}"
             )
     return registry

@@ -22,6 +22,7 @@ from runtime.models.output import OutputType
 from runtime.sending import http, traffic
 from runtime.sending.call_http import CallHTTP
 from runtime.toolbox.job_kinds import JobKind
+from runtime.toolbox.workflow_kinds import WorkflowKind
 from store.errors import LiyagentError
 
 Outcome = dict[str, Any]
@@ -260,10 +261,13 @@ class ToolRegistry:
         agents: Iterable[AgentDef] = (),
         jobs: Iterable[JobKind] = (),
         guests: Iterable[Any] = (),
+        workflows: Iterable[WorkflowKind] = (),
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.agents: dict[str, AgentDef] = {}
         self.jobs: dict[str, JobKind] = {}
+        # Workflows in Python by name (runtime/toolbox/workflow_kinds.py).
+        self.workflows: dict[str, WorkflowKind] = {}
         # Framework agents by name (`runtime/toolbox/guests.py`, `GuestAgent`): what answers
         # the steps of a run whose model spec names one (`Services.provider_for`).
         self.guests: dict[str, Any] = {}
@@ -275,6 +279,20 @@ class ToolRegistry:
             self.add_job(kind)
         for guest in guests:
             self.add_guest(guest)
+        for flow in workflows:
+            self.add_workflow(flow)
+
+    def add_workflow(self, flow: WorkflowKind) -> None:
+        known = self.workflows.get(flow.name)
+        where = declared_at(flow.fn)
+        if known is not None and where is not None and declared_at(known.fn) == where:
+            return  # one declaration reached twice (a module under two names)
+        if known is not None:
+            raise ToolDeclarationError(
+                f"workflow {flow.name} is declared twice: by {known.origin} and by "
+                f"{flow.origin}; rename one of them"
+            )
+        self.workflows[flow.name] = flow
 
     def add_guest(self, guest: Any) -> None:
         """A framework agent (its tools and definition are registered with the others)."""

@@ -365,3 +365,25 @@ code_versions = sa.Table(
     sa.Column("id", sa.Text, primary_key=True),
     sa.Column("first_seen", sa.DateTime(timezone=True), nullable=False, server_default=now()),
 )
+
+# Messages sent to a run (store/signals.py): each taken once, by the step whose identity it
+# names (a workflow's `wait_signal`) or by an agent's next step boundary; a sender's key makes a
+# send idempotent.
+signals = sa.Table(
+    "signals",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column(
+        "run_id", UUID(as_uuid=False), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("name", sa.Text, nullable=False),
+    # The message; emptied (NULL) by an erasure of its run.
+    sa.Column("payload", JSONB, nullable=True),
+    sa.Column("key", sa.Text, nullable=False),
+    sa.Column("sent_by", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
+    sa.Column("taken_by", sa.Text, nullable=True),
+    sa.Column("taken_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Index("uq_signals_run_id_key", "run_id", "key", unique=True),
+    sa.Index("ix_signals_run_id_name", "run_id", "name"),
+)

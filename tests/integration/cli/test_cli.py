@@ -384,7 +384,7 @@ def test_stop_fails_queued_runs_now(stack, tmp_path: Path) -> None:
         cli("stop", "--run", first, "--reason", "bad deploy", "--by", "ops", "--json",
             env=stack.env)
     )  # fmt: skip
-    assert (stopped["stopped_now"], stopped["stop_at_next_step"]) == ([first], [])
+    assert stopped["stopped_now"] == [first]
     view = stack.client.get(first)
     assert view.status == "failed" and view.failure_reason == "stopped by ops: bad deploy"
     again = cli("stop", "--run", first, "--reason", "r", "--by", "ops", env=stack.env)
@@ -395,10 +395,10 @@ def test_stop_fails_queued_runs_now(stack, tmp_path: Path) -> None:
     assert stack.rows("SELECT count(*) AS n FROM stops")[0].n == 2
 
 
-def test_stop_reaches_a_running_run_at_its_next_step(stack, tmp_path: Path) -> None:
+def test_stop_ends_a_running_run_at_once(stack, tmp_path: Path) -> None:
     stack.worker("w1")
     # Long enough that the stop (a CLI process starting up, slow on a loaded machine) comes
-    # while the run is running: four 4 s steps, and the stop lands at the first boundary after it.
+    # while the run is running: four 4 s steps; the stop ends it at once.
     slow = [
         *(step(call(f"toolu_{n}", "ticket.read", ticket="T-1"), latency_ms=4000) for n in range(4)),
         final("x"),
@@ -408,8 +408,8 @@ def test_stop_reaches_a_running_run_at_its_next_step(stack, tmp_path: Path) -> N
     stopped = out_json(
         cli("stop", "--run", run_id, "--reason", "r", "--by", "ops", "--json", env=stack.env)
     )
-    assert (stopped["stopped_now"], stopped["stop_at_next_step"]) == ([], [run_id])
-    view = stack.wait(run_id)
+    assert stopped["stopped_now"] == [run_id]
+    view = stack.client.get(run_id)
     assert (view.status, view.failure_reason) == ("failed", "stopped by ops: r")
 
 

@@ -200,8 +200,8 @@ def test_unknown_job_kind_is_refused(stack) -> None:
         stack.client.start_job(kind="mine_bitcoin", params={})
 
 
-def test_a_stop_reaches_a_job_at_its_next_batch(stack) -> None:
-    # Every batch boundary reads the gates as they stand, not as they stood at the start.
+def test_a_stop_ends_a_job_at_once_and_its_next_batch_writes_nothing(stack) -> None:
+    # The Stop fails the job at once; its attempt, paused mid-batch, is fenced out.
     worker = stack.worker("w1", fault="in_job_batch:stop:2")
     run_id = stack.client.start_job(
         kind="red_team",
@@ -211,7 +211,7 @@ def test_a_stop_reaches_a_job_at_its_next_batch(stack) -> None:
         },
     )
     stopped_pid = int(stack.fault_hit("w1").split()[1])  # the child, at its second batch
-    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == []
+    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == [run_id]
     os.kill(stopped_pid, signal.SIGCONT)
     view = stack.wait(run_id)
     assert view.status == "failed" and "stopped by oncall: runaway" in view.failure_reason

@@ -79,17 +79,20 @@ def test_disabled_channel_fails_the_run(stack) -> None:
     assert view.status == "failed" and "channel teams is disabled" in view.failure_reason
 
 
-def test_stop_takes_a_running_run_down_at_its_next_step(stack) -> None:
+def test_stop_takes_a_running_run_down_at_once(stack) -> None:
     stack.worker("w1")
     run_id = stack.start(mixed("x", latency_ms=600))
     deadline = time.monotonic() + 30
     while stack.client.get(run_id).step < 1:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == []
-    view = stack.wait(run_id)
-    assert view.status == "failed" and "stopped by oncall: runaway" in view.failure_reason
-    assert view.step < 4
+    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == [run_id]
+    stopped_at = stack.client.get(run_id)
+    assert stopped_at.status == "failed" and "stopped by oncall: runaway" in (
+        stopped_at.failure_reason or ""
+    )
+    time.sleep(2.0)  # the attempt in flight is fenced out: nothing more of it lands
+    assert stack.client.get(run_id).step == stopped_at.step < 4
 
 
 def test_a_stop_issued_while_the_model_answers_stops_the_run_before_its_calls(stack) -> None:
@@ -107,10 +110,14 @@ def test_a_stop_issued_while_the_model_answers_stops_the_run_before_its_calls(st
     while stack.client.get(run_id).status != "running":
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == []
+    assert stack.client.stop(run_id=run_id, reason="runaway", by="oncall") == [run_id]
     view = stack.wait(run_id)
     assert view.status == "failed" and "stopped by oncall: runaway" in view.failure_reason
-    assert stack.asked(run_id) == {1: 1}  # the step the model was answering, and no other
+    time.sleep(2.0)  # the model's answer comes after the Stop: its step is never written
+    assert stack.client.get(run_id).step == 0
+    # At most the step the model was answering (its request abandoned once the lease went),
+    # and no other.
+    assert stack.asked(run_id) in ({}, {1: 1})
     assert stack.vendor_writes(run_id) == []
 
 

@@ -259,6 +259,25 @@ def test_stop_fails_a_queued_run_now(stack, front) -> None:
     assert _counts(stack)["stops"] == 1
 
 
+def test_a_signal_through_the_front_is_stored_once_per_key(stack, front) -> None:
+    run_id = _webhook(front, "evt-sig").json()["run_id"]  # no worker: it stays queued
+    body = {"name": "customer-reply", "payload": {"text": "yes"}, "key": "reply-1"}
+    sent = front.post(f"/runs/{run_id}/signal", json=body)
+    assert sent.status_code == 202, sent.text
+    again = front.post(f"/runs/{run_id}/signal", json=body)
+    assert again.json()["signal_id"] == sent.json()["signal_id"]
+    rows = stack.rows("SELECT name, payload, sent_by FROM signals WHERE run_id = :r", r=run_id)
+    assert [(r.name, r.payload, r.sent_by) for r in rows] == [
+        ("customer-reply", {"text": "yes"}, "front-token")
+    ]
+    assert front.post(f"/runs/{uuid.uuid4()}/signal", json=body).status_code == 404
+    bad = front.post(f"/runs/{run_id}/signal", json={**body, "name": "two words"})
+    assert bad.status_code == 400 and "a name is" in bad.text
+    front.post(f"/runs/{run_id}/stop", json={"reason": "done"})
+    ended = front.post(f"/runs/{run_id}/signal", json={**body, "key": "reply-2"})
+    assert ended.status_code == 400 and "has ended" in ended.text
+
+
 RUN = str(uuid.uuid4())
 DECIDE, STOP = f"/approvals/{RUN}/decision", f"/runs/{RUN}/stop"
 HOOK, TICKET = "/webhooks/reader", "/tickets/T-1/events"

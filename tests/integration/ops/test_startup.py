@@ -55,7 +55,7 @@ def test_production_without_seal_keys_refuses_to_start(stack, argv) -> None:
     ("tools", "says"),
     [
         ("lyt_no_such_module", "module lyt_no_such_module failed to import"),
-        ("json", "module json declares no tools or agents"),
+        ("json", "module json declares no tools, agents, job kinds or workflows"),
     ],
 )
 def test_a_tool_module_that_does_not_load_stops_the_worker(stack, tools, says) -> None:

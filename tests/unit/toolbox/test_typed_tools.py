@@ -229,7 +229,7 @@ def test_a_module_outside_the_repo_is_loaded_with_its_tools_and_agents(user_pack
     ("body", "says"),
     [
         ("raise RuntimeError('boom at import')", "failed to import (RuntimeError: boom at import"),
-        ("x = 1", "declares no tools or agents"),
+        ("x = 1", "declares no tools, agents, job kinds or workflows"),
         (
             """
             from liyagent import tool

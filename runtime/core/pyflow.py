@@ -1,0 +1,373 @@
+"""Workflows in ordinary Python: the attempt that replays a declared `@workflow` function and the
+context it works through (`WorkflowContext`, and `AsyncWorkflowContext` for `async def`).
+
+Each step is a call through the context with a name: its result is recorded, sealed and chained
+like an agent's step (runtime/core/flow_steps.py), and a resume replays the function, returning
+recorded results without making their steps again. Steps have the tools' kinds and the same
+settlement; a step's key comes from the workflow run id, its name and its occurrence (I8).
+Timers and signal waits suspend the run (no worker, no lease) until they are due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from runtime.core.attempt import RunAttempt
+from runtime.core.calls import KeyFn
+from runtime.core.deps import AttemptDeps
+from runtime.core.flow_steps import Journal, Outcome, Step
+from runtime.core.outcome import Outcome as Ended
+from runtime.core.waiting import Suspend
+from runtime.durable.definition import RunDefinition
+from runtime.durable.formats import NewerFormat
+from runtime.durable.keys import flow_step_key
+from runtime.durable.state import RunState, ToolCall
+from runtime.fleet.heartbeat import RunLease
+from runtime.toolbox import flow_calls
+from runtime.toolbox.tools import ToolKind
+from runtime.toolbox.workflow_kinds import (
+    StepError,
+    StepFailed,
+    StepKind,
+    StepOutcomeUnknown,
+    WorkflowDiverged,
+    WorkflowKind,
+    WorkflowParamsError,
+    check_name,
+)
+from store.rows import GateRow, RunRow
+from store.signals import take_signal
+
+# Steps of one async workflow that run at once (a gather's), each on a thread of its own.
+CONCURRENT_STEPS = 32
+
+
+def flow_key(run: RunRow) -> KeyFn:
+    """Step keys from the workflow run id and the step's identity (name and occurrence)."""
+
+    def key_for(state: RunState, index: int, call: ToolCall) -> tuple[str, bool]:
+        return flow_step_key(run.id, call.id), True
+
+    return key_for
+
+
+class PyWorkflowRun(RunAttempt):
+    """One attempt of a Python workflow run: replay the function through its journal."""
+
+    def __init__(
+        self,
+        deps: AttemptDeps,
+        run: RunRow,
+        definition: RunDefinition,
+        lease: RunLease,
+        gates: GateRow | None = None,
+        unread: NewerFormat | None = None,
+    ) -> None:
+        super().__init__(
+            deps, run, definition, lease, key_for=flow_key(run), gates=gates, unread=unread
+        )
+
+    # What the journal uses of the attempt.
+
+    def write_record(self, state: RunState) -> GateRow:
+        """Write the state's current step record (fenced, I3); the gates read with it."""
+        return self._checkpoint(state)
+
+    def current_gates(self) -> GateRow:
+        return self._gates()
+
+    def step_boundary(self, state: RunState, alone: bool) -> None:
+        """Before a step starts: the whole boundary when no other step is in flight (a warm
+        shutdown hands the run back only then); otherwise the gates as they stand now."""
+        if alone:
+            self._boundary(state)
+        else:
+            self.lease.renew()
+            self._gates()
+
+    # The attempt.
+
+    def _loop(self, state: RunState) -> Ended:
+        spec = self.definition.workflow or {}
+        name = str(spec.get("python"))
+        kind = self.d.tools.workflows.get(name)
+        if kind is None:
+            known = ", ".join(sorted(self.d.tools.workflows)) or "none"
+            self._fail(
+                f"workflow {name!r} is not declared on this worker (known here: {known}); load "
+                "its module on every worker (LIYAGENT_TOOLS) and start it again",
+                "bad_workflow",
+            )
+        try:
+            params = kind.check(dict(spec.get("params") or {}))
+        except WorkflowParamsError as exc:
+            self._fail(str(exc), "bad_workflow")
+        journal = Journal(self, state)
+        if self.run.attempt > 1:
+            self._audit_resume(state.step, [])
+        value = self._replay(kind, journal, params)
+        for identity, flying in journal.unmet():
+            journal.make(Step(identity, StepKind(flying["kind"]), flying["name"], flying["args"]))
+        try:
+            text = json.dumps(to_jsonable_python(value), sort_keys=True)
+        except Exception as exc:
+            self._fail(
+                f"run {self.run.id}: workflow {name} returned a value that cannot be recorded "
+                f"({type(exc).__name__}); return JSON values",
+                "workflow_error",
+            )
+        state.calls = []
+        self._finish(text)
+        return Ended.SUCCEEDED
+
+    def _replay(self, kind: WorkflowKind, journal: Journal, params: Any) -> Any:
+        """Run the function to its end; an engine exception a step met (a wait, a fence, a
+        hand-back) wins over whatever the function did with it."""
+        pool: ThreadPoolExecutor | None = None
+        try:
+            if kind.is_async:
+                pool = ThreadPoolExecutor(CONCURRENT_STEPS, f"flow-{self.run.id[:8]}")
+                ctx: Any = AsyncWorkflowContext(WorkflowContext(self, journal), pool)
+                value = asyncio.run(kind.fn(ctx, params))
+            else:
+                value = kind.fn(WorkflowContext(self, journal), params)
+        except BaseException as exc:
+            journal.quiesce()
+            if journal.fatal is None:
+                self._fail(
+                    f"workflow {kind.name} raised {type(exc).__name__}: {exc}", "workflow_error"
+                )
+            self._raise(journal)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        journal.quiesce()
+        if journal.fatal is not None:
+            self._raise(journal)
+        return value
+
+    def _raise(self, journal: Journal) -> None:
+        fatal = journal.fatal
+        assert fatal is not None
+        if isinstance(fatal, Suspend):
+            journal.record_before_wait()
+        if isinstance(fatal, WorkflowDiverged):
+            self._fail(str(fatal), "workflow_diverged")
+        raise fatal
+
+
+class WorkflowContext:
+    """What a workflow function works through: named steps, each recorded once. Every method
+    blocks until its step is done (or the run waits: then the function is left, and replayed
+    when the wait is over)."""
+
+    def __init__(self, attempt: PyWorkflowRun, journal: Journal) -> None:
+        self._a = attempt
+        self._j = journal
+
+    @property
+    def run_id(self) -> str:
+        return self._a.run.id
+
+    @property
+    def attempt(self) -> int:
+        return self._a.run.attempt
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        kind: StepKind | str = StepKind.READ,
+        reader: Callable[..., Any] | None = None,
+        dedupe_window_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run `fn(*args, **kwargs)` as the step `name` (a read unless `kind` says it writes);
+        its JSON result is recorded and returned again on replay. Inside `fn`,
+        `liyagent.current_call()` gives the step's key and an HTTP client that sends it."""
+        how = StepKind(kind)
+        if how not in (StepKind.READ, StepKind.WRITE, StepKind.KEYED_WRITE):
+            raise StepError(f"step {name}: a function step is a read, a write or a keyed write")
+        identity = self._j.identity(name, how)
+        recorded = {"args": to_jsonable_python(list(args), fallback=_unrecordable(identity))}
+        if kwargs:
+            recorded["kwargs"] = to_jsonable_python(kwargs, fallback=_unrecordable(identity))
+        tool = flow_calls.local_tool(
+            f"step:{identity}", how, lambda: fn(*args, **kwargs), reader, args, kwargs,
+            dedupe_window_s,
+        )  # fmt: skip
+        outcome = self._j.make(Step(identity, how, tool.name, recorded, tool))
+        return _value(identity, outcome)
+
+    def call(
+        self, tool: str, args: dict[str, Any] | None = None, *, step: str | None = None
+    ) -> Any:
+        """Call a declared tool (one of the workflow's `tools`) as the step `step` (its name by
+        default), settled by the tool's kind like an agent's call; its outcome."""
+        declared = self._a.d.tools.get(tool)
+        how = _KIND_OF.get(declared.kind, StepKind.WRITE) if declared else StepKind.WRITE
+        identity = self._j.identity(step or tool, how)
+        outcome = self._j.make(Step(identity, how, tool, dict(args or {})))
+        return _value(identity, outcome)
+
+    def approval(self, name: str, **details: Any) -> dict[str, Any]:
+        """Wait for a person's decision (the run holds no worker meanwhile): `{"approved":
+        True, ...}` or `{"approved": False, "by": ..., "reason": ...}`."""
+        identity = self._j.identity(name, StepKind.APPROVAL)
+        tool = flow_calls.approval_tool(f"step:{identity}")
+        outcome = self._j.make(Step(identity, StepKind.APPROVAL, tool.name, details, tool))
+        if outcome.get("denied") is True:
+            return {"approved": False, "by": outcome.get("by"), "reason": outcome.get("reason")}
+        return {"approved": True, **_value(identity, outcome)}
+
+    def agent(
+        self,
+        name: str,
+        *,
+        agent: str,
+        input: str,
+        model: dict[str, Any] | None = None,
+        tools: list[str] | None = None,
+    ) -> str:
+        """Run an agent as a child run and wait for its answer (no worker held); found again
+        by its key on replay, never started twice. StepFailed when the child failed."""
+        identity = self._j.identity(name, StepKind.AGENT)
+        args: dict[str, Any] = {"agent": agent, "input": input, "tools": tools or []}
+        if model is not None:
+            args["model"] = model
+        tool = flow_calls.child_tool(f"step:{identity}")
+        outcome = self._j.make(Step(identity, StepKind.AGENT, tool.name, args, tool))
+        if "answer" not in outcome:
+            raise StepFailed(identity, outcome)
+        return str(outcome["answer"])
+
+    def workflow(self, name: str, workflow: str, params: dict[str, Any] | None = None) -> Any:
+        """Run a declared workflow as a child run and wait for its result (no worker held)."""
+        identity = self._j.identity(name, StepKind.WORKFLOW)
+        args = {"workflow": workflow, "params": params or {}}
+        tool = flow_calls.child_tool(f"step:{identity}")
+        outcome = self._j.make(Step(identity, StepKind.WORKFLOW, tool.name, args, tool))
+        if "answer" not in outcome:
+            raise StepFailed(identity, outcome)
+        return json.loads(outcome["answer"])
+
+    def sleep(self, name: str, seconds: float) -> None:
+        """Wait `seconds` (minutes to months) holding no worker: the due time is recorded the
+        first time, and the run is woken when it comes."""
+        identity = self._j.identity(name, StepKind.SLEEP)
+        until = self._j.due_at(identity, max(0.0, float(seconds)))
+        if time.time() < until:
+            self._j.wait(f"timer:{until:.3f}")
+
+    def wait_signal(self, name: str, timeout_s: float | None = None) -> Any:
+        """The payload of the next signal `name` sent to this run (`client().signal`), taken
+        once; None when `timeout_s` passes first. The run holds no worker while it waits."""
+        try:
+            check_name(name, "signal")
+        except ValueError as exc:
+            raise StepError(str(exc)) from None
+        identity = self._j.identity(name, StepKind.SIGNAL)
+        recorded = self._j.recorded(identity, StepKind.SIGNAL)
+        if recorded is not None:
+            return recorded.get("value")
+        a = self._a
+
+        def take() -> tuple[bool, Any]:
+            with a.fence.write() as conn:
+                return take_signal(conn, a.run.id, a.run.attempt, name, identity)
+
+        taken, payload = self._j.guarded(take)
+        if taken:
+            return self._j.settle(identity, StepKind.SIGNAL, payload)
+        deadline = "never"
+        if timeout_s is not None:
+            until = self._j.due_at(f"{identity}.timeout", max(0.0, float(timeout_s)))
+            if time.time() >= until:
+                return self._j.settle(identity, StepKind.SIGNAL, None)
+            deadline = f"{until:.3f}"
+        self._j.wait(f"signal:{name}:{deadline}")
+
+
+class AsyncWorkflowContext:
+    """`WorkflowContext` for `async def` workflows: each step runs on a thread of its own, so
+    `asyncio.gather` runs steps at once, each keeping its identity."""
+
+    def __init__(self, sync: WorkflowContext, pool: ThreadPoolExecutor) -> None:
+        self.sync = sync
+        self._pool = pool
+
+    @property
+    def run_id(self) -> str:
+        return self.sync.run_id
+
+    @property
+    def attempt(self) -> int:
+        return self.sync.attempt
+
+    async def _off(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        ctx = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: ctx.run(fn, *args, **kwargs))
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self._off(self.sync.step, name, fn, *args, **kwargs)
+
+    async def call(
+        self, tool: str, args: dict[str, Any] | None = None, *, step: str | None = None
+    ) -> Any:
+        return await self._off(self.sync.call, tool, args, step=step)
+
+    async def approval(self, name: str, **details: Any) -> dict[str, Any]:
+        decided: dict[str, Any] = await self._off(self.sync.approval, name, **details)
+        return decided
+
+    async def agent(self, name: str, **kwargs: Any) -> str:
+        return str(await self._off(self.sync.agent, name, **kwargs))
+
+    async def workflow(self, name: str, workflow: str, params: dict[str, Any] | None = None) -> Any:
+        return await self._off(self.sync.workflow, name, workflow, params)
+
+    async def sleep(self, name: str, seconds: float) -> None:
+        await self._off(self.sync.sleep, name, seconds)
+
+    async def wait_signal(self, name: str, timeout_s: float | None = None) -> Any:
+        return await self._off(self.sync.wait_signal, name, timeout_s)
+
+
+_KIND_OF = {
+    ToolKind.READ: StepKind.READ,
+    ToolKind.WRITE: StepKind.WRITE,
+    ToolKind.KEYED_WRITE: StepKind.KEYED_WRITE,
+    ToolKind.APPROVAL_WRITE: StepKind.APPROVAL,
+    ToolKind.DELEGATION: StepKind.AGENT,
+}
+
+
+def _unrecordable(identity: str) -> Callable[[Any], Any]:
+    def refuse(value: Any) -> Any:
+        raise StepError(
+            f"step {identity}: an argument of type {type(value).__name__} cannot be recorded; "
+            "pass JSON values; nothing was recorded or made"
+        )
+
+    return refuse
+
+
+def _value(identity: str, outcome: Outcome) -> Any:
+    """What a step gives the workflow: its value, or the failure its record holds, raised."""
+    if outcome.get("outcome") in ("unknown", "not_found"):
+        raise StepOutcomeUnknown(identity, outcome)
+    if "refused" in outcome or "error" in outcome:
+        raise StepFailed(identity, outcome)
+    if set(outcome) == {"value"}:
+        return outcome["value"]
+    return outcome
