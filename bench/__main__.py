@@ -12,6 +12,7 @@ start (the message says what to install), 130 on Ctrl-C.
   python -m bench --only flowctl       # limits per model endpoint, on vs off (about 3 minutes)
   python -m bench --only ledger        # the usage ledger's cost per step, on vs off
   python -m bench --only capacity      # what one Postgres core carries (about 5 minutes)
+  python -m bench --only workflows     # a Python workflow's step beside an agent's step
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from bench import (
     takeover,
     tenants,
     throughput,
+    workflow_step,
 )
 from bench.lab import Lab, LabError, open_lab, pg_settings, redis_client
 from bench.report import (
@@ -73,6 +75,7 @@ SECTIONS = (
     "flowctl",
     "ledger",
     "capacity",
+    "workflows",
 )
 INTERRUPTED = 130
 CANNOT_START = 3
@@ -230,6 +233,9 @@ def _runners(opts: Options, out_dir: Path, stamp: str) -> dict[str, Callable[[La
         "capacity": lambda lab: capacity.measure_capacity(
             lab, capacity.CapacityOptions.quick() if opts.quick else capacity.CapacityOptions()
         ),
+        "workflows": lambda lab: workflow_step.measure_workflow_step(
+            lab, 3 if opts.quick else 15, 2 if opts.quick else 8, opts.timeout_s
+        ),
     }
 
 
@@ -318,6 +324,7 @@ def run(opts: Options, only: list[str], out_dir: Path) -> int:
             "flowctl": flow_control.__doc__,
             "ledger": ledger.__doc__,
             "capacity": capacity.__doc__,
+            "workflows": workflow_step.__doc__,
         },
         "sections": {k: s.to_json() for k, s in sections.items()},
         "chart": str(chart),

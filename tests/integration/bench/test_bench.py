@@ -4,7 +4,8 @@ are the bench's to report, never a test's to assert).
 
 The harness runs as five `python -m bench --quick` processes side by side, the kill trials, the
 density and takeover sections in one, the flow order's backlog and the tenants in another, the
-limits per model endpoint and the usage ledger (each on vs off) in a third, the capacity section
+limits per model endpoint and the usage ledger (each on vs off) and a workflow's step beside an
+agent's in a third, the capacity section
 (its Postgres pinned to one core) in a fourth and the other sections in the fifth, so the test
 stays near a few minutes; each starts and removes its own private Postgres and Redis.
 """
@@ -43,13 +44,14 @@ SECTIONS = {
     "flowctl",
     "ledger",
     "capacity",
+    "workflows",
 }
 GROUPS = (
     ["throughput", "counts", "scaling", "sweeps", "storage", "frameworks"],
     ["recovery", "density", "streams", "takeover"],
     # Mostly waiting on the model's latency (or its limit): their own processes.
     ["flow", "tenants"],
-    ["flowctl", "ledger"],
+    ["flowctl", "ledger", "workflows"],
     ["capacity"],
 )
 # A seed whose kill comes 1.2 s after the victim is up, while its runs are in flight.
@@ -120,6 +122,9 @@ def test_quick_bench_reports_every_section_with_numbers(tmp_path: Path) -> None:
     # Where the threads worker's CPU per step went, by part (its threads' own counters).
     for key in ("split_task_ms", "split_engine_ms", "split_background_ms", "machine_bound_ratio"):
         assert key in density, key
+    workflows = sections["workflows"]["figures"]
+    assert workflows["workflow_added_ms"]["verdict"] in ("PASS", "MISS"), workflows
+    assert workflows["workflow_step_ms"]["value"] > 0, workflows
     capacity = sections["capacity"]["figures"]
     assert capacity["pg_cpu_ms_per_step"]["value"] > 0, capacity
     assert capacity["xacts_per_step"]["value"] >= 1, capacity
