@@ -63,6 +63,7 @@ trials: install
 	LIYAGENT_LEDGER_TRIALS=$${LIYAGENT_LEDGER_TRIALS:-60} LIYAGENT_FIGURES_REPORT=reports/ledger.json $(PY) -m pytest tests/trials/test_ledger_trials.py -q
 	LIYAGENT_BUDGET_TRIALS=$${LIYAGENT_BUDGET_TRIALS:-50} LIYAGENT_FIGURES_REPORT=reports/budgets.json $(PY) -m pytest tests/trials/test_budget_trials.py -q
 	LIYAGENT_DEPLOY_RUNS=$${LIYAGENT_DEPLOY_RUNS:-54} LIYAGENT_DEPLOY_CHANGES=$${LIYAGENT_DEPLOY_CHANGES:-all} LIYAGENT_FIGURES_REPORT=reports/rolling-deploys.json $(PY) -m pytest tests/trials/test_rolling_deploys.py -q
+	LIYAGENT_WORKFLOW_TRIALS=$${LIYAGENT_WORKFLOW_TRIALS:-40} LIYAGENT_WORKFLOW_TREES=$${LIYAGENT_WORKFLOW_TREES:-20} LIYAGENT_FIGURES_REPORT=reports/workflows.json $(PY) -m pytest tests/trials/test_workflow_trials.py -q
 
 # Every figure of issue 12 side by side in one run, against the targets: throughput and added
 # latency vs plain Celery, server-counted Postgres/Redis work per step, scaling, sweeps at 100k
