@@ -121,8 +121,9 @@ def insert_stop(
     later by nobody can run). Queued and waiting runs fail; running ones fail with their
     attempt bumped, so whatever their attempt in flight tries to write next matches nothing
     (I3), as after a claim. Entry points are told, each failure audited with code `stopped`.
-    A run handing on a stored answer (answered) finishes. `running=False` leaves running runs
-    to the caller (an erasure fences them out itself). Returns the runs failed here."""
+    A run with a stored answer not yet handed on (answered) is refused at its hand-on, which
+    passes the gates as they stand (its entry points are told). `running=False` leaves running
+    runs to the caller (an erasure fences them out itself). Returns the runs failed here."""
     rows = conn.execute(
         sql(
             f"""

@@ -46,7 +46,8 @@ def send_signal(
     scope: Scope | None = None,
 ) -> Sent:
     """Store the signal for a run that has not ended and wake the run if it waits for a
-    signal of this name, in one statement (audited `agent.signal.sent`). A run out of `scope`
+    signal of this name, in one statement (audited `agent.signal.sent`); a key that sent one
+    before answers that signal, whether the run has ended since or not. A run out of `scope`
     reads as missing (status None)."""
     seen = "true" if scope is None else scope.sees("runs")
     row = conn.execute(
@@ -55,16 +56,20 @@ def send_signal(
             WITH r AS (
                 SELECT id, status FROM runs
                 WHERE id = CAST(:run_id AS uuid) AND {seen} FOR UPDATE),
-            ins AS (
+            -- A key sent before (committed, or committing at once: its row is waited for)
+            -- comes back as it was, not new; the update changes nothing of it.
+            put AS (
                 INSERT INTO signals (run_id, name, payload, key, sent_by)
                 SELECT id, :name, CAST(:payload AS jsonb), :key, :by FROM r
                 WHERE r.status NOT IN ('succeeded', 'failed')
-                ON CONFLICT (run_id, key) DO NOTHING
-                RETURNING id),
+                ON CONFLICT (run_id, key) DO UPDATE SET key = EXCLUDED.key
+                RETURNING id, (xmax = 0) AS created),
+            ins AS (SELECT id FROM put WHERE created),
+            -- The same key sent again after its run ended: the signal it sent, not a refusal.
             old AS (
                 SELECT id FROM signals
                 WHERE run_id = CAST(:run_id AS uuid) AND key = :key
-                  AND NOT EXISTS (SELECT 1 FROM ins)),
+                  AND NOT EXISTS (SELECT 1 FROM put)),
             w AS (
                 UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
                        resume_reason = 'wait_over', waiting_on = NULL, queued_at = now(),
@@ -80,8 +85,9 @@ def send_signal(
                        jsonb_build_object('signal_id', ins.id, 'name', CAST(:name AS text),
                                           'by', CAST(:by AS text))
                 FROM ins)
-            SELECT (SELECT status FROM r) AS status, (SELECT id FROM ins) AS new_id,
-                   (SELECT id FROM old) AS old_id, (SELECT attempt FROM w) AS woke
+            SELECT (SELECT status FROM r) AS status,
+                   coalesce((SELECT id FROM put), (SELECT id FROM old)) AS signal_id,
+                   EXISTS (SELECT 1 FROM ins) AS created, (SELECT attempt FROM w) AS woke
             """
         ),
         {
@@ -94,7 +100,7 @@ def send_signal(
         },
     ).one()
     woke = None if row.woke is None else Attempt(row.woke)
-    return Sent(row.new_id or row.old_id, row.new_id is not None, row.status, woke)
+    return Sent(row.signal_id, bool(row.created), row.status, woke)
 
 
 def take_signal(

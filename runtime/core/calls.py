@@ -13,6 +13,7 @@ and delegations may suspend the run (`waiting.py`).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,11 +125,21 @@ class CallRouter:
         self.waits = WaitRouter(deps, run, definition, self.write)
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
         # Bytes the current step may still add to its record (LIYAGENT_STEP_MAX_BYTES less its
-        # answer and the results kept so far), set by `route`.
-        self._left = deps.settings.step_max_bytes
+        # answer and the results kept so far), set by `route`: per thread, since a Python
+        # workflow's steps route at once, each on a thread of its own (runtime/core/pyflow.py).
+        self._budget = threading.local()
         # A Python workflow's own steps (runtime/core/pyflow.py), by call name: its code, not a
         # tool granted to it, so containment does not apply; every other gate does.
         self.local: dict[str, Tool] = {}
+
+    @property
+    def _left(self) -> int:
+        left: int = getattr(self._budget, "left", self.d.settings.step_max_bytes)
+        return left
+
+    @_left.setter
+    def _left(self, value: int) -> None:
+        self._budget.left = value
 
     def narrow(self, definition: RunDefinition) -> None:
         """Route by `definition` from now on (the attempt's, narrowed to its pinned tools)."""
@@ -144,7 +155,7 @@ class CallRouter:
                 marks = marks_by_index(select_marks(conn, self.run.id, state.step))
         results: list[Message] = []
         settled: list[Settled] = []
-        self._left = self.d.settings.step_max_bytes - state.asked_bytes()
+        self._left = self.d.settings.step_max_bytes - state.asked_bytes()  # this thread's
         tracing = self.d.tracing
         for index, call in enumerate(state.calls):
             with tracing.call(call.name, index, call.id) as span:
@@ -221,7 +232,7 @@ class CallRouter:
             problem = {"field": "(arguments)", "message": call.args_error}
             return self._invalid(call, InvalidArguments(call.name, [problem]))
         if tool.kind is ToolKind.DELEGATION:
-            return self.waits.delegate(state, index, call)
+            return self.waits.delegate(state, index, call, own=tool.origin == "workflow")
         try:
             tool.validate(call.args)  # refused before anything is marked or sent
         except InvalidArguments as exc:

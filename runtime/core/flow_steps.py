@@ -35,6 +35,7 @@ from runtime.toolbox.workflow_kinds import (
     WorkflowDiverged,
     check_name,
 )
+from store.checkpoints import select_marks
 from store.rows import GateRow, RunRow
 
 Outcome = dict[str, Any]
@@ -180,7 +181,9 @@ class Journal:
                 loop=self.state.loop,
                 messages=[],
                 calls=[ToolCall(step.identity, step.call_name, step.args)],
-                delegation_keys=self.state.delegation_keys,
+                # Its own copy (a delegation adds its key), merged back under the lock: the
+                # state's is sealed by other steps' records meanwhile.
+                delegation_keys=dict(self.state.delegation_keys),
             )
             with http.guarded(self.a.lease):
                 results, _ = self.a.router.route(view, resuming=resuming, gates=gates)
@@ -234,6 +237,7 @@ class Journal:
         self.state.messages.append(entry)
         self.done[step.identity] = entry
         self.open.pop(step.identity, None)
+        self.state.delegation_keys.update(view.delegation_keys)
         for name, n in view.counters.items():
             self.state.count(name, n)
         self.state.count("executed")
@@ -330,7 +334,24 @@ class Journal:
             if self.unrecorded():
                 self._record()
 
-    def unmet(self) -> list[tuple[str, dict[str, Any]]]:
+    def settle_unmet(self) -> None:
         """Steps in flight when an earlier attempt stopped that this replay never met (the
-        code changed): settled by their kind at the end, never made blindly (I2)."""
-        return sorted(self.open.items())
+        code changed), at the end: one whose call was marked is taken up from its mark (its
+        outcome reused, read back, settled unknown, or a keyed write sent again with its key,
+        I2); one never marked was never sent, and is not made now, nor an approval filed or a
+        child started for it."""
+        for identity, flying in sorted(self.open.items()):
+            number = int(flying["step"])
+            with self.a.d.engine.connect() as conn:
+                marked = select_marks(conn, self.a.run.id, number)
+            if marked:
+                kind = StepKind(flying["kind"])
+                self.make(Step(identity, kind, str(flying["name"]), dict(flying["args"])))
+                continue
+            outcome = {"refused": f"step {identity} is no longer asked for: it was not made"}
+            with self.lock:
+                self.state.messages.append(
+                    {"role": "step", "id": identity, "kind": flying["kind"],
+                     "digest": flying["digest"], "outcome": outcome}
+                )  # fmt: skip
+                self.open.pop(identity, None)

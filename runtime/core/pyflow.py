@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -114,8 +115,7 @@ class PyWorkflowRun(RunAttempt):
         if self.run.attempt > 1:
             self._audit_resume(state.step, [])
         value = self._replay(kind, journal, params)
-        for identity, flying in journal.unmet():
-            journal.make(Step(identity, StepKind(flying["kind"]), flying["name"], flying["args"]))
+        journal.settle_unmet()
         try:
             text = json.dumps(to_jsonable_python(value), sort_keys=True)
         except Exception as exc:
@@ -181,9 +181,23 @@ class WorkflowContext:
     def attempt(self) -> int:
         return self._a.run.attempt
 
+    def _id(self, name: str | Named, kind: StepKind) -> str:
+        """The step's identity: assigned now (its name's next occurrence), or already (an
+        async workflow's, in its coroutine before its first await, so a gather numbers its
+        steps in the order it starts them, on every replay)."""
+        if isinstance(name, Named):
+            return name.identity
+        return self._j.identity(name, kind)
+
+    def call_kind(self, tool: str) -> StepKind:
+        """A declared tool's call as a step: the tool's kind (a tool not declared here: a
+        write, so it is never made blindly; the router refuses it)."""
+        declared = self._a.d.tools.get(tool)
+        return _KIND_OF.get(declared.kind, StepKind.WRITE) if declared else StepKind.WRITE
+
     def step(
         self,
-        name: str,
+        name: str | Named,
         fn: Callable[..., Any],
         *args: Any,
         kind: StepKind | str = StepKind.READ,
@@ -194,10 +208,8 @@ class WorkflowContext:
         """Run `fn(*args, **kwargs)` as the step `name` (a read unless `kind` says it writes);
         its JSON result is recorded and returned again on replay. Inside `fn`,
         `liyagent.current_call()` gives the step's key and an HTTP client that sends it."""
-        how = StepKind(kind)
-        if how not in (StepKind.READ, StepKind.WRITE, StepKind.KEYED_WRITE):
-            raise StepError(f"step {name}: a function step is a read, a write or a keyed write")
-        identity = self._j.identity(name, how)
+        how = function_kind(name, kind)
+        identity = self._id(name, how)
         recorded = {"args": to_jsonable_python(list(args), fallback=_unrecordable(identity))}
         if kwargs:
             recorded["kwargs"] = to_jsonable_python(kwargs, fallback=_unrecordable(identity))
@@ -213,16 +225,15 @@ class WorkflowContext:
     ) -> Any:
         """Call a declared tool (one of the workflow's `tools`) as the step `step` (its name by
         default), settled by the tool's kind like an agent's call; its outcome."""
-        declared = self._a.d.tools.get(tool)
-        how = _KIND_OF.get(declared.kind, StepKind.WRITE) if declared else StepKind.WRITE
-        identity = self._j.identity(step or tool, how)
+        how = self.call_kind(tool)
+        identity = self._id(step or tool, how)
         outcome = self._j.make(Step(identity, how, tool, dict(args or {})))
         return _value(identity, outcome)
 
-    def approval(self, name: str, **details: Any) -> dict[str, Any]:
+    def approval(self, name: str | Named, **details: Any) -> dict[str, Any]:
         """Wait for a person's decision (the run holds no worker meanwhile): `{"approved":
         True, ...}` or `{"approved": False, "by": ..., "reason": ...}`."""
-        identity = self._j.identity(name, StepKind.APPROVAL)
+        identity = self._id(name, StepKind.APPROVAL)
         tool = flow_calls.approval_tool(f"step:{identity}")
         outcome = self._j.make(Step(identity, StepKind.APPROVAL, tool.name, details, tool))
         if outcome.get("denied") is True:
@@ -231,28 +242,34 @@ class WorkflowContext:
 
     def agent(
         self,
-        name: str,
+        name: str | Named,
         *,
         agent: str,
         input: str,
         model: dict[str, Any] | None = None,
         tools: list[str] | None = None,
     ) -> str:
-        """Run an agent as a child run and wait for its answer (no worker held); found again
-        by its key on replay, never started twice. StepFailed when the child failed."""
-        identity = self._j.identity(name, StepKind.AGENT)
-        args: dict[str, Any] = {"agent": agent, "input": input, "tools": tools or []}
+        """Run an agent as a child run and wait for its answer (no worker held): a declared
+        agent (its model, tools and system prompt), or any name with `model` (and `tools`,
+        none by default). Found again by its key on replay, never started twice; its tools
+        must be the workflow's. StepFailed when the child could not start or failed."""
+        identity = self._id(name, StepKind.AGENT)
+        args: dict[str, Any] = {"agent": agent, "input": input}
         if model is not None:
             args["model"] = model
+        if tools is not None:
+            args["tools"] = tools
         tool = flow_calls.child_tool(f"step:{identity}")
         outcome = self._j.make(Step(identity, StepKind.AGENT, tool.name, args, tool))
         if "answer" not in outcome:
             raise StepFailed(identity, outcome)
         return str(outcome["answer"])
 
-    def workflow(self, name: str, workflow: str, params: dict[str, Any] | None = None) -> Any:
+    def workflow(
+        self, name: str | Named, workflow: str, params: dict[str, Any] | None = None
+    ) -> Any:
         """Run a declared workflow as a child run and wait for its result (no worker held)."""
-        identity = self._j.identity(name, StepKind.WORKFLOW)
+        identity = self._id(name, StepKind.WORKFLOW)
         args = {"workflow": workflow, "params": params or {}}
         tool = flow_calls.child_tool(f"step:{identity}")
         outcome = self._j.make(Step(identity, StepKind.WORKFLOW, tool.name, args, tool))
@@ -260,22 +277,23 @@ class WorkflowContext:
             raise StepFailed(identity, outcome)
         return json.loads(outcome["answer"])
 
-    def sleep(self, name: str, seconds: float) -> None:
+    def sleep(self, name: str | Named, seconds: float) -> None:
         """Wait `seconds` (minutes to months) holding no worker: the due time is recorded the
         first time, and the run is woken when it comes."""
-        identity = self._j.identity(name, StepKind.SLEEP)
+        identity = self._id(name, StepKind.SLEEP)
         until = self._j.due_at(identity, max(0.0, float(seconds)))
         if time.time() < until:
             self._j.wait(f"timer:{until:.3f}")
 
-    def wait_signal(self, name: str, timeout_s: float | None = None) -> Any:
+    def wait_signal(self, name: str | Named, timeout_s: float | None = None) -> Any:
         """The payload of the next signal `name` sent to this run (`client().signal`), taken
         once; None when `timeout_s` passes first. The run holds no worker while it waits."""
+        identity = self._id(name, StepKind.SIGNAL)
+        name = identity.rpartition("#")[0]
         try:
             check_name(name, "signal")
         except ValueError as exc:
             raise StepError(str(exc)) from None
-        identity = self._j.identity(name, StepKind.SIGNAL)
         recorded = self._j.recorded(identity, StepKind.SIGNAL)
         if recorded is not None:
             return recorded.get("value")
@@ -318,29 +336,42 @@ class AsyncWorkflowContext:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: ctx.run(fn, *args, **kwargs))
 
-    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self._off(self.sync.step, name, fn, *args, **kwargs)
+    def _named(self, name: str, kind: StepKind) -> Named:
+        # Here, in the coroutine before its first await: a gather's steps are numbered in
+        # the order it starts them (its tasks start in order), not by which thread runs first.
+        return Named(self.sync._j.identity(name, kind))
+
+    async def step(
+        self, name: str, fn: Callable[..., Any], *args: Any, kind: StepKind | str = StepKind.READ,
+        **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        named = self._named(name, function_kind(name, kind))
+        return await self._off(self.sync.step, named, fn, *args, kind=kind, **kwargs)
 
     async def call(
         self, tool: str, args: dict[str, Any] | None = None, *, step: str | None = None
     ) -> Any:
-        return await self._off(self.sync.call, tool, args, step=step)
+        named = self._named(step or tool, self.sync.call_kind(tool))
+        return await self._off(self.sync.call, tool, args, step=named)
 
     async def approval(self, name: str, **details: Any) -> dict[str, Any]:
-        decided: dict[str, Any] = await self._off(self.sync.approval, name, **details)
+        named = self._named(name, StepKind.APPROVAL)
+        decided: dict[str, Any] = await self._off(self.sync.approval, named, **details)
         return decided
 
     async def agent(self, name: str, **kwargs: Any) -> str:
-        return str(await self._off(self.sync.agent, name, **kwargs))
+        return str(await self._off(self.sync.agent, self._named(name, StepKind.AGENT), **kwargs))
 
     async def workflow(self, name: str, workflow: str, params: dict[str, Any] | None = None) -> Any:
-        return await self._off(self.sync.workflow, name, workflow, params)
+        named = self._named(name, StepKind.WORKFLOW)
+        return await self._off(self.sync.workflow, named, workflow, params)
 
     async def sleep(self, name: str, seconds: float) -> None:
-        await self._off(self.sync.sleep, name, seconds)
+        await self._off(self.sync.sleep, self._named(name, StepKind.SLEEP), seconds)
 
     async def wait_signal(self, name: str, timeout_s: float | None = None) -> Any:
-        return await self._off(self.sync.wait_signal, name, timeout_s)
+        named = self._named(name, StepKind.SIGNAL)
+        return await self._off(self.sync.wait_signal, named, timeout_s)
 
 
 _KIND_OF = {
@@ -350,6 +381,24 @@ _KIND_OF = {
     ToolKind.APPROVAL_WRITE: StepKind.APPROVAL,
     ToolKind.DELEGATION: StepKind.AGENT,
 }
+
+
+@dataclass(frozen=True)
+class Named:
+    """A step's identity assigned before its step runs (an async workflow's)."""
+
+    identity: str
+
+
+def function_kind(name: object, kind: StepKind | str) -> StepKind:
+    """A function step's kind: a read, a write or a keyed write (StepError otherwise)."""
+    try:
+        how = StepKind(kind)
+    except ValueError:
+        how = None
+    if how not in (StepKind.READ, StepKind.WRITE, StepKind.KEYED_WRITE):
+        raise StepError(f"step {name}: a function step is a read, a write or a keyed write")
+    return how
 
 
 def _unrecordable(identity: str) -> Callable[[Any], Any]:

@@ -95,7 +95,7 @@ class WaitRouter:
             "note": "Not made: it waits for a person's approval; this run cannot wait.",
         }
 
-    def delegate(self, state: RunState, index: int, call: ToolCall) -> Outcome:
+    def delegate(self, state: RunState, index: int, call: ToolCall, own: bool = False) -> Outcome:
         """Ask the child by its delegation key: its answer, or wait for it (taking over its
         lapsed lease once, racing the sweeper with the same conditional claim)."""
         key = state.delegation_keys.setdefault(
@@ -105,7 +105,7 @@ class WaitRouter:
             child = get_run_by_request_key(conn, key, self.run.principal)
         if child is None:
             try:
-                child_id, _ = enqueue(self.d.door, self._child(call, key))
+                child_id, _ = enqueue(self.d.door, self._child(call, key, own))
             except BadRequest as exc:
                 return {"error": f"the sub-agent could not be started: {exc}"}
             faults.point("after_request")
@@ -149,31 +149,28 @@ class WaitRouter:
             )
         return list(asked)
 
-    def _child(self, call: ToolCall, key: str) -> NewRun:
+    def _child(self, call: ToolCall, key: str, own: bool) -> NewRun:
+        """The child run a delegation starts. `own`: a Python workflow's own step (its code
+        chose the agent, its model or a child workflow); a model's delegation (arguments it
+        wrote) gets its parent's model or a script, and never a workflow."""
         args = call.args
-        if "workflow" in args:
+        if own and "workflow" in args:
             return self._child_workflow(args, key)
         agent, text = args.get("agent"), args.get("input")
         if not isinstance(agent, str) or not isinstance(text, str):
             raise BadRequest('a delegation needs "agent" and "input" text')
-        script, asked = args.get("script"), args.get("model")
-        model = (
-            {"provider": "scripted", "script": script}
-            if script is not None
-            else dict(asked)
-            if isinstance(asked, dict)
-            else dict(self.definition.model)
-        )  # a model asked for is checked against the deployment's profiles at enqueue
+        model, system, tools = self._child_agent(agent, args, own)
         return NewRun(
             agent=agent,
             user_input=text,
             model=model,
+            system=system,
             owner=self.run.owner,
             principal=self.run.principal,
             entry_kind=EntryKind.DELEGATION,
             channel=self.run.channel,
             run_as=self.run.run_as,
-            tools=self._child_tools(args.get("tools")),
+            tools=self._child_tools(tools),
             request_key=key,
             parent_run_id=self.run.id,
             parent_attempt=self.run.attempt,
@@ -182,6 +179,28 @@ class WaitRouter:
             tenant=self.run.tenant,
             priority=self.run.priority,
         )
+
+    def _child_agent(
+        self, agent: str, args: dict[str, Any], own: bool
+    ) -> tuple[dict[str, Any], str | None, Any]:
+        """The child's model, system prompt and tools asked for. A script given: scripted. A
+        workflow's agent step: the model it names (checked against the deployment's profiles
+        at enqueue), else the declared agent's own model, prompt and tools. A model's
+        delegation: its parent's model."""
+        script, asked, tools = args.get("script"), args.get("model"), args.get("tools")
+        if script is not None:
+            return {"provider": "scripted", "script": script}, None, tools
+        if not own:
+            return dict(self.definition.model), None, tools
+        if isinstance(asked, dict):
+            return dict(asked), None, tools
+        declared = self.d.tools.agents.get(agent)
+        if declared is None:
+            raise BadRequest(
+                f"agent {agent!r} is not declared here: name a declared agent (its model, "
+                "tools and system prompt) or give model="
+            )
+        return dict(declared.model), declared.system, declared.tools if tools is None else tools
 
     def _child_workflow(self, args: dict[str, Any], key: str) -> NewRun:
         """A Python workflow's child workflow: the tools it declares must all be its parent's

@@ -128,6 +128,18 @@ SOURCE = textwrap.dedent(
         return {"child_of": params.get("parent"), "made": ctx.step("leaf", lambda: "leaf")}
 
 
+    def echo(i: int) -> int:
+        return i
+
+
+    @workflow(name="acme.same_names")
+    async def same_names(ctx, params: dict) -> list[int]:
+        """A gather of steps under one name: numbered in the order the gather starts them."""
+        return list(await asyncio.gather(*(
+            ctx.step("same", echo, i) for i in range(int(params.get("n", 12)))
+        )))
+
+
     class Trial(WorkflowParams):
         tag: str
         n: int = 20

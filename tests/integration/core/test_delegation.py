@@ -172,3 +172,33 @@ def test_a_child_may_not_use_tools_its_parent_may_not(stack) -> None:
     told = _told(stack, parent)
     assert "may use only tools its parent run may use; not incident.create" in told["error"]
     assert _children(stack, parent) == []
+
+
+def test_a_models_delegation_cannot_start_a_workflow_or_pick_a_model(stack) -> None:
+    """What a model writes in a delegation's arguments never names a workflow to start or a
+    model profile to use: its child is an agent on its parent's model."""
+    stack.worker("w1")
+    child_script = {"steps": [final("Done.")]}
+    parent = stack.start(
+        [
+            step(
+                call(
+                    "toolu_d9",
+                    "agent.delegate",
+                    agent="triage-bot",
+                    input="Go",
+                    script=child_script,
+                    workflow="acme.anything",
+                    model={"provider": "openai", "model": "gpt-4o"},
+                )
+            ),
+            final("ok"),
+        ],
+        tools=PARENT_TOOLS,
+    )
+    assert stack.wait(parent).status == "succeeded"
+    [child] = stack.rows(
+        "SELECT kind, definition IS NOT NULL AS d FROM runs WHERE parent_run_id = :p", p=parent
+    )
+    assert child.kind == "agent"
+    assert stack.definition(_children(stack, parent)[0].id).model["provider"] == "scripted"

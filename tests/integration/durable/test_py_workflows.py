@@ -59,6 +59,8 @@ def test_an_order_workflow_waits_for_a_person_a_timer_and_a_signal(flows) -> Non
     assert view.status == "succeeded", view.failure_reason
     answer = json.loads(view.answer)
     assert answer["signal"] == {"ok": 1}
+    # Its key sent once more after the run ended: the signal it sent, not a refusal.
+    assert stack.client.signal(run_id, "go", {"ok": 3}, key="go-once", by="ops") == signal_id
     assert _incidents(stack, run_id) == ["about Ticket T-7"]
     # No worker held it while it waited: each wait ended its attempt.
     waits = stack.rows(
@@ -105,6 +107,22 @@ def test_a_signal_to_a_missing_or_ended_run_is_refused(flows) -> None:
     with pytest.raises(BadRequest, match="a name is"):
         stack.client.signal(run_id, "no spaces", by="ops")
     assert stack.rows("SELECT count(*) AS n FROM signals")[0].n == 0
+
+
+def test_a_gather_under_one_name_numbers_its_steps_in_the_order_it_starts_them(flows) -> None:
+    stack = flows
+    stack.worker("w1")
+    view = stack.wait(stack.client.start_workflow(workflow="acme.same_names", params={"n": 12}))
+    assert view.status == "succeeded", view.failure_reason
+    assert json.loads(view.answer) == list(range(12))
+
+
+def test_a_declared_agent_step_without_a_model_is_refused_by_name(flows) -> None:
+    stack = flows
+    stack.worker("w1")
+    view = stack.wait(stack.client.start_workflow(workflow="acme.parent", params={"model": None}))
+    assert view.status == "failed"
+    assert "agent 'helper' is not declared here" in (view.failure_reason or "")
 
 
 def test_bad_starts_store_nothing(flows) -> None:
