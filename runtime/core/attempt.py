@@ -4,6 +4,7 @@ answer, failure. `AgentRun` and `WorkflowRun` add the loop that produces steps."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -69,6 +70,10 @@ class GatesRead:
 class RunAttempt:
     """Executes one attempt of one run that this process has claimed and leased."""
 
+    # How its calls are keyed, given the run (runtime/durable/keys.py); None: an agent's
+    # tool-call keys. A workflow's and a job's steps are keyed by the run and the step.
+    keys: Callable[[RunRow], KeyFn] | None = None
+
     def __init__(
         self,
         deps: AttemptDeps,
@@ -89,7 +94,10 @@ class RunAttempt:
         self.pin: Pin | None = None
         self.lease = lease
         self.log = log.bind(run_id=run.id, attempt=run.attempt)
-        self.router = CallRouter(deps, run, definition, lease, key_for)
+        keyed = type(self).keys
+        self.router = CallRouter(
+            deps, run, definition, lease, key_for or (keyed(run) if keyed is not None else None)
+        )
         self.fence = self.router.fence
         # The gates the claim read, checked when the attempt starts.
         self._claimed = gates

@@ -15,37 +15,22 @@ from typing import Any, NoReturn
 
 from runtime.base import faults
 from runtime.core.attempt import RunAttempt
-from runtime.core.deps import AttemptDeps
 from runtime.core.outcome import Outcome
 from runtime.core.waiting import Suspend
 from runtime.core.workflow import workflow_key
-from runtime.durable.definition import RunDefinition
-from runtime.durable.formats import NewerFormat
 from runtime.durable.state import RunState, ToolCall
-from runtime.fleet.heartbeat import RunLease
 from runtime.services import Services
 from runtime.toolbox.job_kinds import JobError
-from store.rows import GateRow, RunRow
 
 
 class JobRun(RunAttempt):
     """The attempt that runs one declared job, handing it the `JobContext` it works through."""
 
-    def __init__(
-        self,
-        deps: AttemptDeps,
-        run: RunRow,
-        definition: RunDefinition,
-        lease: RunLease,
-        gates: GateRow | None = None,
-        unread: NewerFormat | None = None,
-    ) -> None:
-        super().__init__(
-            deps, run, definition, lease, key_for=workflow_key(run), gates=gates, unread=unread
-        )
-        # Outcomes of the call the checkpoint left, taken up on resume: the job reuses them.
-        self._taken_up: dict[str, dict[str, Any]] = {}
-        self._state: RunState | None = None
+    keys = staticmethod(workflow_key)
+    # Outcomes of the call the checkpoint left, taken up on resume (`_loop`): the job reuses
+    # them; and the state the job works on, once loaded.
+    _taken_up: dict[str, dict[str, Any]]
+    _state: RunState | None = None
 
     def _loop(self, state: RunState) -> Outcome:
         job = self.definition.job or {}
@@ -57,7 +42,7 @@ class JobRun(RunAttempt):
                 "load its module on every worker (LIYAGENT_TOOLS) and start it again",
                 "bad_job",
             )
-        self._state = state
+        self._state, self._taken_up = state, {}
         left = list(state.calls)
         if self._resume_calls(state):
             for call, message in zip(left, state.messages[-len(left) :], strict=True):

@@ -23,15 +23,11 @@ from pydantic_core import to_jsonable_python
 
 from runtime.core.attempt import RunAttempt
 from runtime.core.calls import KeyFn
-from runtime.core.deps import AttemptDeps
 from runtime.core.flow_steps import Journal, Outcome, Step
 from runtime.core.outcome import Outcome as Ended
 from runtime.core.waiting import Suspend
-from runtime.durable.definition import RunDefinition
-from runtime.durable.formats import NewerFormat
 from runtime.durable.keys import flow_step_key
 from runtime.durable.state import RunState, ToolCall
-from runtime.fleet.heartbeat import RunLease
 from runtime.toolbox import flow_calls
 from runtime.toolbox.tools import ToolKind
 from runtime.toolbox.workflow_kinds import (
@@ -63,18 +59,7 @@ def flow_key(run: RunRow) -> KeyFn:
 class PyWorkflowRun(RunAttempt):
     """One attempt of a Python workflow run: replay the function through its journal."""
 
-    def __init__(
-        self,
-        deps: AttemptDeps,
-        run: RunRow,
-        definition: RunDefinition,
-        lease: RunLease,
-        gates: GateRow | None = None,
-        unread: NewerFormat | None = None,
-    ) -> None:
-        super().__init__(
-            deps, run, definition, lease, key_for=flow_key(run), gates=gates, unread=unread
-        )
+    keys = staticmethod(flow_key)
 
     # What the journal uses of the attempt.
 

@@ -149,6 +149,25 @@ class WaitRouter:
             )
         return list(asked)
 
+    def _as_child(self, key: str) -> dict[str, Any]:
+        """What every child run takes of its parent: who it is, where it came from, its key,
+        that it may wait, and its parent's share of the fleet and turn (counted in flight,
+        never held)."""
+        r = self.run
+        return {
+            "owner": r.owner,
+            "principal": r.principal,
+            "entry_kind": EntryKind.DELEGATION,
+            "channel": r.channel,
+            "run_as": r.run_as,
+            "request_key": key,
+            "parent_run_id": r.id,
+            "parent_attempt": r.attempt,
+            "may_wait": True,
+            "tenant": r.tenant,
+            "priority": r.priority,
+        }
+
     def _child(self, call: ToolCall, key: str, own: bool) -> NewRun:
         """The child run a delegation starts. `own`: a Python workflow's own step (its code
         chose the agent, its model or a child workflow); a model's delegation (arguments it
@@ -165,19 +184,8 @@ class WaitRouter:
             user_input=text,
             model=model,
             system=system,
-            owner=self.run.owner,
-            principal=self.run.principal,
-            entry_kind=EntryKind.DELEGATION,
-            channel=self.run.channel,
-            run_as=self.run.run_as,
             tools=self._child_tools(tools),
-            request_key=key,
-            parent_run_id=self.run.id,
-            parent_attempt=self.run.attempt,
-            may_wait=True,
-            # Its parent's share of the fleet and turn (counted in flight, never held).
-            tenant=self.run.tenant,
-            priority=self.run.priority,
+            **self._as_child(key),
         )
 
     def _child_agent(
@@ -216,16 +224,6 @@ class WaitRouter:
             agent=kind.name,
             user_input=f"{kind.name} {json.dumps(params, sort_keys=True)}"[:2000],
             workflow={"python": kind.name, "params": params},
-            owner=self.run.owner,
-            principal=self.run.principal,
-            entry_kind=EntryKind.DELEGATION,
-            channel=self.run.channel,
-            run_as=self.run.run_as,
             tools=list(kind.tools),
-            request_key=key,
-            parent_run_id=self.run.id,
-            parent_attempt=self.run.attempt,
-            may_wait=True,
-            tenant=self.run.tenant,
-            priority=self.run.priority,
+            **self._as_child(key),
         )

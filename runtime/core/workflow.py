@@ -12,15 +12,11 @@ import json
 from runtime.base import faults
 from runtime.core.attempt import RunAttempt
 from runtime.core.calls import KeyFn
-from runtime.core.deps import AttemptDeps
 from runtime.core.outcome import Outcome
-from runtime.durable.definition import RunDefinition
-from runtime.durable.formats import NewerFormat
 from runtime.durable.keys import workflow_step_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.durable.workflow_spec import WorkflowError, WorkflowStep, validate_workflow
-from runtime.fleet.heartbeat import RunLease
-from store.rows import GateRow, RunRow
+from store.rows import RunRow
 
 MAX_EXECUTED = 1000
 
@@ -33,18 +29,9 @@ def workflow_key(run: RunRow) -> KeyFn:
 
 
 class WorkflowRun(RunAttempt):
-    def __init__(
-        self,
-        deps: AttemptDeps,
-        run: RunRow,
-        definition: RunDefinition,
-        lease: RunLease,
-        gates: GateRow | None = None,
-        unread: NewerFormat | None = None,
-    ) -> None:
-        super().__init__(
-            deps, run, definition, lease, key_for=workflow_key(run), gates=gates, unread=unread
-        )
+    """One attempt of a JSON step graph's run."""
+
+    keys = staticmethod(workflow_key)
 
     def _loop(self, state: RunState) -> Outcome:
         try:

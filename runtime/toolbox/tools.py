@@ -251,6 +251,24 @@ class AgentDef:
         return None if self.output is None else self.output.schema
 
 
+def _function(item: JobKind | WorkflowKind) -> Callable[..., Any]:
+    return item.run if isinstance(item, JobKind) else item.fn
+
+
+def _declare(known: dict[str, Any], what: str, name: str, item: JobKind | WorkflowKind) -> None:
+    """Add a declared job kind or workflow by name: one declaration reached twice (a module
+    under two names) is one; two of one name refuse the start, naming both."""
+    first = known.get(name)
+    if first is not None:
+        where = declared_at(_function(item))
+        if where is not None and declared_at(_function(first)) == where:
+            return
+        raise ToolDeclarationError(
+            f"{what} is declared twice: by {first.origin} and by {item.origin}; rename one of them"
+        )
+    known[name] = item
+
+
 class ToolRegistry:
     """Tools (and agents and job kinds declared next to them) by name; one registry per
     process."""
@@ -283,16 +301,7 @@ class ToolRegistry:
             self.add_workflow(flow)
 
     def add_workflow(self, flow: WorkflowKind) -> None:
-        known = self.workflows.get(flow.name)
-        where = declared_at(flow.fn)
-        if known is not None and where is not None and declared_at(known.fn) == where:
-            return  # one declaration reached twice (a module under two names)
-        if known is not None:
-            raise ToolDeclarationError(
-                f"workflow {flow.name} is declared twice: by {known.origin} and by "
-                f"{flow.origin}; rename one of them"
-            )
-        self.workflows[flow.name] = flow
+        _declare(self.workflows, f"workflow {flow.name}", flow.name, flow)
 
     def add_guest(self, guest: Any) -> None:
         """A framework agent (its tools and definition are registered with the others)."""
@@ -305,16 +314,7 @@ class ToolRegistry:
         self.guests[guest.name] = guest
 
     def add_job(self, kind: JobKind) -> None:
-        known = self.jobs.get(kind.name)
-        where = declared_at(kind.run)
-        if known is not None and where is not None and declared_at(known.run) == where:
-            return  # one declaration reached twice (a module under two names)
-        if known is not None:
-            raise ToolDeclarationError(
-                f"job kind {kind.name} is declared twice: by {known.origin} and by "
-                f"{kind.origin}; rename one of them"
-            )
-        self.jobs[kind.name] = kind
+        _declare(self.jobs, f"job kind {kind.name}", kind.name, kind)
 
     def register(self, tool: Tool) -> None:
         first = self._tools.get(tool.name)
