@@ -32,10 +32,14 @@ class CatalogError(LiyagentError, ValueError):
 @dataclass(frozen=True)
 class CronTrigger:
     name: str
+    # The catalog agent it runs, or (`workflow`) the declared Python workflow it starts with
+    # `params` (checked when it fires: the workflows are the tool modules', not the file's).
     agent: str
     input: str
     every_s: int | None
     crontab: str | None
+    workflow: str | None = None
+    params: dict[str, Any] | None = None
 
     def slot(self, now: datetime) -> datetime:
         """The scheduled time a fire at `now` belongs to: every beat firing it agrees."""
@@ -109,7 +113,14 @@ def _trigger(raw: Any, agents: dict[str, AgentDef]) -> CronTrigger:
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise CatalogError('each cron trigger needs a "name"')
     name = raw["name"]
-    if raw.get("agent") not in agents:
+    flow, params = raw.get("workflow"), raw.get("params") or {}
+    if flow is not None:
+        if not isinstance(flow, str) or "agent" in raw or not isinstance(params, dict):
+            raise CatalogError(
+                f'cron trigger {name!r}: "workflow" names a declared workflow (instead of '
+                '"agent"), with "params" an object'
+            )
+    elif raw.get("agent") not in agents:
         raise CatalogError(f"cron trigger {name!r} names no known agent")
     every, crontab = raw.get("every_s"), raw.get("crontab")
     if (every is None) == (crontab is None):
@@ -118,7 +129,9 @@ def _trigger(raw: Any, agents: dict[str, AgentDef]) -> CronTrigger:
         raise CatalogError(f'cron trigger {name!r}: "every_s" must be a positive integer')
     if crontab is not None and (not isinstance(crontab, str) or len(crontab.split()) != 5):
         raise CatalogError(f'cron trigger {name!r}: "crontab" needs five fields')
-    return CronTrigger(name, raw["agent"], str(raw.get("input") or name), every, crontab)
+    agent = flow if flow is not None else raw["agent"]
+    text = str(raw.get("input") or name)
+    return CronTrigger(name, agent, text, every, crontab, flow, dict(params) if flow else None)
 
 
 def parse(raw: Any) -> Catalog:

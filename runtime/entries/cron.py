@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from runtime.core.enqueue import BadRequest
 from runtime.core.entry import EntryKindName, InPostgres
-from runtime.entries.start import ENTRY_POINT_RUN, agents, start_entry
+from runtime.entries.start import ENTRY_POINT_RUN, agents, start_entry, start_flow_entry
 from runtime.services import Services
 from store.cron import cron_link
 from store.rows import RunId
@@ -28,6 +28,18 @@ def fire_cron(s: Services, trigger_name: str, now: datetime | None = None) -> tu
     if trigger is None:
         raise BadRequest(f"no cron trigger named {trigger_name!r} in the catalog")
     slot = trigger.slot(now or datetime.now(tz=UTC))
+    if trigger.workflow is not None:
+        return start_flow_entry(
+            s,
+            entry_kind=KIND,
+            workflow=trigger.workflow,
+            params=trigger.params or {},
+            request_key=f"cron:{trigger.name}:{slot.isoformat()}",
+            owner="cron",
+            channel="cron",
+            entry={"trigger": trigger.name, "scheduled_at": slot.isoformat()},
+            link=cron_link(trigger.name, slot),
+        )
     return start_entry(
         s,
         entry_kind=KIND,

@@ -13,6 +13,7 @@ from runtime.core.enqueue import BadRequest, NewRun, enqueue
 from runtime.core.entry import Policy
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef, ToolRegistry
+from runtime.toolbox.workflow_kinds import start_spec
 from store.entry_links import EntryLink
 from store.rows import RunId
 
@@ -74,6 +75,39 @@ def start_entry(
             definition_policy=definition.definition_policy,
             owner=owner,
             principal=principal,
+            entry_kind=entry_kind,
+            channel=channel,
+            request_key=request_key,
+            entry=entry,
+            link=link,
+        ),
+    )
+
+
+def start_flow_entry(
+    s: Services,
+    *,
+    entry_kind: str,
+    workflow: str,
+    params: dict[str, Any],
+    request_key: str,
+    owner: str,
+    channel: str,
+    entry: dict[str, Any] | None = None,
+    link: EntryLink | None = None,
+) -> tuple[RunId, bool]:
+    """Start a declared Python workflow's run for an entry point (a cron trigger that names
+    one), idempotently by its request key; BadRequest for an unknown workflow or parameters
+    that do not fit (nothing stored)."""
+    name, spec, text = start_spec(workflow, None, params, None)
+    return enqueue(
+        DoorDeps.of(s),
+        NewRun(
+            agent=name,
+            user_input=text,
+            workflow=spec,
+            may_wait=True,
+            owner=owner,
             entry_kind=entry_kind,
             channel=channel,
             request_key=request_key,

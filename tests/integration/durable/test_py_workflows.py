@@ -125,6 +125,36 @@ def test_a_declared_agent_step_without_a_model_is_refused_by_name(flows) -> None
     assert "agent 'helper' is not declared here" in (view.failure_reason or "")
 
 
+def test_a_cron_trigger_starts_a_workflow_once_per_slot(flows, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from runtime.entries.cron import fire_cron
+
+    stack = flows
+    catalog = tmp_path / "agents.json"
+    catalog.write_text(
+        json.dumps(
+            {
+                "agents": {},
+                "cron": [
+                    {"name": "leaf", "workflow": "acme.child", "params": {"parent": "cron"},
+                     "every_s": 3600}
+                ],
+            }
+        )
+    )  # fmt: skip
+    stack.reconfigure(agents_file=str(catalog))
+    now = datetime.now(tz=UTC)
+    first, created = fire_cron(stack.services, "leaf", now)
+    again, created_again = fire_cron(stack.services, "leaf", now)  # a second beat
+    assert first == again and created and not created_again
+    stack.worker("w1")
+    view = stack.wait(first)
+    assert view.status == "succeeded" and json.loads(view.answer)["child_of"] == "cron"
+    [record] = stack.rows("SELECT run_id, status FROM cron_runs")
+    assert (record.run_id, record.status) == (first, "succeeded")
+
+
 def test_bad_starts_store_nothing(flows) -> None:
     stack = flows
     with pytest.raises(BadRequest, match=r"unknown workflow 'acme\.nope'"):
