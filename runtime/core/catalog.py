@@ -114,8 +114,16 @@ def _trigger(raw: Any, agents: dict[str, AgentDef]) -> CronTrigger:
         raise CatalogError('each cron trigger needs a "name"')
     name = raw["name"]
     flow, params = raw.get("workflow"), raw.get("params") or {}
+    if flow is None and "params" in raw:
+        raise CatalogError(f'cron trigger {name!r}: "params" are a workflow\'s ("workflow")')
     if flow is not None:
-        if not isinstance(flow, str) or "agent" in raw or not isinstance(params, dict):
+        if (
+            not isinstance(flow, str)
+            or not flow.strip()
+            or "agent" in raw
+            or "input" in raw
+            or (not isinstance(params, dict))
+        ):
             raise CatalogError(
                 f'cron trigger {name!r}: "workflow" names a declared workflow (instead of '
                 '"agent"), with "params" an object'

@@ -107,13 +107,15 @@ class Journal:
 
     # Identities.
 
-    def identity(self, name: str, kind: StepKind) -> str:
-        """The next occurrence of `name` in this replay; StepError when the name was used
-        with another kind (one name, one kind, in one workflow)."""
+    def identity(self, name: str, kind: StepKind, scope: str | None = None) -> str:
+        """The next occurrence of `name` in this replay, within `scope` (a concurrent branch
+        of an async workflow: the identity of its first step) when given; StepError when the
+        name was used with another kind (one name, one kind, in one workflow)."""
         try:
             check_name(name, "step")
         except ValueError as exc:
             raise StepError(str(exc)) from None
+        path = name if scope is None else f"{scope}/{name}"
         with self.lock:
             known = self._kinds.setdefault(name, kind)
             if known is not kind:
@@ -121,9 +123,9 @@ class Journal:
                     f"step name {name!r} is used for a {known.value} step and now for a "
                     f"{kind.value} step; give each its own name (nothing was recorded)"
                 )
-            n = self._seen.get(name, 0) + 1
-            self._seen[name] = n
-            return f"{name}#{n}"
+            n = self._seen.get(path, 0) + 1
+            self._seen[path] = n
+            return f"{path}#{n}"
 
     # Engine exceptions.
 
@@ -337,9 +339,10 @@ class Journal:
     def settle_unmet(self) -> None:
         """Steps in flight when an earlier attempt stopped that this replay never met (the
         code changed), at the end: one whose call was marked is taken up from its mark (its
-        outcome reused, read back, settled unknown, or a keyed write sent again with its key,
-        I2); one never marked was never sent, and is not made now, nor an approval filed or a
-        child started for it."""
+        outcome reused; a declared tool's write read back or sent again with its key by its
+        kind; a function step's, whose function this code no longer has, settled as not sent
+        again, I2); one never marked was never sent, and is not made now, nor an approval filed
+        or a child started for it."""
         for identity, flying in sorted(self.open.items()):
             number = int(flying["step"])
             with self.a.d.engine.connect() as conn:

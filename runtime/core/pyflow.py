@@ -121,7 +121,7 @@ class PyWorkflowRun(RunAttempt):
             if kind.is_async:
                 pool = ThreadPoolExecutor(CONCURRENT_STEPS, f"flow-{self.run.id[:8]}")
                 ctx: Any = AsyncWorkflowContext(WorkflowContext(self, journal), pool)
-                value = asyncio.run(kind.fn(ctx, params))
+                value = asyncio.run(ctx.main(kind.fn, params))
             else:
                 value = kind.fn(WorkflowContext(self, journal), params)
         except BaseException as exc:
@@ -274,7 +274,7 @@ class WorkflowContext:
         """The payload of the next signal `name` sent to this run (`client().signal`), taken
         once; None when `timeout_s` passes first. The run holds no worker while it waits."""
         identity = self._id(name, StepKind.SIGNAL)
-        name = identity.rpartition("#")[0]
+        name = name.name if isinstance(name, Named) else name
         try:
             check_name(name, "signal")
         except ValueError as exc:
@@ -307,6 +307,7 @@ class AsyncWorkflowContext:
     def __init__(self, sync: WorkflowContext, pool: ThreadPoolExecutor) -> None:
         self.sync = sync
         self._pool = pool
+        self._root: asyncio.Task[Any] | None = None
 
     @property
     def run_id(self) -> str:
@@ -321,10 +322,28 @@ class AsyncWorkflowContext:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: ctx.run(fn, *args, **kwargs))
 
+    async def main(self, fn: Callable[..., Any], params: Any) -> Any:
+        """Run the workflow's function as the root of its branches."""
+        self._root = asyncio.current_task()
+        return await fn(self, params)
+
     def _named(self, name: str, kind: StepKind) -> Named:
-        # Here, in the coroutine before its first await: a gather's steps are numbered in
-        # the order it starts them (its tasks start in order), not by which thread runs first.
-        return Named(self.sync._j.identity(name, kind))
+        """The step's identity, taken here in its coroutine, never on a pool thread. The root
+        task's steps are numbered in its own order. A concurrent branch (a task a gather or
+        `create_task` started) numbers its first step within the branch that started it, as
+        it starts (a gather starts its tasks in order), and its later steps within that first
+        step's identity (`get#2/save#1`): however the branches' steps finish, a replay numbers
+        every step the same."""
+        task = asyncio.current_task()
+        journal = self.sync._j
+        if task is self._root:
+            return Named(journal.identity(name, kind), name)
+        branch = _branch.get()
+        if branch is not None and branch.task is task:
+            return Named(journal.identity(name, kind, scope=branch.identity), name)
+        identity = journal.identity(name, kind, scope=None if branch is None else branch.identity)
+        _branch.set(Branch(task, identity))
+        return Named(identity, name)
 
     async def step(
         self, name: str, fn: Callable[..., Any], *args: Any, kind: StepKind | str = StepKind.READ,
@@ -370,9 +389,27 @@ _KIND_OF = {
 
 @dataclass(frozen=True)
 class Named:
-    """A step's identity assigned before its step runs (an async workflow's)."""
+    """A step's identity assigned before its step runs (an async workflow's), with the name
+    it was asked for."""
 
     identity: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Branch:
+    """The concurrent branch (an asyncio task) an async workflow's step runs in: the task, and
+    the identity its steps are numbered under (its first step's)."""
+
+    task: asyncio.Task[Any] | None
+    identity: str
+
+
+# The branch the running task numbers its steps in; a task a branch starts inherits it (a copy
+# of its context) and numbers its own first step within it.
+_branch: contextvars.ContextVar[Branch | None] = contextvars.ContextVar(
+    "liyagent_flow_branch", default=None
+)
 
 
 def function_kind(name: object, kind: StepKind | str) -> StepKind:

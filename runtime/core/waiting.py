@@ -13,6 +13,7 @@ import uuid
 from typing import Any, Protocol
 
 from runtime.base import faults
+from runtime.core import catalog
 from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import BadRequest, NewRun, enqueue, publish_quietly
 from runtime.core.pending import PendingCall
@@ -20,7 +21,7 @@ from runtime.durable.definition import RunDefinition
 from runtime.durable.keys import approval_step_key, delegation_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.fleet import usage_notes
-from runtime.toolbox.tools import Tool
+from runtime.toolbox.tools import AgentDef, Tool
 from store.entries import EntryKind
 from store.losses import claim_lost
 from store.rows import RunRow
@@ -202,7 +203,11 @@ class WaitRouter:
             return dict(self.definition.model), None, tools
         if isinstance(asked, dict):
             return dict(asked), None, tools
-        declared = self.d.tools.agents.get(agent)
+        try:
+            found = catalog.load(self.d.settings.agents_file).with_agents(self.d.tools.agents)
+            declared: AgentDef | None = found.agents.get(agent)
+        except catalog.CatalogError:
+            declared = None
         if declared is None:
             raise BadRequest(
                 f"agent {agent!r} is not declared here: name a declared agent (its model, "

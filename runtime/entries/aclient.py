@@ -57,6 +57,7 @@ class AsyncClient:
     start_agent = _twin(Client.start_agent)
     declared_agent = _twin(Client.declared_agent)
     start_workflow = _twin(Client.start_workflow)
+    signal = _twin(Client.signal)
     start_job = _twin(Client.start_job)
     resolve_run_id = _twin(Client.resolve_run_id)
     get = _twin(Client.get)

@@ -140,6 +140,25 @@ SOURCE = textwrap.dedent(
         )))
 
 
+    def slow_echo(i: int, ms: int) -> int:
+        import time
+        time.sleep(ms / 1000)
+        return i
+
+
+    async def branch(ctx, i: int, n: int) -> int:
+        """A branch of two steps: its second is asked once its first ends, which the gather's
+        branches do in the reverse of the order they start."""
+        got = await ctx.step("get", slow_echo, i, 60 * (n - i))
+        return await ctx.step("save", echo, got * 10)
+
+
+    @workflow(name="acme.branches")
+    async def branches(ctx, params: dict) -> list[int]:
+        n = int(params.get("n", 8))
+        return list(await asyncio.gather(*(branch(ctx, i, n) for i in range(n))))
+
+
     class Trial(WorkflowParams):
         tag: str
         n: int = 20

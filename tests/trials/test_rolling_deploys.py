@@ -51,7 +51,9 @@ WORKERS = 3 if RUNS > 12 else 2
 # Each worker's threads: all runs of the short version at once; half of the long one's (the
 # rest queued, taken by whichever workers live then).
 SLOTS = max(3, -(-RUNS // WORKERS) if RUNS <= 12 else -(-RUNS // (2 * WORKERS)))
-LATENCY_MS = 2000
+# A model step's latency: the short version's runs must outlast a new worker's start (the
+# surge before the first SIGTERM), several seconds on a loaded machine.
+LATENCY_MS = 2000 if RUNS > 12 else 3500
 WAIT_S = 8  # every worker's LIYAGENT_DEFINITION_WAIT_S
 KINDS = tuple(code.MODEL_ENV)
 

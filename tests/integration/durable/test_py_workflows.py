@@ -117,6 +117,22 @@ def test_a_gather_under_one_name_numbers_its_steps_in_the_order_it_starts_them(f
     assert json.loads(view.answer) == list(range(12))
 
 
+@pytest.mark.kill
+def test_branches_whose_steps_end_in_any_order_keep_their_identities_across_a_kill(
+    flows,
+) -> None:
+    stack = flows
+
+    def start() -> str:
+        return stack.client.start_workflow(workflow="acme.branches", params={"n": 8})
+
+    # Killed at the eleventh record: some branches have saved, others are still getting.
+    run_id = stack.kill_then_resume("after_checkpoint:kill:11", start)
+    view = stack.wait(run_id, timeout=90)
+    assert view.status == "succeeded" and view.lost_count == 1, view.failure_reason
+    assert json.loads(view.answer) == [i * 10 for i in range(8)]
+
+
 def test_a_declared_agent_step_without_a_model_is_refused_by_name(flows) -> None:
     stack = flows
     stack.worker("w1")

@@ -37,6 +37,7 @@ EVERY_ROUTE = {
     ("/runs/{run_id}", frozenset({"GET", "HEAD"})),
     ("/runs/{run_id}/events", frozenset({"GET", "HEAD"})),
     ("/runs/{run_id}/stop", frozenset({"POST"})),
+    ("/runs/{run_id}/signal", frozenset({"POST"})),
     ("/runs/{run_id}/stop/lift", frozenset({"POST"})),
     ("/runs/{run_id}/erase", frozenset({"POST"})),
     ("/owners/{owner}/erase", frozenset({"POST"})),
