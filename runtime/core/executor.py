@@ -18,14 +18,11 @@ from runtime.base.changes import RunChanges
 from runtime.base.redact import error_facts, frames
 from runtime.base.sealing import SealError
 from runtime.base.tracing import AttemptFacts
-from runtime.core.agent import AgentRun
 from runtime.core.attempt import RunAttempt
+from runtime.core.attempts import attempt_class
 from runtime.core.deps import AttemptDeps
 from runtime.core.enqueue import publish_quietly
-from runtime.core.jobs import JobRun
 from runtime.core.outcome import Outcome
-from runtime.core.pyflow import PyWorkflowRun
-from runtime.core.workflow import WorkflowRun
 from runtime.durable.definition import RunDefinition
 from runtime.durable.formats import NewerFormat
 from runtime.fleet import usage_notes
@@ -287,10 +284,9 @@ def _attempt(
     run: RunAttempt | None = None
     try:
         faults.point("after_claim")
-        attempt_class = {RunKind.WORKFLOW: WorkflowRun, RunKind.JOB: JobRun}.get(row.kind, AgentRun)
-        if "python" in (definition.workflow or {}):
-            attempt_class = PyWorkflowRun
-        run = attempt_class(d, row, definition, lease, gates=claimed.gates, unread=unread)
+        run = attempt_class(RunKind(row.kind), definition)(
+            d, row, definition, lease, gates=claimed.gates, unread=unread
+        )
         outcome = run.execute()
         return outcome
     except (FencedOut, LeaseLost, SendRefused) as exc:
