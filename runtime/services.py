@@ -23,6 +23,8 @@ from runtime.base.sealing import Sealer, load_sealer, say_dev_key_once
 from runtime.base.settings import Settings
 from runtime.base.tenancy import NORMAL
 from runtime.base.tracing import OFF, Tracing, from_env
+from runtime.fleet.drops import DropWatch
+from runtime.fleet.drops import listener_name as drops_listener
 from runtime.fleet.heartbeat import Heartbeat, Owners
 from runtime.fleet.leases import Leases
 from runtime.fleet.presence import Presence, close_sockets_here, connection_name
@@ -156,12 +158,11 @@ def redis_client(
     )
 
 
-def flow_listener(target: RedisTarget, holder: str) -> redis.Redis[bytes]:
-    """The client of this process's endpoint-close subscriber (runtime/flow/closes.py): its
-    subscription and its reads of the closes in force, named apart from the holder's
-    connections (the death watch never counts it as life), outside the engine's pool, no
-    retries of its own (a broken subscription is opened again, and the closes read again, by
-    the subscriber itself)."""
+def listener_client(target: RedisTarget, name: str) -> redis.Redis[bytes]:
+    """The client of one of this process's subscribers (runtime/base/listening.py): named
+    apart from the holder's connections (the death watch never counts it as life), outside
+    the engine's pool, no retries of its own (a broken subscription is opened again, and what
+    it missed caught up, by the subscriber itself)."""
     return client_for(
         target,
         max_connections=2,
@@ -169,7 +170,7 @@ def flow_listener(target: RedisTarget, holder: str) -> redis.Redis[bytes]:
         socket_connect_timeout=2,
         health_check_interval=10,
         retry=Retry(NoBackoff(), 0),
-        client_name=listener_name(holder),
+        client_name=name,
     )
 
 
@@ -211,6 +212,7 @@ def build(
         owners=owners_in(engine),
         blip_wait_ms=t.lease_ttl_ms + t.store_grace_ms,
         reach=reach,
+        drops=DropWatch(listener_client(target, drops_listener(holder)), leases.dropped_channel),
     )
     if sealer is None:
         sealer = load_sealer(settings.production)
@@ -226,7 +228,9 @@ def build(
         publisher=publisher,
         holder=holder,
         presence=presence,
-        flow=EndpointGates(client, settings.namespace, listener=flow_listener(target, holder)),
+        flow=EndpointGates(
+            client, settings.namespace, listener=listener_client(target, listener_name(holder))
+        ),
         changes=RunChanges(client, settings.namespace),
         tracing=from_env(holder),
     )

@@ -174,6 +174,13 @@ STATE: tuple[State, ...] = (
     State("runtime.fleet.scripts", ("source",), AtFork.KEEP, "the Lua scripts' text"),
     State("runtime.flow.gate", ("source",), AtFork.KEEP, "the flow control's Lua scripts' text"),
     State(
+        "runtime.fleet.drops",
+        ("DropWatch",),
+        AtFork.CLOSE,
+        "each instance's subscriber thread is gone in a child and its socket is the parent's "
+        "(closed here): the child's heartbeat starts its own with its first lease",
+    ),
+    State(
         "runtime.flow.closes",
         ("Closes",),
         AtFork.CLOSE,

@@ -28,6 +28,9 @@ class LeaseKeys:
         # The fleet's sweep pace (runtime/recovery/sweeper.py): who holds it swept just now.
         self.sweep_pace_key = f"{namespace}sweeper:pace"
         self.sweep_lock_key = f"{namespace}sweeper:lock"
+        # Runs whose leases were dropped because they ended outside their attempt (a Stop,
+        # an erasure, a loss limit): the holders' drop watches cut their requests at once.
+        self.dropped_channel = f"{namespace}leases:dropped"
 
     def key(self, run_id: str) -> str:
         return f"{self.namespace}checkpoint:{run_id}"

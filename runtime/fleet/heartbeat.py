@@ -34,9 +34,11 @@ from dataclasses import dataclass, field
 import redis
 import structlog
 
+from runtime.fleet.drops import DropWatch
 from runtime.fleet.leases import NO_STEP, Leases, Token, monotonic_ms
 from runtime.fleet.presence import Presence
 from runtime.fleet.reach import PostgresReach
+from runtime.sending.in_flight import InFlight
 from store.errors import LiyagentError
 from store.states import OWNED
 
@@ -99,6 +101,8 @@ class RunLease:
     witnessed_step: int = NO_STEP
     written_step: int = NO_STEP
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    # The sockets this attempt waits on for answers (the send guard's): cut when it is lost.
+    in_flight: InFlight = field(default_factory=InFlight, repr=False)
 
     def wrote(self, step: int) -> None:
         """This attempt's write of `step` committed: the witness moves to it at the next
@@ -120,10 +124,12 @@ class RunLease:
             self._cond.notify_all()
 
     def lose(self, why: str) -> None:
-        """The lease is lost for good: this attempt stops at its next write or send."""
+        """The lease is lost for good: this attempt stops at its next write or send, and its
+        waits for answers end now (`InFlight.cut`)."""
         with self._cond:
             self.lost_why = self.lost_why or why
             self._cond.notify_all()
+        self.in_flight.cut(self.lost_why)
 
     def blipped(self) -> bool:
         """Whether this process's presence is down, or was lost after Redis last confirmed
@@ -239,6 +245,7 @@ class Heartbeat:
         owners: Owners | None = None,
         blip_wait_ms: int = 0,
         reach: PostgresReach | None = None,
+        drops: DropWatch | None = None,
     ) -> None:
         self.leases = leases
         self.interval_ms = interval_ms
@@ -259,6 +266,10 @@ class Heartbeat:
         self.reach = reach
         if reach is not None:
             reach.on_cut_off = self.let_go_all
+        # Runs ended outside their attempts, heard at once (None: at the next renewal only).
+        self.drops = drops
+        if drops is not None:
+            drops.lose = self.lose_runs
 
     def hold(self, token: Token, acquired_ms: int, witnessed_step: int = NO_STEP) -> RunLease:
         if self.presence is not None:
@@ -291,12 +302,26 @@ class Heartbeat:
             self._thread.start()
         if self.reach is not None:
             self.reach.start()
+        if self.drops is not None:
+            self.drops.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self.drops is not None:
+            self.drops.stop()
         if self.reach is not None:
             self.reach.stop()
+
+    def lose_runs(self, run_ids: set[str], why: str) -> int:
+        """These runs ended outside their attempts (their leases dropped and published,
+        runtime/fleet/drops.py): every lease of theirs held here is lost now, its requests cut.
+        Returns how many were held here."""
+        with self._lock:
+            held = [h for h in self._held.values() if h.token.run_id in run_ids]
+        for h in held:
+            h.lose(why)
+        return len(held)
 
     def let_go_all(self) -> None:
         """This process cannot reach Postgres while others can (`PostgresReach.cut_off`): every

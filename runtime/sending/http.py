@@ -39,6 +39,7 @@ import httpx
 
 from runtime.base import process
 from runtime.sending import traffic
+from runtime.sending.in_flight import InFlight
 from store.errors import LiyagentError
 
 # Idle keep-alive connections are reused for this long (a vendor closing them sooner is fine:
@@ -96,7 +97,10 @@ def _leaving(data: bytes) -> bool:
 
 
 class SendGuard(Protocol):
-    """What the guard asks of an attempt: how long it may still send, by the local clock."""
+    """What the guard asks of an attempt: how long it may still send, by the local clock, and
+    where its reads wait (cut when its lease is lost)."""
+
+    in_flight: InFlight
 
     def send_time_left_s(self) -> float:
         """Seconds this attempt may still send; zero or less means its lease may be gone."""
@@ -193,6 +197,19 @@ def _expired(started: float, timeout: float | None) -> str | None:
     return None
 
 
+def _reading(stream: Any) -> contextlib.AbstractContextManager[None]:
+    """While a read waits on `stream`: where the guard in force can cut it (its lease lost)."""
+    guard = _guard.get()
+    return contextlib.nullcontext() if guard is None else guard.in_flight.reading(stream)
+
+
+def _abandoned(started: float, timeout: float | None) -> None:
+    """Raise `ReadTimeout` naming why when a wait for an answer must end now."""
+    why = _expired(started, timeout)
+    if why is not None:
+        raise httpcore.ReadTimeout(why) from None
+
+
 class GuardedStream(httpcore.NetworkStream):
     """A socket stream that holds a request's bytes until it is complete, checks the guard as
     they leave (in one write), and ends every read by the guard's deadline (re-read after each
@@ -212,14 +229,21 @@ class GuardedStream(httpcore.NetworkStream):
         if _leaving(data):
             self._inner.write(data, _bound(timeout))
         started = time.monotonic()
-        while True:
-            slice_s = _bound(None if timeout is None else timeout - (time.monotonic() - started))
-            try:
-                return self._inner.read(max_bytes, slice_s)
-            except httpcore.ReadTimeout:
-                why = _expired(started, timeout)
-                if why is not None:
-                    raise httpcore.ReadTimeout(why) from None
+        with _reading(self._inner):
+            while True:
+                slice_s = _bound(
+                    None if timeout is None else timeout - (time.monotonic() - started)
+                )
+                try:
+                    got = self._inner.read(max_bytes, slice_s)
+                except (httpcore.ReadTimeout, httpcore.ReadError) as exc:
+                    _abandoned(started, timeout)
+                    if isinstance(exc, httpcore.ReadError):
+                        raise
+                    continue
+                if not got:  # the connection closed: by the peer, or cut here
+                    _abandoned(started, timeout)
+                return got
 
     def close(self) -> None:
         self._inner.close()
@@ -289,14 +313,21 @@ class GuardedAsyncStream(httpcore.AsyncNetworkStream):
         if _leaving(data):
             await self._inner.write(data, _bound(timeout))
         started = time.monotonic()
-        while True:
-            slice_s = _bound(None if timeout is None else timeout - (time.monotonic() - started))
-            try:
-                return await self._inner.read(max_bytes, slice_s)
-            except httpcore.ReadTimeout:
-                why = _expired(started, timeout)
-                if why is not None:
-                    raise httpcore.ReadTimeout(why) from None
+        with _reading(self._inner):
+            while True:
+                slice_s = _bound(
+                    None if timeout is None else timeout - (time.monotonic() - started)
+                )
+                try:
+                    got = await self._inner.read(max_bytes, slice_s)
+                except (httpcore.ReadTimeout, httpcore.ReadError) as exc:
+                    _abandoned(started, timeout)
+                    if isinstance(exc, httpcore.ReadError):
+                        raise
+                    continue
+                if not got:  # the connection closed: by the peer, or cut here
+                    _abandoned(started, timeout)
+                return got
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -18,6 +18,7 @@ import pytest
 
 from runtime.sending import http
 from runtime.sending.call_http import CallHTTP
+from runtime.sending.in_flight import InFlight
 from tests.support.loopback import serving
 
 
@@ -27,6 +28,7 @@ class Lease:
 
     until: float
     lost: bool = False
+    in_flight: InFlight = field(default_factory=InFlight)
 
     def send_time_left_s(self) -> float:
         return 0.0 if self.lost else self.until - time.monotonic()
