@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         WorkflowDiverged,
         WorkflowKind,
         WorkflowParams,
+        WorkflowStopped,
         workflow,
     )
     from store.errors import LiyagentError
@@ -94,6 +95,7 @@ _HOMES = {
     "WorkflowDiverged": "runtime.toolbox.workflow_kinds",
     "WorkflowKind": "runtime.toolbox.workflow_kinds",
     "WorkflowParams": "runtime.toolbox.workflow_kinds",
+    "WorkflowStopped": "runtime.toolbox.workflow_kinds",
     "agent": "runtime.toolbox.typed_tools",
     "current_call": "runtime.toolbox.flow_calls",
     "job": "runtime.toolbox.job_kinds",
@@ -206,6 +208,7 @@ __all__ = [
     "WorkflowDiverged",
     "WorkflowKind",
     "WorkflowParams",
+    "WorkflowStopped",
     "aclient",
     "agent",
     "client",

@@ -51,7 +51,8 @@ def write_checkpoint(
                        updated_at = now()
                 WHERE id = :run_id AND attempt = :attempt AND status = 'running'
                   AND step = :step - 1
-                RETURNING id, agent, owner, run_as, channel, attempt, status, yield_for, step),
+                RETURNING id, agent, owner, run_as, channel, attempt, status, yield_for, step,
+                          on_stop),
             rec AS (
                 INSERT INTO run_steps (run_id, step, attempt, sealed, input_tokens,
                                        output_tokens, cached_tokens, model, cost_usd)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
 from store.db import sql
 from store.entries import ends_cte
-from store.rows import GateRow, StopRow
+from store.rows import GateRow, QueuedAttempt, StopRow
 from store.states import RunStatus
 
 # The gates of each run row `r` of a statement's source, and that row's attempt and status
@@ -27,6 +27,7 @@ _GATE_COLUMNS = """
     coalesce(c.enabled, true) AS channel_enabled, c.reason AS channel_reason,
     (SELECT array_agg(t.tool) FROM agent_tools t WHERE t.agent = r.agent) AS agent_tools,
     r.attempt AS run_attempt, r.status AS run_status,
+    coalesce(r.on_stop = 'compensating', false) AS compensating,
     EXISTS (SELECT 1 FROM signals g WHERE g.run_id = r.id
             AND (g.taken_by IS NULL OR g.taken_by = 'agent:' || r.step)) AS signals_waiting,
     CASE WHEN r.yield_for IS NOT NULL AND r.attempt = 1 THEN coalesce(
@@ -107,6 +108,14 @@ def set_agent_tools(conn: sa.Connection, agent: str, tools: list[str]) -> None:
     )
 
 
+class Stopping(NamedTuple):
+    """What a Stop did: the runs it failed, and the workflows that catch a Stop it queued for an
+    attempt that raises it in their function (each to publish)."""
+
+    failed: list[str]
+    compensating: list[QueuedAttempt]
+
+
 def insert_stop(
     conn: sa.Connection,
     *,
@@ -115,7 +124,8 @@ def insert_stop(
     reason: str,
     by: str,
     running: bool = True,
-) -> list[str]:
+    compensate: bool = True,
+) -> Stopping:
     """Record a Stop, audited, and end every run it covers at once, in one statement: a run's
     Stop covers its children and theirs (each gets a stop of its own, so a child started
     later by nobody can run). Queued and waiting runs fail; running ones fail with their
@@ -123,7 +133,13 @@ def insert_stop(
     (I3), as after a claim. Entry points are told, each failure audited with code `stopped`.
     A run with a stored answer not yet handed on (answered) is refused at its hand-on, which
     passes the gates as they stand (its entry points are told). `running=False` leaves running
-    runs to the caller (an erasure fences them out itself). Returns the runs failed here."""
+    runs to the caller (an erasure fences them out itself).
+
+    A workflow that catches a Stop (`on_stop = 'compensate'`, with `compensate`) is not failed:
+    its attempt is bumped all the same (its attempt in flight writes nothing more, I3) and it is
+    queued `compensating`, for an attempt that raises the Stop in its function; a second Stop
+    fails it like any run."""
+    catches = "(on_stop IS NOT DISTINCT FROM 'compensate' AND :compensate)"
     rows = conn.execute(
         sql(
             f"""
@@ -153,12 +169,22 @@ def insert_stop(
                        attempt = attempt + CASE WHEN status = 'running' THEN 1 ELSE 0 END,
                        failure_reason = 'stopped by ' || :by || ': ' || :reason
                 WHERE (status IN ('queued', 'waiting') OR (status = 'running' AND :running))
-                  AND (id IN (SELECT id FROM tree) OR agent = :agent)
+                  AND (id IN (SELECT id FROM tree) OR agent = :agent) AND NOT {catches}
                 RETURNING id, attempt, step, failure_reason),
+            comp AS (
+                UPDATE runs SET status = 'queued', waiting_on = NULL, on_stop = 'compensating',
+                       attempt = attempt + 1, updated_at = now(), queued_at = now()
+                WHERE status IN ('queued', 'waiting', 'running')
+                  AND (id IN (SELECT id FROM tree) OR agent = :agent) AND {catches}
+                RETURNING id, attempt, step, priority),
             t AS (
                 INSERT INTO transcript_messages (run_id, role, content)
                 SELECT id, 'notice', 'This run was stopped by ' || :by || ': ' || :reason
-                FROM f),
+                FROM f
+                UNION ALL
+                SELECT id, 'notice', 'This run was stopped by ' || :by || ': ' || :reason
+                       || '; its workflow undoes what it did before it ends'
+                FROM comp),
             a AS (
                 INSERT INTO audit_events (run_id, kind, attempt, step, detail)
                 SELECT f.id, 'agent.run.failed', f.attempt, f.step,
@@ -167,12 +193,24 @@ def insert_stop(
                                           'reason', f.failure_reason)
                 FROM f, s)
             {ends_cte("f", success=False, outcome_sql="f.failure_reason")}
-            SELECT f.id FROM f, s
+            SELECT f.id, 0 AS attempt, 0 AS priority, false AS compensating FROM f, s
+            UNION ALL
+            SELECT comp.id, comp.attempt, comp.priority, true FROM comp, s
             """
         ),
-        {"run_id": run_id, "agent": agent, "reason": reason, "by": by, "running": running},
+        {
+            "run_id": run_id,
+            "agent": agent,
+            "reason": reason,
+            "by": by,
+            "running": running,
+            "compensate": compensate,
+        },
     ).all()
-    return [r.id for r in rows]
+    return Stopping(
+        [r.id for r in rows if not r.compensating],
+        [QueuedAttempt(r.id, r.attempt, r.priority) for r in rows if r.compensating],
+    )
 
 
 def lift_stops(

@@ -130,6 +130,8 @@ class RunRow:
     # before pins, or erased), and since when it waits for a worker that serves it.
     pin: bytes | None = None
     drift_since: datetime | None = None
+    # What a Stop does to it (`compensate`, `compensating`: a workflow that catches a Stop).
+    on_stop: str | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,9 @@ class GateRow:
     # A signal sent to the run that its agent's next step has not been told yet (untaken, or
     # taken at the step the run is at by an attempt that never wrote the next one).
     signals_waiting: bool = False
+    # A stopped workflow that catches a Stop (`runs.on_stop`): its Stop is raised in its
+    # function (runtime/core/pyflow.py), so the stop standing does not fail it.
+    compensating: bool = False
 
 
 @dataclass(frozen=True)

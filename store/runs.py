@@ -77,6 +77,7 @@ def insert_run(
     tenant_limit: int | None = None,
     budget: dict[str, Any] | None = None,
     pin: bytes | None = None,
+    on_stop: str | None = None,
 ) -> Inserted:
     """Insert a queued run with its sealed definition, its input and its sealed step-0
     checkpoint, and its entry link, in one statement; with a request key this principal already
@@ -99,11 +100,12 @@ def insert_run(
                                   principal, entry_kind, definition, kind, channel, run_as,
                                   parent_run_id, resumable, input, checkpoint,
                                   checkpoint_attempt, checkpointed_at, tenant, priority,
-                                  budget_tokens, budget_usd, pin, status, waiting_on)
+                                  budget_tokens, budget_usd, pin, on_stop, status,
+                                  waiting_on)
                 SELECT :id, :correlation_id, :request_key, :request_digest, :agent, :owner,
                        :principal, :entry_kind, :definition, :kind, :channel,
                        :run_as, :parent_run_id, :resumable, :user_input, :sealed, 1, now(),
-                       :tenant, :priority, :budget_tokens, :budget_usd, :pin,
+                       :tenant, :priority, :budget_tokens, :budget_usd, :pin, :on_stop,
                        CASE WHEN held THEN 'waiting' ELSE 'queued' END,
                        CASE WHEN held THEN '{HELD_ON}' END
                 FROM (SELECT CAST(:limit AS int) IS NOT NULL AND ((
@@ -142,6 +144,7 @@ def insert_run(
             "run_as": run_as,
             "parent_run_id": parent_run_id,
             "resumable": resumable,
+            "on_stop": on_stop,
             "tenant": tenant,
             "priority": priority,
             "limit": tenant_limit,

@@ -400,6 +400,7 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
                 budget=run_budget_params(budget.tokens, budget.usd),
                 # What of this process's code it starts against (runtime/durable/pins.py).
                 pin=_pin(s, new, tools).seal(s.sealer, run_id),
+                on_stop=_on_stop(s, new),
             )
             # Held behind others, or at the bound: the tenant's room (if any) goes to its held
             # runs in their turn, this one among them.
@@ -414,6 +415,14 @@ def enqueue(s: DoorDeps, new: NewRun) -> tuple[RunId, bool]:
         log.debug("run.held", run_id=rid, tenant=tenant, limit=limit)
         s.changes.announce(rid)
     return rid, created
+
+
+def _on_stop(s: DoorDeps, new: NewRun) -> str | None:
+    """`compensate` for a declared Python workflow that catches a Stop: a Stop then hands it to
+    an attempt that raises it in the function (store/gates.py `insert_stop`); None otherwise."""
+    spec = new.workflow or {}
+    kind = s.tools.workflows.get(str(spec["python"])) if "python" in spec else None
+    return "compensate" if kind is not None and kind.catches_stop else None
 
 
 def _pin(s: DoorDeps, new: NewRun, tools: list[str]) -> Pin:

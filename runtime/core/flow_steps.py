@@ -33,6 +33,7 @@ from runtime.toolbox.workflow_kinds import (
     StepError,
     StepKind,
     WorkflowDiverged,
+    WorkflowStopped,
     check_name,
 )
 from store.checkpoints import select_marks
@@ -80,6 +81,19 @@ def args_digest(identity: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def stopped(identity: str, outcome: Outcome) -> WorkflowStopped:
+    """The Stop a step's outcome records, to raise."""
+    return WorkflowStopped(identity, str(outcome["stopped"]), bool(outcome.get("in_flight")))
+
+
+def recorded(identity: str, entry: dict[str, Any]) -> Outcome:
+    """A done step's outcome, as a replay returns it (a Stop recorded there: raised again)."""
+    outcome = dict(entry["outcome"])
+    if "stopped" in outcome:
+        raise stopped(identity, outcome)
+    return outcome
+
+
 class Journal:
     """What one attempt knows of its workflow's steps, and the steps it has in flight."""
 
@@ -96,9 +110,14 @@ class Journal:
         self._kinds: dict[str, StepKind] = {}
         self.done: dict[str, dict[str, Any]] = {}
         self.timers: dict[str, float] = {}
+        # A Stop to raise in the function (a workflow that catches one, stopped: its gates'
+        # words, set by the attempt), and whether a step has raised it already.
+        self.stopping: str | None = None
+        self.stop_raised = False
         for m in state.messages:
             if m.get("role") == "step":
                 self.done[str(m["id"])] = m
+                self.stop_raised = self.stop_raised or "stopped" in m["outcome"]
             elif m.get("role") == "timer":
                 self.timers[str(m["id"])] = float(m["until"])
         # A checkpoint's calls are the step it started; the steps in flight are `open`.
@@ -139,10 +158,36 @@ class Journal:
                 self.fatal = exc
 
     def _stopping(self, exc: BaseException) -> None:
-        """An exception a step raised: the workflow's own to handle (`StepError`), or the
-        engine's (a wait, a fence, a hand-back, a divergence), which stops the workflow."""
-        if not isinstance(exc, StepError):
+        """An exception a step raised: the workflow's own to handle (`StepError`, a Stop it
+        catches), or the engine's (a wait, a fence, a hand-back, a divergence), which stops
+        the workflow."""
+        if not isinstance(exc, StepError | WorkflowStopped):
             self._fatal(exc)
+
+    def stop_point(self, identity: str, kind: StepKind, digest: str | None = None) -> None:
+        """Where a stopped workflow that catches a Stop gets it: the first step its replay
+        meets that is not done (in flight when the Stop came, waiting, or new) records the
+        Stop as its outcome (fenced, I3) and raises it; a replay raises it there again. Steps
+        after it (the workflow's compensation) are made as usual. Under the lock or not."""
+        with self.lock:
+            if self.stopping is None or self.stop_raised or identity in self.done:
+                return
+            outcome: Outcome = {"stopped": self.stopping}
+            if identity in self.open:
+                outcome["in_flight"] = True
+            self.open.pop(identity, None)
+            entry = {
+                "role": "step",
+                "id": identity,
+                "kind": kind.value,
+                "digest": digest or args_digest(identity, {}),
+                "outcome": outcome,
+            }
+            self.state.messages.append(entry)
+            self.done[identity] = entry
+            self.stop_raised = True
+            self.guarded(self._record)
+        raise stopped(identity, outcome)
 
     def _verify(self, identity: str, entry: dict[str, Any], kind: StepKind, digest: str) -> None:
         if entry.get("kind") != kind.value or entry.get("digest") != digest:
@@ -164,7 +209,8 @@ class Journal:
                 entry = self.done.get(step.identity)
                 if entry is not None:
                     self._verify(step.identity, entry, step.kind, digest)
-                    return dict(entry["outcome"])
+                    return recorded(step.identity, entry)
+                self.stop_point(step.identity, step.kind, digest)
                 if step.tool is not None:
                     self.a.router.local[step.call_name] = step.tool
                 flying = self.open.get(step.identity)
@@ -256,7 +302,12 @@ class Journal:
     def _due_at(self, identity: str, seconds: float) -> float:
         with self.lock:
             self._raise_fatal()
+            entry = self.done.get(identity)
+            if entry is not None:
+                recorded(identity, entry)  # a Stop raised at this timer: raised again
             until = self.timers.get(identity)
+            if until is None or until > time.time():
+                self.stop_point(identity, StepKind.SLEEP)
             if until is None:
                 until = time.time() + seconds
                 self.a.step_boundary(self.state, alone=self.in_flight == 0)
@@ -295,7 +346,7 @@ class Journal:
             if entry is None:
                 return None
             self._verify(identity, entry, kind, args_digest(identity, {}))
-            return dict(entry["outcome"])
+            return recorded(identity, entry)
 
     def wait(self, waiting_on: str) -> None:
         """Raise the wait (`Suspend`) for the whole workflow."""

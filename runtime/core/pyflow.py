@@ -26,6 +26,7 @@ from runtime.core.calls import KeyFn
 from runtime.core.flow_steps import Journal, Outcome, Step
 from runtime.core.outcome import Outcome as Ended
 from runtime.core.waiting import Suspend
+from runtime.durable.gates import stop_text
 from runtime.durable.keys import flow_step_key
 from runtime.durable.state import RunState, ToolCall
 from runtime.toolbox import flow_calls
@@ -38,6 +39,7 @@ from runtime.toolbox.workflow_kinds import (
     WorkflowDiverged,
     WorkflowKind,
     WorkflowParamsError,
+    WorkflowStopped,
     check_name,
 )
 from store.rows import GateRow, RunRow
@@ -97,10 +99,17 @@ class PyWorkflowRun(RunAttempt):
         except WorkflowParamsError as exc:
             self._fail(str(exc), "bad_workflow")
         journal = Journal(self, state)
+        gates = self.current_gates()
+        if gates.compensating:  # stopped, and it catches a Stop: raised at its step now
+            journal.stopping = stop_text(gates)
         if self.run.attempt > 1:
             self._audit_resume(state.step, [])
         value = self._replay(kind, journal, params)
         journal.settle_unmet()
+        if journal.stopping is not None:
+            said = json.dumps(to_jsonable_python(value, fallback=str))[:200]
+            self._fail(f"{journal.stopping}; its workflow compensated (it returned {said})",
+                       "stopped")  # fmt: skip
         try:
             text = json.dumps(to_jsonable_python(value), sort_keys=True)
         except Exception as exc:
@@ -126,6 +135,8 @@ class PyWorkflowRun(RunAttempt):
                 value = kind.fn(WorkflowContext(self, journal), params)
         except BaseException as exc:
             journal.quiesce()
+            if journal.fatal is None and isinstance(exc, WorkflowStopped):
+                self._fail(journal.stopping or f"{exc}", "stopped")
             if journal.fatal is None:
                 self._fail(
                     f"workflow {kind.name} raised {type(exc).__name__}: {exc}", "workflow_error"
@@ -282,6 +293,7 @@ class WorkflowContext:
         recorded = self._j.recorded(identity, StepKind.SIGNAL)
         if recorded is not None:
             return recorded.get("value")
+        self._j.stop_point(identity, StepKind.SIGNAL)
         a = self._a
 
         def take() -> tuple[bool, Any]:

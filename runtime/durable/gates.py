@@ -13,10 +13,17 @@ def _why(reason: str | None) -> str:
     return f" ({reason})" if reason else ""
 
 
+def stop_text(gates: GateRow) -> str:
+    """What the Stop standing on a run says (a lifted one: that it was stopped)."""
+    if gates.stop_reason is None:
+        return "stopped"
+    return f"stopped by {gates.stop_by}: {gates.stop_reason}"
+
+
 def run_refusal(gates: GateRow, run: RunRow) -> str | None:
     """Why the run may not go on now, or None."""
-    if gates.stop_reason is not None:
-        return f"stopped by {gates.stop_by}: {gates.stop_reason}"
+    if gates.stop_reason is not None and not gates.compensating:
+        return stop_text(gates)
     if not gates.owner_may_run:
         return f"its owner {run.owner} may no longer run it{_why(gates.owner_reason)}"
     if not gates.channel_enabled:

@@ -333,11 +333,16 @@ class Client:
         if agent is not None:
             self.known_agent(agent)
         with self.s.engine.connect() as conn:
-            failed = insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
-        for stopped in failed:
+            done = insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
+        for stopped in done.failed:
             self.s.changes.announce(stopped)
-        self.s.leases.forget_steps(failed)
-        return failed
+        # Workflows that catch a Stop: their attempt in flight is fenced out like the rest,
+        # and a new one raises the Stop in their function.
+        for q in done.compensating:
+            publish_quietly(self.s.changes, self.s.publisher, q.run_id, q.attempt, q.priority)
+        self.s.leases.forget_steps(done.failed)
+        self.s.leases.drop_leases([q.run_id for q in done.compensating])
+        return done.failed
 
     def stop_run(self, run_id: str, *, reason: str, by: str) -> Stopped:
         """Stop one run that has not ended, with its children and theirs (RunNotFound,

@@ -99,8 +99,9 @@ def erase(
             stopped = []
             for live_id in live:
                 stopped += insert_stop(
-                    conn, run_id=live_id, agent=None, reason="erasure", by=by, running=False
-                )
+                    conn, run_id=live_id, agent=None, reason="erasure", by=by, running=False,
+                    compensate=False,
+                ).failed  # fmt: skip
             stopped += fence_out(conn, live, by=by)
             runs = erase_content(conn, [t.id for t in targets], by=by)
             if owner is not None:

@@ -83,6 +83,9 @@ class WorkflowKind:
     params: type[BaseModel] | None
     tools: tuple[str, ...] = ()
     origin: str = "python"
+    # A Stop raises `WorkflowStopped` in the function (which may catch it to compensate)
+    # instead of ending the run at once.
+    catches_stop: bool = False
 
     @property
     def is_async(self) -> bool:
@@ -121,17 +124,21 @@ def start_spec(
 
 
 def workflow(
-    *, name: str, tools: Iterable[str] = ()
+    *, name: str, tools: Iterable[str] = (), catches_stop: bool = False
 ) -> Callable[[Callable[..., Any]], WorkflowKind]:
     """Declare a workflow: `fn(ctx, params)`, sync or async, `params` a `WorkflowParams`
-    model (or a plain dict). `tools`: the declared tools its `ctx.call` steps may use."""
+    model (or a plain dict). `tools`: the declared tools its `ctx.call` steps may use.
+    `catches_stop`: a Stop raises `WorkflowStopped` at the step the function is at (or
+    next makes), so it can undo what it did; otherwise a Stop ends the run at once."""
     try:
         check_name(name, "workflow")
     except ValueError as exc:
         raise WorkflowDeclarationError(str(exc)) from None
 
     def declare(fn: Callable[..., Any]) -> WorkflowKind:
-        return WorkflowKind(name, fn, _params_model(fn, name), tuple(tools))
+        return WorkflowKind(
+            name, fn, _params_model(fn, name), tuple(tools), catches_stop=bool(catches_stop)
+        )
 
     return declare
 
@@ -176,6 +183,21 @@ class StepFailed(LiyagentError):
 class StepOutcomeUnknown(StepFailed):
     """A write was in flight when its worker stopped, and its outcome could not be read back:
     it was not sent again (never twice). Check its target before doing it again."""
+
+
+class WorkflowStopped(LiyagentError):
+    """An operator stopped the run (a workflow declared with `catches_stop=True`): raised at the
+    step the function was at, or the next one it makes. Catch it to undo what the workflow did
+    (compensation steps are made and recorded as usual); the run ends `failed` (code
+    `stopped`) whether the function then returns or raises. `in_flight`: the step was in
+    flight when the Stop cut it, so it may have happened; check its target."""
+
+    def __init__(self, identity: str, reason: str, in_flight: bool = False) -> None:
+        said = " (it was in flight: it may have happened)" if in_flight else ""
+        super().__init__(f"step {identity}: the run was {reason}{said}")
+        self.identity = identity
+        self.reason = reason
+        self.in_flight = in_flight
 
 
 class WorkflowDiverged(LiyagentError):

@@ -95,6 +95,10 @@ runs = sa.Table(
     # run stored before pins. Since when it waits for a worker whose code serves it.
     sa.Column("pin", sa.LargeBinary, nullable=True),
     sa.Column("drift_since", sa.DateTime(timezone=True), nullable=True),
+    # What a Stop does to it (store/gates.py `insert_stop`): NULL, it fails at once; a Python
+    # workflow that catches a Stop is `compensate`, and a Stop turns it `compensating` and
+    # queues it for an attempt that raises the Stop in the function (runtime/core/pyflow.py).
+    sa.Column("on_stop", sa.Text, nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
     sa.Column("queued_at", sa.DateTime(timezone=True), nullable=True, server_default=now()),
@@ -107,6 +111,7 @@ runs = sa.Table(
     sa.CheckConstraint("attempt >= 1", name="attempt_positive"),
     sa.CheckConstraint("kind IN ('agent','workflow','job')", name="kind"),
     sa.CheckConstraint("priority BETWEEN 1 AND 3", name="priority"),
+    sa.CheckConstraint("on_stop IN ('compensate', 'compensating')", name="on_stop"),
     # A request key names one run per principal: another caller's key is another run, never
     # theirs (runs started inside the deployment, principal NULL, share one scope).
     sa.Index(

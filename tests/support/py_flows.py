@@ -3,6 +3,7 @@ LIYAGENT_TOOLS names: what the workflow tests start, kill and judge from the ven
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.drifts import until
 from tests.support.stack import TOOLS
 from tests.support.user_modules import write_module
 
@@ -23,7 +25,7 @@ SOURCE = textwrap.dedent(
     import os
     from typing import Any
 
-    from liyagent import StepFailed, WorkflowParams, current_call, workflow
+    from liyagent import StepFailed, WorkflowParams, WorkflowStopped, current_call, workflow
 
 
     def vendor() -> str:
@@ -182,6 +184,24 @@ SOURCE = textwrap.dedent(
         return {"titles": [m["title"] for m in made], "go": go, "note": note["id"]}
 
 
+    @workflow(name="acme.booking", catches_stop=True)
+    def booking(ctx, params: dict) -> dict[str, Any]:
+        """Books, pays (slowly when asked), waits to be confirmed; a Stop cancels the booking."""
+        booked = ctx.step("book", open_incident, "book room", kind="keyed_write",
+                          dedupe_window_s=86400)
+        try:
+            ctx.step("pay", open_incident, "pay", int(params.get("pay_ms", 0)),
+                     kind="keyed_write", dedupe_window_s=86400)
+            ctx.wait_signal("confirm")
+            ctx.step("confirm", open_incident, "confirm", kind="keyed_write",
+                     dedupe_window_s=86400)
+            return {"booked": booked["title"]}
+        except WorkflowStopped as stop:
+            ctx.step("cancel", open_incident, "cancel room", kind="keyed_write",
+                     dedupe_window_s=86400)
+            return {"cancelled": booked["title"], "at": stop.identity, "in_flight": stop.in_flight}
+
+
     @workflow(name="acme.nest")
     def nest(ctx, params: dict) -> Any:
         """A tree: each level waits for its child; the leaf keeps writing, one tick a step."""
@@ -223,3 +243,24 @@ def install_flows(
     monkeypatch.syspath_prepend(str(home))
     sys.modules.pop(MODULE, None)
     stack.reconfigure(tool_modules=(*TOOLS, MODULE))
+
+
+def waiting_on(stack: Any, run_id: str, prefix: str) -> str:
+    """What the run waits on, once it waits on something starting with `prefix`."""
+    until(
+        lambda: (stack.client.get(run_id).waiting_on or "").startswith(prefix),
+        f"run {run_id} waiting on {prefix}",
+    )
+    return str(stack.client.get(run_id).waiting_on)
+
+
+def incidents(stack: Any, run_id: str) -> list[str]:
+    """The titles of the incidents the tracker created (not the deduped replays) for a run."""
+    rows = stack.vendor(
+        "SELECT body FROM sim.requests WHERE run_id = :r AND vendor = 'incidents' "
+        "AND method = 'POST' AND status = 201 ORDER BY id",
+        r=run_id,
+    )
+    return [
+        json.loads(r.body)["title"] if isinstance(r.body, str) else r.body["title"] for r in rows
+    ]

@@ -13,34 +13,8 @@ import pytest
 
 from runtime.entries.client import BadRequest
 from tests.support.drifts import until
-from tests.support.py_flows import EDITED, install_flows
+from tests.support.py_flows import EDITED, incidents, install_flows, waiting_on
 from tests.support.scripts import final
-
-
-@pytest.fixture
-def flows(stack, tmp_path: Path, monkeypatch):
-    install_flows(stack, tmp_path / "acme", monkeypatch)
-    return stack
-
-
-def _waiting_on(stack, run_id: str, prefix: str) -> str:
-    until(
-        lambda: (stack.client.get(run_id).waiting_on or "").startswith(prefix),
-        f"run {run_id} waiting on {prefix}",
-    )
-    return str(stack.client.get(run_id).waiting_on)
-
-
-def _incidents(stack, run_id: str) -> list[str]:
-    """The titles of the incidents the tracker created (not the deduped replays) for a run."""
-    rows = stack.vendor(
-        "SELECT body FROM sim.requests WHERE run_id = :r AND vendor = 'incidents' "
-        "AND method = 'POST' AND status = 201 ORDER BY id",
-        r=run_id,
-    )
-    return [
-        json.loads(r.body)["title"] if isinstance(r.body, str) else r.body["title"] for r in rows
-    ]
 
 
 def test_an_order_workflow_waits_for_a_person_a_timer_and_a_signal(flows) -> None:
@@ -48,10 +22,10 @@ def test_an_order_workflow_waits_for_a_person_a_timer_and_a_signal(flows) -> Non
     stack.worker("w1")
     stack.beat()
     run_id = stack.client.start_workflow(workflow="acme.order", params={"ticket": "T-7"})
-    _waiting_on(stack, run_id, "approval:")
+    waiting_on(stack, run_id, "approval:")
     (pending,) = stack.client.approvals(run_id)
     stack.client.decide(pending.id, approve=True, by="dana")
-    _waiting_on(stack, run_id, "signal:go:")
+    waiting_on(stack, run_id, "signal:go:")
     signal_id = stack.client.signal(run_id, "go", {"ok": 1}, key="go-once", by="ops")
     # The same key again sends nothing more (exactly once).
     assert stack.client.signal(run_id, "go", {"ok": 2}, key="go-once", by="ops") == signal_id
@@ -61,7 +35,7 @@ def test_an_order_workflow_waits_for_a_person_a_timer_and_a_signal(flows) -> Non
     assert answer["signal"] == {"ok": 1}
     # Its key sent once more after the run ended: the signal it sent, not a refusal.
     assert stack.client.signal(run_id, "go", {"ok": 3}, key="go-once", by="ops") == signal_id
-    assert _incidents(stack, run_id) == ["about Ticket T-7"]
+    assert incidents(stack, run_id) == ["about Ticket T-7"]
     # No worker held it while it waited: each wait ended its attempt.
     waits = stack.rows(
         "SELECT count(*) AS n FROM audit_events WHERE run_id = :r AND kind = 'agent.run.waiting'",
@@ -74,7 +48,7 @@ def test_a_denied_approval_is_the_workflows_to_handle(flows) -> None:
     stack = flows
     stack.worker("w1")
     run_id = stack.client.start_workflow(workflow="acme.order", params={})
-    _waiting_on(stack, run_id, "approval:")
+    waiting_on(stack, run_id, "approval:")
     (pending,) = stack.client.approvals(run_id)
     stack.client.decide(pending.id, approve=False, by="dana", reason="not ours")
     view = stack.wait(run_id)
@@ -86,7 +60,7 @@ def test_two_signals_of_one_name_are_taken_in_order_each_once(flows) -> None:
     stack.worker("w1")
     stack.beat()
     run_id = stack.client.start_workflow(workflow="acme.waits", params={})
-    _waiting_on(stack, run_id, "signal:item:never")
+    waiting_on(stack, run_id, "signal:item:never")
     stack.client.signal(run_id, "item", "first", by="ops")
     stack.client.signal(run_id, "item", "second", by="ops")
     view = stack.wait(run_id)
@@ -227,7 +201,7 @@ def test_a_stop_of_the_root_ends_the_whole_tree_at_once_and_nothing_is_written_a
     tree = "SELECT id, status FROM runs WHERE agent = 'acme.nest' ORDER BY created_at"
     until(lambda: len(stack.rows(tree)) == 4, "the tree of four runs started")
     leaf = stack.rows(tree)[-1].id
-    until(lambda: len(_incidents(stack, leaf)) >= 2, "the leaf writing")
+    until(lambda: len(incidents(stack, leaf)) >= 2, "the leaf writing")
     stopped = stack.client.stop(run_id=root, reason="wrong customer", by="ops")
     at = stack.vendor("SELECT clock_timestamp() AS now_at")[0].now_at
     assert sorted(stopped) == sorted(r.id for r in stack.rows(tree))  # all four, at once
@@ -255,7 +229,7 @@ def test_a_gather_killed_mid_flight_never_pairs_a_result_with_another_step(flows
     view = stack.wait(run_id, timeout=90)
     assert view.status == "succeeded" and view.lost_count == 1
     assert json.loads(view.answer) == [f"item-{i}" for i in range(20)]
-    made = Counter(_incidents(stack, run_id))
+    made = Counter(incidents(stack, run_id))
     assert made == Counter({f"item-{i}": 1 for i in range(20)})  # each once, none twice
 
 
@@ -265,10 +239,10 @@ def test_a_write_in_doubt_is_read_back_not_sent_again(flows) -> None:
     stack.worker("w1", fault="after_send:kill:3")
     stack.beat()
     run_id = stack.client.start_workflow(workflow="acme.order", params={})
-    _waiting_on(stack, run_id, "approval:")
+    waiting_on(stack, run_id, "approval:")
     (pending,) = stack.client.approvals(run_id)
     stack.client.decide(pending.id, approve=True, by="dana")
-    _waiting_on(stack, run_id, "signal:go:")
+    waiting_on(stack, run_id, "signal:go:")
     stack.client.signal(run_id, "go", "now", by="ops")
     stack.fault_hit("w1")  # killed right after the comment was sent, before it was recorded
     stack.worker("survivor")
@@ -279,7 +253,7 @@ def test_a_write_in_doubt_is_read_back_not_sent_again(flows) -> None:
         r=run_id,
     )[0].n
     assert comments == 1
-    assert _incidents(stack, run_id) == ["about Ticket T-1"]
+    assert incidents(stack, run_id) == ["about Ticket T-1"]
 
 
 def test_an_edited_workflow_resumed_on_new_code_never_mispairs(
@@ -289,17 +263,17 @@ def test_an_edited_workflow_resumed_on_new_code_never_mispairs(
     old = stack.worker("old")
     stack.beat()
     run_id = stack.client.start_workflow(workflow="acme.order", params={})
-    _waiting_on(stack, run_id, "approval:")
+    waiting_on(stack, run_id, "approval:")
     old.kill()
     install_flows(stack, tmp_path / "acme2", monkeypatch, source=EDITED)
     stack.worker("new")
     (pending,) = stack.client.approvals(run_id)
     stack.client.decide(pending.id, approve=True, by="dana")
-    _waiting_on(stack, run_id, "signal:go:")
+    waiting_on(stack, run_id, "signal:go:")
     stack.client.signal(run_id, "go", "on new code", by="ops")
     view = stack.wait(run_id, timeout=60)
     assert view.status == "succeeded", view.failure_reason
     # The ticket read and the incident are the ones recorded before the deploy: the inserted
     # step ran once, new, and took no other step's result.
-    assert _incidents(stack, run_id) == ["about Ticket T-1"]
+    assert incidents(stack, run_id) == ["about Ticket T-1"]
     assert json.loads(view.answer)["signal"] == "on new code"
