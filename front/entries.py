@@ -23,35 +23,46 @@ from front.errors import FrontError
 from front.parts import FrontPart
 from runtime.entries.client import AGENT_NAME
 from runtime.entries.copilot import start_copilot_turn
-from runtime.entries.start import UnknownAgent, catalog_agent
+from runtime.entries.start import UnknownAgent, entry_target
 from runtime.entries.ticket_event import start_ticket_event
 from runtime.entries.webhook import start_webhook
 from runtime.services import Services
-from runtime.toolbox.tools import AgentDef
 from store.rows import RunId
 
 log = structlog.get_logger("front")
 
 
-def known_agent(s: Services, name: str) -> AgentDef:
-    """The catalog's agent `name`: 404 with the catalog's message when there is none."""
+def known_target(s: Services, name: str) -> bool:
+    """Whether `name` is a declared workflow (True) or a catalog agent (False): 404 with what
+    is known when it is neither."""
     try:
-        return catalog_agent(s.settings, s.tools, name)
+        return entry_target(s, name)
     except UnknownAgent as exc:
         raise FrontError(404, str(exc)) from None
     except ValueError as exc:
-        raise FrontError(
-            500,
-            f"the agent catalog {s.settings.agents_file} cannot be read ({exc}); "
-            "fix the file or LIYAGENT_AGENTS_FILE",
-        ) from None
+        raise _unreadable(s, exc) from None
+
+
+def _unreadable(s: Services, exc: ValueError) -> FrontError:
+    return FrontError(
+        500,
+        f"the agent catalog {s.settings.agents_file} cannot be read ({exc}); "
+        "fix the file or LIYAGENT_AGENTS_FILE",
+    )
 
 
 def _start(
-    s: Services, agent: str, start: Callable[..., tuple[RunId, bool]], *args: str, who: str
+    s: Services,
+    agent: str,
+    start: Callable[..., tuple[RunId, bool]],
+    *args: str,
+    who: str,
+    **extra: Any,
 ) -> tuple[RunId, bool]:
-    known_agent(s, agent)
-    return start(s, agent, *args, principal=who)
+    """Start the entry's run of `agent`, a catalog agent or (where the entry allows) a declared
+    workflow of that name: 404 when it is neither."""
+    known_target(s, agent)
+    return start(s, agent, *args, principal=who, **extra)
 
 
 def _who(request: Request) -> str:
@@ -65,14 +76,33 @@ def _accepted(run_id: str, created: bool, **extra: Any) -> Response:
 
 @requires(Right.START)
 async def webhook(request: Request) -> Response:
-    """POST /webhooks/{agent} {"event_id", "input"}: one run per agent and event id."""
-    agent = path_id(request.path_params["agent"], "agent", AGENT_NAME)
-    f = Fields(await read_json(request), {"event_id", "input"})
-    event_id, text = f.ident("event_id"), f.text("input")
-    run_id, created = await run_in_threadpool(
-        _start, services(request), agent, start_webhook, event_id, text, who=_who(request)
-    )
-    log.info("front.webhook", run_id=run_id, created=created, agent=agent, event_id=event_id)
+    """POST /webhooks/{name} {"event_id", "input"}: one run per name and event id, of the catalog
+    agent `name`; of the declared workflow `name` (no agent has it): {"event_id", "params"?},
+    its parameters an object."""
+    name = path_id(request.path_params["agent"], "agent", AGENT_NAME)
+    body = await read_json(request)
+    f = Fields(body, {"event_id", "input", "params"})
+    event_id = f.ident("event_id")
+    s = services(request)
+    if await run_in_threadpool(known_target, s, name):
+        params = body.get("params") or {}
+        if not isinstance(params, dict) or "input" in body:
+            raise FrontError(
+                400, f'{name} is a workflow: send its "params" (an object), not "input"'
+            )
+        run_id, created = await run_in_threadpool(
+            lambda: start_webhook(s, name, event_id, "", principal=_who(request), params=params)
+        )
+    else:
+        if "params" in body:
+            raise FrontError(
+                400, f'{name} is an agent: send its "input"; "params" are a workflow\'s'
+            )
+        text = f.text("input")
+        run_id, created = await run_in_threadpool(
+            _start, s, name, start_webhook, event_id, text, who=_who(request)
+        )
+    log.info("front.webhook", run_id=run_id, created=created, agent=name, event_id=event_id)
     return _accepted(run_id, created)
 
 

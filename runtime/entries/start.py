@@ -42,6 +42,21 @@ def catalog_agent(settings: Settings, tools: ToolRegistry, name: str) -> AgentDe
         raise UnknownAgent(str(exc)) from None
 
 
+def entry_target(s: Services, name: str) -> bool:
+    """Whether an entry's `name` starts a declared Python workflow (True) or a catalog agent
+    (False); an agent of that name wins. UnknownAgent naming both kinds when neither has it;
+    a catalog that cannot be read raises its `CatalogError`."""
+    found = agents(s.settings, s.tools)
+    if name in found.agents or name not in s.tools.workflows:
+        try:
+            found.agent(name)
+        except catalog.CatalogError as exc:
+            known = ", ".join(sorted(s.tools.workflows)) or "none"
+            raise UnknownAgent(f"{exc}; nor a declared workflow (known: {known})") from None
+        return False
+    return True
+
+
 def start_entry(
     s: Services,
     *,
@@ -54,12 +69,20 @@ def start_entry(
     entry: dict[str, Any] | None = None,
     link: EntryLink | None = None,
     principal: str | None = None,
+    flow_params: dict[str, Any] | None = None,
 ) -> tuple[RunId, bool]:
     """Start a catalog agent's run for an entry point, idempotently by its request key within
     `principal`'s (the front token's; None inside the deployment); the run's model, tools and
-    system prompt are the agent's (BadRequest for an unknown agent or a catalog that cannot be
-    read)."""
+    system prompt are the agent's. A name no agent has but a declared workflow does starts
+    that workflow with `flow_params` (its entry's fields; None: not one that may start a
+    workflow). BadRequest for an unknown name or a catalog that cannot be read."""
     try:
+        if flow_params is not None and entry_target(s, agent):
+            return start_flow_entry(
+                s, entry_kind=entry_kind, workflow=agent, params=flow_params,
+                request_key=request_key, owner=owner, channel=channel, entry=entry, link=link,
+                principal=principal,
+            )  # fmt: skip
         definition = catalog_agent(s.settings, s.tools, agent)
     except catalog.CatalogError as exc:
         raise BadRequest(str(exc)) from None
@@ -95,10 +118,11 @@ def start_flow_entry(
     channel: str,
     entry: dict[str, Any] | None = None,
     link: EntryLink | None = None,
+    principal: str | None = None,
 ) -> tuple[RunId, bool]:
-    """Start a declared Python workflow's run for an entry point (a cron trigger that names
-    one), idempotently by its request key; BadRequest for an unknown workflow or parameters
-    that do not fit (nothing stored)."""
+    """Start a declared Python workflow's run for an entry point (a cron trigger, a webhook or
+    a ticket event that names one), idempotently by its request key within `principal`'s;
+    BadRequest for an unknown workflow or parameters that do not fit (nothing stored)."""
     name, spec, text = start_spec(workflow, None, params, None)
     return enqueue(
         DoorDeps.of(s),
@@ -108,6 +132,7 @@ def start_flow_entry(
             workflow=spec,
             may_wait=True,
             owner=owner,
+            principal=principal,
             entry_kind=entry_kind,
             channel=channel,
             request_key=request_key,

@@ -1,8 +1,10 @@
 """Ticket events (`POST /tickets/{ticket_id}/events`, front/entries.py).
 
 Starts: one run of the named catalog agent per ticket and event id (`ticket:<ticket>:<event id>`)
-and front principal, its input the event's type and text. Its answer is handed on in Postgres:
-stored on the run and its transcript in one statement. A failure is told on the run alone.
+and front principal, its input the event's type and text (a declared Python workflow named
+instead of an agent gets them as its parameters: `{"ticket", "type", "text"}`). Its answer is
+handed on in Postgres: stored on the run and its transcript in one statement. A failure is told
+on the run alone.
 """
 
 from __future__ import annotations
@@ -30,4 +32,5 @@ def start_ticket_event(
         owner="tickets",
         channel="tickets",
         principal=principal,
+        flow_params={"ticket": ticket, "type": kind, "text": text},
     )
