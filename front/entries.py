@@ -26,6 +26,7 @@ from runtime.entries.copilot import start_copilot_turn
 from runtime.entries.start import UnknownAgent, entry_target
 from runtime.entries.ticket_event import start_ticket_event
 from runtime.entries.webhook import start_webhook
+from runtime.ops.signals import publish
 from runtime.services import Services
 from store.rows import RunId
 
@@ -149,12 +150,36 @@ async def copilot_turn(request: Request) -> Response:
     return _accepted(run_id, created)
 
 
+@requires(Right.START)
+async def event_publish(request: Request) -> Response:
+    """POST /events/{name} {"match"?, "payload"?, "key"?}: publish an event to the workflows of
+    this principal waiting for it (an operator's token: to every run's); the same key
+    publishes nothing more. 202 with its id; a bad name, match or payload a 400, nothing
+    stored."""
+    name = path_id(request.path_params["name"], "event", KEY_PART)
+    body = await read_json(request)
+    f = Fields(body, {"match", "payload", "key"})
+    match = f.name("match") if body.get("match") is not None else None
+    key = f.optional_ident("key")
+    who = principal(request)
+    scope = who.scope()
+    event_id = await run_in_threadpool(
+        lambda: publish(
+            services(request), name, body.get("payload"), match=match, key=key, by=who.name,
+            principal=None if scope.every else who.name,
+        )
+    )  # fmt: skip
+    log.info("front.event_published", name=name, event_id=event_id, by=who.name)
+    return JSONResponse({"event": name, "event_id": event_id}, status_code=202)
+
+
 # The webhook, ticket event and co-pilot routes (`liyagent.front_routes`, pyproject.toml).
 PART = FrontPart(
     "entries",
     [
         Route("/webhooks/{agent}", webhook, methods=["POST"]),
         Route("/tickets/{ticket_id}/events", ticket_event, methods=["POST"]),
+        Route("/events/{name}", event_publish, methods=["POST"]),
         Route("/copilot/turns", copilot_turn, methods=["POST"]),
     ],
 )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime.base.refused import BadRequest
-    from runtime.core.pyflow import AsyncWorkflowContext, WorkflowContext
+    from runtime.core.flow_context import AsyncWorkflowContext, WorkflowContext
     from runtime.entries.aclient import AsyncClient
     from runtime.entries.client import Client
     from runtime.ops.events import EventKind, EventPage, RunEvent
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "AgentDef": "runtime.toolbox.tools",
     "AsyncClient": "runtime.entries.aclient",
-    "AsyncWorkflowContext": "runtime.core.pyflow",
+    "AsyncWorkflowContext": "runtime.core.flow_context",
     "BadRequest": "runtime.base.refused",
     "CallContext": "runtime.toolbox.tools",
     "Client": "runtime.entries.client",
@@ -91,7 +91,7 @@ _HOMES = {
     "ToolError": "runtime.toolbox.tools",
     "ToolInDoubt": "runtime.toolbox.tools",
     "ToolKind": "runtime.toolbox.tools",
-    "WorkflowContext": "runtime.core.pyflow",
+    "WorkflowContext": "runtime.core.flow_context",
     "WorkflowDiverged": "runtime.toolbox.workflow_kinds",
     "WorkflowKind": "runtime.toolbox.workflow_kinds",
     "WorkflowParams": "runtime.toolbox.workflow_kinds",

@@ -123,6 +123,30 @@ def delete_expired_audit(conn: sa.Connection, *, keep_s: int, batch: int) -> Bat
     return Batch(int(row.n), row.oldest, row.newest)
 
 
+def delete_expired_events(conn: sa.Connection, *, keep_s: int, batch: int) -> Batch:
+    """Delete at most `batch` published events older than `keep_s`, oldest first, in one
+    statement: a wait that took one recorded it with its run, and a publisher's key dedupes
+    only while its event is kept (store/workflow_events.py)."""
+    row = conn.execute(
+        sql(
+            """
+            WITH victims AS (
+                SELECT id FROM workflow_events
+                WHERE created_at < now() - make_interval(secs => :keep_s)
+                ORDER BY created_at, id LIMIT :batch
+                FOR UPDATE SKIP LOCKED),
+            gone AS (
+                DELETE FROM workflow_events WHERE id IN (SELECT id FROM victims)
+                RETURNING created_at)
+            SELECT count(*) AS n, min(created_at) AS oldest, max(created_at) AS newest
+            FROM gone
+            """
+        ),
+        {"keep_s": keep_s, "batch": batch},
+    ).one()
+    return Batch(int(row.n), row.oldest, row.newest)
+
+
 @dataclass(frozen=True)
 class Expired:
     """What a retention pass under given keeps would delete now: rows by table (`runs`, each

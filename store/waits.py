@@ -18,6 +18,7 @@ from store.db import sql, to_json
 from store.rows import ApprovalRow, Attempt, FencedOut, RunId
 from store.runs import OWNER_CTE
 from store.states import ApprovalStatus
+from store.workflow_events import WAKE_SQL as EVENT_WAKE_SQL
 
 _APPROVAL_COLUMNS = (
     "id, run_id, step, call_index, step_key, tool, args, status, decided_by, reason, "
@@ -221,6 +222,8 @@ def wake_ready(conn: sa.Connection) -> list[tuple[RunId, Attempt]]:
                     OR (split_part(r.waiting_on, ':', 3) <> 'never'
                         AND to_timestamp(CAST(split_part(r.waiting_on, ':', 3) AS float8))
                             <= now())))
+                -- An event published (event:<digest>:<since>:<deadline or never>), or timed out.
+                OR {EVENT_WAKE_SQL}
                 -- A budget raised, or whose period has turned (store/budgets.py).
                 OR ({BUDGET_WAKE_SQL}))
             RETURNING r.id, r.attempt

@@ -63,6 +63,7 @@ COMMANDS = (
     Command("approve", "liyagent.cli.ops", "approve a held call (it is made)"),
     Command("deny", "liyagent.cli.ops", "deny a held call (it is not made; the model is told)"),
     Command("signal", "liyagent.cli.ops", "send a run a signal (taken exactly once)"),
+    Command("event", "liyagent.cli.ops", "publish an event to the workflows that wait for it"),
     Command("stop", "liyagent.cli.ops", "stop a run, or every run of an agent; or lift a stop"),
     Command(
         "erase",

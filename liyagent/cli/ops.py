@@ -238,13 +238,18 @@ def _call_verdict(tool: str, result: dict[str, Any]) -> int:
     )
 
 
+def _payload(raw: str | None) -> Any:
+    """--payload as JSON (exit 2 naming it when it is not)."""
+    try:
+        return json.loads(raw) if raw is not None else None
+    except ValueError as exc:
+        raise CliError(f"--payload is not JSON ({exc}); nothing was sent", USAGE) from None
+
+
 def cmd_signal(args: argparse.Namespace) -> int:
     """Send a run a signal: a workflow waiting for it goes on, an agent run sees it at its next
     step boundary; --key makes a send idempotent."""
-    try:
-        payload = json.loads(args.payload) if args.payload is not None else None
-    except ValueError as exc:
-        raise CliError(f"--payload is not JSON ({exc}); nothing was sent", USAGE) from None
+    payload = _payload(args.payload)
     c = _client()
     run_id = c.resolve_run_id(args.run)
     try:
@@ -256,6 +261,33 @@ def cmd_signal(args: argparse.Namespace) -> int:
     else:
         out().print(Text(f"signal {args.name} sent to run {run_id} (id {signal_id})"))
     return OK
+
+
+def cmd_event(args: argparse.Namespace) -> int:
+    """Publish an event to every workflow that waits for it (its name, and --match when given);
+    --key makes a publish idempotent."""
+    payload = _payload(args.payload)
+    try:
+        event_id = _client().publish_event(
+            args.name, payload, match=args.match, key=args.key, by=_who(args.by)
+        )
+    except BadRequest as exc:
+        raise CliError(str(exc), USAGE) from None
+    if args.json:
+        print_json({"event": args.name, "match": args.match, "event_id": event_id})
+    else:
+        out().print(Text(f"event {args.name} published (id {event_id})"))
+    return OK
+
+
+def _event(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME", help="the event's name (what workflows wait for)")
+    p.add_argument("--match", help="the value waits name beside it (an order id, a ticket)")
+    p.add_argument("--payload", metavar="JSON", help="what it carries (any JSON value)")
+    p.add_argument("--key", help="idempotency key: the same key publishes nothing more")
+    p.add_argument("--by", required=True, metavar="WHO", help="who publishes (recorded)")
+    add_json(p)
+    p.set_defaults(handler=cmd_event)
 
 
 def _signal(p: argparse.ArgumentParser) -> None:
@@ -333,4 +365,5 @@ ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "erase": _erase,
     "call": _call,
     "signal": _signal,
+    "event": _event,
 }

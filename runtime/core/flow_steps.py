@@ -110,6 +110,7 @@ class Journal:
         self._kinds: dict[str, StepKind] = {}
         self.done: dict[str, dict[str, Any]] = {}
         self.timers: dict[str, float] = {}
+        self.marks: dict[str, Any] = {}
         # A Stop to raise in the function (a workflow that catches one, stopped: its gates'
         # words, set by the attempt), and whether a step has raised it already.
         self.stopping: str | None = None
@@ -120,6 +121,8 @@ class Journal:
                 self.stop_raised = self.stop_raised or "stopped" in m["outcome"]
             elif m.get("role") == "timer":
                 self.timers[str(m["id"])] = float(m["until"])
+            elif m.get("role") == "mark":
+                self.marks[str(m["id"])] = m["value"]
         # A checkpoint's calls are the step it started; the steps in flight are `open`.
         state.calls = []
         self.open: dict[str, dict[str, Any]] = state.cursor.setdefault("open", {})
@@ -315,6 +318,23 @@ class Journal:
                 self.timers[identity] = until
                 self._record()
             return until
+
+    def mark(self, identity: str, read: Callable[[], Any]) -> Any:
+        """A fact step `identity` reads once, the first time it is met (`read`, recorded with
+        a record of its own before it is used), and finds again on every replay: where an
+        event wait starts."""
+        return self.guarded(lambda: self._mark(identity, read))
+
+    def _mark(self, identity: str, read: Callable[[], Any]) -> Any:
+        with self.lock:
+            self._raise_fatal()
+            if identity not in self.marks:
+                value = read()
+                self.a.step_boundary(self.state, alone=self.in_flight == 0)
+                self.state.messages.append({"role": "mark", "id": identity, "value": value})
+                self.marks[identity] = value
+                self._record()
+            return self.marks[identity]
 
     def settle(self, identity: str, kind: StepKind, value: Any) -> Any:
         """Record a step with no call (a signal taken, a wait timed out) as done."""

@@ -58,6 +58,7 @@ class AsyncClient:
     declared_agent = _twin(Client.declared_agent)
     start_workflow = _twin(Client.start_workflow)
     signal = _twin(Client.signal)
+    publish_event = _twin(Client.publish_event)
     start_job = _twin(Client.start_job)
     resolve_run_id = _twin(Client.resolve_run_id)
     get = _twin(Client.get)

@@ -42,12 +42,13 @@ from runtime.ops.run_view import (
     resolve_run_id,
     still_waiting,
 )
-from runtime.ops.signals import send
+from runtime.ops.signals import publish, send
+from runtime.ops.stops import apply_stop
 from runtime.services import Services
 from runtime.toolbox.tools import AgentDef
 from runtime.toolbox.workflow_kinds import start_spec
 from store.entries import EntryKind
-from store.gates import agent_has_runs, insert_stop, lift_stops
+from store.gates import agent_has_runs, lift_stops
 from store.records import select_transcript
 from store.rows import ApprovalRow, RunId, RunNotFound, StopRow
 from store.runs import get_run
@@ -228,6 +229,14 @@ class Client:
         run does not exist or has ended (nothing stored)."""
         return send(self.s, parse_id(run_id), name, payload, key=key, by=by, scope=scope)
 
+    def publish_event(
+        self, name: str, payload: Any = None, *, match: str | None = None,
+        key: str | None = None, by: str = "app",
+    ) -> int:  # fmt: skip
+        """Publish the event `name` to every workflow whose `wait_event(name, match)` waits for
+        it, now or later (each takes it once); `key` makes a publish idempotent. Its id."""
+        return publish(self.s, name, payload, match=match, key=key, by=by)
+
     def start_job(
         self,
         *,
@@ -318,9 +327,9 @@ class Client:
         self, *, run_id: str | None = None, agent: str | None = None, reason: str, by: str
     ) -> list[str]:
         """An operator's Stop of one run (with its children and theirs) or of an agent's runs:
-        every run it covers fails now; a running one's attempt is fenced out (nothing it tries
-        to write lands) and loses its lease (it sends nothing more after its heartbeat's next
-        renewal). Returns the runs failed now."""
+        every run it covers fails now (a workflow that catches a Stop compensates first); a
+        running one's attempt is fenced out (nothing it tries to write lands) and its request in
+        flight cut (runtime/ops/stops.py). Returns the runs failed now."""
         if (run_id is None) == (agent is None):
             raise BadRequest("stop exactly one run (run_id) or one agent (agent)")
         if not reason.strip() or not by.strip():
@@ -332,17 +341,7 @@ class Client:
                 raise AlreadyEnded(run_id, view.status)
         if agent is not None:
             self.known_agent(agent)
-        with self.s.engine.connect() as conn:
-            done = insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
-        for stopped in done.failed:
-            self.s.changes.announce(stopped)
-        # Workflows that catch a Stop: their attempt in flight is fenced out like the rest,
-        # and a new one raises the Stop in their function.
-        for q in done.compensating:
-            publish_quietly(self.s.changes, self.s.publisher, q.run_id, q.attempt, q.priority)
-        self.s.leases.forget_steps(done.failed)
-        self.s.leases.drop_leases([q.run_id for q in done.compensating])
-        return done.failed
+        return apply_stop(self.s, run_id=run_id, agent=agent, reason=reason, by=by)
 
     def stop_run(self, run_id: str, *, reason: str, by: str) -> Stopped:
         """Stop one run that has not ended, with its children and theirs (RunNotFound,

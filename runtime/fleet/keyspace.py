@@ -33,6 +33,7 @@ FIXED: dict[str, str] = {
     "metrics:fenced_total": "counter",
     "metrics:retention_runs_total": "counter",
     "metrics:retention_audit_total": "counter",
+    "metrics:retention_events_total": "counter",
     "metrics:retention_batches_total": "counter",
     "flow:stats": "hash of the model endpoints' counters (runtime/flow/): a field per counter "
     "(admitted, waits_in_place, waits_suspended, rate_limited) and declared profile",

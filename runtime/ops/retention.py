@@ -26,23 +26,29 @@ from store.retention import (
     Keeps,
     count_expired,
     delete_expired_audit,
+    delete_expired_events,
     delete_expired_runs,
 )
 
 log = structlog.get_logger(__name__)
 
 # Redis counters behind liyagent_retention_deleted_total{what} and _batches_total.
-COUNTERS = {"runs": "metrics:retention_runs_total", "audit": "metrics:retention_audit_total"}
+COUNTERS = {
+    "runs": "metrics:retention_runs_total",
+    "audit": "metrics:retention_audit_total",
+    "events": "metrics:retention_events_total",
+}
 BATCHES = "metrics:retention_batches_total"
 
 
 @dataclass
 class RetentionReport:
-    """What one pass deleted: runs and audit rows, and the batches it took."""
+    """What one pass deleted: runs, audit rows and published events, and the batches it took."""
 
     enabled: bool = True
     runs: int = 0
     audit: int = 0
+    events: int = 0
     batches: int = 0
     per_batch: list[int] = field(default_factory=list)
 
@@ -51,6 +57,7 @@ class RetentionReport:
             "enabled": self.enabled,
             "runs": self.runs,
             "audit": self.audit,
+            "events": self.events,
             "batches": self.batches,
         }
 
@@ -79,14 +86,16 @@ def run_retention(
         return report
     keeps = keeps_of(settings)
     with engine.connect() as conn:
-        for what in ("runs", "audit"):
+        for what in ("runs", "audit", "events"):
             done = 0
             while until_done or done < r.max_batches:
                 started = time.perf_counter()
                 if what == "runs":
                     batch = delete_expired_runs(conn, keeps, batch=r.batch)
-                else:
+                elif what == "audit":
                     batch = delete_expired_audit(conn, keep_s=keeps.audit_keep_s, batch=r.batch)
+                else:  # an event's key dedupes for the key window, as a request key does
+                    batch = delete_expired_events(conn, keep_s=keeps.key_window_s, batch=r.batch)
                 _record(
                     client, settings.namespace, what, batch, (time.perf_counter() - started) * 1000
                 )

@@ -61,6 +61,7 @@ class StepKind(StrEnum):
     WORKFLOW = "workflow"  # a child workflow run, found again by its key
     SLEEP = "sleep"  # a durable timer: its due time is recorded, no worker waits
     SIGNAL = "signal"  # a message sent to the run, taken once
+    EVENT = "event"  # an event published to every workflow waiting for its name and match
 
 
 def check_name(name: object, what: str) -> str:

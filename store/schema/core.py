@@ -392,3 +392,26 @@ signals = sa.Table(
     sa.Index("uq_signals_run_id_key", "run_id", "key", unique=True),
     sa.Index("ix_signals_run_id_name", "run_id", "name"),
 )
+
+# Events published to whichever workflows wait for them (store/workflow_events.py): a
+# workflow's `wait_event` takes the first one of its name and match published after it first
+# met the step. Kept for LIYAGENT_EVENT_RETENTION_DAYS (store/retention.py).
+workflow_events = sa.Table(
+    "workflow_events",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("match", sa.Text, nullable=False, server_default=""),
+    # What a wait is for (runtime/durable/keys.py `event_digest` of name and match).
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=True),
+    sa.Column("key", sa.Text, nullable=False),
+    sa.Column("sent_by", sa.Text, nullable=False),
+    # The front principal that published it: it reaches only that principal's runs. NULL:
+    # published inside the deployment (the client, the CLI), it reaches every run.
+    sa.Column("principal", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
+    sa.Index("uq_workflow_events_name_key", "name", "key", unique=True),
+    sa.Index("ix_workflow_events_digest_id", "digest", "id"),
+    sa.Index("ix_workflow_events_created_at", "created_at"),
+)

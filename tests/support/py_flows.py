@@ -202,6 +202,13 @@ SOURCE = textwrap.dedent(
             return {"cancelled": booked["title"], "at": stop.identity, "in_flight": stop.in_flight}
 
 
+    @workflow(name="acme.paid")
+    def paid(ctx, params: dict) -> dict[str, Any]:
+        """Waits for its order's payment event (or gives up after `timeout_s`), then notes it."""
+        got = ctx.wait_event("order.paid", match=params["order"], timeout_s=params.get("timeout_s"))
+        return {"order": params["order"], "paid": got}
+
+
     @workflow(name="acme.nest")
     def nest(ctx, params: dict) -> Any:
         """A tree: each level waits for its child; the leaf keeps writing, one tick a step."""

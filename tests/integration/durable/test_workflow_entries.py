@@ -14,6 +14,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 
 from front.app import create_app
 from runtime import services as runtime_services
+from tests.support.py_flows import waiting_on
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
@@ -77,3 +78,20 @@ def test_bad_workflow_starts_are_refused_with_nothing_stored(flows, front) -> No
     unknown = front.post("/webhooks/acme.nope", json={"event_id": "e4", "input": "hi"})
     assert unknown.status_code == 404 and "acme.fanout" in unknown.text  # names the workflows
     assert _runs(stack) == before
+
+
+def test_the_front_publishes_an_event_once_per_key(flows, front) -> None:
+    stack = flows
+    stack.worker("w1")
+    run_id = stack.client.start_workflow(workflow="acme.paid", params={"order": "F-6"})
+    waiting_on(stack, run_id, "event:")
+    body = {"match": "F-6", "payload": {"cents": 7}, "key": "pay-f6"}
+    first = front.post("/events/order.paid", json=body)
+    again = front.post("/events/order.paid", json=body)
+    assert first.status_code == again.status_code == 202, first.text
+    assert first.json() == again.json()
+    # The shared token holds every right: its events reach every run.
+    assert json.loads(stack.wait(run_id, timeout=30).answer)["paid"] == {"cents": 7}
+    bad = front.post("/events/order.paid", json={"match": "F-6", "extra": 1})
+    assert bad.status_code == 400 and "unknown field" in bad.text
+    assert stack.rows("SELECT count(*) AS n FROM workflow_events")[0].n == 1

@@ -29,6 +29,7 @@ EVERY_ROUTE = {
     ("/metrics", frozenset({"GET", "HEAD"})),
     ("/webhooks/{agent}", frozenset({"POST"})),
     ("/tickets/{ticket_id}/events", frozenset({"POST"})),
+    ("/events/{name}", frozenset({"POST"})),
     ("/copilot/turns", frozenset({"POST"})),
     ("/.well-known/agent-card.json", frozenset({"GET", "HEAD"})),
     ("/a2a", frozenset({"POST"})),
