@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -102,47 +103,39 @@ def delete_expired_audit(conn: sa.Connection, *, keep_s: int, batch: int) -> Bat
     """Delete at most `batch` audit rows older than `keep_s` whose run is gone (or that name no
     run), oldest first, in one statement: a run's audit lives as long as the run, and at least
     `keep_s`."""
-    row = conn.execute(
-        sql(
-            f"""
-            WITH victims AS (
-                SELECT a.id FROM audit_events a
-                WHERE {_EXPIRED_AUDIT_WHERE.format(gone="")}
-                ORDER BY a.created_at, a.id
-                LIMIT :batch
-                FOR UPDATE OF a SKIP LOCKED),
-            gone AS (
-                DELETE FROM audit_events WHERE id IN (SELECT id FROM victims)
-                RETURNING created_at)
-            SELECT count(*) AS n, min(created_at) AS oldest, max(created_at) AS newest
-            FROM gone
-            """
-        ),
-        {"audit_keep_s": keep_s, "batch": batch},
-    ).one()
-    return Batch(int(row.n), row.oldest, row.newest)
+    where = _EXPIRED_AUDIT_WHERE.format(gone="")
+    return _delete_oldest(conn, "audit_events", where, {"audit_keep_s": keep_s}, batch)
 
 
 def delete_expired_events(conn: sa.Connection, *, keep_s: int, batch: int) -> Batch:
     """Delete at most `batch` published events older than `keep_s`, oldest first, in one
     statement: a wait that took one recorded it with its run, and a publisher's key dedupes
     only while its event is kept (store/workflow_events.py)."""
+    where = "a.created_at < now() - make_interval(secs => :keep_s)"
+    return _delete_oldest(conn, "workflow_events", where, {"keep_s": keep_s}, batch)
+
+
+def _delete_oldest(
+    conn: sa.Connection, table: str, where: str, params: dict[str, Any], batch: int
+) -> Batch:
+    """Delete at most `batch` rows of `table` (aliased `a` in `where`) oldest first, skipping
+    rows another pass holds, in one statement."""
     row = conn.execute(
         sql(
-            """
+            f"""
             WITH victims AS (
-                SELECT id FROM workflow_events
-                WHERE created_at < now() - make_interval(secs => :keep_s)
-                ORDER BY created_at, id LIMIT :batch
-                FOR UPDATE SKIP LOCKED),
+                SELECT a.id FROM {table} a WHERE {where}
+                ORDER BY a.created_at, a.id
+                LIMIT :batch
+                FOR UPDATE OF a SKIP LOCKED),
             gone AS (
-                DELETE FROM workflow_events WHERE id IN (SELECT id FROM victims)
+                DELETE FROM {table} WHERE id IN (SELECT id FROM victims)
                 RETURNING created_at)
             SELECT count(*) AS n, min(created_at) AS oldest, max(created_at) AS newest
             FROM gone
             """
         ),
-        {"keep_s": keep_s, "batch": batch},
+        {**params, "batch": batch},
     ).one()
     return Batch(int(row.n), row.oldest, row.newest)
 

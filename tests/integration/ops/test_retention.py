@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 
+import sqlalchemy as sa
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -269,3 +270,22 @@ def test_retention_run_says_what_would_go_then_deletes_it(stack) -> None:
 
     off = cli("retention", "run", env={**env, "LIYAGENT_RETENTION": "false"})
     assert off.returncode == 1 and "nothing was deleted" in off.stderr
+
+
+def test_published_events_go_after_the_key_window(stack) -> None:
+    """An event published for workflows is kept while its key dedupes (the key window), then
+    deleted by the same pass; a newer one stays."""
+    old = stack.client.publish_event("order.paid", {"n": 1}, match="A", key="old", by="shop")
+    new = stack.client.publish_event("order.paid", {"n": 2}, match="A", key="new", by="shop")
+    window = stack.services.settings.retention.key_window_s
+    with stack.services.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE workflow_events SET created_at = now() - make_interval(secs => :s) "
+                "WHERE id = :id"
+            ),
+            {"s": window + 60, "id": old},
+        )
+    report = run_retention(stack.services.engine, stack.services.redis, stack.services.settings)
+    assert report.events == 1
+    assert [r.id for r in stack.rows("SELECT id FROM workflow_events")] == [new]
