@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.support.drifts import until
 from tests.support.py_flows import incidents, waiting_on
 
@@ -76,3 +78,24 @@ def test_a_second_stop_ends_a_compensating_run_at_once(flows) -> None:
     stack.worker("w1")  # its message is stale now: nothing runs, nothing is written
     view = stack.wait(run_id, timeout=10)
     assert view.failure_reason == "stopped by ops: second" and incidents(stack, run_id) == []
+
+
+@pytest.mark.kill
+def test_a_compensation_killed_mid_step_resumes_and_undoes_once(flows) -> None:
+    """SIGKILLed right after its compensation step's record (the booking, the payment and the
+    Stop's record were the ones before), the run is resumed by a survivor: the Stop is raised at
+    the same step again and the cancellation is made once."""
+    stack = flows
+    victim = stack.worker("victim", fault="after_checkpoint:kill:3")
+    run_id = stack.client.start_workflow(workflow="acme.booking", params={})
+    waiting_on(stack, run_id, "signal:confirm:")
+    assert stack.client.stop(run_id=run_id, reason="customer left", by="ops") == []
+    stack.fault_hit("victim")
+    victim.popen.wait(timeout=10)
+    stack.worker("survivor")
+    stack.beat()
+    view = _ended(stack, run_id)
+    said = json.loads(view.failure_reason.split("it returned ", 1)[1].rstrip(")"))
+    assert said == {"cancelled": "book room", "at": "confirm#1", "in_flight": False}
+    assert view.lost_count == 1
+    assert incidents(stack, run_id) == ["book room", "pay", "cancel room"]
