@@ -1,5 +1,6 @@
 """`make bench` section `workflows` (`python -m bench --only workflows`): what a step of a Python
-workflow costs beside an agent's read-only step (issue 36: at most 1 ms more).
+workflow costs beside an agent's read-only step (issue 36: at most 1 ms more), and how soon a
+Stop cuts a request in flight (bench/stop_cut.py).
 
 Method: one liyagent worker (`-c 2`) over the lab's Postgres and Redis, loading the bench's
 workflow (bench/flows.py). Runs go one at a time, each timed by Postgres itself (its run's
@@ -21,10 +22,11 @@ from dataclasses import replace
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from bench import agents
+from bench import agents, stop_cut
 from bench.lab import Lab
 from bench.report import Figure, Section, Target
 from bench.sides import LiyagentSide, wait_ended
+from bench.stop_cut import measure_stop_cut
 from liyagent.local import sim_model
 
 FLOWS = "bench.flows"
@@ -83,7 +85,8 @@ def measure_workflow_step(lab: Lab, runs: int, k: int, timeout_s: float) -> Sect
     flow_ms = (ms["flow_reads"] - ms["flow_none"]) / k
     section = Section(
         "workflows",
-        f"A Python workflow's step beside an agent's read-only step ({runs} runs each, k = {k})",
+        f"A Python workflow's step beside an agent's read-only step ({runs} runs each, k = {k}); "
+        "a Stop's cut of a request in flight",
     )
     section.figures = [
         Figure("agent_step_ms", "agent read-only step (model asked, read made)", agent_ms, "ms"),
@@ -96,5 +99,12 @@ def measure_workflow_step(lab: Lab, runs: int, k: int, timeout_s: float) -> Sect
             Target("<=", ADDED_MS),
         ),
     ]
-    section.detail = {"method": __doc__, "runs": runs, "k": k, "median_ms": ms}
+    section.figures += measure_stop_cut(lab, runs, timeout_s)
+    section.detail = {
+        "method": __doc__,
+        "stops": stop_cut.__doc__,
+        "runs": runs,
+        "k": k,
+        "median_ms": ms,
+    }
     return section

@@ -212,7 +212,9 @@ def build(
         owners=owners_in(engine),
         blip_wait_ms=t.lease_ttl_ms + t.store_grace_ms,
         reach=reach,
-        drops=DropWatch(listener_client(target, drops_listener(holder)), leases.dropped_channel),
+        drops=DropWatch(listener_client(target, drops_listener(holder)), leases.dropped_channel)
+        if settings.stop_push
+        else None,
     )
     if sealer is None:
         sealer = load_sealer(settings.production)

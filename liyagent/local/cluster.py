@@ -57,6 +57,7 @@ def child_env(settings: Settings, seal_keys: str) -> dict[str, str]:
         "LIYAGENT_ANSWER_RETENTION_S": str(settings.answer_retention_s),
         "TICKETIQ_CRASH_RESUME_ENTRIES": "true" if settings.crash_resume_entries else "false",
         "LIYAGENT_RESUMED_FIRST": "true" if settings.resumed_first else "false",
+        "LIYAGENT_STOP_PUSH": "true" if settings.stop_push else "false",
         "LIYAGENT_MODEL_PRICES": settings.model_prices,
         "LIYAGENT_USAGE_LEDGER": "true" if settings.usage_ledger else "false",
         **settings.tenants.env(),

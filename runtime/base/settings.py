@@ -293,6 +293,10 @@ class Settings:
     # resumed run's message is served before new runs', and a lost run's claim asks one
     # running first attempt to yield its slot at its next step boundary. Off: one FIFO queue.
     resumed_first: bool = True
+    # Stops heard at once (LIYAGENT_STOP_PUSH, on by default; runtime/fleet/drops.py): a
+    # worker cuts a stopped attempt's request in flight as the Stop publishes its lease's drop.
+    # Off (a Redis proxy that forbids SUBSCRIBE): at its heartbeat's next renewal only.
+    stop_push: bool = True
     # Runs in flight per tenant and their weights (LIYAGENT_TENANT_IN_FLIGHT,
     # LIYAGENT_TENANT_WEIGHTS; runtime/flow/tenants.py): unset, tenants are not bounded.
     tenants: TenantLimits = field(default_factory=TenantLimits)
@@ -375,6 +379,7 @@ class Settings:
             crash_resume_entries=env_bool("TICKETIQ_CRASH_RESUME_ENTRIES", True),
             worker_sweeps=env_bool("LIYAGENT_WORKER_SWEEPS", cls.worker_sweeps),
             resumed_first=env_bool("LIYAGENT_RESUMED_FIRST", cls.resumed_first),
+            stop_push=env_bool("LIYAGENT_STOP_PUSH", cls.stop_push),
             tenants=TenantLimits.from_env(),
             tool_modules=_env_list("LIYAGENT_TOOLS"),
             job_modules=_env_list("LIYAGENT_JOB_MODULES")

@@ -125,6 +125,7 @@ def test_quick_bench_reports_every_section_with_numbers(tmp_path: Path) -> None:
     workflows = sections["workflows"]["figures"]
     assert workflows["workflow_added_ms"]["verdict"] in ("PASS", "MISS"), workflows
     assert workflows["workflow_step_ms"]["value"] > 0, workflows
+    assert 0 < workflows["stop_cut_s"]["value"] < workflows["stop_cut_off_s"]["value"], workflows
     capacity = sections["capacity"]["figures"]
     assert capacity["pg_cpu_ms_per_step"]["value"] > 0, capacity
     assert capacity["xacts_per_step"]["value"] >= 1, capacity
