@@ -86,7 +86,7 @@ async def webhook(request: Request) -> Response:
     event_id = f.ident("event_id")
     s = services(request)
     if await run_in_threadpool(known_target, s, name):
-        params = body.get("params") or {}
+        params = {} if body.get("params") is None else body["params"]
         if not isinstance(params, dict) or "input" in body:
             raise FrontError(
                 400, f'{name} is a workflow: send its "params" (an object), not "input"'

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import select
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -207,6 +209,16 @@ def forget_after_fork() -> None:
 def database_url_from_env() -> str:
     """The database `LIYAGENT_DATABASE_URL` names, or the local default."""
     return os.environ.get("LIYAGENT_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+@contextlib.contextmanager
+def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One real transaction on `engine` (whose connections autocommit each statement): for
+    statements that commit together, or a lock held to the commit (`pg_advisory_xact_lock`)."""
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="READ COMMITTED")
+        with conn.begin():
+            yield conn
 
 
 def to_json(value: Any) -> str:

@@ -11,6 +11,7 @@ from store.db import sql
 from store.entries import ends_cte
 from store.rows import GateRow, QueuedAttempt, StopRow
 from store.states import RunStatus
+from store.tenants import HELD_ON
 
 # The gates of each run row `r` of a statement's source, and that row's attempt and status
 # (the fence): a statement that claims or checkpoints a run reads them in its own round trip.
@@ -139,7 +140,11 @@ def insert_stop(
     its attempt is bumped all the same (its attempt in flight writes nothing more, I3) and it is
     queued `compensating`, for an attempt that raises the Stop in its function; a second Stop
     fails it like any run."""
-    catches = "(on_stop IS NOT DISTINCT FROM 'compensate' AND :compensate)"
+    # A run held for its tenant's room never started: nothing to undo, it fails as any run.
+    catches = (
+        "(on_stop IS NOT DISTINCT FROM 'compensate' AND :compensate "
+        f"AND waiting_on IS DISTINCT FROM '{HELD_ON}')"
+    )
     rows = conn.execute(
         sql(
             f"""
@@ -173,7 +178,8 @@ def insert_stop(
                 RETURNING id, attempt, step, failure_reason),
             comp AS (
                 UPDATE runs SET status = 'queued', waiting_on = NULL, on_stop = 'compensating',
-                       attempt = attempt + 1, updated_at = now(), queued_at = now()
+                       attempt = attempt + 1, deliveries = 0, resume_reason = 'stopped',
+                       updated_at = now(), queued_at = now()
                 WHERE status IN ('queued', 'waiting', 'running')
                   AND (id IN (SELECT id FROM tree) OR agent = :agent) AND {catches}
                 RETURNING id, attempt, step, priority),

@@ -39,6 +39,7 @@ class ResumeReason(StrEnum):
     APPROVAL = "approval"  # woken: the approval it waited on was decided
     CHILD_DONE = "child_done"  # woken: the child run it waited on ended
     WAIT_OVER = "wait_over"  # woken: its timer ran out
+    STOPPED = "stopped"  # a Stop handed it to an attempt that raises it (a workflow compensates)
 
 
 class RunKind(StrEnum):

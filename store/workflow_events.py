@@ -50,14 +50,18 @@ def publish_event(
     """Store the event and wake every run waiting for its name and match that it reaches (its
     `principal`'s, or every run's when None), in one statement."""
     digest = event_digest(name, match)
+    # Held to this transaction's end: a wait's start (`newest_event_id`) waits for this
+    # event's commit, so no event of its digest commits later with a smaller id.
+    conn.execute(sql("SELECT pg_advisory_xact_lock(hashtext(:d))"), {"d": digest})
     rows = conn.execute(
         sql(
             """
             WITH put AS (
                 INSERT INTO workflow_events (name, match, digest, payload, key, sent_by,
                                              principal)
-                VALUES (:name, :match, :digest, CAST(:payload AS jsonb), :key, :by, :principal)
-                ON CONFLICT (name, key) DO UPDATE SET key = EXCLUDED.key
+                VALUES (:name, :match, :digest, CAST(:payload AS jsonb), :key, :by,
+                        coalesce(:principal, ''))
+                ON CONFLICT (name, principal, key) DO UPDATE SET key = EXCLUDED.key
                 RETURNING id, (xmax = 0) AS created),
             w AS (
                 UPDATE runs SET status = 'queued', attempt = attempt + 1, deliveries = 0,
@@ -86,13 +90,21 @@ def publish_event(
     return Published(int(rows[0].event_id), bool(rows[0].created), woke)
 
 
-def newest_event_id(conn: sa.Connection) -> int:
-    """The newest event's id (0 when none): a wait takes only events published after it."""
-    return int(conn.execute(sql("SELECT coalesce(max(id), 0) FROM workflow_events")).scalar_one())
+def newest_event_id(conn: sa.Connection, digest: str) -> int:
+    """The newest event's id waited on as `digest` (0 when none), once every publish of that
+    digest in flight has committed (their lock): a wait takes only events after it, and no
+    event of its digest commits later with a smaller id. In the caller's transaction."""
+    conn.execute(sql("SELECT pg_advisory_xact_lock(hashtext(:d))"), {"d": digest})
+    return int(
+        conn.execute(
+            sql("SELECT coalesce(max(id), 0) FROM workflow_events WHERE digest = :d"),
+            {"d": digest},
+        ).scalar_one()
+    )
 
 
 # Whether event `e` reaches a run whose principal is `{run}`.
-REACHES = "(e.principal IS NULL OR e.principal IS NOT DISTINCT FROM {run})"
+REACHES = "(e.principal = '' OR e.principal = {run})"
 
 
 def first_event_after(

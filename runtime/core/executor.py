@@ -292,8 +292,9 @@ def _attempt(
     except (FencedOut, LeaseLost, SendRefused) as exc:
         # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
         # this attempt may still hold (its local deadline passed) is left to lapse, so the
-        # sweeper finds it by its deadline and claims the run the usual way.
-        release = isinstance(exc, FencedOut)
+        # sweeper finds it by its deadline and claims the run the usual way; one fenced out
+        # by a Stop is let go (compare-and-set), for the attempt the Stop queued.
+        release = isinstance(exc, FencedOut) or lease.ended_elsewhere
         log.warning("run.fenced_out", why=str(exc))
         _count_quietly(d.redis, d.settings.namespace, "fenced_total")
         return Outcome.FENCED

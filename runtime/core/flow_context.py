@@ -27,6 +27,7 @@ from runtime.toolbox.workflow_kinds import (
     StepOutcomeUnknown,
     check_name,
 )
+from store.db import transaction
 from store.signals import take_signal
 from store.workflow_events import event_digest, first_event_after, newest_event_id
 
@@ -187,12 +188,13 @@ class WorkflowContext:
         self._j.stop_point(identity, StepKind.EVENT)
         engine, principal = self._a.d.engine, self._a.run.principal
 
+        digest = event_digest(name, match)
+
         def newest() -> int:
-            with engine.connect() as conn:
-                return newest_event_id(conn)
+            with transaction(engine) as conn:
+                return newest_event_id(conn, digest)
 
         since = int(self._j.mark(f"{identity}.since", newest))
-        digest = event_digest(name, match)
 
         def first() -> tuple[int, Any] | None:
             with engine.connect() as conn:

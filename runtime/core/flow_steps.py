@@ -81,17 +81,16 @@ def args_digest(identity: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def stopped(identity: str, outcome: Outcome) -> WorkflowStopped:
-    """The Stop a step's outcome records, to raise."""
-    return WorkflowStopped(identity, str(outcome["stopped"]), bool(outcome.get("in_flight")))
+def stopped(run_id: str, identity: str, stop: dict[str, Any]) -> WorkflowStopped:
+    """The Stop a step's record holds (`stop`, beside its outcome), to raise."""
+    return WorkflowStopped(run_id, identity, str(stop["reason"]), bool(stop.get("in_flight")))
 
 
-def recorded(identity: str, entry: dict[str, Any]) -> Outcome:
+def recorded(run_id: str, identity: str, entry: dict[str, Any]) -> Outcome:
     """A done step's outcome, as a replay returns it (a Stop recorded there: raised again)."""
-    outcome = dict(entry["outcome"])
-    if "stopped" in outcome:
-        raise stopped(identity, outcome)
-    return outcome
+    if "stop" in entry:
+        raise stopped(run_id, identity, entry["stop"])
+    return dict(entry["outcome"])
 
 
 class Journal:
@@ -115,10 +114,15 @@ class Journal:
         # words, set by the attempt), and whether a step has raised it already.
         self.stopping: str | None = None
         self.stop_raised = False
+        # The steps in flight when it was stopped (recorded with its first Stop): each gets
+        # the Stop, never sent again; steps in flight later are its compensation's.
+        self.stop_open: set[str] = set()
         for m in state.messages:
             if m.get("role") == "step":
                 self.done[str(m["id"])] = m
-                self.stop_raised = self.stop_raised or "stopped" in m["outcome"]
+                if "stop" in m and not self.stop_raised:
+                    self.stop_raised = True
+                    self.stop_open = set(m["stop"].get("open", []))
             elif m.get("role") == "timer":
                 self.timers[str(m["id"])] = float(m["until"])
             elif m.get("role") == "mark":
@@ -126,6 +130,8 @@ class Journal:
         # A checkpoint's calls are the step it started; the steps in flight are `open`.
         state.calls = []
         self.open: dict[str, dict[str, Any]] = state.cursor.setdefault("open", {})
+        if not self.stop_raised:
+            self.stop_open = set(self.open)
 
     # Identities.
 
@@ -168,29 +174,40 @@ class Journal:
             self._fatal(exc)
 
     def stop_point(self, identity: str, kind: StepKind, digest: str | None = None) -> None:
-        """Where a stopped workflow that catches a Stop gets it: the first step its replay
-        meets that is not done (in flight when the Stop came, waiting, or new) records the
-        Stop as its outcome (fenced, I3) and raises it; a replay raises it there again. Steps
-        after it (the workflow's compensation) are made as usual. Under the lock or not."""
+        """Where a stopped workflow that catches a Stop gets it: every step that was in flight
+        when it was stopped (each a branch of its own, none sent again), and the first other
+        step its replay meets that is not done (the timer or signal it waited on, or a new
+        one), record the Stop beside their outcome (fenced, I3) and raise it; a replay raises
+        it there again. Steps after it (the workflow's compensation) are made as usual."""
         with self.lock:
-            if self.stopping is None or self.stop_raised or identity in self.done:
+            if self.stopping is None or identity in self.done:
                 return
-            outcome: Outcome = {"stopped": self.stopping}
-            if identity in self.open:
-                outcome["in_flight"] = True
-            self.open.pop(identity, None)
-            entry = {
-                "role": "step",
-                "id": identity,
-                "kind": kind.value,
-                "digest": digest or args_digest(identity, {}),
-                "outcome": outcome,
-            }
-            self.state.messages.append(entry)
-            self.done[identity] = entry
-            self.stop_raised = True
+            if self.stop_raised and identity not in self.stop_open:
+                return
+            entry = self._stop_entry(identity, kind.value, digest or args_digest(identity, {}))
             self.guarded(self._record)
-        raise stopped(identity, outcome)
+        raise stopped(self.a.run.id, identity, entry["stop"])
+
+    def _stop_entry(self, identity: str, kind: str, digest: str) -> dict[str, Any]:
+        """Record (in the state, not yet written) the Stop as step `identity`'s end. Under
+        the lock."""
+        stop: dict[str, Any] = {"reason": self.stopping}
+        if not self.stop_raised:
+            stop["open"] = sorted(self.stop_open)
+        if self.open.pop(identity, None) is not None:
+            stop["in_flight"] = True
+        entry = {
+            "role": "step",
+            "id": identity,
+            "kind": kind,
+            "digest": digest,
+            "outcome": {},
+            "stop": stop,
+        }
+        self.state.messages.append(entry)
+        self.done[identity] = entry
+        self.stop_raised = True
+        return entry
 
     def _verify(self, identity: str, entry: dict[str, Any], kind: StepKind, digest: str) -> None:
         if entry.get("kind") != kind.value or entry.get("digest") != digest:
@@ -212,7 +229,7 @@ class Journal:
                 entry = self.done.get(step.identity)
                 if entry is not None:
                     self._verify(step.identity, entry, step.kind, digest)
-                    return recorded(step.identity, entry)
+                    return recorded(self.a.run.id, step.identity, entry)
                 self.stop_point(step.identity, step.kind, digest)
                 if step.tool is not None:
                     self.a.router.local[step.call_name] = step.tool
@@ -307,7 +324,7 @@ class Journal:
             self._raise_fatal()
             entry = self.done.get(identity)
             if entry is not None:
-                recorded(identity, entry)  # a Stop raised at this timer: raised again
+                recorded(self.a.run.id, identity, entry)  # a Stop raised at this timer: again
             until = self.timers.get(identity)
             if until is None or until > time.time():
                 self.stop_point(identity, StepKind.SLEEP)
@@ -366,7 +383,7 @@ class Journal:
             if entry is None:
                 return None
             self._verify(identity, entry, kind, args_digest(identity, {}))
-            return recorded(identity, entry)
+            return recorded(self.a.run.id, identity, entry)
 
     def wait(self, waiting_on: str) -> None:
         """Raise the wait (`Suspend`) for the whole workflow."""
@@ -415,6 +432,10 @@ class Journal:
         again, I2); one never marked was never sent, and is not made now, nor an approval filed
         or a child started for it."""
         for identity, flying in sorted(self.open.items()):
+            if self.stopping is not None and identity in self.stop_open:
+                with self.lock:  # in flight when it was stopped: never sent again
+                    self._stop_entry(identity, str(flying["kind"]), str(flying["digest"]))
+                continue
             number = int(flying["step"])
             with self.a.d.engine.connect() as conn:
                 marked = select_marks(conn, self.a.run.id, number)

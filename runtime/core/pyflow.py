@@ -97,8 +97,8 @@ class PyWorkflowRun(RunAttempt):
         journal.settle_unmet()
         if journal.stopping is not None:
             said = json.dumps(to_jsonable_python(value, fallback=str))[:200]
-            self._fail(f"{journal.stopping}; its workflow compensated (it returned {said})",
-                       "stopped")  # fmt: skip
+            how = "its workflow compensated" if journal.stop_raised else "it had no step left"
+            self._fail(f"{journal.stopping}; {how} (it returned {said})", "stopped")
         try:
             text = json.dumps(to_jsonable_python(value), sort_keys=True)
         except Exception as exc:
@@ -124,8 +124,14 @@ class PyWorkflowRun(RunAttempt):
                 value = kind.fn(WorkflowContext(self, journal), params)
         except BaseException as exc:
             journal.quiesce()
-            if journal.fatal is None and isinstance(exc, WorkflowStopped):
-                self._fail(journal.stopping or f"{exc}", "stopped")
+            if journal.fatal is None and journal.stopping is not None:
+                # Stopped: it ends so, whether it let the Stop through or its undoing failed.
+                why = (
+                    ""
+                    if isinstance(exc, WorkflowStopped)
+                    else (f"; its compensation raised {type(exc).__name__}: {exc}")
+                )
+                self._fail(f"{journal.stopping}{why}", "stopped")
             if journal.fatal is None:
                 self._fail(
                     f"workflow {kind.name} raised {type(exc).__name__}: {exc}", "workflow_error"

@@ -36,13 +36,17 @@ class DropWatch(Subscriber):
 
     def __init__(self, listener: redis.Redis[bytes], channel: str) -> None:
         super().__init__(listener, channel)
-        self.lose: Callable[[set[str], str], int] = lambda run_ids, why: 0
+        self.lose: Callable[[dict[str, int | None], str], list[str]] = lambda runs, why: []
         # A forked child starts its own with its own heartbeat (runtime/base/process.py).
         process.track("runtime.fleet.drops", "DropWatch", self)
 
     def heard(self, data: bytes | str) -> None:
-        """Run ids, separated by spaces: lose the leases held here of any of them."""
+        """Runs separated by spaces, each `<run id>` (every attempt of it) or `<run id>:<n>`
+        (its attempts before n): lose the leases held here of those attempts."""
         text = data.decode() if isinstance(data, bytes) else data
-        run_ids = set(text.split())
-        if run_ids and (held := self.lose(run_ids, WHY)):
-            log.info("lease.dropped", leases=held)
+        runs: dict[str, int | None] = {}
+        for item in text.split():
+            run_id, _, below = item.partition(":")
+            runs[run_id] = int(below) if below.isdigit() else None
+        if runs and (lost := self.lose(runs, WHY)):
+            log.info("lease.dropped", run_ids=lost)

@@ -101,6 +101,9 @@ class RunLease:
     witnessed_step: int = NO_STEP
     written_step: int = NO_STEP
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    # Fenced out by a Stop, an erasure or a loss limit (`Heartbeat.lose_runs`): Postgres has
+    # moved on, so its attempt lets its lease go when it stops rather than let it lapse.
+    ended_elsewhere: bool = False
     # The sockets this attempt waits on for answers (the send guard's): cut when it is lost.
     in_flight: InFlight = field(default_factory=InFlight, repr=False)
 
@@ -313,15 +316,23 @@ class Heartbeat:
         if self.reach is not None:
             self.reach.stop()
 
-    def lose_runs(self, run_ids: set[str], why: str) -> int:
-        """These runs ended outside their attempts (their leases dropped and published,
-        runtime/fleet/drops.py): every lease of theirs held here is lost now, its requests cut.
-        Returns how many were held here."""
+    def lose_runs(self, runs: dict[str, int | None], why: str) -> list[str]:
+        """These runs' attempts were fenced out outside them (a Stop, an erasure, a loss limit;
+        runtime/fleet/drops.py): each lease held here of such an attempt (any attempt of a run
+        mapped to None, those before the number otherwise) is lost now, its requests cut, and
+        let go when its attempt stops (`ended_elsewhere`). Returns the runs whose leases these
+        were."""
         with self._lock:
-            held = [h for h in self._held.values() if h.token.run_id in run_ids]
+            held = [
+                h
+                for h in self._held.values()
+                if h.token.run_id in runs
+                and (runs[h.token.run_id] is None or h.token.attempt < (runs[h.token.run_id] or 0))
+            ]
         for h in held:
+            h.ended_elsewhere = True
             h.lose(why)
-        return len(held)
+        return [h.token.run_id for h in held]
 
     def let_go_all(self) -> None:
         """This process cannot reach Postgres while others can (`PostgresReach.cut_off`): every

@@ -19,21 +19,27 @@ class LeaseLife(LeaseKeys):
 
     def forget_steps(self, run_ids: list[str]) -> None:
         """Drop the step witnesses and leases of runs that ended outside an attempt (a sweep's
-        loss limit, a Stop, an erasure), as `drop_leases` does."""
-        self.drop_leases(run_ids, [self.witness_key(r) for r in run_ids])
-
-    def drop_leases(self, run_ids: list[str], also: list[str] | None = None) -> None:
-        """Drop the leases of runs whose attempts were fenced out in Postgres (I3) and say so
-        on `leases:dropped`: an attempt still in flight hears it (its holder's drop watch,
-        runtime/fleet/drops.py) and has its requests cut at once; one that does not finds
-        its lease gone at its heartbeat's next renewal. One round trip (with the keys `also`
-        deleted); a failure leaves the keys to their TTL and the attempts to their renewal."""
+        loss limit, a Stop, an erasure), and say so on `leases:dropped`: an attempt still in
+        flight hears it (its holder's drop watch, runtime/fleet/drops.py) and has its requests
+        cut at once; one that does not finds its lease gone at its heartbeat's next renewal.
+        Its writes were fenced out in Postgres already (I3). One round trip; a failure leaves
+        the keys to their TTL and the attempts to their renewal."""
         if run_ids:
+            keys = [k for r in run_ids for k in (self.witness_key(r), self.key(r))]
             pipe = self.client.pipeline(transaction=False)
-            pipe.delete(*(also or []), *(self.key(r) for r in run_ids))
+            pipe.delete(*keys)
             pipe.publish(self.dropped_channel, " ".join(run_ids))
             with contextlib.suppress(redis.RedisError):
                 pipe.execute()
+
+    def cut_attempts(self, runs: list[tuple[str, int]]) -> None:
+        """Say on `leases:dropped` that these runs' attempts before the given one were fenced
+        out (a Stop that handed each to a new attempt), leaving their leases in place: the
+        holders cut their requests and let the leases go, and the new attempt takes the lease
+        only then, so two attempts of a run never send at once. A failure costs only time."""
+        if runs:
+            with contextlib.suppress(redis.RedisError):
+                self.client.publish(self.dropped_channel, " ".join(f"{r}:{a}" for r, a in runs))
 
     def acquire(self, token: Token, reserved_by: str | None = None) -> Acquired | None:
         """Take the run's lease for this attempt if free (None otherwise), with the run's step

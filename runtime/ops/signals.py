@@ -8,9 +8,12 @@ import json
 import uuid
 from typing import Any
 
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
 from runtime.core.enqueue import BadRequest, publish_quietly
 from runtime.services import Services
 from runtime.toolbox.workflow_kinds import check_name
+from store.db import transaction
 from store.scope import Scope
 from store.signals import send_signal
 from store.workflow_events import publish_event
@@ -39,7 +42,7 @@ def send(
         check_name(name, "signal")
     except ValueError as exc:
         raise BadRequest(f"run {run_id}: {exc}; nothing was sent") from None
-    _check_payload(payload, f"run {run_id}: signal {name}")
+    payload = _checked_payload(payload, f"run {run_id}: signal {name}")
     with s.engine.begin() as conn:
         sent = send_signal(
             conn,
@@ -84,8 +87,8 @@ def publish(
         raise BadRequest(
             f"event {name}: match must be 1-{MAX_MATCH_CHARS} characters; nothing was published"
         )
-    _check_payload(payload, f"event {name}")
-    with s.engine.begin() as conn:
+    payload = _checked_payload(payload, f"event {name}")
+    with transaction(s.engine) as conn:
         done = publish_event(
             conn,
             name=name,
@@ -100,14 +103,17 @@ def publish(
     return done.event_id
 
 
-def _check_payload(payload: Any, what: str) -> None:
-    """A payload that can be recorded with the step that takes it (BadRequest otherwise)."""
+def _checked_payload(payload: Any, what: str) -> Any:
+    """The payload as JSON values (dates, UUIDs and models as pydantic writes them), small
+    enough to be recorded with the step that takes it (BadRequest otherwise)."""
     try:
+        payload = to_jsonable_python(payload)
         size = len(json.dumps(payload, allow_nan=False).encode())
-    except (TypeError, ValueError) as exc:
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
         raise BadRequest(f"{what}: its payload is not JSON ({exc}); nothing was sent") from None
     if size > MAX_PAYLOAD_BYTES:
         raise BadRequest(
             f"{what}: its payload is {size} bytes, more than {MAX_PAYLOAD_BYTES}; send a "
             "reference (an id) instead; nothing was sent"
         )
+    return payload

@@ -17,10 +17,11 @@ def apply_stop(
         done = insert_stop(conn, run_id=run_id, agent=agent, reason=reason, by=by)
     for stopped in done.failed:
         s.changes.announce(stopped)
-    # Workflows that catch a Stop: their attempt in flight is fenced out like the rest, and a
-    # new one raises the Stop in their function.
+    s.leases.forget_steps(done.failed)
+    # Workflows that catch a Stop: their attempt in flight is fenced out and cut like the
+    # rest, and lets its lease go; the new one, which raises the Stop in their function, takes
+    # it only then (its delivery waits for the older attempt's lease).
+    s.leases.cut_attempts([(q.run_id, q.attempt) for q in done.compensating])
     for q in done.compensating:
         publish_quietly(s.changes, s.publisher, q.run_id, q.attempt, q.priority)
-    s.leases.forget_steps(done.failed)
-    s.leases.drop_leases([q.run_id for q in done.compensating])
     return done.failed

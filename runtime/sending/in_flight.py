@@ -35,10 +35,9 @@ class InFlight:
             yield
             return
         with self._lock:
-            cut = self.cut_why is not None
             self._socks.add(sock)
-        if cut:
-            _shut(sock)
+            if self.cut_why is not None:
+                _shut(sock)
         try:
             yield
         finally:
@@ -47,12 +46,11 @@ class InFlight:
 
     def cut(self, why: str) -> None:
         """End every wait for an answer now (the attempt may not use one any more)."""
-        with self._lock:
+        with self._lock:  # shut while registered: a socket back in its pool is never shut
             if self.cut_why is None:
                 self.cut_why = why
-            socks = list(self._socks)
-        for sock in socks:
-            _shut(sock)
+            for sock in self._socks:
+                _shut(sock)
 
 
 def _shut(sock: socket.socket) -> None:

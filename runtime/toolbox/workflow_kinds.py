@@ -193,9 +193,10 @@ class WorkflowStopped(LiyagentError):
     `stopped`) whether the function then returns or raises. `in_flight`: the step was in
     flight when the Stop cut it, so it may have happened; check its target."""
 
-    def __init__(self, identity: str, reason: str, in_flight: bool = False) -> None:
-        said = " (it was in flight: it may have happened)" if in_flight else ""
-        super().__init__(f"step {identity}: the run was {reason}{said}")
+    def __init__(self, run_id: str, identity: str, reason: str, in_flight: bool = False) -> None:
+        said = " (it was in flight: it may have happened; check its target)" if in_flight else ""
+        super().__init__(f"run {run_id}: step {identity}: the run was {reason}{said}")
+        self.run_id = run_id
         self.identity = identity
         self.reason = reason
         self.in_flight = in_flight

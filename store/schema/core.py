@@ -395,7 +395,7 @@ signals = sa.Table(
 
 # Events published to whichever workflows wait for them (store/workflow_events.py): a
 # workflow's `wait_event` takes the first one of its name and match published after it first
-# met the step. Kept for LIYAGENT_EVENT_RETENTION_DAYS (store/retention.py).
+# met the step. Kept for the key window (LIYAGENT_RETENTION_KEY_WINDOW_S, store/retention.py).
 workflow_events = sa.Table(
     "workflow_events",
     metadata,
@@ -407,11 +407,12 @@ workflow_events = sa.Table(
     sa.Column("payload", JSONB, nullable=True),
     sa.Column("key", sa.Text, nullable=False),
     sa.Column("sent_by", sa.Text, nullable=False),
-    # The front principal that published it: it reaches only that principal's runs. NULL:
-    # published inside the deployment (the client, the CLI), it reaches every run.
-    sa.Column("principal", sa.Text, nullable=True),
+    # The front principal that published it: it reaches only that principal's runs. Empty:
+    # published inside the deployment (the client, the CLI), it reaches every run. A key
+    # dedupes within one principal's events.
+    sa.Column("principal", sa.Text, nullable=False, server_default=""),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now()),
-    sa.Index("uq_workflow_events_name_key", "name", "key", unique=True),
+    sa.Index("uq_workflow_events_name_principal_key", "name", "principal", "key", unique=True),
     sa.Index("ix_workflow_events_digest_id", "digest", "id"),
     sa.Index("ix_workflow_events_created_at", "created_at"),
 )

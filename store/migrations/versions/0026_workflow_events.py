@@ -27,13 +27,18 @@ def upgrade() -> None:
         sa.Column("payload", JSONB, nullable=True),
         sa.Column("key", sa.Text, nullable=False),
         sa.Column("sent_by", sa.Text, nullable=False),
-        sa.Column("principal", sa.Text, nullable=True),
+        sa.Column("principal", sa.Text, nullable=False, server_default=""),
         sa.Column(
             "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.text("now()")
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workflow_events")),
     )
-    op.create_index("uq_workflow_events_name_key", "workflow_events", ["name", "key"], unique=True)
+    op.create_index(
+        "uq_workflow_events_name_principal_key",
+        "workflow_events",
+        ["name", "principal", "key"],
+        unique=True,
+    )
     op.create_index("ix_workflow_events_digest_id", "workflow_events", ["digest", "id"])
     op.create_index("ix_workflow_events_created_at", "workflow_events", ["created_at"])
 

@@ -43,3 +43,6 @@ def test_a_stop_cuts_the_model_request_in_flight(stack, pool: str) -> None:
     stopped = stack.client.get(slow)
     assert stopped.status == "failed" and "stopped by ops" in (stopped.failure_reason or "")
     assert stack.vendor(asked, r=slow)[0].n == 1  # never asked again
+    # Its attempt ended as one fenced out, not as an error.
+    kinds = [r.kind for r in stack.rows("SELECT kind FROM audit_events WHERE run_id = :r", r=slow)]
+    assert "agent.run.error" not in kinds, kinds

@@ -26,6 +26,7 @@ from tests.support.recorded import (
     first_step,
     recorded_servers,
 )
+from tests.support.stand_in_lease import Lease
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "anthropic"
 KEY_ENV = "LYT_ANTHROPIC_KEY"
@@ -251,20 +252,9 @@ def test_a_closed_port_is_a_retryable_connection_error(serve, api_key) -> None:
     assert info.value.retryable and "ConnectError" in str(info.value)
 
 
-class LapsedLease:
-    def send_time_left_s(self) -> float:
-        return -1.0
-
-    def regained(self) -> bool:
-        return False  # no store blip here: a lease out of time stays out
-
-    def why_not(self) -> str:
-        return "run run-1: attempt 1 may not send: its lease may have lapsed"
-
-
 def test_the_send_guard_applies_to_the_sdks_requests(serve, api_key) -> None:
     server = serve(Reply("final_text"))
-    with http.guarded(LapsedLease()), pytest.raises(http.SendRefused):
+    with http.guarded(Lease(until=time.monotonic() - 1)), pytest.raises(http.SendRefused):
         provider_for(server).next_step(first_step())
     assert server.received == []
 

@@ -18,26 +18,8 @@ import pytest
 
 from runtime.sending import http
 from runtime.sending.call_http import CallHTTP
-from runtime.sending.in_flight import InFlight
 from tests.support.loopback import serving
-
-
-@dataclass
-class Lease:
-    """A stand-in for an attempt's lease: its local deadline, moved on by `renew`."""
-
-    until: float
-    lost: bool = False
-    in_flight: InFlight = field(default_factory=InFlight)
-
-    def send_time_left_s(self) -> float:
-        return 0.0 if self.lost else self.until - time.monotonic()
-
-    def regained(self) -> bool:
-        return False  # no store blip here: a lease out of time stays out
-
-    def why_not(self) -> str:
-        return "run r: attempt 1 may not send: its lease may have lapsed"
+from tests.support.stand_in_lease import Lease
 
 
 @dataclass

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
@@ -24,6 +23,7 @@ from runtime.toolbox import mcp_tools
 from runtime.toolbox.tools import CallContext, ToolDeclarationError, ToolInDoubt, ToolKind
 from tests.support.mcp_server import Served
 from tests.support.scripts import call, final, step
+from tests.support.stand_in_lease import Lease
 
 TOKEN_ENV = "LYT_ORDERS_MCP_TOKEN"
 TOKEN = "mcp-test-token-4711"
@@ -262,22 +262,6 @@ def told_by_call(stack, run_id: str, step: int) -> dict[str, dict]:
         for m in row.body["messages"]
         if m["role"] == "tool"
     }
-
-
-@dataclass
-class Lease:
-    """A stand-in for an attempt's lease: the send guard asks it how long it may still send."""
-
-    until: float
-
-    def send_time_left_s(self) -> float:
-        return self.until - time.monotonic()
-
-    def regained(self) -> bool:
-        return False  # no store blip here: a lease out of time stays out
-
-    def why_not(self) -> str:
-        return "run r: attempt 1 may not send: its lease may have lapsed"
 
 
 def mcp_tool(orders: Served, name: str):
