@@ -290,13 +290,14 @@ def _attempt(
         outcome = run.execute()
         return outcome
     except (FencedOut, LeaseLost, SendRefused) as exc:
-        # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. A lease
-        # this attempt may still hold (its local deadline passed) is left to lapse, so the
-        # sweeper finds it by its deadline and claims the run the usual way; one fenced out
-        # by a Stop is let go (compare-and-set), for the attempt the Stop queued.
+        # A taken-over attempt writes nothing more to Postgres (I3): it is only counted. Its
+        # lease is left to lapse for the sweeper to claim, unless a Stop fenced it out.
         release = isinstance(exc, FencedOut) or lease.ended_elsewhere
         log.warning("run.fenced_out", why=str(exc))
-        _count_quietly(d.redis, d.settings.namespace, "fenced_total")
+        try:  # counted for the metrics; a failure only logged
+            d.redis.incr(f"{d.settings.namespace}metrics:fenced_total")
+        except Exception:
+            log.warning("metrics.count_failed", name="fenced_total")
         return Outcome.FENCED
     except Exception as exc:
         if outage.store_fault(exc):
@@ -305,10 +306,10 @@ def _attempt(
             release = False
             held = None if run is None else run.unwritten
             return _give_back_after_store_fault(d, row, lease, worker, exc, held)
-        # Unexpected (a bug): behave as a crash. Keep the lease so it
-        # lapses and the sweeper resumes the run from its checkpoint elsewhere.
+        # Unexpected (a bug): behave as a crash. Keep the lease so it lapses and the sweeper
+        # resumes the run elsewhere (one a Stop fenced out goes: Postgres has moved on).
         # Its message never reaches the log or the audit: it may carry user text (item 16).
-        release = False
+        release = lease.ended_elsewhere
         facts = error_facts(exc)
         log.error("run.error", **facts, frames=frames(exc))
         _audit_quietly(d.engine, d.changes, row, "agent.run.error", {**facts, "worker": d.holder})
@@ -322,7 +323,8 @@ def _attempt(
     finally:
         d.heartbeat.drop(lease)
         if release:
-            _release_quietly(d.leases, lease.token, lease.written_step, ended=outcome in RUN_ENDED)
+            cut, ended = lease.ended_elsewhere, outcome in RUN_ENDED
+            _release_quietly(d.leases, lease.token, lease.written_step, ended, cut)
 
 
 def _claim_would_fail(row: RunRow, loss_limit: int) -> bool:
@@ -455,21 +457,16 @@ def _reserve_quietly(leases: Leases, holder: str, run_id: str, attempt: int) -> 
 
 
 def _release_quietly(
-    leases: Leases, token: Token, written: int = NO_STEP, ended: bool = False
+    leases: Leases, token: Token, written: int = NO_STEP, ended: bool = False, cut: bool = False
 ) -> None:
-    """Let the lease go (with the step this attempt last wrote, or the run ended: see
-    `Leases.release`); a failure is logged, and the lease lapses by itself."""
+    """Let the lease go (the step written last, or the run ended: `Leases.release`), and the
+    fence a Stop put in its place when `cut` (`Leases.cut_attempts`); a failure is logged."""
     try:
         leases.release(token, written, ended)
+        if cut:
+            leases.unfence([token])
     except Exception:  # the lease lapses by itself
         log.warning("lease.release_failed")
-
-
-def _count_quietly(client: redis.Redis[bytes], namespace: str, name: str) -> None:
-    try:
-        client.incr(f"{namespace}metrics:{name}")
-    except Exception:
-        log.warning("metrics.count_failed", name=name)
 
 
 def _audit_quietly(

@@ -5,7 +5,8 @@ lease in Redis, and publishes the run ids on `leases:dropped` (`LeaseLife.forget
 subscriber per worker process (started with its heartbeat) loses the leases it holds of those
 runs at once: their requests in flight are cut (runtime/sending/in_flight.py) and they send and
 write nothing more. A message missed (the subscriber away, Redis failing over) costs only time:
-the heartbeat's next renewal finds the key gone and loses the lease then.
+the heartbeat's next renewal finds the key gone (or fenced, for a run handed to a new attempt)
+and loses the lease then.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import contextlib
 import redis
 
 from runtime.fleet.base import LeaseKeys
-from runtime.fleet.tokens import NO_STEP, WITNESS_TTL_S, Acquired, Token, text_of
+from runtime.fleet.tokens import NO_STEP, WITNESS_TTL_S, Acquired, Token, fence_token, text_of
 
 
 class LeaseLife(LeaseKeys):
@@ -33,13 +33,22 @@ class LeaseLife(LeaseKeys):
                 pipe.execute()
 
     def cut_attempts(self, runs: list[tuple[str, int]]) -> None:
-        """Say on `leases:dropped` that these runs' attempts before the given one were fenced
-        out (a Stop that handed each to a new attempt), leaving their leases in place: the
-        holders cut their requests and let the leases go, and the new attempt takes the lease
-        only then, so two attempts of a run never send at once. A failure costs only time."""
+        """These runs' attempts before the given one were fenced out in Postgres by a Stop that
+        handed each run to a new attempt: a running attempt's lease is replaced by a fence for
+        it (`<run>:<old attempt>:~sweep`, the lease TTL; only where a lease is held), so its next
+        renewal fails even if it misses the word, and the new attempt's delivery waits (an
+        older attempt's fence); then it is said on `leases:dropped` (`<run>:<new attempt>`):
+        the holder cuts the attempt's requests at once and, once it has stopped, lifts the
+        fence (`unfence`), and the new attempt takes the lease. Two attempts of a run never
+        send at once. One round trip; a failure costs only time."""
         if runs:
+            pipe = self.client.pipeline(transaction=False)
+            for run_id, attempt in runs:
+                fence = fence_token(Token(run_id, attempt - 1, ""))
+                pipe.set(self.key(run_id), str(fence), px=self.ttl_ms, xx=True)
+            pipe.publish(self.dropped_channel, " ".join(f"{r}:{a}" for r, a in runs))
             with contextlib.suppress(redis.RedisError):
-                self.client.publish(self.dropped_channel, " ".join(f"{r}:{a}" for r, a in runs))
+                pipe.execute()
 
     def acquire(self, token: Token, reserved_by: str | None = None) -> Acquired | None:
         """Take the run's lease for this attempt if free (None otherwise), with the run's step

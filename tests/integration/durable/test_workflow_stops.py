@@ -40,9 +40,13 @@ def test_a_stop_while_it_waits_raises_at_its_wait_and_it_cancels(flows) -> None:
     assert incidents(stack, run_id) == ["book room", "pay", "cancel room"]
 
 
-def test_a_stop_cuts_the_step_in_flight_and_raises_there(flows) -> None:
+@pytest.mark.parametrize("push", ["true", "false"])
+def test_a_stop_cuts_the_step_in_flight_and_raises_there(flows, push: str) -> None:
+    """With the push, the cut is at once; without it (a worker that misses the word), the fence
+    in its lease's place fails its next renewal: either way the stopped attempt stops before the
+    compensating one starts, and the compensation runs."""
     stack = flows
-    stack.worker("w1")
+    stack.worker("w1", env={"LIYAGENT_STOP_PUSH": push})
     run_id = stack.client.start_workflow(workflow="acme.booking", params={"pay_ms": 20_000})
     pays = (
         "SELECT count(*) AS n FROM sim.requests WHERE run_id = :r AND vendor = 'incidents' "
